@@ -1,0 +1,35 @@
+// Package clock is the small time abstraction Baton's timing-sensitive code is written against, so
+// that lease deadlines, safety margins and reconcile intervals can be tested exactly with a fake clock
+// instead of with sleeps.
+package clock
+
+import "time"
+
+// Clock tells the time and makes timers.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of *time.Timer that Baton uses.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// Real returns the wall clock (with Go's monotonic readings, so deadlines are immune to wall-clock
+// steps).
+func Real() Clock { return realClock{} }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time        { return r.t.C }
+func (r realTimer) Stop() bool                 { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }

@@ -1,0 +1,129 @@
+package election
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/internal/names"
+)
+
+// MinTTL is etcd's minimum lease TTL; a shorter lease would be extended by the server anyway, which
+// would break the local deadline arithmetic.
+const MinTTL = 2 * time.Second
+
+// Config tunes an Elector. The zero value of every field means its documented default.
+type Config struct {
+	// Prefix is the etcd key prefix of every election. Candidates for (project, queue) live under
+	// <Prefix>/<project>/<queue>/. Default "/baton/election". It must not be empty or end with '/'.
+	Prefix string
+
+	// TTL is the lease TTL of the process's session. Default 10s. At least 2s (etcd's minimum), whole
+	// seconds (etcd leases are granted in seconds). A crashed leader is replaced about TTL after the crash.
+	TTL time.Duration
+
+	// SafetyMargin ends every term at (local lease deadline - SafetyMargin). The local deadline is the
+	// time just before the last acknowledged keepalive was sent plus the TTL granted in its response, a
+	// lower bound of the server's expiry. Default TTL/4; must be positive and less than TTL/2.
+	SafetyMargin time.Duration
+
+	// KeepAliveInterval is the time between keepalives. Default TTL/3. It must leave room for at least two
+	// keepalives before a term would end: KeepAliveInterval <= (TTL - SafetyMargin)/2.
+	KeepAliveInterval time.Duration
+
+	// RetryMin and RetryMax bound the jittered exponential backoff of failed keepalives (RetryMin only),
+	// of re-campaigns after a lost term and of failed campaigns. Defaults 100ms and 5s; RetryMin must be
+	// positive, RetryMax at least RetryMin, and RetryMin less than KeepAliveInterval.
+	RetryMin, RetryMax time.Duration
+
+	// ResignTimeout bounds the resign that Run performs when its context ends. Default 2s.
+	ResignTimeout time.Duration
+
+	// Logger receives structured events (session granted and lost, term started and ended). Default: no-op.
+	Logger *zap.Logger
+
+	// Clock is the time source for lease deadlines and backoff. Default: the real clock.
+	Clock clock.Clock
+}
+
+// DefaultConfig returns the configuration with every default filled in.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = "/baton/election"
+	}
+	if c.TTL == 0 {
+		c.TTL = 10 * time.Second
+	}
+	if c.SafetyMargin == 0 {
+		c.SafetyMargin = c.TTL / 4
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = c.TTL / 3
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 100 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 5 * time.Second
+	}
+	if c.ResignTimeout == 0 {
+		c.ResignTimeout = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults are applied and returns an error wrapping
+// ErrInvalidConfig that names the field and the rule it breaks.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case strings.HasSuffix(c.Prefix, "/"):
+		return bad("Prefix", "must not end with '/', got %s", names.Quote(c.Prefix))
+	case strings.ContainsFunc(c.Prefix, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return bad("Prefix", "must not contain control characters, got %s", names.Quote(c.Prefix))
+	case c.TTL < MinTTL:
+		return bad("TTL", "must be at least %v (etcd's minimum lease TTL), got %v", MinTTL, c.TTL)
+	case c.TTL%time.Second != 0:
+		return bad("TTL", "must be a whole number of seconds (etcd grants leases in seconds), got %v", c.TTL)
+	case c.SafetyMargin <= 0:
+		return bad("SafetyMargin", "must be positive, got %v", c.SafetyMargin)
+	case c.SafetyMargin >= c.TTL/2:
+		return bad("SafetyMargin", "must be less than TTL/2 (%v), got %v", c.TTL/2, c.SafetyMargin)
+	case c.KeepAliveInterval <= 0:
+		return bad("KeepAliveInterval", "must be positive, got %v", c.KeepAliveInterval)
+	case c.KeepAliveInterval > (c.TTL-c.SafetyMargin)/2:
+		return bad("KeepAliveInterval", "must be at most (TTL - SafetyMargin)/2 = %v so that two keepalives fit before a term ends, got %v",
+			(c.TTL-c.SafetyMargin)/2, c.KeepAliveInterval)
+	case c.RetryMin <= 0:
+		return bad("RetryMin", "must be positive, got %v", c.RetryMin)
+	case c.RetryMin >= c.KeepAliveInterval:
+		return bad("RetryMin", "must be less than KeepAliveInterval (%v), got %v", c.KeepAliveInterval, c.RetryMin)
+	case c.RetryMax < c.RetryMin:
+		return bad("RetryMax", "must be at least RetryMin (%v), got %v", c.RetryMin, c.RetryMax)
+	case c.ResignTimeout <= 0:
+		return bad("ResignTimeout", "must be positive, got %v", c.ResignTimeout)
+	}
+	return nil
+}
+
+// ValidateName checks a project or queue name; field names the argument in the error.
+func ValidateName(field, value string) error {
+	if err := names.Check(value); err != nil {
+		return fmt.Errorf("%w: %s %s %v", ErrInvalidName, field, names.Quote(value), err)
+	}
+	return nil
+}

@@ -1,0 +1,42 @@
+// Package election decides which process owns each (project, task queue), with etcd.
+//
+// A process creates one Elector over its etcd client. The Elector holds one session (an etcd lease)
+// shared by every campaign of the process, so keepalive cost does not grow with the number of queues.
+// Each (project, queue) is an election under <Prefix>/<project>/<queue>/; a candidate's key is named
+// after its lease and the oldest key leads.
+//
+// The guarantees, and how they are kept:
+//
+//   - One owner. The session keeps its lease alive itself and records the time just before each
+//     keepalive is sent. The acknowledged send time plus the granted TTL is a lower bound of the
+//     server's expiry; at that instant minus SafetyMargin every term of the session ends. A leader that
+//     is partitioned, paused or slowed therefore stops before etcd can expire its key and let a
+//     successor win. A graceful Resign ends the term before the key is deleted.
+//   - Fenced actions. A win is verified with a linearizable read before the Term is handed out. The
+//     Term's fencing token is the create revision of its key; Term.Guard commits etcd operations only
+//     while the key still has that revision, so a superseded leader's write is refused by etcd itself.
+//   - Fail closed. A term ends on every doubt: session lost, lease not found, deadline margin reached,
+//     key deleted or replaced, resign, Close. Term.Check is synchronous, so a process resumed after a
+//     pause refuses to act before its watchdog goroutine runs.
+//
+// Run wraps Campaign in a loop with callbacks in the spirit of client-go's leaderelection: OnElected
+// with the term's context, OnStepDown always after a term, OnNewLeader for observers. It campaigns
+// again after a loss with jittered backoff on a fresh session, and resigns when its context ends so
+// that a follower takes over in milliseconds instead of after the TTL.
+//
+// A typical leader:
+//
+//	el, err := election.New(etcdClient, election.Config{Logger: logger})
+//	if err != nil {
+//		return err
+//	}
+//	defer el.Close(ctx)
+//	return el.Run(ctx, "billing", "orders", serverID, election.Callbacks{
+//		OnElected: func(ctx context.Context, term *election.Term) error {
+//			// Act as leader until ctx is done; fence etcd writes with term.Guard and
+//			// hand term.Token() to every other side effect.
+//			<-ctx.Done()
+//			return nil
+//		},
+//	})
+package election

@@ -1,0 +1,368 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Elector runs a process's elections: one etcd session (lease) shared by every campaign, so keepalive
+// cost does not grow with the number of queues, replaced by a fresh session after a loss.
+type Elector struct {
+	client *clientv3.Client
+	leases leaser
+	cfg    Config
+	log    *zap.Logger
+
+	grant chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
+	wg    sync.WaitGroup
+
+	mu        sync.Mutex
+	current   *session
+	campaigns map[string]struct{} // election keys this Elector campaigns for or leads
+	stops     map[*int]context.CancelFunc
+	closed    bool
+}
+
+// New returns an Elector over client. It validates cfg and starts nothing: the first campaign grants
+// the session.
+func New(client *clientv3.Client, cfg Config) (*Elector, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: client must not be nil", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Elector{
+		client:    client,
+		leases:    client.Lease,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		grant:     make(chan struct{}, 1),
+		campaigns: make(map[string]struct{}),
+		stops:     make(map[*int]context.CancelFunc),
+	}, nil
+}
+
+// Config returns the configuration in force, defaults applied.
+func (e *Elector) Config() Config { return e.cfg }
+
+// ElectionKey returns the etcd prefix under which the candidates of (project, queue) live.
+func (e *Elector) ElectionKey(project, queue string) string {
+	return e.cfg.Prefix + "/" + project + "/" + queue
+}
+
+// SessionValidUntil returns when the current session's terms must end unless a keepalive succeeds,
+// and false when there is no live session. Health checks use it.
+func (e *Elector) SessionValidUntil() (time.Time, bool) {
+	e.mu.Lock()
+	s := e.current
+	e.mu.Unlock()
+	if s == nil || s.err() != nil {
+		return time.Time{}, false
+	}
+	return s.validUntil(), true
+}
+
+// Campaign blocks until this process leads (project, queue) and returns the term, or returns an error
+// when ctx ends, the session is lost (an error wrapping ErrSessionLost) or etcd fails. It never blocks
+// past the loss of its session. value is what the term is known by, normally the server ID.
+func (e *Elector) Campaign(ctx context.Context, project, queue, value string) (*Term, error) {
+	if err := ValidateName("project", project); err != nil {
+		return nil, err
+	}
+	if err := ValidateName("queue", queue); err != nil {
+		return nil, err
+	}
+	if err := e.claim(project, queue); err != nil {
+		return nil, err
+	}
+	s, err := e.session(ctx)
+	if err != nil {
+		e.release(project, queue)
+		return nil, err
+	}
+	t, err := e.campaign(ctx, s, project, queue, value)
+	if err != nil {
+		e.release(project, queue)
+		return nil, err
+	}
+	return t, nil
+}
+
+func (e *Elector) claim(project, queue string) error {
+	key := e.ElectionKey(project, queue)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	if _, ok := e.campaigns[key]; ok {
+		return fmt.Errorf("%w: %s", ErrAlreadyCampaigning, key)
+	}
+	e.campaigns[key] = struct{}{}
+	return nil
+}
+
+func (e *Elector) release(project, queue string) {
+	e.mu.Lock()
+	delete(e.campaigns, e.ElectionKey(project, queue))
+	e.mu.Unlock()
+}
+
+// session returns the live session, granting a new one when there is none.
+func (e *Elector) session(ctx context.Context) (*session, error) {
+	select {
+	case e.grant <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-e.grant }()
+
+	e.mu.Lock()
+	cur, closed := e.current, e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if cur != nil && cur.err() == nil {
+		return cur, nil
+	}
+	s, err := grantSession(ctx, e.leases, e.cfg, &e.wg)
+	if err != nil {
+		return nil, fmt.Errorf("election: grant session lease: %w", err)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		s.lose(ErrClosed)
+		return nil, ErrClosed
+	}
+	e.current = s
+	e.mu.Unlock()
+	return s, nil
+}
+
+func (e *Elector) campaign(ctx context.Context, s *session, project, queue, value string) (*Term, error) {
+	// The campaign ends with the session: a waiting candidate must never outlive its lease.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
+	defer stop()
+
+	prefix := e.ElectionKey(project, queue)
+	key := prefix + "/" + leaseHex(s.id)
+	rev, err := e.enter(cctx, s, key, value)
+	if err != nil {
+		return nil, campaignErr(cctx, prefix, err)
+	}
+	// From here on our key exists; any failure must remove it, or this process would hold the
+	// election in etcd without knowing.
+	abandon := func(err error) (*Term, error) {
+		e.deleteKey(ctx, s, key, rev)
+		return nil, campaignErr(cctx, prefix, err)
+	}
+	if err := e.waitPredecessors(cctx, prefix, rev); err != nil {
+		return abandon(err)
+	}
+	// Verify with a linearizable read that our key is still the oldest, at our revision, on our lease
+	// (etcd#11007: a campaign can otherwise return for a key that is already gone).
+	resp, err := e.client.Get(cctx, prefix+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return abandon(err)
+	}
+	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Key) != key || resp.Kvs[0].CreateRevision != rev || resp.Kvs[0].Lease != int64(s.id) {
+		return abandon(fmt.Errorf("%w: verification read does not show our key first at revision %d", ErrKeyLost, rev))
+	}
+
+	tctx, tcancel := context.WithCancelCause(s.ctx)
+	t := &Term{
+		elector: e,
+		session: s,
+		project: project,
+		queue:   queue,
+		key:     key,
+		token:   rev,
+		value:   value,
+		started: e.cfg.Clock.Now(),
+		ctx:     tctx,
+		cancel:  tcancel,
+		log: e.log.With(zap.String("project", project), zap.String("queue", queue),
+			zap.String("server_id", value), zap.Int64("token", rev), zap.String("lease", leaseHex(s.id))),
+	}
+	if err := s.addTerm(t); err != nil {
+		tcancel(err)
+		return abandon(err)
+	}
+	e.wg.Go(func() { t.watch(resp.Header.Revision + 1) })
+	t.log.Info("leadership started")
+	return t, nil
+}
+
+// enter puts our candidate key and returns its create revision. A key left over from an earlier
+// campaign of the same session is deleted first, so that every term gets a fresh fencing token.
+func (e *Elector) enter(ctx context.Context, s *session, key, value string) (int64, error) {
+	for {
+		resp, err := e.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(s.id))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return 0, err
+		}
+		if resp.Succeeded {
+			return resp.Header.Revision, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		if _, err := e.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kvs[0].CreateRevision)).
+			Then(clientv3.OpDelete(key)).
+			Commit(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// waitPredecessors returns once no candidate older than rev remains. Unlike etcd's waitDeletes it
+// watches from the revision after its read: a watch at a past revision joins etcd's "unsynced"
+// watchers, which are served every 100 ms, and that delay would land on every graceful handover.
+func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64) error {
+	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	backoff := e.cfg.RetryMin
+	for {
+		resp, err := e.client.Get(ctx, prefix+"/", opts...)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		deleted, err := e.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision+1)
+		if err != nil {
+			return err
+		}
+		if deleted {
+			backoff = e.cfg.RetryMin
+			continue
+		}
+		// The watch broke without an answer; look again after a pause.
+		if !e.sleep(ctx, jitter(backoff)) {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, e.cfg.RetryMax)
+	}
+}
+
+func (e *Elector) waitDelete(ctx context.Context, key string, fromRev int64) (bool, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range e.client.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut()) {
+		if resp.Err() != nil {
+			break
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return true, nil
+			}
+		}
+	}
+	return false, ctx.Err()
+}
+
+// deleteKey removes our candidate key after a failed campaign, bounded by ResignTimeout and not by
+// the campaign's (possibly cancelled) context. A lost session needs nothing: its lease is revoked.
+func (e *Elector) deleteKey(ctx context.Context, s *session, key string, rev int64) {
+	if s.err() != nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
+	defer cancel()
+	if _, err := e.client.Txn(dctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).
+		Commit(); err != nil {
+		e.log.Warn("election could not remove its candidate key; the lease will", zap.String("key", key), zap.Error(err))
+	}
+}
+
+// campaignErr prefers the reason the campaign was cut short (session lost, ctx ended) over the
+// symptom the etcd call reported.
+func campaignErr(cctx context.Context, prefix string, err error) error {
+	if cause := context.Cause(cctx); cause != nil && !errors.Is(err, cause) {
+		if errors.Is(cause, ErrSessionLost) || errors.Is(cause, ErrClosed) {
+			return fmt.Errorf("election: campaign %s: %w", prefix, cause)
+		}
+		return cause
+	}
+	return fmt.Errorf("election: campaign %s: %w", prefix, err)
+}
+
+// Close ends every term still alive with ErrClosed, revokes the session lease (removing every
+// candidate key of this process at once) and waits for all goroutines of the Elector, or for ctx.
+// Callers that want a fast handover resign their terms first (Run does).
+func (e *Elector) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	cur := e.current
+	stops := e.stops
+	e.stops = map[*int]context.CancelFunc{}
+	e.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	if cur != nil {
+		cur.lose(ErrClosed)
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("election: close: %w", ctx.Err())
+	}
+}
+
+// bind returns a context that also ends when Close is called, for the Elector's own goroutines that
+// run on a caller's context (observers).
+func (e *Elector) bind(ctx context.Context) (context.Context, func(), error) {
+	cctx, cancel := context.WithCancel(ctx)
+	id := new(int)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		cancel()
+		return nil, nil, ErrClosed
+	}
+	e.stops[id] = cancel
+	return cctx, func() {
+		cancel()
+		e.mu.Lock()
+		delete(e.stops, id)
+		e.mu.Unlock()
+	}, nil
+}
+
+// sleep waits d on the configured clock; false if ctx ended first.
+func (e *Elector) sleep(ctx context.Context, d time.Duration) bool {
+	t := e.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func leaseHex(id clientv3.LeaseID) string { return fmt.Sprintf("%016x", int64(id)) }

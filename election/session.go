@@ -1,0 +1,242 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// leaser is the part of clientv3.Lease a session uses; it is small so the watchdog arithmetic can be
+// unit-tested exactly with a scripted lease and a fake clock.
+type leaser interface {
+	Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error)
+	KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error)
+	Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error)
+}
+
+var _ leaser = clientv3.Lease(nil)
+
+// session is one etcd lease shared by every campaign of a process. It keeps the lease alive itself
+// (instead of clientv3.Lease.KeepAlive) because it must know when each keepalive was sent: the local
+// deadline is that send time plus the granted TTL, a lower bound of the server's expiry. etcd's own
+// Session.Done fires only after the client thinks the TTL has passed, which is later than the
+// server's expiry, so a leader relying on it could overlap with its successor.
+type session struct {
+	cfg    Config
+	leases leaser
+	id     clientv3.LeaseID
+	log    *zap.Logger
+
+	// ctx is cancelled, with the loss as its cause, when the session is lost or closed. Terms derive
+	// from it, so nothing that holds a term can outlive the lease.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when both goroutines have returned and the lease was revoked
+
+	extended chan struct{} // wakes the watchdog after the deadline moved
+
+	mu       sync.Mutex
+	deadline time.Time // time before the last acknowledged keepalive was sent + granted TTL
+	cause    error     // why the session ended; nil while alive
+	terms    map[*Term]struct{}
+}
+
+// grantSession grants a lease and starts its keepalive loop and watchdog. The session lives until it
+// is lost or closed; its goroutines run under parent's values but not its cancellation (a campaign
+// that ends must not end a session other campaigns share). wg tracks the goroutines for the owner.
+func grantSession(ctx context.Context, leases leaser, cfg Config, wg *sync.WaitGroup) (*session, error) {
+	sent := cfg.Clock.Now()
+	resp, err := leases.Grant(ctx, int64(cfg.TTL/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		cfg:      cfg,
+		leases:   leases,
+		id:       resp.ID,
+		log:      cfg.Logger.With(zap.String("lease", leaseHex(resp.ID))),
+		done:     make(chan struct{}),
+		extended: make(chan struct{}, 1),
+		deadline: sent.Add(time.Duration(resp.TTL) * time.Second),
+		terms:    make(map[*Term]struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	s.log.Info("election session granted", zap.Int64("ttl_seconds", resp.TTL), zap.Time("deadline", s.deadline))
+
+	var loops sync.WaitGroup
+	loops.Go(s.keepAliveLoop)
+	loops.Go(s.watchdog)
+	wg.Go(func() {
+		loops.Wait()
+		s.revoke()
+		close(s.done)
+	})
+	return s, nil
+}
+
+// validUntil is the instant at which every term of the session must have ended.
+func (s *session) validUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline.Add(-s.cfg.SafetyMargin)
+}
+
+// err returns nil while the session can be trusted, otherwise why not. It is checked synchronously
+// before fenced actions, so a process resumed after a pause does not act before its watchdog runs.
+func (s *session) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cause != nil {
+		return s.cause
+	}
+	if !s.cfg.Clock.Now().Before(s.deadline.Add(-s.cfg.SafetyMargin)) {
+		return ErrLeaseDeadline
+	}
+	return nil
+}
+
+func (s *session) keepAliveLoop() {
+	timer := s.cfg.Clock.NewTimer(s.cfg.KeepAliveInterval)
+	defer timer.Stop()
+	retry := s.cfg.RetryMin
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-timer.C():
+		}
+		if s.keepAliveOnce() {
+			retry = s.cfg.RetryMin
+			timer.Reset(s.cfg.KeepAliveInterval)
+			continue
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		timer.Reset(jitter(retry))
+		retry = min(2*retry, s.cfg.KeepAliveInterval)
+	}
+}
+
+// keepAliveOnce sends one keepalive and moves the deadline on success. A lease the server no longer
+// knows ends the session at once; any other error is retried until the watchdog decides.
+func (s *session) keepAliveOnce() bool {
+	sent := s.cfg.Clock.Now()
+	// One stuck call (a half-open connection) must not use up the whole margin: bound each attempt.
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.KeepAliveInterval)
+	defer cancel()
+	resp, err := s.leases.KeepAliveOnce(ctx, s.id)
+	if err == nil && resp.TTL <= 0 {
+		err = rpctypes.ErrLeaseNotFound
+	}
+	switch {
+	case err == nil:
+		s.extend(sent.Add(time.Duration(resp.TTL) * time.Second))
+		return true
+	case errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound):
+		s.lose(ErrLeaseNotFound)
+	case s.ctx.Err() == nil:
+		s.log.Warn("election keepalive failed; retrying until the lease deadline", zap.Error(err),
+			zap.Time("valid_until", s.validUntil()))
+	}
+	return false
+}
+
+func (s *session) extend(deadline time.Time) {
+	s.mu.Lock()
+	if s.cause == nil && deadline.After(s.deadline) {
+		s.deadline = deadline
+	}
+	s.mu.Unlock()
+	select {
+	case s.extended <- struct{}{}:
+	default:
+	}
+}
+
+// watchdog ends the session at (deadline - SafetyMargin) unless a keepalive moved the deadline.
+func (s *session) watchdog() {
+	timer := s.cfg.Clock.NewTimer(s.validUntil().Sub(s.cfg.Clock.Now()))
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.extended:
+			timer.Reset(s.validUntil().Sub(s.cfg.Clock.Now()))
+		case <-timer.C():
+			if left := s.validUntil().Sub(s.cfg.Clock.Now()); left > 0 {
+				timer.Reset(left)
+				continue
+			}
+			s.lose(ErrLeaseDeadline)
+			return
+		}
+	}
+}
+
+// lose ends every term of the session, each recording its end before its context is cancelled, then
+// cancels the session. Later calls do nothing.
+func (s *session) lose(cause error) {
+	s.mu.Lock()
+	if s.cause != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.cause = cause
+	terms := s.terms
+	s.terms = nil
+	s.mu.Unlock()
+	for t := range terms {
+		t.end(cause)
+	}
+	s.cancel(cause)
+	if errors.Is(cause, ErrClosed) {
+		s.log.Info("election session closed", zap.Int("terms_ended", len(terms)))
+		return
+	}
+	s.log.Warn("election session lost", zap.Error(cause), zap.Int("terms_ended", len(terms)))
+}
+
+// revoke deletes the lease and with it every key of the session, so that successors need not wait
+// for the server-side expiry. It is best effort: a lease that already expired is fine.
+func (s *session) revoke() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.ResignTimeout)
+	defer cancel()
+	if _, err := s.leases.Revoke(ctx, s.id); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
+		s.log.Info("election lease revoke failed; the server expires it after the TTL", zap.Error(err))
+	}
+}
+
+func (s *session) addTerm(t *Term) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cause != nil {
+		return s.cause
+	}
+	if !s.cfg.Clock.Now().Before(s.deadline.Add(-s.cfg.SafetyMargin)) {
+		return ErrLeaseDeadline
+	}
+	s.terms[t] = struct{}{}
+	return nil
+}
+
+func (s *session) removeTerm(t *Term) {
+	s.mu.Lock()
+	delete(s.terms, t)
+	s.mu.Unlock()
+}
+
+// jitter returns a duration in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}

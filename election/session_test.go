@@ -1,0 +1,250 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/clock"
+)
+
+// scriptedLease answers like etcd's lease API, each keepalive by a function the test sets. It
+// stands in only for the watchdog arithmetic; the integration tests run the same code on real etcd.
+type scriptedLease struct {
+	mu        sync.Mutex
+	keepAlive func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error)
+	calls     chan struct{}
+	revoked   chan struct{}
+}
+
+func newScriptedLease() *scriptedLease {
+	return &scriptedLease{calls: make(chan struct{}, 100), revoked: make(chan struct{}, 1)}
+}
+
+func (l *scriptedLease) set(f func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error)) {
+	l.mu.Lock()
+	l.keepAlive = f
+	l.mu.Unlock()
+}
+
+func (l *scriptedLease) Grant(_ context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	return &clientv3.LeaseGrantResponse{ID: 42, TTL: ttl}, nil
+}
+
+func (l *scriptedLease) KeepAliveOnce(ctx context.Context, _ clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	l.mu.Lock()
+	f := l.keepAlive
+	l.mu.Unlock()
+	l.calls <- struct{}{}
+	return f(ctx)
+}
+
+func (l *scriptedLease) Revoke(context.Context, clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	l.revoked <- struct{}{}
+	return &clientv3.LeaseRevokeResponse{}, nil
+}
+
+func hang(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type sessionFixture struct {
+	clock   *clock.Fake
+	lease   *scriptedLease
+	elector *Elector
+	session *session
+	term    *Term
+	wg      sync.WaitGroup
+}
+
+// newSessionFixture grants a 10 s session on a fake clock at t0 (so it is valid until t0+7.5s) with
+// one registered term, and waits until the keepalive loop and the watchdog have armed their timers.
+func newSessionFixture(t *testing.T) *sessionFixture {
+	t.Helper()
+	f := &sessionFixture{clock: clock.NewFake(t0), lease: newScriptedLease()}
+	f.lease.set(hang)
+	cfg := Config{Clock: f.clock}.withDefaults()
+	f.elector = &Elector{cfg: cfg, log: cfg.Logger, campaigns: map[string]struct{}{}}
+	s, err := grantSession(t.Context(), f.lease, cfg, &f.wg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.session = s
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	f.term = &Term{elector: f.elector, session: s, project: "p", queue: "q", started: t0, ctx: ctx, cancel: cancel, log: cfg.Logger}
+	if err := s.addTerm(f.term); err != nil {
+		t.Fatal(err)
+	}
+	f.waitTimers(t, 2)
+	t.Cleanup(func() {
+		s.lose(ErrClosed)
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *sessionFixture) waitTimers(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		changed := f.clock.Changed()
+		if f.clock.Timers() >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("timeout waiting for %d armed timers, have %d", n, f.clock.Timers())
+		}
+	}
+}
+
+func (f *sessionFixture) waitCall(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.lease.calls:
+	case <-time.After(5 * time.Second):
+		t.Fatal("timeout waiting for a keepalive call")
+	}
+}
+
+func waitDone(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timeout waiting for %s", what)
+	}
+}
+
+func TestWatchdogEndsTermsAtDeadlineMinusMargin(t *testing.T) {
+	f := newSessionFixture(t)
+	// The first keepalive (at TTL/3) hangs, as over a partitioned connection.
+	f.clock.Advance(10 * time.Second / 3)
+	f.waitCall(t)
+
+	f.clock.Advance(7500*time.Millisecond - 10*time.Second/3 - time.Nanosecond)
+	if err := f.term.Check(); err != nil {
+		t.Fatalf("term must still be valid 1ns before the margin: %v", err)
+	}
+	f.clock.Advance(time.Nanosecond)
+	// Check is synchronous: it refuses at the deadline even before the watchdog goroutine runs.
+	if err := f.term.Check(); !errors.Is(err, ErrNotLeader) || !errors.Is(err, ErrLeaseDeadline) {
+		t.Fatalf("Check at the margin = %v, want ErrNotLeader wrapping ErrLeaseDeadline", err)
+	}
+	waitDone(t, f.term.Done(), "the term to end")
+	if cause := f.term.Err(); !errors.Is(cause, ErrLeaseDeadline) || !errors.Is(cause, ErrSessionLost) {
+		t.Fatalf("cause = %v, want ErrLeaseDeadline (an ErrSessionLost)", cause)
+	}
+	if ended, ok := f.term.Ended(); !ok || !ended.Equal(t0.Add(7500*time.Millisecond)) {
+		t.Fatalf("term ended at %v, want exactly t0+7.5s", ended)
+	}
+	waitDone(t, f.session.done, "the session goroutines to stop and revoke")
+	select {
+	case <-f.lease.revoked:
+	default:
+		t.Fatal("a lost session must revoke its lease so successors need not wait for the expiry")
+	}
+}
+
+func TestKeepAliveMovesDeadlineFromSendTime(t *testing.T) {
+	f := newSessionFixture(t)
+	// The keepalive takes 2 s to be answered: the deadline counts from when it was sent.
+	f.lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		f.clock.Advance(2 * time.Second)
+		return &clientv3.LeaseKeepAliveResponse{TTL: 10}, nil
+	})
+	sent := t0.Add(10 * time.Second / 3)
+	f.clock.Advance(10 * time.Second / 3)
+	f.waitCall(t)
+	f.lease.set(hang)
+	want := sent.Add(10*time.Second - 2500*time.Millisecond)
+	deadline := time.After(5 * time.Second)
+	for !f.term.ValidUntil().Equal(want) {
+		select {
+		case <-f.clock.Changed():
+		case <-deadline:
+			t.Fatalf("ValidUntil = %v, want %v", f.term.ValidUntil(), want)
+		}
+	}
+	// The old deadline (t0+7.5s) passes without a loss; the new one ends the term.
+	f.waitTimers(t, 2)
+	f.clock.Advance(want.Sub(f.clock.Now()) - time.Nanosecond)
+	if err := f.term.Check(); err != nil {
+		t.Fatalf("term must be valid until the moved deadline: %v", err)
+	}
+	f.clock.Advance(time.Nanosecond)
+	waitDone(t, f.term.Done(), "the term to end at the moved deadline")
+	if ended, _ := f.term.Ended(); !ended.Equal(want) {
+		t.Fatalf("term ended at %v, want %v", ended, want)
+	}
+}
+
+func TestLeaseNotFoundEndsSessionAtOnce(t *testing.T) {
+	f := newSessionFixture(t)
+	f.lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		return nil, rpctypes.ErrLeaseNotFound
+	})
+	f.clock.Advance(10 * time.Second / 3)
+	waitDone(t, f.term.Done(), "the term to end")
+	if !errors.Is(f.term.Err(), ErrLeaseNotFound) {
+		t.Fatalf("cause = %v, want ErrLeaseNotFound", f.term.Err())
+	}
+	if ended, _ := f.term.Ended(); !ended.Equal(t0.Add(10 * time.Second / 3)) {
+		t.Fatalf("term ended at %v, want at the failed keepalive", ended)
+	}
+}
+
+func TestTransientKeepAliveErrorsAreRetried(t *testing.T) {
+	f := newSessionFixture(t)
+	var mu sync.Mutex
+	failures := 0
+	f.lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures < 3 {
+			failures++
+			return nil, errors.New("connection refused")
+		}
+		return &clientv3.LeaseKeepAliveResponse{TTL: 10}, nil
+	})
+	f.clock.Advance(10 * time.Second / 3)
+	for range 4 {
+		f.waitCall(t)
+		f.waitTimers(t, 2)
+		f.clock.Advance(400 * time.Millisecond) // covers the retry backoff so far (100, 200, 400 ms, jittered)
+	}
+	deadline := time.After(5 * time.Second)
+	for !f.term.ValidUntil().After(t0.Add(7500 * time.Millisecond)) {
+		select {
+		case <-f.clock.Changed():
+		case <-deadline:
+			t.Fatalf("deadline never moved after retries; ValidUntil = %v", f.term.ValidUntil())
+		}
+	}
+	if err := f.term.Check(); err != nil {
+		t.Fatalf("transient errors must not end the term: %v", err)
+	}
+}
+
+func TestLoseEndsEveryTermBeforeCancellingTheSession(t *testing.T) {
+	f := newSessionFixture(t)
+	f.session.lose(ErrClosed)
+	if ended, ok := f.term.Ended(); !ok || !ended.Equal(t0) {
+		t.Fatalf("term end must be recorded synchronously, got %v %v", ended, ok)
+	}
+	if !errors.Is(f.term.Err(), ErrClosed) {
+		t.Fatalf("cause = %v, want ErrClosed", f.term.Err())
+	}
+	if err := f.session.addTerm(&Term{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a lost session must refuse new terms, got %v", err)
+	}
+}

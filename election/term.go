@@ -1,0 +1,189 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Term is one tenure as leader of a (project, queue). It is handed out only after etcd confirmed, with
+// a linearizable read, that this process's key is the oldest candidate. Its context is cancelled, and
+// Done closed, on any loss: session lost, lease deadline margin reached, key deleted or replaced,
+// resign, or Close. Every side effect a leader takes in etcd should go through Guard.
+type Term struct {
+	elector *Elector
+	session *session
+	project string
+	queue   string
+	key     string
+	token   int64
+	value   string
+	started time.Time
+	log     *zap.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	once    sync.Once
+	mu      sync.Mutex
+	endedAt time.Time
+}
+
+// Project returns the project the term leads.
+func (t *Term) Project() string { return t.project }
+
+// Queue returns the task queue the term leads.
+func (t *Term) Queue() string { return t.queue }
+
+// Key returns this process's candidate key in etcd.
+func (t *Term) Key() string { return t.key }
+
+// Token returns the fencing token: the create revision of the candidate key. It grows with every
+// new term of the same (project, queue), across processes.
+func (t *Term) Token() int64 { return t.token }
+
+// LeaderID returns the value the term campaigned with, normally the server ID.
+func (t *Term) LeaderID() string { return t.value }
+
+// Context returns a context cancelled when the term ends; context.Cause tells why.
+func (t *Term) Context() context.Context { return t.ctx }
+
+// Done returns a channel closed when the term ends.
+func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
+
+// Err returns nil while the term is alive, otherwise why it ended (ErrResigned, ErrKeyLost,
+// ErrClosed, or an error wrapping ErrSessionLost).
+func (t *Term) Err() error {
+	if t.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(t.ctx)
+}
+
+// Started returns when the term began: after the verifying read confirmed the win.
+func (t *Term) Started() time.Time { return t.started }
+
+// Ended returns when the term ended, recorded before its context was cancelled.
+func (t *Term) Ended() (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.endedAt, !t.endedAt.IsZero()
+}
+
+// ValidUntil returns the instant by which the term ends unless the session's next keepalive succeeds.
+func (t *Term) ValidUntil() time.Time { return t.session.validUntil() }
+
+// Check returns nil while the term may act: its context is alive and the local lease deadline minus
+// the safety margin has not passed. It is synchronous, so a process resumed after a long pause sees
+// ErrNotLeader before its watchdog goroutine gets to run.
+func (t *Term) Check() error {
+	if t.ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, context.Cause(t.ctx))
+	}
+	if err := t.session.err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return nil
+}
+
+// Guard commits ops in one etcd transaction only while the term's key still exists at the term's
+// revision. It returns an error wrapping ErrNotLeader, and ends the term, when that is no longer so;
+// nothing is written then.
+func (t *Term) Guard(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if err := t.Check(); err != nil {
+		return nil, err
+	}
+	resp, err := t.elector.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
+		Then(ops...).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("election: guarded transaction for %s: %w", t.key, err)
+	}
+	if !resp.Succeeded {
+		t.end(ErrKeyLost)
+		return resp, fmt.Errorf("%w: key %s no longer at revision %d", ErrNotLeader, t.key, t.token)
+	}
+	return resp, nil
+}
+
+// Resign ends the term and then deletes its key, so a follower wins at once instead of after the
+// TTL. The term is over before the delete is sent: no successor can start while it is still alive.
+func (t *Term) Resign(ctx context.Context) error {
+	t.end(ErrResigned)
+	_, err := t.elector.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
+		Then(clientv3.OpDelete(t.key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("election: resign %s: %w", t.key, err)
+	}
+	return nil
+}
+
+// end records the end time, cancels the context and releases the campaign slot. Only the first call
+// counts.
+func (t *Term) end(cause error) {
+	t.once.Do(func() {
+		t.mu.Lock()
+		t.endedAt = t.elector.cfg.Clock.Now()
+		t.mu.Unlock()
+		t.cancel(cause)
+		t.session.removeTerm(t)
+		t.elector.release(t.project, t.queue)
+		t.log.Info("leadership ended", zap.Error(cause), zap.Duration("held", t.endedAt.Sub(t.started)))
+	})
+}
+
+// watch ends the term when its key is deleted or replaced behind its back (an operator, a revoked
+// lease). It starts at fromRev, the revision after the verifying read, so nothing is missed.
+func (t *Term) watch(fromRev int64) {
+	backoff := t.elector.cfg.RetryMin
+	for t.ctx.Err() == nil {
+		next, lost := t.watchOnce(fromRev)
+		if lost {
+			t.end(ErrKeyLost)
+			return
+		}
+		if t.ctx.Err() != nil {
+			return
+		}
+		// The watch broke (etcd lost its raft leader, compaction, connection): re-read the key before
+		// watching again. The session watchdog covers the time etcd cannot answer at all.
+		if !t.elector.sleep(t.ctx, jitter(backoff)) {
+			return
+		}
+		backoff = min(2*backoff, t.elector.cfg.RetryMax)
+		resp, err := t.elector.client.Get(t.ctx, t.key)
+		if err != nil {
+			continue
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.token || resp.Kvs[0].Lease != int64(t.session.id) {
+			t.end(ErrKeyLost)
+			return
+		}
+		fromRev = max(next, resp.Header.Revision+1)
+	}
+}
+
+func (t *Term) watchOnce(fromRev int64) (next int64, lost bool) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(t.ctx))
+	defer cancel()
+	next = fromRev
+	for resp := range t.elector.client.Watch(ctx, t.key, clientv3.WithRev(fromRev)) {
+		if resp.Err() != nil {
+			return next, false
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != t.token || ev.Kv.Lease != int64(t.session.id) {
+				return next, true
+			}
+		}
+		next = max(next, resp.Header.Revision+1)
+	}
+	return next, false
+}
