@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -160,6 +161,10 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 	key := prefix + "/" + leaseHex(s.id)
 	rev, err := e.enter(cctx, s, key, value)
 	if err != nil {
+		if errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
+			// etcd already dropped our lease: do not wait for the next keepalive to find out.
+			s.lose(ErrLeaseNotFound)
+		}
 		return nil, campaignErr(cctx, prefix, err)
 	}
 	// From here on our key exists; any failure must remove it, or this process would hold the

@@ -1,0 +1,49 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFakeTimersFireInOrderWhenDue(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := NewFake(start)
+	a := f.NewTimer(2 * time.Second)
+	b := f.NewTimer(time.Second)
+	f.Advance(time.Second - 1)
+	select {
+	case <-b.C():
+		t.Fatal("timer fired early")
+	default:
+	}
+	f.Advance(1)
+	if got := <-b.C(); !got.Equal(start.Add(time.Second)) {
+		t.Fatalf("b fired at %v", got)
+	}
+	if f.Timers() != 1 {
+		t.Fatalf("armed timers = %d, want 1", f.Timers())
+	}
+	if !a.Reset(time.Second) {
+		t.Fatal("Reset of an armed timer must report it was armed")
+	}
+	f.Advance(time.Second)
+	<-a.C()
+	if a.Stop() {
+		t.Fatal("Stop of a fired timer must report false")
+	}
+	c := f.NewTimer(0)
+	<-c.C() // a zero duration fires at once, like time.NewTimer
+}
+
+func TestRealClock(t *testing.T) {
+	c := Real()
+	before := time.Now()
+	if c.Now().Before(before) {
+		t.Fatal("Real().Now() went backwards")
+	}
+	tm := c.NewTimer(time.Millisecond)
+	<-tm.C()
+	if tm.Stop() {
+		t.Fatal("Stop after firing must report false")
+	}
+}

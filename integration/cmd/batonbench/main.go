@@ -1,0 +1,80 @@
+// Command batonbench measures Baton beside same-run baselines on real servers started in-process,
+// prints one table and writes bench-results.json. It is `make bench`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/etcdtest"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "batonbench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	out         string
+	rounds      int
+	crashRounds int
+	parallel    int
+	crashTTL    time.Duration
+	only        string
+}
+
+func run() error {
+	var o options
+	flag.StringVar(&o.out, "out", "bench-results.json", "where to write the figures as JSON")
+	flag.IntVar(&o.rounds, "rounds", 200, "graceful handovers per implementation")
+	flag.IntVar(&o.crashRounds, "crash-rounds", 100, "crash failovers per implementation")
+	flag.IntVar(&o.parallel, "parallel", 10, "crash failovers measured at once (independent queues)")
+	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
+	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cluster, err := etcdtest.StartCluster(etcdtest.Options{})
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+
+	fmt.Printf("batonbench: etcd at %v; %d graceful rounds, %d crash rounds (TTL %v, %d at once)\n",
+		cluster.Endpoints(), o.rounds, o.crashRounds, o.crashTTL, o.parallel)
+	var figures []benchreport.Figure
+	for _, b := range []struct {
+		name string
+		run  func(context.Context, *etcdtest.Cluster, options) (benchreport.Figure, error)
+	}{
+		{"graceful handover", benchGraceful},
+		{"crash failover", benchCrash},
+	} {
+		if !strings.Contains(b.name, o.only) {
+			continue
+		}
+		f, err := b.run(ctx, cluster, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		figures = append(figures, f)
+	}
+	fmt.Println()
+	benchreport.Print(os.Stdout, figures)
+	if err := benchreport.Write(o.out, figures); err != nil {
+		return err
+	}
+	fmt.Println("\nwrote", o.out)
+	return nil
+}
