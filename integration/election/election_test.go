@@ -489,3 +489,79 @@ func waitOneLeaderPerQueue(t *testing.T, l *ledger, any *candidate, queues []str
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A waiting campaign never outlives its session: cut off from etcd, it returns ErrSessionLost once
+// the lease deadline passes instead of hanging.
+func TestCampaignEndsWithItsSession(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	proxy := etcdtest.NewTestProxy(t, c.MemberEndpoint(0))
+	cfg := election.Config{TTL: 2 * time.Second}
+	a := newCandidate(t, c, "node-a", cfg)
+	b := newCandidate(t, c, "node-b", cfg, proxy.URL())
+	if _, err := a.el.Campaign(t.Context(), project, "ledger", a.id); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.el.Campaign(t.Context(), project, "ledger", b.id)
+		errc <- err
+	}()
+	waitCandidates(t, etcdtest.Client(t, c), a.el.ElectionKey(project, "ledger"), 2, 10*time.Second)
+	cut := time.Now()
+	proxy.Blackhole()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, election.ErrSessionLost) {
+			t.Fatalf("campaign returned %v, want ErrSessionLost", err)
+		}
+		t.Logf("waiting campaign returned %v after the cut: %v", time.Since(cut).Round(time.Millisecond), err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting campaign outlived its session")
+	}
+}
+
+// A lease revoked behind the leader's back (an operator, etcd itself) ends every term of the session
+// together, and the followers take over.
+func TestRevokedLeaseEndsEveryTerm(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cfg := election.Config{TTL: 5 * time.Second}
+	a := newCandidate(t, c, "node-a", cfg)
+	b := newCandidate(t, c, "node-b", cfg)
+	operator := etcdtest.Client(t, c)
+	queues := []string{"q0", "q1", "q2"}
+	l := newLedger()
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, q := range queues {
+		runCandidate(t, ctx, a, q, l, &wg)
+	}
+	var aTerms []*election.Term
+	for range queues {
+		aTerms = append(aTerms, waitElected(t, l, 10*time.Second))
+	}
+	for _, q := range queues {
+		runCandidate(t, ctx, b, q, l, &wg)
+		waitCandidates(t, operator, a.el.ElectionKey(project, q), 2, 10*time.Second)
+	}
+	revokedAt := time.Now()
+	if _, err := operator.Revoke(t.Context(), leaseOf(t, operator, aTerms[0].Key())); err != nil {
+		t.Fatal(err)
+	}
+	for _, term := range aTerms {
+		select {
+		case <-term.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: term alive %v after its lease was revoked", term.Queue(), time.Since(revokedAt))
+		}
+		if !errors.Is(term.Err(), election.ErrKeyLost) && !errors.Is(term.Err(), election.ErrLeaseNotFound) {
+			t.Errorf("%s: term ended with %v", term.Queue(), term.Err())
+		}
+	}
+	for range queues {
+		if term := waitElected(t, l, 10*time.Second); term.LeaderID() != "node-b" {
+			t.Fatalf("want node-b to take over, got %s", term.LeaderID())
+		}
+	}
+	l.checkNoOverlap(t)
+}
