@@ -111,6 +111,14 @@ func (t *Term) Guard(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResp
 	return resp, nil
 }
 
+// Confirm asks etcd, with a guarded transaction that writes nothing, whether the term still holds.
+// Callers confirm right before an irreversible side effect outside etcd (terminating a workflow run):
+// it returns an error wrapping ErrNotLeader once a successor may exist.
+func (t *Term) Confirm(ctx context.Context) error {
+	_, err := t.Guard(ctx)
+	return err
+}
+
 // Resign ends the term and then deletes its key, so a follower wins at once instead of after the
 // TTL. The term is over before the delete is sent: no successor can start while it is still alive.
 func (t *Term) Resign(ctx context.Context) error {

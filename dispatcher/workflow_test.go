@@ -1,0 +1,190 @@
+package dispatcher
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/baton-run/baton/takeover"
+)
+
+// memLedger is an in-memory Ledger for the workflow's own logic; the etcd ledger is tested against
+// real etcd in the integration module.
+type memLedger struct {
+	mu      sync.Mutex
+	records map[string]string
+}
+
+func (l *memLedger) Begin(_ context.Context, key string, _ takeover.Owner) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.records == nil {
+		l.records = map[string]string{}
+	}
+	if l.records[key] == "done" {
+		return true, nil
+	}
+	l.records[key] = "pending"
+	return false, nil
+}
+
+func (l *memLedger) Complete(_ context.Context, key string, _ takeover.Owner) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records[key] = "done"
+	return nil
+}
+
+type countingHandler struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (h *countingHandler) handle(_ context.Context, key string, _ Request, _ takeover.Owner) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.calls == nil {
+		h.calls = map[string]int{}
+	}
+	h.calls[key]++
+	return nil
+}
+
+func req(task string) Request {
+	return Request{Type: "agent", TaskID: task, PayloadSHA256: strings.Repeat("ab", 32), Parent: "session-1"}
+}
+
+var owner = takeover.Owner{Project: "billing", Queue: "orders", ServerID: "node-a", Token: 7}
+
+func newEnv(t *testing.T, ledger Ledger, h *countingHandler) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	env := s.NewTestWorkflowEnvironment()
+	Register(env, &Activities{Ledger: ledger, Handler: h.handle})
+	return env
+}
+
+func TestDuplicateDispatchIsProcessedOnce(t *testing.T) {
+	ledger, h := &memLedger{}, &countingHandler{}
+	env := newEnv(t, ledger, h)
+	for i, r := range []Request{req("t1"), req("t1"), req("t2"), {Type: "agent"}} {
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, r) }, time.Duration(i+1)*time.Second)
+	}
+	var state State
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryState)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := v.Get(&state); err != nil {
+			t.Error(err)
+		}
+		env.CancelWorkflow()
+	}, 10*time.Second)
+	env.ExecuteWorkflow(WorkflowName, Input{Owner: owner})
+	if state.Dispatched != 2 || state.Duplicates != 1 || state.Rejected != 1 {
+		t.Fatalf("state = %+v, want 2 dispatched, 1 duplicate, 1 rejected", state)
+	}
+	if h.calls[req("t1").Key()] != 1 || h.calls[req("t2").Key()] != 1 {
+		t.Fatalf("handler calls = %v, want each key once", h.calls)
+	}
+	if state.Owner != owner {
+		t.Fatalf("state owner = %+v", state.Owner)
+	}
+}
+
+// A request the ledger already completed (under an earlier, terminated run) is not dispatched again.
+func TestLedgerDedupesAcrossRuns(t *testing.T) {
+	ledger, h := &memLedger{}, &countingHandler{}
+	_, _ = ledger.Begin(context.Background(), req("t1").Key(), owner)
+	_ = ledger.Complete(context.Background(), req("t1").Key(), owner)
+	env := newEnv(t, ledger, h)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, req("t1")) }, time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 5*time.Second)
+	env.ExecuteWorkflow(WorkflowName, Input{Owner: owner})
+	if len(h.calls) != 0 {
+		t.Fatalf("handler called for a completed key: %v", h.calls)
+	}
+}
+
+func TestContinueAsNewCarriesState(t *testing.T) {
+	ledger, h := &memLedger{}, &countingHandler{}
+	env := newEnv(t, ledger, h)
+	const n = 12
+	for i := range n {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(SignalDispatch, req("t"+strings.Repeat("x", i)))
+		}, time.Duration(i+1)*time.Second)
+	}
+	// The history passes the limit after the sixth signal; the run continues as new at the next one.
+	env.RegisterDelayedCallback(func() { env.SetCurrentHistoryLength(41) }, 6500*time.Millisecond)
+	env.ExecuteWorkflow(WorkflowName, Input{Owner: owner, HistoryLimit: 40, RecentKeys: 5})
+	err := env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	if !errors.As(err, &can) {
+		t.Fatalf("workflow ended with %v, want continue-as-new", err)
+	}
+	var next Input
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if next.Carry == nil || next.Carry.Dispatched != 7 || next.Carry.Generation != 0 || next.Owner != owner {
+		t.Fatalf("carried input = %+v", next)
+	}
+	if len(next.Carry.Recent) > 5 {
+		t.Fatalf("recent keys not bounded: %d", len(next.Carry.Recent))
+	}
+	if next.HistoryLimit != 40 {
+		t.Fatalf("tuning not carried: %+v", next)
+	}
+	if int(next.Carry.Dispatched) != len(h.calls) {
+		t.Fatalf("carried %d dispatched, handler saw %d keys", next.Carry.Dispatched, len(h.calls))
+	}
+}
+
+func TestRequestKeyAndValidate(t *testing.T) {
+	r := req("t1")
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Key() != req("t1").Key() || r.Key() == req("t2").Key() {
+		t.Fatal("key must be deterministic and differ across requests")
+	}
+	upper := r
+	upper.PayloadSHA256 = strings.ToUpper(r.PayloadSHA256)
+	if upper.Key() != r.Key() {
+		t.Fatal("the payload digest's case must not change the key")
+	}
+	// Fields are joined with NUL, so moving text between fields changes the key.
+	a := Request{Type: "ab", TaskID: "c", PayloadSHA256: r.PayloadSHA256}
+	b := Request{Type: "a", TaskID: "bc", PayloadSHA256: r.PayloadSHA256}
+	if a.Key() == b.Key() {
+		t.Fatal("field boundaries must be part of the key")
+	}
+	for _, tc := range []struct {
+		r     Request
+		field string
+	}{
+		{Request{TaskID: "t", PayloadSHA256: r.PayloadSHA256}, "type"},
+		{Request{Type: "a", PayloadSHA256: r.PayloadSHA256}, "task_id"},
+		{Request{Type: "a", TaskID: "t", PayloadSHA256: "xyz"}, "payload_sha256"},
+		{Request{Type: "a\x00", TaskID: "t", PayloadSHA256: r.PayloadSHA256}, "type"},
+		{Request{Type: "a", TaskID: strings.Repeat("t", 600), PayloadSHA256: r.PayloadSHA256}, "task_id"},
+	} {
+		err := tc.r.Validate()
+		if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.r, err, tc.field)
+		}
+	}
+}

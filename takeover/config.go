@@ -1,0 +1,128 @@
+package takeover
+
+import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
+)
+
+// StartMode says how the dispatcher run is started.
+type StartMode int
+
+const (
+	// StartExecute starts the run with ExecuteWorkflow.
+	StartExecute StartMode = iota
+	// StartSignalWithStart starts it with SignalWithStartWorkflow, delivering SignalName with the owner
+	// as the run's first signal.
+	StartSignalWithStart
+)
+
+// StepDownPolicy says what a gracefully stepping-down owner does with its own run.
+type StepDownPolicy int
+
+const (
+	// TerminateOwnRun terminates the owner's own run, by its run ID, while the term still holds. No
+	// dispatcher acts without a live term, at the cost of a gap (milliseconds on a graceful handover)
+	// until the successor's run starts. The default.
+	TerminateOwnRun StepDownPolicy = iota
+	// LeaveRunning leaves the run to the successor, whose takeover terminates it. The dispatcher keeps
+	// serving through the handover, but the old run acts for a moment without a live term, so
+	// everything it does must be fenced by its token.
+	LeaveRunning
+)
+
+// DefaultWorkflowType is the registered name of the reference dispatcher workflow.
+const DefaultWorkflowType = "baton.Dispatcher"
+
+// Config tunes a Manager. The zero value of every field means its documented default.
+type Config struct {
+	// WorkflowType is the registered name of the dispatcher workflow. Default "baton.Dispatcher".
+	WorkflowType string
+	// TaskQueue is the Temporal task queue the dispatcher workflow runs on. Default: the queue the term
+	// leads.
+	TaskQueue string
+	// Mode is StartExecute (default) or StartSignalWithStart.
+	Mode StartMode
+	// SignalName is the signal sent with StartSignalWithStart. Default "baton.takeover".
+	SignalName string
+	// StepDown is what StepDown does with the owner's own run. Default TerminateOwnRun.
+	StepDown StepDownPolicy
+	// Legacy starts runs without a WorkflowIDConflictPolicy, for servers before Temporal 1.24 that do
+	// not know it: a WorkflowExecutionAlreadyStarted is then answered by terminating exactly that run
+	// and retrying. A server that rejects the conflict policy switches a Manager to this mode by itself.
+	Legacy bool
+	// MaxAttempts bounds the start attempts of one takeover. Default 10; at least 1.
+	MaxAttempts int
+	// AttemptTimeout bounds each Temporal call. Default 5s.
+	AttemptTimeout time.Duration
+	// RetryMin and RetryMax bound the jittered exponential backoff between attempts (Temporal refuses
+	// to start the same workflow ID again within about 1 s of the previous start). Defaults 100ms and
+	// 2s; RetryMax at least RetryMin.
+	RetryMin, RetryMax time.Duration
+	// Logger receives structured events. Default: no-op.
+	Logger *zap.Logger
+	// MeterProvider receives the takeover metrics. Default: no-op.
+	MeterProvider metric.MeterProvider
+	// Clock measures latency and backoff. Default: the real clock.
+	Clock clock.Clock
+}
+
+func (c Config) withDefaults() Config {
+	if c.WorkflowType == "" {
+		c.WorkflowType = DefaultWorkflowType
+	}
+	if c.SignalName == "" {
+		c.SignalName = "baton.takeover"
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 5 * time.Second
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 100 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults are applied and returns an error wrapping
+// ErrInvalidConfig that names the field and the rule it breaks.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Mode != StartExecute && c.Mode != StartSignalWithStart:
+		return bad("Mode", "must be StartExecute or StartSignalWithStart, got %d", c.Mode)
+	case c.StepDown != TerminateOwnRun && c.StepDown != LeaveRunning:
+		return bad("StepDown", "must be TerminateOwnRun or LeaveRunning, got %d", c.StepDown)
+	case c.MaxAttempts < 1:
+		return bad("MaxAttempts", "must be at least 1, got %d", c.MaxAttempts)
+	case c.AttemptTimeout <= 0:
+		return bad("AttemptTimeout", "must be positive, got %v", c.AttemptTimeout)
+	case c.RetryMin <= 0:
+		return bad("RetryMin", "must be positive, got %v", c.RetryMin)
+	case c.RetryMax < c.RetryMin:
+		return bad("RetryMax", "must be at least RetryMin (%v), got %v", c.RetryMin, c.RetryMax)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package takeover
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metric names; exported with the OpenTelemetry Prometheus exporter they read
+// baton_takeover_total, baton_takeover_latency_seconds and baton_takeover_terminations_total.
+const (
+	MetricTakeovers    = "baton.takeover"
+	MetricLatency      = "baton.takeover.latency"
+	MetricTerminations = "baton.takeover.terminations"
+)
+
+type metrics struct {
+	takeovers    metric.Int64Counter
+	latencies    metric.Float64Histogram
+	terminations metric.Int64Counter
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	meter := mp.Meter("github.com/baton-run/baton/takeover")
+	takeovers, err := meter.Int64Counter(MetricTakeovers,
+		metric.WithDescription("Dispatcher takeovers by outcome (started, superseded, failed, invalid) and path."))
+	if err != nil {
+		return nil, err
+	}
+	latencies, err := meter.Float64Histogram(MetricLatency, metric.WithUnit("s"),
+		metric.WithDescription("Time from winning the election to the new dispatcher run being open."),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+	if err != nil {
+		return nil, err
+	}
+	terminations, err := meter.Int64Counter(MetricTerminations,
+		metric.WithDescription("Dispatcher runs terminated by run ID during takeover and step-down, by result."))
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{takeovers: takeovers, latencies: latencies, terminations: terminations}, nil
+}
+
+func (m *metrics) takeover(ctx context.Context, outcome string, path Path) {
+	m.takeovers.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(
+		attribute.String("outcome", outcome), attribute.String("path", string(path))))
+}
+
+func (m *metrics) latency(ctx context.Context, d time.Duration, path Path) {
+	m.latencies.Record(context.WithoutCancel(ctx), d.Seconds(), metric.WithAttributes(attribute.String("path", string(path))))
+}
+
+func (m *metrics) terminated(ctx context.Context, result string) {
+	m.terminations.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("result", result)))
+}
