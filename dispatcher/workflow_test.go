@@ -2,9 +2,9 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
-	"errors"
 	"strings"
 	"sync"
 	"testing"

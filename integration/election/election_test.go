@@ -155,7 +155,9 @@ func TestRunHandsOverWhenStopped(t *testing.T) {
 	t.Logf("graceful handover %s -> %s in %v", first.who, second.who, gap)
 	// The remaining follower is told who leads now.
 	seen = 0
-	next(func(ev event) bool { return ev.what == "leader "+second.who && ev.who != second.who && ev.who != first.who })
+	next(func(ev event) bool {
+		return ev.what == "leader "+second.who && ev.who != second.who && ev.who != first.who
+	})
 }
 
 // Invariants 1 and 5 under a partition and under delayed keepalives: the cut-off leader's term ends
