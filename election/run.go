@@ -15,6 +15,10 @@ type Callbacks struct {
 	// cancelled when the term ends. It may block until then or return early. A non-nil error (this
 	// process cannot do the leader's job) resigns the term so another candidate can take over. Required.
 	OnElected func(ctx context.Context, term *Term) error
+	// OnResign is called when Run is about to resign a live term because its context ended, while
+	// the term still holds, so the leader can hand over cleanly (stop its dispatcher run) before a
+	// successor can win. ctx is bounded by ResignTimeout (the resign then gets its own). Optional.
+	OnResign func(ctx context.Context, term *Term)
 	// OnStepDown is called after every term, once OnElected has returned and the term has ended, with
 	// the reason it ended. Optional.
 	OnStepDown func(term *Term, cause error)
@@ -95,6 +99,11 @@ func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks, log *zap.L
 	go func() { result <- cb.OnElected(term.Context(), term) }()
 
 	resign := func() {
+		if cb.OnResign != nil && ctx.Err() != nil && term.Err() == nil {
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
+			cb.OnResign(hctx, term)
+			cancel()
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
 		defer cancel()
 		if err := term.Resign(rctx); err != nil {

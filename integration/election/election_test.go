@@ -107,6 +107,9 @@ func TestRunHandsOverWhenStopped(t *testing.T) {
 					<-ctx.Done()
 					return nil
 				},
+				OnResign: func(_ context.Context, term *election.Term) {
+					events <- event{who: cand.id, what: "resigning", term: term, cause: term.Check()}
+				},
 				OnStepDown: func(term *election.Term, cause error) {
 					events <- event{who: cand.id, what: "stepped down", term: term, cause: cause}
 				},
@@ -142,6 +145,10 @@ func TestRunHandsOverWhenStopped(t *testing.T) {
 	waitCandidates(t, observer, prefix, 3, 10*time.Second)
 
 	stops[first.who]()
+	resigning := next(is("resigning"))
+	if resigning.who != first.who || resigning.cause != nil {
+		t.Fatalf("OnResign must run on %s while its term still holds; got %s with %v", first.who, resigning.who, resigning.cause)
+	}
 	down := next(is("stepped down"))
 	if down.who != first.who || !errors.Is(down.cause, election.ErrResigned) {
 		t.Fatalf("want %s to step down after resigning, got %s: %v", first.who, down.who, down.cause)
