@@ -3,7 +3,11 @@
 // instead of with sleeps.
 package clock
 
-import "time"
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
 
 // Clock tells the time and makes timers.
 type Clock interface {
@@ -33,3 +37,23 @@ type realTimer struct{ t *time.Timer }
 func (r realTimer) C() <-chan time.Time        { return r.t.C }
 func (r realTimer) Stop() bool                 { return r.t.Stop() }
 func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+
+// Sleep waits d on c and reports true, or false as soon as ctx ends.
+func Sleep(ctx context.Context, c Clock, d time.Duration) bool {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Jitter returns a random duration in [d/2, d], so that retries of many processes spread out.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}

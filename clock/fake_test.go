@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -45,5 +46,24 @@ func TestRealClock(t *testing.T) {
 	<-tm.C()
 	if tm.Stop() {
 		t.Fatal("Stop after firing must report false")
+	}
+}
+
+func TestJitterBounds(t *testing.T) {
+	for _, d := range []time.Duration{0, 1, 2, time.Millisecond, time.Second} {
+		for range 200 {
+			if j := Jitter(d); j < d/2 || j > d {
+				t.Fatalf("Jitter(%v) = %v, outside [d/2, d]", d, j)
+			}
+		}
+	}
+}
+
+func TestSleepEndsWithContext(t *testing.T) {
+	f := NewFake(time.Now())
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if Sleep(ctx, f, time.Hour) {
+		t.Fatal("Sleep must report false when ctx is done")
 	}
 }

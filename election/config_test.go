@@ -74,14 +74,3 @@ func TestValidateName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-func TestJitterBounds(t *testing.T) {
-	for _, d := range []time.Duration{0, 1, 2, time.Millisecond, time.Second} {
-		for range 200 {
-			j := jitter(d)
-			if j < d/2 || j > d {
-				t.Fatalf("jitter(%v) = %v, outside [d/2, d]", d, j)
-			}
-		}
-	}
-}

@@ -11,7 +11,9 @@
 //     keepalive is sent. The acknowledged send time plus the granted TTL is a lower bound of the
 //     server's expiry; at that instant minus SafetyMargin every term of the session ends. A leader that
 //     is partitioned, paused or slowed therefore stops before etcd can expire its key and let a
-//     successor win. A graceful Resign ends the term before the key is deleted.
+//     successor win. A graceful Resign ends the term before the key is deleted. The one exception is
+//     a key deleted or a lease revoked from outside (an operator): etcd can elect a successor before
+//     the old leader hears of it, milliseconds later; fencing keeps that case harmless.
 //   - Fenced actions. A win is verified with a linearizable read before the Term is handed out. The
 //     Term's fencing token is the create revision of its key; Term.Guard commits etcd operations only
 //     while the key still has that revision, so a superseded leader's write is refused by etcd itself.

@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
 )
 
 // Elector runs a process's elections: one etcd session (lease) shared by every campaign, so keepalive
@@ -261,7 +263,7 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 			continue
 		}
 		// The watch broke without an answer; look again after a pause.
-		if !e.sleep(ctx, jitter(backoff)) {
+		if !e.sleep(ctx, clock.Jitter(backoff)) {
 			return ctx.Err()
 		}
 		backoff = min(2*backoff, e.cfg.RetryMax)
@@ -360,14 +362,7 @@ func (e *Elector) bind(ctx context.Context) (context.Context, func(), error) {
 
 // sleep waits d on the configured clock; false if ctx ended first.
 func (e *Elector) sleep(ctx context.Context, d time.Duration) bool {
-	t := e.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return clock.Sleep(ctx, e.cfg.Clock, d)
 }
 
 func leaseHex(id clientv3.LeaseID) string { return fmt.Sprintf("%016x", int64(id)) }

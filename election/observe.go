@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/clock"
 )
 
 // ErrNoLeader is returned by Leader when no candidate holds (project, queue).
@@ -73,7 +75,7 @@ func (e *Elector) observe(ctx context.Context, prefix string, out chan<- Leader)
 	for ctx.Err() == nil {
 		cur, rev, err := e.leader(ctx, prefix)
 		if err != nil && !errors.Is(err, ErrNoLeader) {
-			if !e.sleep(ctx, jitter(backoff)) {
+			if !e.sleep(ctx, clock.Jitter(backoff)) {
 				return
 			}
 			backoff = min(2*backoff, e.cfg.RetryMax)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
 )
 
 // Callbacks are what Run calls as leadership comes and goes, in the spirit of client-go's
@@ -72,7 +74,7 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 				return err
 			}
 			log.Warn("campaign failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
-			if !e.sleep(ctx, jitter(backoff)) {
+			if !e.sleep(ctx, clock.Jitter(backoff)) {
 				return nil
 			}
 			backoff = min(2*backoff, e.cfg.RetryMax)
@@ -85,7 +87,7 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 		}
 		if ctx.Err() == nil && !errors.Is(cause, ErrResigned) {
 			// Lost, not handed over: give the others a moment before standing again.
-			if !e.sleep(ctx, jitter(e.cfg.RetryMin)) {
+			if !e.sleep(ctx, clock.Jitter(e.cfg.RetryMin)) {
 				return nil
 			}
 		}

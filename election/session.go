@@ -3,13 +3,14 @@ package election
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
 )
 
 // leaser is the part of clientv3.Lease a session uses; it is small so the watchdog arithmetic can be
@@ -92,6 +93,10 @@ func (s *session) validUntil() time.Time {
 func (s *session) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.errLocked()
+}
+
+func (s *session) errLocked() error {
 	if s.cause != nil {
 		return s.cause
 	}
@@ -119,7 +124,7 @@ func (s *session) keepAliveLoop() {
 		if s.ctx.Err() != nil {
 			return
 		}
-		timer.Reset(jitter(retry))
+		timer.Reset(clock.Jitter(retry))
 		retry = min(2*retry, s.cfg.KeepAliveInterval)
 	}
 }
@@ -217,11 +222,8 @@ func (s *session) revoke() {
 func (s *session) addTerm(t *Term) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cause != nil {
-		return s.cause
-	}
-	if !s.cfg.Clock.Now().Before(s.deadline.Add(-s.cfg.SafetyMargin)) {
-		return ErrLeaseDeadline
+	if err := s.errLocked(); err != nil {
+		return err
 	}
 	s.terms[t] = struct{}{}
 	return nil
@@ -231,12 +233,4 @@ func (s *session) removeTerm(t *Term) {
 	s.mu.Lock()
 	delete(s.terms, t)
 	s.mu.Unlock()
-}
-
-// jitter returns a duration in [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }

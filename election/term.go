@@ -8,6 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
 )
 
 // Term is one tenure as leader of a (project, queue). It is handed out only after etcd confirmed, with
@@ -162,7 +164,7 @@ func (t *Term) watch(fromRev int64) {
 		}
 		// The watch broke (etcd lost its raft leader, compaction, connection): re-read the key before
 		// watching again. The session watchdog covers the time etcd cannot answer at all.
-		if !t.elector.sleep(t.ctx, jitter(backoff)) {
+		if !t.elector.sleep(t.ctx, clock.Jitter(backoff)) {
 			return
 		}
 		backoff = min(2*backoff, t.elector.cfg.RetryMax)

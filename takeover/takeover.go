@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 )
 
@@ -134,7 +134,7 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 	var lastErr error
 	for attempt := 1; attempt <= m.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
-			if !m.sleep(ctx, jitter(backoff)) {
+			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(backoff)) {
 				break
 			}
 			backoff = min(2*backoff, m.cfg.RetryMax)
@@ -155,8 +155,11 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 		}
 		log.Info("dispatcher takeover attempt failed; retrying", zap.Int("attempt", attempt), zap.Error(err))
 	}
-	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil && !errors.Is(lastErr, ErrSuperseded) {
-		lastErr = cause
+	switch {
+	case term.Context().Err() != nil && !errors.Is(lastErr, ErrSuperseded):
+		lastErr = fmt.Errorf("%w: term ended: %w", ErrSuperseded, context.Cause(term.Context()))
+	case ctx.Err() != nil && !errors.Is(lastErr, ErrSuperseded):
+		lastErr = context.Cause(ctx)
 	}
 	if errors.Is(lastErr, ErrSuperseded) {
 		m.metrics.takeover(ctx, "superseded", path)
@@ -340,22 +343,4 @@ func retryable(err error) bool {
 func conflictPolicyRefused(err error) bool {
 	var unimplemented *serviceerror.Unimplemented
 	return errors.As(err, &unimplemented)
-}
-
-func (m *Manager) sleep(ctx context.Context, d time.Duration) bool {
-	t := m.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }

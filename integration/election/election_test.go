@@ -529,8 +529,8 @@ func TestCampaignEndsWithItsSession(t *testing.T) {
 	}
 }
 
-// A lease revoked behind the leader's back (an operator, etcd itself) ends every term of the session
-// together, and the followers take over.
+// A lease revoked behind the leader's back (an operator) ends every term of the session, and the
+// followers take over.
 func TestRevokedLeaseEndsEveryTerm(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	cfg := election.Config{TTL: 5 * time.Second}
@@ -572,5 +572,12 @@ func TestRevokedLeaseEndsEveryTerm(t *testing.T) {
 			t.Fatalf("want node-b to take over, got %s", term.LeaderID())
 		}
 	}
-	l.checkNoOverlap(t)
+	// No overlap check here: a revoke behind the leader's back lets etcd elect a successor before
+	// the old leader can hear of it (it learns from its watch or next keepalive, milliseconds later).
+	// That case is covered by fencing, not by timing: see TestSupersededGuardFails.
+	for _, term := range aTerms {
+		if _, err := term.Guard(t.Context()); !errors.Is(err, election.ErrNotLeader) {
+			t.Errorf("%s: the revoked leader's Guard = %v, want ErrNotLeader", term.Queue(), err)
+		}
+	}
 }

@@ -30,6 +30,7 @@ type options struct {
 	parallel    int
 	crashTTL    time.Duration
 	only        string
+	takeovers   int
 }
 
 func run() error {
@@ -38,6 +39,7 @@ func run() error {
 	flag.IntVar(&o.rounds, "rounds", 200, "graceful handovers per implementation")
 	flag.IntVar(&o.crashRounds, "crash-rounds", 100, "crash failovers per implementation")
 	flag.IntVar(&o.parallel, "parallel", 10, "crash failovers measured at once (independent queues)")
+	flag.IntVar(&o.takeovers, "takeovers", 100, "dispatcher takeovers measured")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
@@ -60,6 +62,7 @@ func run() error {
 	}{
 		{"graceful handover", benchGraceful},
 		{"crash failover", benchCrash},
+		{"takeover", benchTakeover},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue
