@@ -5,7 +5,22 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 RACE_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: test unit integration lint bench demo tools
+.PHONY: test unit integration lint bench demo tools deps
+
+# Debian packages the integration tests, the benchmarks and the demo start for real. apt-get runs only
+# for what is missing (root, or sudo without a password).
+APT_PACKAGES := redis-server
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+
+## deps: install the servers that are started natively (redis-server) when they are missing.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null 2>&1 || [ -x /usr/bin/$$p ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null && \
+		for p in $$missing; do $(SUDO) systemctl disable --now $$p >/dev/null 2>&1 || true; done; \
+	fi
 
 ## test: unit tests of the library (race detector on), then the integration tests against real servers.
 test: unit integration
@@ -13,7 +28,7 @@ test: unit integration
 unit:
 	$(GO) test -race -count=1 -timeout $(RACE_TIMEOUT) ./...
 
-integration:
+integration: deps
 	cd integration && $(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) ./...
 
 ## lint: gofmt, go vet (both modules), staticcheck when installed.
@@ -26,9 +41,9 @@ lint:
 	else echo "staticcheck not installed; skipped (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
 ## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json.
-bench:
+bench: deps
 	cd integration && $(GO) run ./cmd/batonbench -out ../bench-results.json
 
 ## demo: the main job on an embedded default (real etcd in-process).
-demo:
+demo: deps
 	cd integration && $(GO) run ./cmd/demo

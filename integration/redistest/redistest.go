@@ -1,0 +1,340 @@
+// Package redistest runs a real redis-server process on a free loopback port for integration tests,
+// benchmarks and the demo: one server per call, with its own working directory, stoppable, killable,
+// pausable and restartable on the same port.
+//
+// When BATON_REDIS_ADDR is set (host:port), StartServer starts nothing and uses that server (with
+// BATON_REDIS_PASSWORD, if set); Stop, Kill, Pause and Restart then return ErrExternal and tests that
+// need them skip themselves.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Environment variables that point the helpers at a running server instead of starting one.
+const (
+	EnvAddr     = "BATON_REDIS_ADDR"
+	EnvPassword = "BATON_REDIS_PASSWORD"
+)
+
+// DefaultTimeout bounds how long StartServer and Restart wait for the server to answer PING.
+const DefaultTimeout = 15 * time.Second
+
+// ErrExternal is returned by the process controls of an external server.
+var ErrExternal = errors.New("redistest: server is external (" + EnvAddr + "); it cannot be stopped")
+
+// ErrNoBinary is returned when no redis-server binary can be found.
+var ErrNoBinary = errors.New("redistest: redis-server not found on PATH or in /usr/bin, /usr/local/bin, /usr/sbin " +
+	"(make test installs it: apt-get install redis-server)")
+
+// Options configures StartServer.
+type Options struct {
+	// Password, when set, is required of every client (requirepass).
+	Password string
+	// AppendOnly keeps data across Restart (appendfsync always); by default a restart starts empty,
+	// as a crashed cache node would.
+	AppendOnly bool
+	// Args are extra redis-server arguments, e.g. "--maxmemory", "10mb".
+	Args []string
+}
+
+// Server is one redis-server process (or an external server).
+type Server struct {
+	opts     Options
+	external bool
+	addr     string
+	password string
+	bin      string
+	dir      string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	paused bool
+}
+
+// Binary returns the path of redis-server, or ErrNoBinary.
+func Binary() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin"} {
+		p := filepath.Join(dir, "redis-server")
+		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", ErrNoBinary
+}
+
+// StartServer starts redis-server on a free port on 127.0.0.1 and returns once it answers PING.
+func StartServer(opts Options) (*Server, error) {
+	if addr := strings.TrimSpace(os.Getenv(EnvAddr)); addr != "" {
+		s := &Server{opts: opts, external: true, addr: addr, password: os.Getenv(EnvPassword)}
+		if err := s.waitReady(time.Now().Add(DefaultTimeout)); err != nil {
+			return nil, fmt.Errorf("redistest: external server %s: %w", addr, err)
+		}
+		return s, nil
+	}
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "baton-redis-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	s := &Server{opts: opts, bin: bin, dir: dir, password: opts.Password}
+	for attempt := 0; attempt < 5; attempt++ {
+		port, perr := freePort()
+		if perr != nil {
+			err = perr
+			continue
+		}
+		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, err
+}
+
+func (s *Server) args() []string {
+	_, port, _ := net.SplitHostPort(s.addr)
+	args := []string{
+		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--daemonize", "no", "--protected-mode", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"), "--loglevel", "warning",
+	}
+	if s.opts.AppendOnly {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	if s.opts.Password != "" {
+		args = append(args, "--requirepass", s.opts.Password)
+	}
+	return append(args, s.opts.Args...)
+}
+
+// start launches the process on s.addr and waits until it answers.
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin, s.args()...)
+	// Its own process group, so that a signal to the test's group (Ctrl-C) reaches the test first and
+	// the test stops the server itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.mu.Unlock()
+	if err := s.waitReady(time.Now().Add(DefaultTimeout)); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, tail(string(log), 2000))
+	}
+	return nil
+}
+
+func (s *Server) waitReady(deadline time.Time) error {
+	c := redis.NewClient(&redis.Options{Addr: s.addr, Password: s.password, MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	var err error
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		exited := s.exited
+		s.mu.Unlock()
+		if exited != nil {
+			select {
+			case <-exited:
+				return errors.New("process exited")
+			default:
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+// External reports whether the server was started elsewhere (BATON_REDIS_ADDR).
+func (s *Server) External() bool { return s.external }
+
+// Addr returns host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// Password returns the password clients need, if any.
+func (s *Server) Password() string { return s.password }
+
+// Options returns client options for the server; Protocol 2 keeps pipelines byte-for-byte simple.
+func (s *Server) ClientOptions() *redis.Options {
+	return &redis.Options{Addr: s.addr, Password: s.password, Protocol: 2, DisableIdentity: true}
+}
+
+// NewClient returns a go-redis client for the server.
+func (s *Server) NewClient() *redis.Client { return redis.NewClient(s.ClientOptions()) }
+
+// Stop shuts the server down with SIGTERM and waits for it to exit (SIGKILL after 5 s).
+func (s *Server) Stop() error { return s.signalStop(syscall.SIGTERM) }
+
+// Kill ends the server with SIGKILL, as a crash would, and waits for it.
+func (s *Server) Kill() error { return s.signalStop(syscall.SIGKILL) }
+
+func (s *Server) signalStop(sig syscall.Signal) error {
+	if s.external {
+		return ErrExternal
+	}
+	s.mu.Lock()
+	cmd, exited, paused := s.cmd, s.exited, s.paused
+	s.cmd, s.paused = nil, false
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	if paused {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return nil
+}
+
+// Pause stops the process with SIGSTOP: connections stay open and every command hangs, as with a
+// frozen host. Resume undoes it.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
+
+func (s *Server) signal(sig syscall.Signal, paused bool) error {
+	if s.external {
+		return ErrExternal
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("redistest: server is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("redistest: %v: %w", sig, err)
+	}
+	s.paused = paused
+	return nil
+}
+
+// Restart starts the server again on the same port (stopping it first if it runs).
+func (s *Server) Restart() error {
+	if s.external {
+		return ErrExternal
+	}
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	// The port was ours a moment ago; an outgoing connection may take it in between only rarely, so
+	// retry the bind for a while rather than move.
+	deadline := time.Now().Add(DefaultTimeout)
+	for {
+		err := s.start()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Close stops the server and removes its working directory.
+func (s *Server) Close() error {
+	if s.external {
+		return nil
+	}
+	err := s.Kill()
+	if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// Start is StartServer for tests: t.Fatal on error, Close on cleanup.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s, err := StartServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// Client returns s.NewClient() for tests, closed on cleanup. On an external server the test's keys
+// are not isolated: tests use key prefixes of their own (see Prefix).
+func Client(t testing.TB, s *Server) *redis.Client {
+	t.Helper()
+	c := s.NewClient()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Prefix returns a key prefix unique to the test, so that tests sharing an external server do not
+// see each other's keys.
+func Prefix(t testing.TB) string {
+	return fmt.Sprintf("t%x:%s:", rand.Uint32(), strings.ReplaceAll(t.Name(), "/", "."))
+}
+
+// SkipExternal skips a test that must stop, kill, pause or restart the server.
+func SkipExternal(t testing.TB, s *Server) {
+	t.Helper()
+	if s.External() {
+		t.Skip("the Redis server is external (" + EnvAddr + "): this test needs to control the process")
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("redistest: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
