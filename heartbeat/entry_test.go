@@ -1,0 +1,120 @@
+package heartbeat
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func good() map[string]string {
+	return map[string]string{
+		FieldWorkflowID: "dispatcher-billing-orders", FieldRunID: "run-1", FieldServerID: "host-1",
+		FieldToken: "42", FieldProject: "billing", FieldQueue: "orders", FieldUpdatedMs: "1700000000123", FieldVersion: "1",
+	}
+}
+
+func TestDecode(t *testing.T) {
+	e, err := Decode(DefaultPrefix, DefaultPrefix+"dispatcher-billing-orders", good())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Token != 42 || e.RunID != "run-1" || e.ServerID != "host-1" || e.UpdatedMs != 1700000000123 ||
+		!e.UpdatedAt.Equal(time.UnixMilli(1700000000123)) || e.Project != "billing" || e.Queue != "orders" {
+		t.Fatalf("decoded %+v", e)
+	}
+	if age := e.Age(time.UnixMilli(1700000010123)); age != 10*time.Second {
+		t.Fatalf("Age = %v", age)
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	key := DefaultPrefix + "dispatcher-billing-orders"
+	cases := []struct {
+		name  string
+		key   string
+		edit  func(m map[string]string)
+		field string
+	}{
+		{"empty hash", key, func(m map[string]string) { clear(m) }, FieldWorkflowID},
+		{"no run id", key, func(m map[string]string) { delete(m, FieldRunID) }, FieldRunID},
+		{"control chars in server id", key, func(m map[string]string) { m[FieldServerID] = "a\nb" }, FieldServerID},
+		{"token not a number", key, func(m map[string]string) { m[FieldToken] = "abc" }, FieldToken},
+		{"token zero", key, func(m map[string]string) { m[FieldToken] = "0" }, FieldToken},
+		{"token overflow", key, func(m map[string]string) { m[FieldToken] = "99999999999999999999" }, FieldToken},
+		{"time garbage", key, func(m map[string]string) { m[FieldUpdatedMs] = "12:00" }, FieldUpdatedMs},
+		{"time negative", key, func(m map[string]string) { m[FieldUpdatedMs] = "-5" }, FieldUpdatedMs},
+		{"project with slash", key, func(m map[string]string) { m[FieldProject] = "a/b" }, FieldProject},
+		{"queue empty", key, func(m map[string]string) { m[FieldQueue] = "" }, FieldQueue},
+		{"workflow id of another workflow", key, func(m map[string]string) { m[FieldWorkflowID] = "payments-cron" }, FieldWorkflowID},
+		{"workflow id of another queue", key, func(m map[string]string) { m[FieldQueue] = "invoices" }, FieldWorkflowID},
+		{"key of another workflow", DefaultPrefix + "dispatcher-billing-other", func(map[string]string) {}, "key"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := good()
+			tc.edit(m)
+			_, err := Decode(DefaultPrefix, tc.key, m)
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Decode = %v, want ErrMalformed", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), "key ") {
+				t.Fatalf("Decode = %q, want it to name the key and %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add("dispatcher-billing-orders", "run", "srv", "42", "billing", "orders", "1700000000000")
+	f.Add("", "", "", "", "", "", "")
+	f.Add("dispatcher-a-b", "r", "s", "-1", "a", "b", "x")
+	f.Fuzz(func(t *testing.T, wf, run, srv, token, project, queue, ms string) {
+		m := map[string]string{FieldWorkflowID: wf, FieldRunID: run, FieldServerID: srv, FieldToken: token,
+			FieldProject: project, FieldQueue: queue, FieldUpdatedMs: ms}
+		e, err := Decode(DefaultPrefix, DefaultPrefix+wf, m)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if e.Token <= 0 || e.UpdatedMs <= 0 || e.WorkflowID != wf {
+			t.Fatalf("accepted a bad entry: %+v", e)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("defaults must validate: %v", err)
+	}
+	c := Config{}.withDefaults()
+	if c.Prefix != DefaultPrefix || c.Interval != 10*time.Second || c.KeyTTL != time.Hour || c.Timeout != 5*time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+	cases := []struct {
+		name  string
+		cfg   Config
+		field string
+		rule  string
+	}{
+		{"glob in prefix", Config{Prefix: "hb:*"}, "Prefix", "glob"},
+		{"space in prefix", Config{Prefix: "hb :"}, "Prefix", "white space"},
+		{"interval too short", Config{Interval: time.Millisecond}, "Interval", "at least 100ms"},
+		{"ttl too short", Config{Interval: time.Second, KeyTTL: 5 * time.Second}, "KeyTTL", "10 × Interval"},
+		{"timeout above interval", Config{Interval: time.Second, Timeout: 2 * time.Second}, "Timeout", "at most Interval"},
+		{"negative timeout", Config{Timeout: -1}, "Timeout", "positive"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field+" ") || !strings.Contains(err.Error(), tc.rule) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig naming %s and %q", err, tc.field, tc.rule)
+			}
+		})
+	}
+	if _, err := NewWriter(nil, Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("NewWriter(nil) = %v", err)
+	}
+}

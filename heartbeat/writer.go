@@ -1,0 +1,214 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/takeover"
+)
+
+// Term is what a Writer needs of an election term; *election.Term satisfies it.
+type Term interface {
+	Token() int64
+	LeaderID() string
+	Context() context.Context
+	// Check is the local, synchronous test that the term may act.
+	Check() error
+}
+
+var _ Term = (*election.Term)(nil)
+
+// MetricWrites counts heartbeat writes by result (ok, superseded, not_leader, error).
+const MetricWrites = "baton.heartbeat.writes"
+
+// beatScript writes an entry unless the stored one carries a higher token. A key of another type, or
+// a hash whose token is not a number, is garbage in the owner's own key and is replaced. The time is
+// the Redis server's. Returns {1, updated_ms, replaced} or {0, stored_token}.
+var beatScript = redis.NewScript(`
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local replaced = 0
+if kind == 'hash' then
+  local cur = redis.call('HGET', KEYS[1], 'token')
+  local n = tonumber(cur)
+  if n and n > tonumber(ARGV[4]) then return {0, tostring(cur)} end
+  if cur and not n then replaced = 1 end
+elseif kind ~= 'none' then
+  replaced = 1
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'workflow_id', ARGV[1], 'run_id', ARGV[2], 'server_id', ARGV[3],
+  'token', ARGV[4], 'project', ARGV[5], 'queue', ARGV[6], 'updated_ms', tostring(ms), 'v', ARGV[8])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+return {1, tostring(ms), replaced}
+`)
+
+// clearScript deletes the entry only while it still names the given run and token.
+var clearScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end
+local v = redis.call('HMGET', KEYS[1], 'run_id', 'token')
+if v[1] == ARGV[1] and v[2] == ARGV[2] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Writer writes the heartbeats of the dispatcher runs this process owns.
+type Writer struct {
+	rdb    redis.UniversalClient
+	cfg    Config
+	log    *zap.Logger
+	writes metric.Int64Counter
+}
+
+// NewWriter returns a Writer over a Redis client.
+func NewWriter(rdb redis.UniversalClient, cfg Config) (*Writer, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: Redis client must not be nil", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	writes, err := cfg.MeterProvider.Meter("github.com/baton-run/baton/heartbeat").Int64Counter(MetricWrites,
+		metric.WithDescription("Dispatcher heartbeat writes by result (ok, superseded, not_leader, error)."))
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: metrics: %w", err)
+	}
+	return &Writer{rdb: rdb, cfg: cfg, log: cfg.Logger, writes: writes}, nil
+}
+
+// Config returns the configuration in force, defaults applied.
+func (w *Writer) Config() Config { return w.cfg }
+
+// Key returns the heartbeat key of a dispatcher workflow.
+func (w *Writer) Key(workflowID string) string { return w.cfg.Prefix + workflowID }
+
+// Beat writes one heartbeat for run, which term owns. It returns an error wrapping ErrNotLeader when
+// the term no longer holds and ErrSuperseded when the stored entry carries a higher token; nothing is
+// written in either case.
+func (w *Writer) Beat(ctx context.Context, term Term, run takeover.Run) (Entry, error) {
+	e, err := w.beat(ctx, term, run)
+	result := "ok"
+	switch {
+	case errors.Is(err, ErrNotLeader):
+		result = "not_leader"
+	case errors.Is(err, ErrSuperseded):
+		result = "superseded"
+	case err != nil:
+		result = "error"
+	}
+	w.writes.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("result", result)))
+	return e, err
+}
+
+func (w *Writer) beat(ctx context.Context, term Term, run takeover.Run) (Entry, error) {
+	if err := validRun(term, run); err != nil {
+		return Entry{}, err
+	}
+	if err := term.Check(); err != nil {
+		return Entry{}, fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	key := w.Key(run.WorkflowID)
+	token := strconv.FormatInt(term.Token(), 10)
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	res, err := beatScript.Run(cctx, w.rdb, []string{key},
+		run.WorkflowID, run.RunID, term.LeaderID(), token, run.Owner.Project, run.Owner.Queue,
+		w.cfg.KeyTTL.Milliseconds(), formatVersion).Slice()
+	if err != nil {
+		return Entry{}, fmt.Errorf("heartbeat: write %s: %w", key, err)
+	}
+	if len(res) < 2 {
+		return Entry{}, fmt.Errorf("heartbeat: write %s: unexpected script reply %v", key, res)
+	}
+	if ok, _ := res[0].(int64); ok != 1 {
+		return Entry{}, fmt.Errorf("%w: %s holds token %v, ours is %s", ErrSuperseded, key, res[1], token)
+	}
+	ms, err := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
+	if err != nil {
+		return Entry{}, fmt.Errorf("heartbeat: write %s: unexpected time %v", key, res[1])
+	}
+	if len(res) > 2 {
+		if replaced, _ := res[2].(int64); replaced == 1 {
+			w.log.Warn("heartbeat replaced a malformed entry in its own key", zap.String("key", key))
+		}
+	}
+	return Entry{
+		Key: key, WorkflowID: run.WorkflowID, RunID: run.RunID, ServerID: term.LeaderID(),
+		Project: run.Owner.Project, Queue: run.Owner.Queue, Token: term.Token(),
+		UpdatedAt: time.UnixMilli(ms), UpdatedMs: ms,
+	}, nil
+}
+
+// Run writes a heartbeat for run at once and then every Interval, until ctx ends or the term ends
+// (it returns nil then). A failed write is logged, counted and tried again at the next tick; a refusal
+// because a higher token is stored returns ErrSuperseded, since this process is no longer the owner.
+func (w *Writer) Run(ctx context.Context, term Term, run takeover.Run) error {
+	if err := validRun(term, run); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(term.Context(), cancel)
+	defer stop()
+	log := w.log.With(zap.String("project", run.Owner.Project), zap.String("queue", run.Owner.Queue),
+		zap.String("server_id", term.LeaderID()), zap.Int64("token", term.Token()),
+		zap.String("workflow_id", run.WorkflowID), zap.String("run_id", run.RunID))
+	failing := false
+	for {
+		_, err := w.Beat(ctx, term, run)
+		switch {
+		case ctx.Err() != nil || errors.Is(err, ErrNotLeader):
+			return nil
+		case errors.Is(err, ErrSuperseded):
+			log.Warn("heartbeat refused: a newer owner's entry is stored", zap.Error(err))
+			return err
+		case err != nil:
+			log.Warn("heartbeat write failed; retrying at the next interval", zap.Error(err))
+			failing = true
+		case failing:
+			log.Info("heartbeat writes recovered")
+			failing = false
+		}
+		if !clock.Sleep(ctx, w.cfg.Clock, w.cfg.Interval) {
+			return nil
+		}
+	}
+}
+
+// Clear removes run's entry while it still names run and term's token: a graceful owner that
+// terminated its own run leaves nothing for the reconciler. A newer owner's entry is left alone.
+func (w *Writer) Clear(ctx context.Context, term Term, run takeover.Run) error {
+	if err := validRun(term, run); err != nil {
+		return err
+	}
+	key := w.Key(run.WorkflowID)
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	if err := clearScript.Run(cctx, w.rdb, []string{key}, run.RunID, strconv.FormatInt(term.Token(), 10)).Err(); err != nil {
+		return fmt.Errorf("heartbeat: clear %s: %w", key, err)
+	}
+	return nil
+}
+
+func validRun(term Term, run takeover.Run) error {
+	switch {
+	case term == nil:
+		return fmt.Errorf("heartbeat: term must not be nil")
+	case run.WorkflowID == "" || run.RunID == "":
+		return fmt.Errorf("heartbeat: run must have a workflow ID and a run ID, got %q/%q", run.WorkflowID, run.RunID)
+	case run.Owner.Token != term.Token():
+		return fmt.Errorf("%w: run %s belongs to token %d, not to this term (%d)", ErrNotLeader, run.RunID, run.Owner.Token, term.Token())
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/takeover"
+)
+
+// One Temporal server for the package: every test uses queues of its own. etcd and Redis are started
+// per test, since tests stop and restart them.
+var temporalServer *temporalx.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	temporalServer, err = temporalx.StartServer(temporalx.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = temporalServer.Close()
+	if code == 0 {
+		if err := temporalx.FindLeaks(temporalx.LeakGrace); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// env is one test's servers and clients.
+type env struct {
+	etcd  *etcdtest.Cluster
+	redis *redistest.Server
+	rdb   *redis.Client
+	tc    client.Client
+	ecli  *clientv3.Client
+	pfx   string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{etcd: etcdtest.Start(t, etcdtest.Options{}), redis: redistest.Start(t, redistest.Options{})}
+	e.rdb = redistest.Client(t, e.redis)
+	e.tc = temporalx.Client(t, temporalServer)
+	e.ecli = etcdtest.Client(t, e.etcd)
+	e.pfx = redistest.Prefix(t) + heartbeat.DefaultPrefix
+	return e
+}
+
+// project is unique per test, so tests sharing the Temporal server never meet.
+func project(t *testing.T) string {
+	return fmt.Sprintf("p%d", time.Now().UnixNano()%1e12)
+}
+
+// owner is one simulated worker process owning queues: its own etcd client (through a proxy that can
+// cut it), Elector, takeover Manager and heartbeat Writer.
+type owner struct {
+	id    string
+	proxy *etcdtest.Proxy
+	el    *election.Elector
+	mgr   *takeover.Manager
+	hb    *heartbeat.Writer
+}
+
+func (e *env) owner(t *testing.T, id string, ecfg election.Config, hcfg heartbeat.Config) *owner {
+	t.Helper()
+	proxy := etcdtest.NewTestProxy(t, e.etcd.Endpoints()[0])
+	cli := etcdtest.Client(t, e.etcd, proxy.URL())
+	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(id)
+	ecfg.Logger = log
+	el, err := election.New(cli, ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeElector(t, el) })
+	mgr, err := takeover.New(e.tc, takeover.Config{Logger: log, StepDown: takeover.LeaveRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcfg.Prefix, hcfg.Logger = e.pfx, log
+	hb, err := heartbeat.NewWriter(e.rdb, hcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &owner{id: id, proxy: proxy, el: el, mgr: mgr, hb: hb}
+}
+
+func closeElector(t *testing.T, el *election.Elector) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
+	defer cancel()
+	_ = el.Close(ctx)
+}
+
+// lead campaigns, takes the dispatcher over and keeps heartbeating in the background until the
+// returned stop is called (which does no cleanup: a crash leaves everything behind).
+func (o *owner) lead(t *testing.T, project, queue string) (*election.Term, takeover.Run, func()) {
+	t.Helper()
+	term, err := o.el.Campaign(t.Context(), project, queue, o.id)
+	if err != nil {
+		t.Fatalf("%s: campaign: %v", o.id, err)
+	}
+	run, err := o.mgr.Take(t.Context(), term)
+	if err != nil {
+		t.Fatalf("%s: take: %v", o.id, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = o.hb.Run(ctx, term, run) })
+	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(stop)
+	return term, run, stop
+}
+
+// reconcilerNode is a process running the project's reconciler: its own Elector for the reconciler
+// election, the queue Elector of a follower for leader lookups.
+type reconcilerNode struct {
+	id    string
+	el    *election.Elector
+	rec   *reconciler.Reconciler
+	stop  func()
+	mu    sync.Mutex
+	cycle []reconciler.Report
+}
+
+func (e *env) reconciler(t *testing.T, id, project string, cfg reconciler.Config, tc reconciler.Terminator, leaders reconciler.Leaders) *reconcilerNode {
+	t.Helper()
+	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(id)
+	cli := etcdtest.Client(t, e.etcd)
+	el, err := election.New(cli, election.Config{Prefix: reconciler.DefaultElectionPrefix, TTL: 2 * time.Second, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeElector(t, el) })
+	if leaders == nil {
+		qel, err := election.New(cli, election.Config{Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeElector(t, qel) })
+		leaders = qel
+	}
+	if tc == nil {
+		tc = e.tc
+	}
+	cfg.Project, cfg.ServerID, cfg.Prefix, cfg.Logger = project, id, e.pfx, log
+	rec, err := reconciler.New(cfg, e.rdb, tc, leaders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &reconcilerNode{id: id, el: el, rec: rec}
+	rec.OnCycle(func(r reconciler.Report) {
+		n.mu.Lock()
+		n.cycle = append(n.cycle, r)
+		n.mu.Unlock()
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := rec.Run(ctx, el); err != nil {
+			t.Errorf("%s: reconciler Run: %v", id, err)
+		}
+	})
+	n.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *reconcilerNode) reports() []reconciler.Report {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]reconciler.Report(nil), n.cycle...)
+}
+
+// eventually polls f every 20ms until it returns nil or d passes.
+func eventually(t *testing.T, d time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) status(t *testing.T, id, runID string) enumspb.WorkflowExecutionStatus {
+	t.Helper()
+	resp, err := e.tc.DescribeWorkflowExecution(t.Context(), id, runID)
+	if err != nil {
+		t.Fatalf("describe %s/%s: %v", id, runID, err)
+	}
+	return resp.GetWorkflowExecutionInfo().GetStatus()
+}
+
+func (e *env) exists(t *testing.T, key string) bool {
+	t.Helper()
+	n, err := e.rdb.Exists(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// watchLeaseExpiry returns a channel closed when key is deleted in etcd (observed on a separate
+// client: the server's own expiry of the lease).
+func (e *env) watchDelete(t *testing.T, key string) <-chan struct{} {
+	t.Helper()
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	wch := e.ecli.Watch(ctx, key, clientv3.WithFilterPut())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for resp := range wch {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					close(done)
+					return
+				}
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return done
+}

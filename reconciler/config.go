@@ -1,0 +1,118 @@
+package reconciler
+
+import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/heartbeat"
+)
+
+// DefaultElectionPrefix is the etcd prefix of the reconciler elections: the Elector handed to Run
+// should use it (or any prefix other than the queue elections').
+const DefaultElectionPrefix = "/baton/reconciler"
+
+// ElectionQueue is the name the reconciler campaigns under, per project, on its own Elector.
+const ElectionQueue = "reconciler"
+
+// Config tunes a Reconciler. The zero value of every field means its documented default.
+type Config struct {
+	// Project whose dispatchers this reconciler cleans up. Required.
+	Project string
+	// ServerID is what this process campaigns with. Required.
+	ServerID string
+	// Prefix of the heartbeat keys; the same as the heartbeat writers'. Default "dispatcher:heartbeat:".
+	Prefix string
+	// Interval between cycles, jittered by up to a tenth either way. Default 1m; at least 100ms.
+	Interval time.Duration
+	// StaleAfter is the age, by Redis server time, past which an entry is stale. Default 30s; at least
+	// 100ms, and it should span several heartbeat intervals. A crashed owner's run and entry are cleaned
+	// up at most about StaleAfter + Interval after its last heartbeat (30s + 1m with the defaults).
+	StaleAfter time.Duration
+	// ScanCount is the COUNT hint of each SCAN, and so the size of each pipelined read. Default 1000;
+	// 10 to 100,000.
+	ScanCount int
+	// TerminateRate limits workflow terminations per second; TerminateBurst is the bucket size.
+	// Defaults 20/s and 5.
+	TerminateRate  float64
+	TerminateBurst int
+	// CallTimeout bounds each Redis, etcd and Temporal call. Default 5s.
+	CallTimeout time.Duration
+	// Logger receives cycle summaries and every termination. Default: no-op.
+	Logger *zap.Logger
+	// MeterProvider receives the dispatcher.* and baton.reconcile.* metrics. Default: no-op.
+	MeterProvider metric.MeterProvider
+	// Clock paces cycles and measures their duration. Default: the real clock. Staleness is always
+	// judged by Redis server time.
+	Clock clock.Clock
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = heartbeat.DefaultPrefix
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Minute
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = 30 * time.Second
+	}
+	if c.ScanCount == 0 {
+		c.ScanCount = 1000
+	}
+	if c.TerminateRate == 0 {
+		c.TerminateRate = 20
+	}
+	if c.TerminateBurst == 0 {
+		c.TerminateBurst = 5
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults are applied and returns an error wrapping
+// ErrInvalidConfig that names the field and the rule it breaks.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	if err := election.ValidateName("Project", c.Project); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.ServerID == "":
+		return bad("ServerID", "must not be empty")
+	case heartbeat.ValidatePrefix(c.Prefix) != nil:
+		return bad("Prefix", "%v", heartbeat.ValidatePrefix(c.Prefix))
+	case c.Interval < 100*time.Millisecond:
+		return bad("Interval", "must be at least 100ms, got %v", c.Interval)
+	case c.StaleAfter < 100*time.Millisecond:
+		return bad("StaleAfter", "must be at least 100ms, got %v", c.StaleAfter)
+	case c.ScanCount < 10 || c.ScanCount > 100_000:
+		return bad("ScanCount", "must be between 10 and 100000, got %d", c.ScanCount)
+	case c.TerminateRate <= 0:
+		return bad("TerminateRate", "must be positive, got %v", c.TerminateRate)
+	case c.TerminateBurst < 1:
+		return bad("TerminateBurst", "must be at least 1, got %d", c.TerminateBurst)
+	case c.CallTimeout <= 0:
+		return bad("CallTimeout", "must be positive, got %v", c.CallTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package reconciler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c := Config{Project: "billing", ServerID: "a"}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults must validate: %v", err)
+	}
+	c = c.withDefaults()
+	if c.Interval != time.Minute || c.StaleAfter != 30*time.Second || c.ScanCount != 1000 || c.TerminateRate != 20 ||
+		c.TerminateBurst != 5 || c.Prefix != "dispatcher:heartbeat:" {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Project: "billing", ServerID: "a"}
+	with := func(f func(*Config)) Config { c := ok; f(&c); return c }
+	cases := []struct {
+		name  string
+		cfg   Config
+		field string
+		rule  string
+	}{
+		{"no project", with(func(c *Config) { c.Project = "" }), "Project", "must not be empty"},
+		{"project with slash", with(func(c *Config) { c.Project = "a/b" }), "Project", "'/'"},
+		{"no server id", with(func(c *Config) { c.ServerID = "" }), "ServerID", "must not be empty"},
+		{"glob prefix", with(func(c *Config) { c.Prefix = "x*" }), "Prefix", "glob"},
+		{"interval too short", with(func(c *Config) { c.Interval = time.Millisecond }), "Interval", "at least 100ms"},
+		{"negative stale", with(func(c *Config) { c.StaleAfter = -time.Second }), "StaleAfter", "at least 100ms"},
+		{"scan count tiny", with(func(c *Config) { c.ScanCount = 1 }), "ScanCount", "between 10 and 100000"},
+		{"negative rate", with(func(c *Config) { c.TerminateRate = -1 }), "TerminateRate", "positive"},
+		{"negative burst", with(func(c *Config) { c.TerminateBurst = -1 }), "TerminateBurst", "at least 1"},
+		{"negative timeout", with(func(c *Config) { c.CallTimeout = -1 }), "CallTimeout", "positive"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field+" ") || !strings.Contains(err.Error(), tc.rule) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig naming %s and %q", err, tc.field, tc.rule)
+			}
+		})
+	}
+}
+
+func TestJitterBounds(t *testing.T) {
+	for range 1000 {
+		if d := jitter(time.Minute); d < 54*time.Second || d > 66*time.Second {
+			t.Fatalf("jitter(1m) = %v, want within ±10%%", d)
+		}
+	}
+}
+
+func TestNewRejectsMissingClients(t *testing.T) {
+	if _, err := New(Config{Project: "p", ServerID: "s"}, nil, nil, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New(nil...) = %v", err)
+	}
+}

@@ -1,0 +1,81 @@
+package reconciler
+
+import (
+	"context"
+
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metric names. With the OpenTelemetry Prometheus exporter they read dispatcher_active,
+// dispatcher_stale, dispatcher_terminations_total, dispatcher_cleanup_errors_total,
+// baton_reconcile_cycle_duration_seconds and baton_reconcile_cycles_total.
+const (
+	MetricActive        = "dispatcher.active"
+	MetricStale         = "dispatcher.stale"
+	MetricTerminations  = "dispatcher.terminations"
+	MetricCleanupErrors = "dispatcher.cleanup_errors"
+	MetricCycleDuration = "baton.reconcile.cycle.duration"
+	MetricCycles        = "baton.reconcile.cycles"
+)
+
+type metrics struct {
+	project       attribute.KeyValue
+	active, stale metric.Int64Gauge
+	terminations  metric.Int64Counter
+	cleanupErrors metric.Int64Counter
+	duration      metric.Float64Histogram
+	cycles        metric.Int64Counter
+}
+
+func newMetrics(mp metric.MeterProvider, project string) (*metrics, error) {
+	meter := mp.Meter("github.com/baton-run/baton/reconciler")
+	m := &metrics{project: attribute.String("project", project)}
+	var err error
+	if m.active, err = meter.Int64Gauge(MetricActive,
+		metric.WithDescription("Dispatcher heartbeats of the project that were fresh at the last reconcile cycle.")); err != nil {
+		return nil, err
+	}
+	if m.stale, err = meter.Int64Gauge(MetricStale,
+		metric.WithDescription("Dispatcher heartbeats of the project that were stale at the last reconcile cycle.")); err != nil {
+		return nil, err
+	}
+	if m.terminations, err = meter.Int64Counter(MetricTerminations,
+		metric.WithDescription("Stale dispatcher runs terminated by the reconciler, by result (terminated, already_closed).")); err != nil {
+		return nil, err
+	}
+	if m.cleanupErrors, err = meter.Int64Counter(MetricCleanupErrors,
+		metric.WithDescription("Stale dispatcher cleanup failures, by kind (malformed, leader_lookup, terminate, delete).")); err != nil {
+		return nil, err
+	}
+	if m.duration, err = meter.Float64Histogram(MetricCycleDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of reconcile cycles."),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)); err != nil {
+		return nil, err
+	}
+	if m.cycles, err = meter.Int64Counter(MetricCycles,
+		metric.WithDescription("Reconcile cycles by result (ok, error, not_leader).")); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *metrics) terminated(ctx context.Context, result string) {
+	m.terminations.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(m.project, attribute.String("result", result)))
+}
+
+func (m *metrics) cleanupError(ctx context.Context, kind string) {
+	m.cleanupErrors.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(m.project, attribute.String("kind", kind)))
+}
+
+func (m *metrics) cycle(ctx context.Context, rep Report, result string) {
+	ctx = context.WithoutCancel(ctx)
+	if result == "ok" {
+		m.active.Record(ctx, int64(rep.Active), metric.WithAttributes(m.project))
+		m.stale.Record(ctx, int64(rep.Stale), metric.WithAttributes(m.project))
+	}
+	m.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(m.project))
+	m.cycles.Add(ctx, 1, metric.WithAttributes(m.project, attribute.String("result", result)))
+}
+

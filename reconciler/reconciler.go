@@ -1,0 +1,413 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/heartbeat"
+)
+
+// Terminator is the part of the Temporal client the reconciler uses; client.Client satisfies it.
+type Terminator interface {
+	TerminateWorkflow(ctx context.Context, workflowID, runID, reason string, details ...any) error
+}
+
+var _ Terminator = client.Client(nil)
+
+// Leaders tells who leads a queue; the queues' *election.Elector satisfies it. It returns an error
+// wrapping election.ErrNoLeader when nobody does.
+type Leaders interface {
+	Leader(ctx context.Context, project, queue string) (election.Leader, error)
+}
+
+var _ Leaders = (*election.Elector)(nil)
+
+// Term is what a cycle needs of the reconciler's election term; *election.Term satisfies it.
+type Term interface {
+	Token() int64
+	LeaderID() string
+	Context() context.Context
+	// Check is the local, synchronous test that the term may act.
+	Check() error
+	// Confirm asks etcd whether the term still holds.
+	Confirm(ctx context.Context) error
+}
+
+var _ Term = (*election.Term)(nil)
+
+// deleteScript deletes a stale entry only while it is exactly what the cycle classified: the same
+// run, token and write time. A heartbeat written in between changes updated_ms and survives.
+var deleteScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end
+local v = redis.call('HMGET', KEYS[1], 'run_id', 'token', 'updated_ms')
+if v[1] == ARGV[1] and v[2] == ARGV[2] and v[3] == ARGV[3] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Report is what one reconcile cycle saw and did.
+type Report struct {
+	Started  time.Time
+	Duration time.Duration
+	// ServerID and Token identify the reconciler leader that ran the cycle.
+	ServerID string
+	Token    int64
+	// Scanned counts the heartbeat keys seen, of every project.
+	Scanned int
+	// Active and Stale count the project's well-formed entries by age at the cycle's Redis time.
+	Active, Stale int
+	// Protected counts stale entries left alone because their queue has a live leader with the same or
+	// a newer fencing token: that leader's heartbeat or takeover deals with them.
+	Protected int
+	// Terminated counts stale runs ended (already closed included); Deleted the keys removed after;
+	// Refreshed the stale entries that were written again before their delete and were kept.
+	Terminated, Deleted, Refreshed int
+	// Malformed counts entries that could not be decoded; they are also cleanup errors.
+	Malformed int
+	// CleanupErrors counts entries whose cleanup failed (and malformed ones); they are tried again next
+	// cycle.
+	CleanupErrors int
+	// RedisCalls counts round trips to Redis (a pipeline is one).
+	RedisCalls int
+	// Err is why the cycle stopped early, if it did.
+	Err error
+}
+
+// Reconciler removes what crashed dispatcher owners left behind: their runs and heartbeat entries.
+// Only the project's reconciler leader runs cycles.
+type Reconciler struct {
+	rdb     redis.UniversalClient
+	tc      Terminator
+	leaders Leaders
+	cfg     Config
+	log     *zap.Logger
+	metrics *metrics
+	limiter *rate.Limiter
+	onCycle func(Report)
+
+	mu   sync.Mutex
+	last Report
+	runs int
+}
+
+// New returns a Reconciler. rdb must be a single-node or failover client: SCAN on a Redis Cluster
+// client sees one node only, so a *redis.ClusterClient is refused.
+func New(cfg Config, rdb redis.UniversalClient, tc Terminator, leaders Leaders) (*Reconciler, error) {
+	switch {
+	case rdb == nil:
+		return nil, fmt.Errorf("%w: Redis client must not be nil", ErrInvalidConfig)
+	case tc == nil:
+		return nil, fmt.Errorf("%w: Temporal client must not be nil", ErrInvalidConfig)
+	case leaders == nil:
+		return nil, fmt.Errorf("%w: Leaders must not be nil", ErrInvalidConfig)
+	}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		return nil, fmt.Errorf("%w: Redis Cluster clients are not supported (SCAN would see one node); use a single-node or failover client", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m, err := newMetrics(cfg.MeterProvider, cfg.Project)
+	if err != nil {
+		return nil, fmt.Errorf("reconciler: metrics: %w", err)
+	}
+	return &Reconciler{
+		rdb: rdb, tc: tc, leaders: leaders, cfg: cfg, metrics: m,
+		log:     cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
+		limiter: rate.NewLimiter(rate.Limit(cfg.TerminateRate), cfg.TerminateBurst),
+	}, nil
+}
+
+// OnCycle sets a function called after every cycle this Reconciler runs, with its report. Set it
+// before Run.
+func (r *Reconciler) OnCycle(f func(Report)) { r.onCycle = f }
+
+// Last returns the report of the last cycle this process ran and how many it ran; false when none.
+func (r *Reconciler) Last() (Report, int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last, r.runs, r.runs > 0
+}
+
+// Run campaigns for the project's reconciler election on el (an Elector of its own, with a prefix
+// other than the queue elections', conventionally DefaultElectionPrefix) and, while leading, runs a
+// cycle at once and then every Interval (jittered by ±10 %). It stops cycling the moment the term
+// ends, and returns when ctx ends (resigning the term, so another process takes over at once).
+func (r *Reconciler) Run(ctx context.Context, el *election.Elector) error {
+	if el == nil {
+		return fmt.Errorf("%w: Elector must not be nil", ErrInvalidConfig)
+	}
+	return el.Run(ctx, r.cfg.Project, ElectionQueue, r.cfg.ServerID, election.Callbacks{
+		OnElected: func(ctx context.Context, term *election.Term) error {
+			r.log.Info("reconciler leadership started", zap.Int64("token", term.Token()))
+			for {
+				_, _ = r.Cycle(ctx, term)
+				if !clock.Sleep(ctx, r.cfg.Clock, jitter(r.cfg.Interval)) {
+					return nil
+				}
+			}
+		},
+		OnStepDown: func(term *election.Term, cause error) {
+			r.log.Info("reconciler leadership ended", zap.Int64("token", term.Token()), zap.Error(cause))
+		},
+	})
+}
+
+// jitter spreads d by up to a tenth either way.
+func jitter(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
+
+// Cycle runs one reconcile pass for term: it scans every heartbeat entry, classifies the project's
+// entries as active or stale by Redis server time, and for each stale entry whose queue has no leader
+// at the same or a newer token, terminates exactly its run (after confirming term in etcd) and then
+// deletes the entry unless it was written again meanwhile. Malformed entries are counted and logged,
+// never acted on. It returns the report and the error that stopped it early, if any: a Redis failure
+// or ErrNotLeader.
+func (r *Reconciler) Cycle(ctx context.Context, term Term) (Report, error) {
+	rep := Report{Started: r.cfg.Clock.Now(), ServerID: term.LeaderID(), Token: term.Token()}
+	stale, err := r.classify(ctx, term, &rep)
+	if err == nil {
+		for _, e := range stale {
+			if err = r.clean(ctx, term, e, &rep); err != nil {
+				break
+			}
+		}
+	}
+	rep.Duration = r.cfg.Clock.Now().Sub(rep.Started)
+	rep.Err = err
+	result := "ok"
+	switch {
+	case errors.Is(err, ErrNotLeader):
+		result = "not_leader"
+		r.log.Info("reconcile cycle stopped: leadership ended", zap.Int64("token", rep.Token), zap.Error(err))
+	case err != nil:
+		result = "error"
+		r.log.Warn("reconcile cycle failed", zap.Int64("token", rep.Token), zap.Error(err),
+			zap.Int("scanned", rep.Scanned), zap.Duration("duration", rep.Duration))
+	default:
+		lvl := zap.DebugLevel
+		if rep.Stale > 0 || rep.CleanupErrors > 0 {
+			lvl = zap.InfoLevel
+		}
+		r.log.Log(lvl, "reconcile cycle done", zap.Int64("token", rep.Token), zap.Int("scanned", rep.Scanned),
+			zap.Int("active", rep.Active), zap.Int("stale", rep.Stale), zap.Int("protected", rep.Protected),
+			zap.Int("terminated", rep.Terminated), zap.Int("deleted", rep.Deleted), zap.Int("refreshed", rep.Refreshed),
+			zap.Int("malformed", rep.Malformed), zap.Int("cleanup_errors", rep.CleanupErrors),
+			zap.Int("redis_calls", rep.RedisCalls), zap.Duration("duration", rep.Duration))
+	}
+	r.metrics.cycle(ctx, rep, result)
+	r.mu.Lock()
+	r.last, r.runs = rep, r.runs+1
+	r.mu.Unlock()
+	if r.onCycle != nil {
+		r.onCycle(rep)
+	}
+	return rep, err
+}
+
+func (r *Reconciler) check(term Term) error {
+	if err := term.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return nil
+}
+
+// classify scans the heartbeat keys in batches of ScanCount, each read with one pipeline, and returns
+// the project's stale entries.
+func (r *Reconciler) classify(ctx context.Context, term Term, rep *Report) ([]heartbeat.Entry, error) {
+	if err := r.check(term); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	now, err := r.rdb.Time(cctx).Result()
+	cancel()
+	rep.RedisCalls++
+	if err != nil {
+		return nil, fmt.Errorf("reconciler: redis TIME: %w", err)
+	}
+	var stale []heartbeat.Entry
+	var cursor uint64
+	for {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		keys, next, err := r.rdb.Scan(cctx, cursor, r.cfg.Prefix+"*", int64(r.cfg.ScanCount)).Result()
+		rep.RedisCalls++
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("reconciler: redis SCAN: %w", err)
+		}
+		if len(keys) > 0 {
+			batch, err := r.read(cctx, keys, now, rep)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			stale = append(stale, batch...)
+		}
+		cancel()
+		if cursor = next; cursor == 0 {
+			return stale, nil
+		}
+		if err := r.check(term); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// read fetches keys with one pipeline and classifies them.
+func (r *Reconciler) read(ctx context.Context, keys []string, now time.Time, rep *Report) ([]heartbeat.Entry, error) {
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGetAll(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command, below
+	rep.RedisCalls++
+	var stale []heartbeat.Entry
+	for i, cmd := range cmds {
+		rep.Scanned++
+		fields, err := cmd.Result()
+		switch {
+		case err != nil && isWrongType(err):
+			r.malformed(ctx, rep, keys[i], fmt.Errorf("%w: key %s is not a hash", heartbeat.ErrMalformed, keys[i]))
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reconciler: redis HGETALL: %w", err)
+		case len(fields) == 0:
+			continue // deleted since the SCAN
+		}
+		e, err := heartbeat.Decode(r.cfg.Prefix, keys[i], fields)
+		if err != nil {
+			r.malformed(ctx, rep, keys[i], err)
+			continue
+		}
+		if e.Project != r.cfg.Project {
+			continue
+		}
+		if e.Age(now) > r.cfg.StaleAfter {
+			rep.Stale++
+			stale = append(stale, e)
+		} else {
+			rep.Active++
+		}
+	}
+	return stale, nil
+}
+
+func (r *Reconciler) malformed(ctx context.Context, rep *Report, key string, err error) {
+	rep.Malformed++
+	rep.CleanupErrors++
+	r.metrics.cleanupError(ctx, "malformed")
+	r.log.Warn("malformed dispatcher heartbeat entry left alone", zap.String("key", key), zap.Error(err))
+}
+
+func isWrongType(err error) bool { return strings.HasPrefix(err.Error(), "WRONGTYPE") }
+
+// clean ends one stale entry's run and deletes the entry. Failures specific to the entry are counted
+// and logged, and the entry is tried again next cycle; it returns an error only when the cycle must
+// stop (leadership lost, ctx ended).
+func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, rep *Report) error {
+	if err := r.check(term); err != nil {
+		return err
+	}
+	log := r.log.With(zap.String("queue", e.Queue), zap.String("workflow_id", e.WorkflowID), zap.String("run_id", e.RunID),
+		zap.String("owner", e.ServerID), zap.Int64("owner_token", e.Token), zap.Int64("token", term.Token()))
+	fail := func(kind string, err error) error {
+		rep.CleanupErrors++
+		r.metrics.cleanupError(ctx, kind)
+		log.Warn("stale dispatcher cleanup failed; retrying next cycle", zap.String("kind", kind), zap.Error(err))
+		return nil
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	leader, err := r.leaders.Leader(cctx, r.cfg.Project, e.Queue)
+	cancel()
+	switch {
+	case errors.Is(err, election.ErrNoLeader):
+	case err != nil:
+		// Fail closed: without knowing the queue's leader, do not touch its dispatcher.
+		return fail("leader_lookup", err)
+	case leader.Token >= e.Token:
+		rep.Protected++
+		log.Debug("stale entry left to the queue's live leader", zap.String("leader", leader.ID), zap.Int64("leader_token", leader.Token))
+		return nil
+	}
+
+	if err := r.limiter.Wait(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	// The entry may have been written again while we waited: then its owner lives.
+	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
+	cur, err := r.rdb.HGet(cctx, e.Key, heartbeat.FieldUpdatedMs).Result()
+	cancel()
+	rep.RedisCalls++
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil // someone else removed it
+	case err != nil:
+		return fail("delete", err)
+	case cur != strconv.FormatInt(e.UpdatedMs, 10):
+		rep.Refreshed++
+		log.Info("stale entry was written again before cleanup; kept")
+		return nil
+	}
+
+	// Fence: only a reconciler whose term etcd still confirms terminates anything.
+	if err := r.check(term); err != nil {
+		return err
+	}
+	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
+	err = term.Confirm(cctx)
+	cancel()
+	if err != nil {
+		if errors.Is(err, election.ErrNotLeader) {
+			return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		return fail("terminate", fmt.Errorf("confirm reconciler term: %w", err))
+	}
+	reason := fmt.Sprintf("baton: reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
+		term.LeaderID(), term.Token(), e.ServerID, e.Token, rep.Started.Sub(e.UpdatedAt).Round(time.Second))
+	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
+	err = r.tc.TerminateWorkflow(cctx, e.WorkflowID, e.RunID, reason)
+	cancel()
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+		r.metrics.terminated(ctx, "terminated")
+		log.Info("stale dispatcher run terminated", zap.Duration("stale_for", rep.Started.Sub(e.UpdatedAt)))
+	case errors.As(err, &notFound):
+		r.metrics.terminated(ctx, "already_closed")
+		log.Info("stale dispatcher run was already closed")
+	default:
+		return fail("terminate", err)
+	}
+	rep.Terminated++
+
+	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
+	n, err := deleteScript.Run(cctx, r.rdb, []string{e.Key}, e.RunID, strconv.FormatInt(e.Token, 10),
+		strconv.FormatInt(e.UpdatedMs, 10)).Int()
+	cancel()
+	rep.RedisCalls++
+	switch {
+	case err != nil:
+		return fail("delete", err)
+	case n == 1:
+		rep.Deleted++
+	default:
+		rep.Refreshed++
+		log.Info("stale entry was written again before its delete; kept")
+	}
+	return nil
+}
