@@ -41,6 +41,8 @@ type Config struct {
 	// Defaults 20/s and 5.
 	TerminateRate  float64
 	TerminateBurst int
+	// Workers is how many stale entries are cleaned at once. Default 4; 1 to 64.
+	Workers int
 	// CallTimeout bounds each Redis, etcd and Temporal call. Default 5s.
 	CallTimeout time.Duration
 	// Logger receives cycle summaries and every termination. Default: no-op.
@@ -70,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TerminateBurst == 0 {
 		c.TerminateBurst = 5
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 5 * time.Second
@@ -111,6 +116,8 @@ func (c Config) Validate() error {
 		return bad("TerminateRate", "must be positive, got %v", c.TerminateRate)
 	case c.TerminateBurst < 1:
 		return bad("TerminateBurst", "must be at least 1, got %d", c.TerminateBurst)
+	case c.Workers < 1 || c.Workers > 64:
+		return bad("Workers", "must be between 1 and 64, got %d", c.Workers)
 	case c.CallTimeout <= 0:
 		return bad("CallTimeout", "must be positive, got %v", c.CallTimeout)
 	}

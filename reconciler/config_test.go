@@ -38,6 +38,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative rate", with(func(c *Config) { c.TerminateRate = -1 }), "TerminateRate", "positive"},
 		{"negative burst", with(func(c *Config) { c.TerminateBurst = -1 }), "TerminateBurst", "at least 1"},
 		{"negative timeout", with(func(c *Config) { c.CallTimeout = -1 }), "CallTimeout", "positive"},
+		{"too many workers", with(func(c *Config) { c.Workers = 65 }), "Workers", "between 1 and 64"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,6 +82,8 @@ type Report struct {
 	CleanupErrors int
 	// RedisCalls counts round trips to Redis (a pipeline is one).
 	RedisCalls int
+	// RedisTime is the Redis server time the entries' ages were judged at.
+	RedisTime time.Time
 	// Err is why the cycle stopped early, if it did.
 	Err error
 }
@@ -179,12 +181,8 @@ func jitter(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
 func (r *Reconciler) Cycle(ctx context.Context, term Term) (Report, error) {
 	rep := Report{Started: r.cfg.Clock.Now(), ServerID: term.LeaderID(), Token: term.Token()}
 	stale, err := r.classify(ctx, term, &rep)
-	if err == nil {
-		for _, e := range stale {
-			if err = r.clean(ctx, term, e, &rep); err != nil {
-				break
-			}
-		}
+	if err == nil && len(stale) > 0 {
+		err = r.cleanAll(ctx, term, stale, &rep)
 	}
 	rep.Duration = r.cfg.Clock.Now().Sub(rep.Started)
 	rep.Err = err
@@ -238,6 +236,7 @@ func (r *Reconciler) classify(ctx context.Context, term Term, rep *Report) ([]he
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: redis TIME: %w", err)
 	}
+	rep.RedisTime = now
 	var stale []heartbeat.Entry
 	var cursor uint64
 	for {
@@ -315,14 +314,66 @@ func (r *Reconciler) malformed(ctx context.Context, rep *Report, key string, err
 
 func isWrongType(err error) bool { return strings.HasPrefix(err.Error(), "WRONGTYPE") }
 
+// cleanAll cleans the stale entries with up to Workers at once (terminations stay bounded by the
+// rate limiter) and adds what happened to rep. The first error that must stop the cycle stops the rest.
+func (r *Reconciler) cleanAll(ctx context.Context, term Term, stale []heartbeat.Entry, rep *Report) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	next := make(chan heartbeat.Entry)
+	for range min(r.cfg.Workers, len(stale)) {
+		wg.Go(func() {
+			for e := range next {
+				var d Report
+				err := r.clean(ctx, term, e, rep.RedisTime, &d)
+				mu.Lock()
+				rep.add(d)
+				if err != nil && firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		})
+	}
+feed:
+	for _, e := range stale {
+		select {
+		case next <- e:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		return r.check(term)
+	}
+	return firstErr
+}
+
+// add merges the counts of one entry's cleanup.
+func (rep *Report) add(d Report) {
+	rep.Protected += d.Protected
+	rep.Terminated += d.Terminated
+	rep.Deleted += d.Deleted
+	rep.Refreshed += d.Refreshed
+	rep.CleanupErrors += d.CleanupErrors
+	rep.RedisCalls += d.RedisCalls
+}
+
 // clean ends one stale entry's run and deletes the entry. Failures specific to the entry are counted
 // and logged, and the entry is tried again next cycle; it returns an error only when the cycle must
 // stop (leadership lost, ctx ended).
-func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, rep *Report) error {
+func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, now time.Time, rep *Report) error {
 	if err := r.check(term); err != nil {
 		return err
 	}
-	log := r.log.With(zap.String("queue", e.Queue), zap.String("workflow_id", e.WorkflowID), zap.String("run_id", e.RunID),
+	log := r.log.With(zap.String("queue", e.Queue), zap.Duration("age", e.Age(now)), zap.String("workflow_id", e.WorkflowID), zap.String("run_id", e.RunID),
 		zap.String("owner", e.ServerID), zap.Int64("owner_token", e.Token), zap.Int64("token", term.Token()))
 	fail := func(kind string, err error) error {
 		rep.CleanupErrors++
@@ -378,7 +429,7 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, re
 		return fail("terminate", fmt.Errorf("confirm reconciler term: %w", err))
 	}
 	reason := fmt.Sprintf("baton: reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
-		term.LeaderID(), term.Token(), e.ServerID, e.Token, rep.Started.Sub(e.UpdatedAt).Round(time.Second))
+		term.LeaderID(), term.Token(), e.ServerID, e.Token, e.Age(now).Round(time.Millisecond))
 	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
 	err = r.tc.TerminateWorkflow(cctx, e.WorkflowID, e.RunID, reason)
 	cancel()
@@ -386,7 +437,7 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, re
 	switch {
 	case err == nil:
 		r.metrics.terminated(ctx, "terminated")
-		log.Info("stale dispatcher run terminated", zap.Duration("stale_for", rep.Started.Sub(e.UpdatedAt)))
+		log.Info("stale dispatcher run terminated", zap.Duration("stale_for", e.Age(now)))
 	case errors.As(err, &notFound):
 		r.metrics.terminated(ctx, "already_closed")
 		log.Info("stale dispatcher run was already closed")

@@ -31,6 +31,10 @@ type options struct {
 	crashTTL    time.Duration
 	only        string
 	takeovers   int
+
+	heartbeats      int
+	reconcileRounds int
+	naiveRounds     int
 }
 
 func run() error {
@@ -40,6 +44,9 @@ func run() error {
 	flag.IntVar(&o.crashRounds, "crash-rounds", 100, "crash failovers per implementation")
 	flag.IntVar(&o.parallel, "parallel", 10, "crash failovers measured at once (independent queues)")
 	flag.IntVar(&o.takeovers, "takeovers", 100, "dispatcher takeovers measured")
+	flag.IntVar(&o.heartbeats, "heartbeats", 100_000, "heartbeat entries in Redis for the reconcile cycle (1 % stale)")
+	flag.IntVar(&o.reconcileRounds, "reconcile-rounds", 10, "reconcile cycles measured")
+	flag.IntVar(&o.naiveRounds, "naive-rounds", 3, "naive KEYS + HGETALL cycles measured (slow)")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
@@ -58,11 +65,12 @@ func run() error {
 	var figures []benchreport.Figure
 	for _, b := range []struct {
 		name string
-		run  func(context.Context, *etcdtest.Cluster, options) (benchreport.Figure, error)
+		run  func(context.Context, *etcdtest.Cluster, options) ([]benchreport.Figure, error)
 	}{
-		{"graceful handover", benchGraceful},
-		{"crash failover", benchCrash},
-		{"takeover", benchTakeover},
+		{"graceful handover", one(benchGraceful)},
+		{"crash failover", one(benchCrash)},
+		{"takeover", one(benchTakeover)},
+		{"reconcile", benchReconcile},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue
@@ -71,7 +79,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.name, err)
 		}
-		figures = append(figures, f)
+		figures = append(figures, f...)
 	}
 	fmt.Println()
 	benchreport.Print(os.Stdout, figures)
@@ -80,4 +88,15 @@ func run() error {
 	}
 	fmt.Println("\nwrote", o.out)
 	return nil
+}
+
+// one adapts a benchmark that yields a single figure.
+func one(f func(context.Context, *etcdtest.Cluster, options) (benchreport.Figure, error)) func(context.Context, *etcdtest.Cluster, options) ([]benchreport.Figure, error) {
+	return func(ctx context.Context, c *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+		fig, err := f(ctx, c, o)
+		if err != nil {
+			return nil, err
+		}
+		return []benchreport.Figure{fig}, nil
+	}
 }
