@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -78,4 +77,3 @@ func (m *metrics) cycle(ctx context.Context, rep Report, result string) {
 	m.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(m.project))
 	m.cycles.Add(ctx, 1, metric.WithAttributes(m.project, attribute.String("result", result)))
 }
-
