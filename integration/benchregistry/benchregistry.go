@@ -1,0 +1,243 @@
+// Package benchregistry measures the worker registry's heartbeat path on a real Redis: throughput,
+// latency percentiles, and the Redis commands each heartbeat costs, which must not grow with the
+// number of registered workers (compare Run with 1,000 and with 10,000 workers).
+package benchregistry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/baton-run/baton/registry"
+)
+
+// Defaults of Run.
+const (
+	DefaultWorkers     = 10_000
+	DefaultRounds      = 3
+	DefaultConcurrency = 32
+)
+
+// Queue is the task queue every benchmark worker registers on: one heartbeat set holds them all,
+// the worst case for the sorted-set update of each heartbeat.
+const Queue = "bench"
+
+// Result is what Run measured. Every duration is wall-clock time on the client.
+type Result struct {
+	Workers     int
+	Rounds      int
+	Concurrency int
+	// Heartbeats measured: Workers × Rounds.
+	Heartbeats int
+	// RegisterElapsed is the time to register every worker.
+	RegisterElapsed time.Duration
+	// Elapsed is the time of the heartbeat rounds; PerSecond is Heartbeats / Elapsed.
+	Elapsed   time.Duration
+	PerSecond float64
+	// Latency percentiles of single heartbeats, sent by Concurrency concurrent callers.
+	P50, P95, P99 time.Duration
+	// ClientCommandsPerHeartbeat is the number of commands the client sent per heartbeat (round
+	// trips), counted by a go-redis hook: 1, the script call.
+	ClientCommandsPerHeartbeat float64
+	// ServerCommandsPerHeartbeat is Redis's total_commands_processed per heartbeat, which includes
+	// the commands run inside the script. Exact only when nothing else uses the server meanwhile.
+	ServerCommandsPerHeartbeat float64
+}
+
+// Run registers workers workers (default 10,000) in a fresh key prefix, heartbeats each of them
+// rounds times (default 3) from DefaultConcurrency concurrent callers, measures, and deletes the
+// prefix's keys. It talks to Redis through a client of its own, made with rdb's options (so that it
+// can count the commands it sends); rdb itself is left untouched.
+func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, error) {
+	if rdb == nil {
+		return Result{}, errors.New("benchregistry: Redis client must not be nil")
+	}
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	if rounds <= 0 {
+		rounds = DefaultRounds
+	}
+	res := Result{Workers: workers, Rounds: rounds, Concurrency: DefaultConcurrency, Heartbeats: workers * rounds}
+
+	// A client of its own (same options), so that the command-counting hook sees only our commands
+	// and the caller's client is left untouched.
+	opts := *rdb.Options()
+	cli := redis.NewClient(&opts)
+	defer cli.Close()
+	counter := &countingHook{}
+	cli.AddHook(counter)
+
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	prefix := "baton:bench:" + hex.EncodeToString(suffix) + ":"
+	reg, err := registry.New(cli, registry.Config{Project: "bench", Prefix: prefix})
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = deletePrefix(context.WithoutCancel(ctx), cli, prefix) }()
+
+	start := time.Now()
+	if err := parallel(ctx, workers, res.Concurrency, func(ctx context.Context, i int) error {
+		_, err := reg.Register(ctx, registration(i))
+		return err
+	}); err != nil {
+		return Result{}, fmt.Errorf("benchregistry: register: %w", err)
+	}
+	res.RegisterElapsed = time.Since(start)
+
+	// Warm up: the first heartbeat loads the script (NOSCRIPT, then EVAL); measure steady state.
+	if _, err := reg.Heartbeat(ctx, Queue, serverID(0), registry.Beat{}); err != nil {
+		return Result{}, fmt.Errorf("benchregistry: heartbeat: %w", err)
+	}
+	before, err := totalCommands(ctx, cli)
+	if err != nil {
+		return Result{}, err
+	}
+	counter.on.Store(true)
+	latencies := make([]time.Duration, res.Heartbeats)
+	start = time.Now()
+	for r := range rounds {
+		if err := parallel(ctx, workers, res.Concurrency, func(ctx context.Context, i int) error {
+			t0 := time.Now()
+			_, err := reg.Heartbeat(ctx, Queue, serverID(i), registry.Beat{Active: i % 8, CompletedDelta: 1})
+			latencies[r*workers+i] = time.Since(t0)
+			return err
+		}); err != nil {
+			return Result{}, fmt.Errorf("benchregistry: heartbeat: %w", err)
+		}
+	}
+	res.Elapsed = time.Since(start)
+	counter.on.Store(false)
+	after, err := totalCommands(ctx, cli)
+	if err != nil {
+		return Result{}, err
+	}
+	// The INFO that read "before" is counted in "after".
+	res.ServerCommandsPerHeartbeat = float64(after-before-1) / float64(res.Heartbeats)
+	res.ClientCommandsPerHeartbeat = float64(counter.n.Load()) / float64(res.Heartbeats)
+	res.PerSecond = float64(res.Heartbeats) / res.Elapsed.Seconds()
+	slices.Sort(latencies)
+	res.P50, res.P95, res.P99 = percentile(latencies, 50), percentile(latencies, 95), percentile(latencies, 99)
+	return res, nil
+}
+
+func serverID(i int) string { return fmt.Sprintf("bench-worker-%06d", i) }
+
+func registration(i int) registry.Registration {
+	return registry.Registration{
+		ServerID: serverID(i), Queue: Queue, Hostname: fmt.Sprintf("bench-host-%03d", i%100), PID: 1000 + i,
+		Version: "bench", Capabilities: []string{"BenchWorkflow"}, MaxConcurrency: 8,
+	}
+}
+
+// parallel runs f(ctx, i) for i in [0, n) on conc goroutines, all joined before it returns; the
+// first error cancels the rest.
+func parallel(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(conc, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+// totalCommands reads total_commands_processed from INFO stats.
+func totalCommands(ctx context.Context, cli *redis.Client) (int64, error) {
+	info, err := cli.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("benchregistry: INFO stats: %w", err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("benchregistry: INFO stats has no total_commands_processed")
+}
+
+// deletePrefix removes every key of the benchmark.
+func deletePrefix(ctx context.Context, cli *redis.Client, prefix string) error {
+	iter := cli.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 1000 {
+			if err := cli.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return cli.Unlink(ctx, batch...).Err()
+	}
+	return nil
+}
+
+// countingHook counts the commands sent while on is set (a pipeline counts each of its commands).
+type countingHook struct {
+	on atomic.Bool
+	n  atomic.Int64
+}
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			h.n.Add(int64(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
