@@ -35,6 +35,7 @@ type options struct {
 	heartbeats      int
 	reconcileRounds int
 	naiveRounds     int
+	workers         int
 }
 
 func run() error {
@@ -47,6 +48,7 @@ func run() error {
 	flag.IntVar(&o.heartbeats, "heartbeats", 100_000, "heartbeat entries in Redis for the reconcile cycle (1 % stale)")
 	flag.IntVar(&o.reconcileRounds, "reconcile-rounds", 10, "reconcile cycles measured")
 	flag.IntVar(&o.naiveRounds, "naive-rounds", 3, "naive KEYS + HGETALL cycles measured (slow)")
+	flag.IntVar(&o.workers, "workers", 10_000, "registered workers heartbeating in the registry figure")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
@@ -71,6 +73,7 @@ func run() error {
 		{"crash failover", one(benchCrash)},
 		{"takeover", one(benchTakeover)},
 		{"reconcile", benchReconcile},
+		{"registry", benchRegistry},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue

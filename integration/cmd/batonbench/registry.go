@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/baton-run/baton/integration/benchregistry"
+	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/redistest"
+)
+
+// benchRegistry measures registry heartbeats of o.workers registered workers on a real redis-server,
+// beside the same measurement with a tenth of the workers in the same run: the latency should barely
+// move and the Redis commands per heartbeat must not move at all.
+func benchRegistry(ctx context.Context, _ *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+	rs, err := redistest.StartServer(redistest.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	rdb := rs.NewClient()
+	defer rdb.Close()
+	small, err := benchregistry.Run(ctx, rdb, o.workers/10, 3)
+	if err != nil {
+		return nil, err
+	}
+	large, err := benchregistry.Run(ctx, rdb, o.workers, 3)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("batonbench: registry: %d workers: %.0f heartbeats/s (%d workers: %.0f/s); registering all took %v\n",
+		large.Workers, large.PerSecond, small.Workers, small.PerSecond, large.RegisterElapsed.Round(time.Millisecond))
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	lat := benchreport.Figure{Name: fmt.Sprintf("registry heartbeat, %d workers", large.Workers), Unit: "ms",
+		Samples: large.Heartbeats, P50: ms(large.P50), P95: ms(large.P95), P99: ms(large.P99),
+		Baseline: fmt.Sprintf("%d workers", small.Workers), BaselineP50: ms(small.P50), BaselineP95: ms(small.P95),
+		Target: "p95 <= 10 ms"}
+	lat.Met = lat.P95 <= 10
+	cmds := benchreport.Figure{Name: fmt.Sprintf("registry Redis commands per heartbeat, %d workers", large.Workers),
+		Unit: "commands", Samples: large.Heartbeats, P50: large.ServerCommandsPerHeartbeat, P95: large.ServerCommandsPerHeartbeat,
+		P99: large.ServerCommandsPerHeartbeat, Baseline: fmt.Sprintf("%d workers", small.Workers),
+		BaselineP50: small.ServerCommandsPerHeartbeat, BaselineP95: small.ServerCommandsPerHeartbeat,
+		Target: fmt.Sprintf("constant (%.0f round trip per heartbeat)", large.ClientCommandsPerHeartbeat)}
+	cmds.Met = large.ServerCommandsPerHeartbeat == small.ServerCommandsPerHeartbeat && large.ClientCommandsPerHeartbeat == 1
+	return []benchreport.Figure{lat, cmds}, nil
+}
