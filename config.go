@@ -1,0 +1,252 @@
+package baton
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/registry"
+	"github.com/baton-run/baton/takeover"
+)
+
+// ErrInvalidConfig wraps every configuration error; the message names the field and the rule.
+var ErrInvalidConfig = errors.New("baton: invalid config")
+
+// Config is everything a Node needs to know. The zero value of every field means its documented
+// default; Project and Queues are required. The sub-configurations are the packages' own: their
+// Logger and MeterProvider default to the Node's.
+type Config struct {
+	// Project the queues belong to. Required; a valid name (no '/', white space or control characters,
+	// at most 200 bytes).
+	Project string
+	// Queues this process campaigns for. Required: 1 to 10,000 distinct valid names.
+	Queues []string
+	// ServerID is what this process is known by in elections, heartbeats, the registry and
+	// termination reasons. Default <hostname>-<pid>-<4 random hex digits>, so a restarted process
+	// never shares an ID with its previous life.
+	ServerID string
+	// Version of the worker build, shown in the registry. Optional.
+	Version string
+	// Capabilities the worker registers with (for example the workflow types it runs). Default: the
+	// dispatcher workflow type.
+	Capabilities []string
+	// Labels the worker registers with. Optional.
+	Labels map[string]string
+	// MaxConcurrency the worker registers with. Default 100.
+	MaxConcurrency int
+
+	// Election tunes the queue elections (Prefix default "/baton/election", TTL default 10s, ...).
+	Election election.Config
+	// Takeover tunes the dispatcher takeover (workflow type, task queue, start mode, step-down policy).
+	Takeover takeover.Config
+	// Heartbeat tunes the owner's dispatcher heartbeats (interval default 10s; key TTL default the
+	// larger of 1h and twice the reconciler's cleanup horizon).
+	Heartbeat heartbeat.Config
+	// Reconciler tunes the project's reconciler (interval default 1m, stale after 30s). Project,
+	// ServerID and Prefix are the Node's.
+	Reconciler reconciler.Config
+	// ReconcilerElectionPrefix is the etcd prefix of the reconciler election. Default
+	// "/baton/reconciler"; it must differ from Election.Prefix.
+	ReconcilerElectionPrefix string
+	// DisableReconciler keeps this process out of the reconciler election (another deployment runs it).
+	DisableReconciler bool
+	// Registry tunes the worker registry (worker heartbeat default 10s, eviction after 3 × that).
+	// Project is the Node's.
+	Registry registry.Config
+	// DisableRegistry keeps this process out of the worker registry, and its queue leaders from
+	// evicting dead workers.
+	DisableRegistry bool
+
+	// Logger receives every component's events. Default: no-op.
+	Logger *zap.Logger
+	// MeterProvider receives every component's metrics. Default: no-op.
+	MeterProvider metric.MeterProvider
+}
+
+// MaxQueues bounds the queues of one Node.
+const MaxQueues = 10_000
+
+// withDefaults fills in every default and hands the Node's logger, meter provider, project and
+// server ID down to the components.
+func (c Config) withDefaults() Config {
+	if c.ServerID == "" {
+		c.ServerID = DefaultServerID()
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = 100
+	}
+	if c.ReconcilerElectionPrefix == "" {
+		c.ReconcilerElectionPrefix = reconciler.DefaultElectionPrefix
+	}
+	if c.Takeover.WorkflowType == "" {
+		c.Takeover.WorkflowType = takeover.DefaultWorkflowType
+	}
+	if len(c.Capabilities) == 0 {
+		c.Capabilities = []string{c.Takeover.WorkflowType}
+	}
+	if c.Election.Logger == nil {
+		c.Election.Logger = c.Logger
+	}
+	if c.Takeover.Logger == nil {
+		c.Takeover.Logger = c.Logger
+	}
+	if c.Takeover.MeterProvider == nil {
+		c.Takeover.MeterProvider = c.MeterProvider
+	}
+	if c.Heartbeat.Logger == nil {
+		c.Heartbeat.Logger = c.Logger
+	}
+	if c.Heartbeat.MeterProvider == nil {
+		c.Heartbeat.MeterProvider = c.MeterProvider
+	}
+	if c.Heartbeat.Prefix == "" {
+		c.Heartbeat.Prefix = heartbeat.DefaultPrefix
+	}
+	if c.Heartbeat.Interval == 0 {
+		c.Heartbeat.Interval = 10 * time.Second
+	}
+	c.Reconciler.Project, c.Reconciler.ServerID, c.Reconciler.Prefix = c.Project, c.ServerID, c.Heartbeat.Prefix
+	if c.Reconciler.Interval == 0 {
+		c.Reconciler.Interval = time.Minute
+	}
+	if c.Reconciler.StaleAfter == 0 {
+		c.Reconciler.StaleAfter = 30 * time.Second
+	}
+	if c.Reconciler.Logger == nil {
+		c.Reconciler.Logger = c.Logger
+	}
+	if c.Reconciler.MeterProvider == nil {
+		c.Reconciler.MeterProvider = c.MeterProvider
+	}
+	if c.Heartbeat.KeyTTL == 0 {
+		c.Heartbeat.KeyTTL = max(time.Hour, 2*(c.Reconciler.StaleAfter+2*c.Reconciler.Interval))
+	}
+	c.Registry.Project = c.Project
+	if c.Registry.HeartbeatInterval == 0 {
+		c.Registry.HeartbeatInterval = 10 * time.Second
+	}
+	if c.Registry.Logger == nil {
+		c.Registry.Logger = c.Logger
+	}
+	if c.Registry.MeterProvider == nil {
+		c.Registry.MeterProvider = c.MeterProvider
+	}
+	return c
+}
+
+// DefaultServerID returns <hostname>-<pid>-<4 random hex digits>, with characters a name may not
+// contain replaced by '_'.
+func DefaultServerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r <= ' ' || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, id)
+}
+
+// Validate checks the configuration after defaults are applied, including the rules that span
+// components, and returns an error wrapping ErrInvalidConfig that names the field and the rule.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	sub := func(field string, err error) error {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)
+	}
+	if err := names.Check(c.Project); err != nil {
+		return bad("Project", "%s %v", names.Quote(c.Project), err)
+	}
+	if err := names.Check(c.ServerID); err != nil {
+		return bad("ServerID", "%s %v", names.Quote(c.ServerID), err)
+	}
+	switch {
+	case len(c.Queues) == 0:
+		return bad("Queues", "must name at least one queue")
+	case len(c.Queues) > MaxQueues:
+		return bad("Queues", "must name at most %d queues, got %d", MaxQueues, len(c.Queues))
+	}
+	seen := make(map[string]bool, len(c.Queues))
+	for i, q := range c.Queues {
+		if err := names.Check(q); err != nil {
+			return bad(fmt.Sprintf("Queues[%d]", i), "%s %v", names.Quote(q), err)
+		}
+		if seen[q] {
+			return bad(fmt.Sprintf("Queues[%d]", i), "%s is listed twice", names.Quote(q))
+		}
+		seen[q] = true
+	}
+	if c.MaxConcurrency < 1 {
+		return bad("MaxConcurrency", "must be at least 1, got %d", c.MaxConcurrency)
+	}
+	if err := sub("Election", c.Election.Validate()); err != nil {
+		return err
+	}
+	if err := sub("Takeover", c.Takeover.Validate()); err != nil {
+		return err
+	}
+	if err := sub("Heartbeat", c.Heartbeat.Validate()); err != nil {
+		return err
+	}
+	if !c.DisableReconciler {
+		if err := sub("Reconciler", c.Reconciler.Validate()); err != nil {
+			return err
+		}
+	}
+	if !c.DisableRegistry {
+		if err := sub("Registry", c.Registry.Validate()); err != nil {
+			return err
+		}
+		reg := registry.Registration{ServerID: c.ServerID, Queue: c.Queues[0], PID: 1, Version: c.Version,
+			Capabilities: c.Capabilities, Labels: c.Labels, MaxConcurrency: c.MaxConcurrency}
+		if err := sub("registration", reg.Validate()); err != nil {
+			return err
+		}
+	}
+	electionPrefix := election.DefaultConfig().Prefix
+	if c.Election.Prefix != "" {
+		electionPrefix = c.Election.Prefix
+	}
+	switch {
+	case c.ReconcilerElectionPrefix == electionPrefix:
+		return bad("ReconcilerElectionPrefix", "must differ from Election.Prefix (%s)", names.Quote(electionPrefix))
+	case strings.HasSuffix(c.ReconcilerElectionPrefix, "/"):
+		return bad("ReconcilerElectionPrefix", "must not end with '/', got %s", names.Quote(c.ReconcilerElectionPrefix))
+	case c.Reconciler.StaleAfter < 2*c.Heartbeat.Interval:
+		return bad("Reconciler.StaleAfter", "must be at least 2 × Heartbeat.Interval (%v) so that one late heartbeat never makes a live owner stale, got %v",
+			2*c.Heartbeat.Interval, c.Reconciler.StaleAfter)
+	case !c.DisableReconciler && c.Heartbeat.KeyTTL <= c.Reconciler.StaleAfter+2*c.Reconciler.Interval:
+		return bad("Heartbeat.KeyTTL", "must exceed Reconciler.StaleAfter + 2 × Reconciler.Interval (%v), or a stale entry could expire before the reconciler ends its run, got %v",
+			c.Reconciler.StaleAfter+2*c.Reconciler.Interval, c.Heartbeat.KeyTTL)
+	}
+	return nil
+}

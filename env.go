@@ -1,0 +1,180 @@
+package baton
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/takeover"
+)
+
+// EnvPrefix starts every environment variable LoadEnv reads.
+const EnvPrefix = "BATON_"
+
+// The environment variables LoadEnv reads, and the Config field each sets. Durations use Go's
+// syntax (10s, 1m30s); lists are comma-separated; labels are key=value pairs, comma-separated.
+var envVars = []envVar{
+	{"BATON_PROJECT", "Project", func(c *Config, v string) error { c.Project = v; return nil }},
+	{"BATON_QUEUES", "Queues", func(c *Config, v string) error { c.Queues = splitList(v); return nil }},
+	{"BATON_SERVER_ID", "ServerID", func(c *Config, v string) error { c.ServerID = v; return nil }},
+	{"BATON_VERSION", "Version", func(c *Config, v string) error { c.Version = v; return nil }},
+	{"BATON_CAPABILITIES", "Capabilities", func(c *Config, v string) error { c.Capabilities = splitList(v); return nil }},
+	{"BATON_LABELS", "Labels", func(c *Config, v string) (err error) { c.Labels, err = parseLabels(v); return err }},
+	{"BATON_MAX_CONCURRENCY", "MaxConcurrency", intVar(func(c *Config) *int { return &c.MaxConcurrency })},
+	{"BATON_ELECTION_PREFIX", "Election.Prefix", func(c *Config, v string) error { c.Election.Prefix = v; return nil }},
+	{"BATON_ELECTION_TTL", "Election.TTL", durVar(func(c *Config) *time.Duration { return &c.Election.TTL })},
+	{"BATON_ELECTION_SAFETY_MARGIN", "Election.SafetyMargin", durVar(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
+	{"BATON_DISPATCHER_WORKFLOW_TYPE", "Takeover.WorkflowType", func(c *Config, v string) error { c.Takeover.WorkflowType = v; return nil }},
+	{"BATON_DISPATCHER_TASK_QUEUE", "Takeover.TaskQueue", func(c *Config, v string) error { c.Takeover.TaskQueue = v; return nil }},
+	{"BATON_DISPATCHER_START_MODE", "Takeover.Mode", func(c *Config, v string) error {
+		switch v {
+		case "execute":
+			c.Takeover.Mode = takeover.StartExecute
+		case "signal-with-start":
+			c.Takeover.Mode = takeover.StartSignalWithStart
+		default:
+			return fmt.Errorf("must be execute or signal-with-start, got %s", names.Quote(v))
+		}
+		return nil
+	}},
+	{"BATON_DISPATCHER_STEP_DOWN", "Takeover.StepDown", func(c *Config, v string) error {
+		switch v {
+		case "terminate":
+			c.Takeover.StepDown = takeover.TerminateOwnRun
+		case "leave":
+			c.Takeover.StepDown = takeover.LeaveRunning
+		default:
+			return fmt.Errorf("must be terminate or leave, got %s", names.Quote(v))
+		}
+		return nil
+	}},
+	{"BATON_HEARTBEAT_PREFIX", "Heartbeat.Prefix", func(c *Config, v string) error { c.Heartbeat.Prefix = v; return nil }},
+	{"BATON_HEARTBEAT_INTERVAL", "Heartbeat.Interval", durVar(func(c *Config) *time.Duration { return &c.Heartbeat.Interval })},
+	{"BATON_HEARTBEAT_KEY_TTL", "Heartbeat.KeyTTL", durVar(func(c *Config) *time.Duration { return &c.Heartbeat.KeyTTL })},
+	{"BATON_RECONCILE_INTERVAL", "Reconciler.Interval", durVar(func(c *Config) *time.Duration { return &c.Reconciler.Interval })},
+	{"BATON_RECONCILE_STALE_AFTER", "Reconciler.StaleAfter", durVar(func(c *Config) *time.Duration { return &c.Reconciler.StaleAfter })},
+	{"BATON_RECONCILE_TERMINATE_RATE", "Reconciler.TerminateRate", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("must be a number (terminations per second), got %s", names.Quote(v))
+		}
+		c.Reconciler.TerminateRate = f
+		return nil
+	}},
+	{"BATON_RECONCILE_DISABLED", "DisableReconciler", boolVar(func(c *Config) *bool { return &c.DisableReconciler })},
+	{"BATON_RECONCILER_ELECTION_PREFIX", "ReconcilerElectionPrefix", func(c *Config, v string) error { c.ReconcilerElectionPrefix = v; return nil }},
+	{"BATON_REGISTRY_PREFIX", "Registry.Prefix", func(c *Config, v string) error { c.Registry.Prefix = v; return nil }},
+	{"BATON_REGISTRY_HEARTBEAT_INTERVAL", "Registry.HeartbeatInterval", durVar(func(c *Config) *time.Duration { return &c.Registry.HeartbeatInterval })},
+	{"BATON_REGISTRY_EVICT_AFTER", "Registry.EvictAfter", durVar(func(c *Config) *time.Duration { return &c.Registry.EvictAfter })},
+	{"BATON_REGISTRY_RETENTION", "Registry.Retention", durVar(func(c *Config) *time.Duration { return &c.Registry.Retention })},
+	{"BATON_REGISTRY_DISABLED", "DisableRegistry", boolVar(func(c *Config) *bool { return &c.DisableRegistry })},
+}
+
+type envVar struct {
+	name  string
+	field string
+	set   func(c *Config, v string) error
+}
+
+// EnvVars lists the environment variables LoadEnv reads, each with the Config field it sets.
+func EnvVars() [][2]string {
+	out := make([][2]string, len(envVars))
+	for i, v := range envVars {
+		out[i] = [2]string{v.name, v.field}
+	}
+	return out
+}
+
+// LoadEnv applies the BATON_* environment variables to base and returns the result. It does not
+// validate the whole configuration (Validate does); a value that cannot be parsed returns an error
+// wrapping ErrInvalidConfig that names the variable, the field and the rule. Unknown BATON_*
+// variables are refused too, so a typo does not silently leave a default in force; variables of
+// other parts of Baton (endpoints and credentials) are listed in ignore.
+func LoadEnv(base Config, ignore ...string) (Config, error) {
+	return loadEnv(base, os.LookupEnv, os.Environ(), ignore)
+}
+
+func loadEnv(c Config, lookup func(string) (string, bool), environ []string, ignore []string) (Config, error) {
+	known := map[string]bool{}
+	for _, v := range envVars {
+		known[v.name] = true
+		raw, ok := lookup(v.name)
+		if !ok {
+			continue
+		}
+		if err := v.set(&c, strings.TrimSpace(raw)); err != nil {
+			return c, fmt.Errorf("%w: %s (%s) %v", ErrInvalidConfig, v.name, v.field, err)
+		}
+	}
+	for _, name := range ignore {
+		known[name] = true
+	}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix) && !known[name] {
+			return c, fmt.Errorf("%w: %s is not a Baton setting (see baton.EnvVars)", ErrInvalidConfig, name)
+		}
+	}
+	return c, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func parseLabels(v string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range splitList(v) {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("must be key=value pairs separated by commas, got %s", names.Quote(kv))
+		}
+		labels[strings.TrimSpace(k)] = strings.TrimSpace(val)
+	}
+	return labels, nil
+}
+
+func durVar(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("must be a duration such as 10s or 1m30s, got %s", names.Quote(v))
+		}
+		if d <= 0 {
+			return fmt.Errorf("must be positive, got %v", d)
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+func intVar(field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		i, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("must be an integer, got %s", names.Quote(v))
+		}
+		*field(c) = i
+		return nil
+	}
+}
+
+func boolVar(field func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("must be true or false, got %s", names.Quote(v))
+		}
+		*field(c) = b
+		return nil
+	}
+}

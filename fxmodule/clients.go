@@ -1,0 +1,303 @@
+package fxmodule
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// ErrInvalidClientConfig wraps every client configuration error; the message names the field (and
+// the environment variable) and the rule.
+var ErrInvalidClientConfig = errors.New("fxmodule: invalid client config")
+
+// TLSFiles names PEM files for a TLS connection. With none set, the connection is plain; with CAFile
+// alone, the server is verified against it; with CertFile and KeyFile, the client also authenticates.
+type TLSFiles struct {
+	Enabled    bool   // TLS with the system roots when no CAFile is given
+	CAFile     string // PEM bundle of the CAs that sign the server's certificate
+	CertFile   string // client certificate (mTLS)
+	KeyFile    string // client key (mTLS)
+	ServerName string // overrides the name checked in the server's certificate
+}
+
+func (t TLSFiles) config() (*tls.Config, error) {
+	if !t.Enabled && t.CAFile == "" && t.CertFile == "" && t.KeyFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s holds no PEM certificate", t.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, errors.New("client certificate and key must be given together")
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// ClientConfig describes how to reach etcd, Temporal and Redis, for applications that have no clients
+// of their own. Secrets (passwords, API keys) are tagged json:"-" and never logged.
+type ClientConfig struct {
+	EtcdEndpoints   []string
+	EtcdUsername    string
+	EtcdPassword    string `json:"-"`
+	EtcdTLS         TLSFiles
+	EtcdDialTimeout time.Duration // default 5s
+
+	TemporalAddress   string // host:port; default "localhost:7233"
+	TemporalNamespace string // default "default"
+	TemporalAPIKey    string `json:"-"`
+	TemporalTLS       TLSFiles
+
+	RedisAddr     string // host:port; default "localhost:6379"
+	RedisUsername string
+	RedisPassword string `json:"-"`
+	RedisDB       int
+	RedisTLS      TLSFiles
+}
+
+// clientEnv lists the environment variables of a ClientConfig.
+var clientEnv = []struct {
+	name string
+	set  func(c *ClientConfig, v string) error
+}{
+	{"BATON_ETCD_ENDPOINTS", func(c *ClientConfig, v string) error { c.EtcdEndpoints = split(v); return nil }},
+	{"BATON_ETCD_USERNAME", func(c *ClientConfig, v string) error { c.EtcdUsername = v; return nil }},
+	{"BATON_ETCD_PASSWORD", func(c *ClientConfig, v string) error { c.EtcdPassword = v; return nil }},
+	{"BATON_ETCD_TLS", boolEnv(func(c *ClientConfig) *bool { return &c.EtcdTLS.Enabled })},
+	{"BATON_ETCD_CA_FILE", func(c *ClientConfig, v string) error { c.EtcdTLS.CAFile = v; return nil }},
+	{"BATON_ETCD_CERT_FILE", func(c *ClientConfig, v string) error { c.EtcdTLS.CertFile = v; return nil }},
+	{"BATON_ETCD_KEY_FILE", func(c *ClientConfig, v string) error { c.EtcdTLS.KeyFile = v; return nil }},
+	{"BATON_ETCD_SERVER_NAME", func(c *ClientConfig, v string) error { c.EtcdTLS.ServerName = v; return nil }},
+	{"BATON_ETCD_DIAL_TIMEOUT", func(c *ClientConfig, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("must be a positive duration such as 5s, got %q", v)
+		}
+		c.EtcdDialTimeout = d
+		return nil
+	}},
+	{"BATON_TEMPORAL_ADDRESS", func(c *ClientConfig, v string) error { c.TemporalAddress = v; return nil }},
+	{"BATON_TEMPORAL_NAMESPACE", func(c *ClientConfig, v string) error { c.TemporalNamespace = v; return nil }},
+	{"BATON_TEMPORAL_API_KEY", func(c *ClientConfig, v string) error { c.TemporalAPIKey = v; return nil }},
+	{"BATON_TEMPORAL_TLS", boolEnv(func(c *ClientConfig) *bool { return &c.TemporalTLS.Enabled })},
+	{"BATON_TEMPORAL_CA_FILE", func(c *ClientConfig, v string) error { c.TemporalTLS.CAFile = v; return nil }},
+	{"BATON_TEMPORAL_CERT_FILE", func(c *ClientConfig, v string) error { c.TemporalTLS.CertFile = v; return nil }},
+	{"BATON_TEMPORAL_KEY_FILE", func(c *ClientConfig, v string) error { c.TemporalTLS.KeyFile = v; return nil }},
+	{"BATON_TEMPORAL_SERVER_NAME", func(c *ClientConfig, v string) error { c.TemporalTLS.ServerName = v; return nil }},
+	{"BATON_REDIS_ADDR", func(c *ClientConfig, v string) error { c.RedisAddr = v; return nil }},
+	{"BATON_REDIS_USERNAME", func(c *ClientConfig, v string) error { c.RedisUsername = v; return nil }},
+	{"BATON_REDIS_PASSWORD", func(c *ClientConfig, v string) error { c.RedisPassword = v; return nil }},
+	{"BATON_REDIS_DB", func(c *ClientConfig, v string) error {
+		db, err := strconv.Atoi(v)
+		if err != nil || db < 0 {
+			return fmt.Errorf("must be a non-negative integer, got %q", v)
+		}
+		c.RedisDB = db
+		return nil
+	}},
+	{"BATON_REDIS_TLS", boolEnv(func(c *ClientConfig) *bool { return &c.RedisTLS.Enabled })},
+	{"BATON_REDIS_CA_FILE", func(c *ClientConfig, v string) error { c.RedisTLS.CAFile = v; return nil }},
+	{"BATON_REDIS_CERT_FILE", func(c *ClientConfig, v string) error { c.RedisTLS.CertFile = v; return nil }},
+	{"BATON_REDIS_KEY_FILE", func(c *ClientConfig, v string) error { c.RedisTLS.KeyFile = v; return nil }},
+	{"BATON_REDIS_SERVER_NAME", func(c *ClientConfig, v string) error { c.RedisTLS.ServerName = v; return nil }},
+}
+
+// ClientEnvVars lists the environment variables LoadClientEnv reads.
+func ClientEnvVars() []string {
+	out := make([]string, len(clientEnv))
+	for i, e := range clientEnv {
+		out[i] = e.name
+	}
+	return out
+}
+
+// LoadClientEnv applies the BATON_ETCD_*, BATON_TEMPORAL_* and BATON_REDIS_* variables to base.
+func LoadClientEnv(base ClientConfig) (ClientConfig, error) {
+	for _, e := range clientEnv {
+		v, ok := os.LookupEnv(e.name)
+		if !ok {
+			continue
+		}
+		if err := e.set(&base, strings.TrimSpace(v)); err != nil {
+			// The value is never echoed for a secret.
+			return base, fmt.Errorf("%w: %s %v", ErrInvalidClientConfig, e.name, err)
+		}
+	}
+	return base, nil
+}
+
+func split(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func boolEnv(field func(*ClientConfig) *bool) func(*ClientConfig, string) error {
+	return func(c *ClientConfig, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("must be true or false, got %q", v)
+		}
+		*field(c) = b
+		return nil
+	}
+}
+
+func (c ClientConfig) withDefaults() ClientConfig {
+	if c.EtcdDialTimeout == 0 {
+		c.EtcdDialTimeout = 5 * time.Second
+	}
+	if c.TemporalAddress == "" {
+		c.TemporalAddress = "localhost:7233"
+	}
+	if c.TemporalNamespace == "" {
+		c.TemporalNamespace = "default"
+	}
+	if c.RedisAddr == "" {
+		c.RedisAddr = "localhost:6379"
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults are applied.
+func (c ClientConfig) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidClientConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(c.EtcdEndpoints) == 0:
+		return bad("EtcdEndpoints", "must name at least one endpoint (BATON_ETCD_ENDPOINTS)")
+	case c.EtcdPassword != "" && c.EtcdUsername == "":
+		return bad("EtcdUsername", "must be set with EtcdPassword")
+	case !strings.Contains(c.TemporalAddress, ":"):
+		return bad("TemporalAddress", "must be host:port, got %q", c.TemporalAddress)
+	case !strings.Contains(c.RedisAddr, ":"):
+		return bad("RedisAddr", "must be host:port, got %q", c.RedisAddr)
+	}
+	for _, t := range []struct {
+		field string
+		tls   TLSFiles
+	}{{"EtcdTLS", c.EtcdTLS}, {"TemporalTLS", c.TemporalTLS}, {"RedisTLS", c.RedisTLS}} {
+		if _, err := t.tls.config(); err != nil {
+			return bad(t.field, "%v", err)
+		}
+	}
+	return nil
+}
+
+// ClientParams are what the client providers consume.
+type ClientParams struct {
+	fx.In
+	Config    ClientConfig
+	Logger    *zap.Logger `optional:"true"`
+	Lifecycle fx.Lifecycle
+}
+
+// NewEtcdClient builds an etcd client from the ClientConfig and closes it when the app stops.
+func NewEtcdClient(p ClientParams) (*clientv3.Client, error) {
+	if err := p.Config.Validate(); err != nil {
+		return nil, err
+	}
+	c := p.Config.withDefaults()
+	tlsCfg, _ := c.EtcdTLS.config()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.EtcdEndpoints, DialTimeout: c.EtcdDialTimeout, TLS: tlsCfg,
+		Username: c.EtcdUsername, Password: c.EtcdPassword, Logger: logger(p.Logger).Named("etcd-client"),
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fxmodule: etcd client for %v: %w", c.EtcdEndpoints, err)
+	}
+	p.Lifecycle.Append(fx.StopHook(cli.Close))
+	return cli, nil
+}
+
+// NewTemporalClient connects a Temporal client (lazily: an unreachable server does not fail the start,
+// the takeover retries) and closes it when the app stops.
+func NewTemporalClient(p ClientParams) (client.Client, error) {
+	if err := p.Config.Validate(); err != nil {
+		return nil, err
+	}
+	c := p.Config.withDefaults()
+	tlsCfg, _ := c.TemporalTLS.config()
+	opts := client.Options{HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace,
+		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg}, Logger: sdkLogger{logger(p.Logger).Named("temporal-client").Sugar()}}
+	if c.TemporalAPIKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(c.TemporalAPIKey)
+		if tlsCfg == nil {
+			opts.ConnectionOptions.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	tc, err := client.NewLazyClient(opts)
+	if err != nil {
+		return nil, fmt.Errorf("fxmodule: Temporal client for %s: %w", c.TemporalAddress, err)
+	}
+	p.Lifecycle.Append(fx.StopHook(tc.Close))
+	return tc, nil
+}
+
+// NewRedisClient builds a Redis client and closes it when the app stops.
+func NewRedisClient(p ClientParams) (redis.UniversalClient, error) {
+	if err := p.Config.Validate(); err != nil {
+		return nil, err
+	}
+	c := p.Config.withDefaults()
+	tlsCfg, _ := c.RedisTLS.config()
+	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword,
+		DB: c.RedisDB, TLSConfig: tlsCfg, DisableIdentity: true})
+	p.Lifecycle.Append(fx.StopHook(rdb.Close))
+	return rdb, nil
+}
+
+// Clients provides the etcd, Temporal and Redis clients from a ClientConfig the app supplies, for
+// applications that have none of their own.
+var Clients = fx.Module("baton-clients",
+	fx.Provide(NewEtcdClient, NewTemporalClient, NewRedisClient),
+)
+
+func logger(l *zap.Logger) *zap.Logger {
+	if l == nil {
+		return zap.NewNop()
+	}
+	return l
+}
+
+// sdkLogger adapts zap to the Temporal SDK's logger.
+type sdkLogger struct{ l *zap.SugaredLogger }
+
+func (z sdkLogger) Debug(msg string, kv ...any) { z.l.Debugw(msg, kv...) }
+func (z sdkLogger) Info(msg string, kv ...any)  { z.l.Infow(msg, kv...) }
+func (z sdkLogger) Warn(msg string, kv ...any)  { z.l.Warnw(msg, kv...) }
+func (z sdkLogger) Error(msg string, kv ...any) { z.l.Errorw(msg, kv...) }
+

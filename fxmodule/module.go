@@ -1,0 +1,68 @@
+// Package fxmodule adds Baton to an Uber Fx application as one option.
+//
+// The application provides its etcd client (*clientv3.Client), Temporal client (client.Client), Redis
+// client (redis.UniversalClient) and a baton.Config; a *zap.Logger and a metric.MeterProvider are used
+// when provided. Applications without clients of their own add Clients and supply a ClientConfig.
+//
+//	fx.New(
+//		fx.Supply(baton.Config{Project: "billing", Queues: []string{"orders"}}),
+//		fx.Provide(newEtcd, newTemporal, newRedis, zap.NewProduction),
+//		fxmodule.Module,
+//	)
+//
+// The Node starts with the app (Start returns at once) and stops with it: every term is resigned
+// first so that another worker takes over in milliseconds, then every loop is stopped and waited for,
+// within the app's stop timeout.
+package fxmodule
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton"
+)
+
+// Module provides the *baton.Node and ties it to the app's lifecycle.
+var Module = fx.Module("baton",
+	fx.Provide(NewNode),
+	fx.Invoke(func(*baton.Node) {}), // the Node runs even when nothing else asks for it
+)
+
+// NodeParams are what NewNode consumes.
+type NodeParams struct {
+	fx.In
+	Config        baton.Config
+	Etcd          *clientv3.Client
+	Temporal      client.Client
+	Redis         redis.UniversalClient
+	Logger        *zap.Logger          `optional:"true"`
+	MeterProvider metric.MeterProvider `optional:"true"`
+	Lifecycle     fx.Lifecycle
+}
+
+// NewNode builds the Node (the app's logger and meter provider fill in the Config's when it has
+// none) and appends its Start and Stop to the lifecycle.
+func NewNode(p NodeParams) (*baton.Node, error) {
+	cfg := p.Config
+	if cfg.Logger == nil {
+		cfg.Logger = p.Logger
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = p.MeterProvider
+	}
+	node, err := baton.New(cfg, p.Etcd, p.Temporal, p.Redis)
+	if err != nil {
+		return nil, err
+	}
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: node.Start,
+		OnStop:  func(ctx context.Context) error { return node.Stop(ctx) },
+	})
+	return node, nil
+}

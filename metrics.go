@@ -1,0 +1,86 @@
+package baton
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/baton-run/baton/election"
+)
+
+// Metric names of a Node. With the OpenTelemetry Prometheus exporter they read baton_queue_leader,
+// baton_queue_dispatcher_open and baton_stepdowns_total.
+const (
+	// MetricLeader is 1 for each queue this process leads, 0 otherwise (attributes project, queue).
+	// Summed over processes it is the number of leaders per queue: 1 when healthy.
+	MetricLeader = "baton.queue.leader"
+	// MetricDispatcherOpen is 1 for each queue whose dispatcher run this process started and still
+	// owns (attributes project, queue).
+	MetricDispatcherOpen = "baton.queue.dispatcher.open"
+	// MetricStepDowns counts ended terms by cause: resigned, session_lost, key_lost, closed, other.
+	MetricStepDowns = "baton.stepdowns"
+)
+
+type metrics struct {
+	project   attribute.KeyValue
+	stepDowns metric.Int64Counter
+}
+
+func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
+	meter := mp.Meter("github.com/baton-run/baton")
+	m := &metrics{project: attribute.String("project", n.cfg.Project)}
+	var err error
+	if m.stepDowns, err = meter.Int64Counter(MetricStepDowns,
+		metric.WithDescription("Queue leadership terms ended, by cause (resigned, session_lost, key_lost, closed, other).")); err != nil {
+		return nil, err
+	}
+	leader, err := meter.Int64ObservableGauge(MetricLeader,
+		metric.WithDescription("1 for each queue this process leads, else 0; summed over processes, the leaders per queue."))
+	if err != nil {
+		return nil, err
+	}
+	open, err := meter.Int64ObservableGauge(MetricDispatcherOpen,
+		metric.WithDescription("1 for each queue whose dispatcher run this process started and owns, else 0."))
+	if err != nil {
+		return nil, err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for q, s := range n.state {
+			attrs := metric.WithAttributes(m.project, attribute.String("queue", q))
+			var leading, owned int64
+			if s.term != nil && s.term.Err() == nil {
+				leading = 1
+				if s.run.RunID != "" {
+					owned = 1
+				}
+			}
+			o.ObserveInt64(leader, leading, attrs)
+			o.ObserveInt64(open, owned, attrs)
+		}
+		return nil
+	}, leader, open)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *metrics) stepDown(ctx context.Context, queue string, cause error) {
+	kind := "other"
+	switch {
+	case errors.Is(cause, election.ErrResigned):
+		kind = "resigned"
+	case errors.Is(cause, election.ErrSessionLost):
+		kind = "session_lost"
+	case errors.Is(cause, election.ErrKeyLost):
+		kind = "key_lost"
+	case errors.Is(cause, election.ErrClosed):
+		kind = "closed"
+	}
+	m.stepDowns.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(m.project,
+		attribute.String("queue", queue), attribute.String("cause", kind)))
+}

@@ -1,0 +1,210 @@
+package baton
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/registry"
+	"github.com/baton-run/baton/takeover"
+)
+
+type queueState struct {
+	leader    election.Leader // as etcd shows it (advisory)
+	term      *election.Term  // this process's live term, if it leads
+	since     time.Time
+	run       takeover.Run
+	takeovers int
+	lastErr   error
+	lastCause error
+}
+
+type workerState struct {
+	status map[string]registry.Status
+	last   time.Time
+	err    error
+}
+
+// Status is what a Node knows, for operators (the demo worker serves it as JSON on /status).
+type Status struct {
+	Project  string        `json:"project"`
+	ServerID string        `json:"server_id"`
+	Started  bool          `json:"started"`
+	Stopped  bool          `json:"stopped"`
+	Queues   []QueueStatus `json:"queues"`
+	// SessionValidUntil is when this process's queue terms end unless a keepalive succeeds; zero
+	// without a live session.
+	SessionValidUntil time.Time        `json:"session_valid_until,omitzero"`
+	Reconciler        ReconcilerStatus `json:"reconciler"`
+	Worker            WorkerStatus     `json:"worker"`
+}
+
+// QueueStatus is one queue as this process sees it.
+type QueueStatus struct {
+	Queue string `json:"queue"`
+	// Leader and LeaderToken are who etcd shows as leader (advisory; empty when nobody leads).
+	Leader      string `json:"leader"`
+	LeaderToken int64  `json:"leader_token"`
+	// Leading is true while this process holds a live term for the queue.
+	Leading bool `json:"leading"`
+	// Token, Since, WorkflowID and RunID describe this process's term and dispatcher run.
+	Token      int64     `json:"token,omitempty"`
+	Since      time.Time `json:"since,omitzero"`
+	WorkflowID string    `json:"workflow_id,omitempty"`
+	RunID      string    `json:"run_id,omitempty"`
+	// TakeoverLatency is from the term's start to the run being open.
+	TakeoverLatency time.Duration `json:"takeover_latency_ns,omitempty"`
+	// Takeovers counts this process's successful takeovers of the queue.
+	Takeovers int `json:"takeovers"`
+	// LastError is the last takeover or heartbeat failure of the current or last term.
+	LastError string `json:"last_error,omitempty"`
+	// LastStepDown is why this process's last term of the queue ended.
+	LastStepDown string `json:"last_step_down,omitempty"`
+}
+
+// ReconcilerStatus is the last reconcile cycle this process ran.
+type ReconcilerStatus struct {
+	Enabled bool               `json:"enabled"`
+	Cycles  int                `json:"cycles"`
+	Last    *reconciler.Report `json:"last,omitempty"`
+}
+
+// WorkerStatus is this process's registration.
+type WorkerStatus struct {
+	Enabled       bool                       `json:"enabled"`
+	Status        map[string]registry.Status `json:"status,omitempty"`
+	LastHeartbeat time.Time                  `json:"last_heartbeat,omitzero"`
+	LastError     string                     `json:"last_error,omitempty"`
+}
+
+// Status returns what this process knows now; it makes no network call.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := Status{Project: n.cfg.Project, ServerID: n.cfg.ServerID, Started: n.started, Stopped: n.stopped}
+	if until, ok := n.queues.SessionValidUntil(); ok {
+		st.SessionValidUntil = until
+	}
+	for _, q := range n.cfg.Queues {
+		s := n.state[q]
+		qs := QueueStatus{Queue: q, Leader: s.leader.ID, LeaderToken: s.leader.Token, Takeovers: s.takeovers,
+			LastError: errString(s.lastErr), LastStepDown: errString(s.lastCause)}
+		if s.term != nil && s.term.Err() == nil {
+			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.since
+			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
+		}
+		st.Queues = append(st.Queues, qs)
+	}
+	sort.Slice(st.Queues, func(i, j int) bool { return st.Queues[i].Queue < st.Queues[j].Queue })
+	if n.rec != nil {
+		st.Reconciler.Enabled = true
+		if last, runs, ok := n.rec.Last(); ok {
+			st.Reconciler.Cycles, st.Reconciler.Last = runs, &last
+		}
+	}
+	if n.reg != nil {
+		st.Worker = WorkerStatus{Enabled: true, LastHeartbeat: n.worker.last, LastError: errString(n.worker.err)}
+		if len(n.worker.status) > 0 {
+			st.Worker.Status = make(map[string]registry.Status, len(n.worker.status))
+			for q, s := range n.worker.status {
+				st.Worker.Status[q] = s
+			}
+		}
+	}
+	return st
+}
+
+// Draining reports whether the registry asked this worker to drain on any of its queues.
+func (n *Node) Draining() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range n.worker.status {
+		if s == registry.StatusDraining {
+			return true
+		}
+	}
+	return false
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Errors of the health checks.
+var (
+	// ErrNotStarted fails readiness before Start and after Stop.
+	ErrNotStarted = errors.New("baton: node not running")
+	// ErrNoSession fails readiness while this process has no live etcd session (etcd unreachable, or
+	// the first campaign has not reached it yet).
+	ErrNoSession = errors.New("baton: no live etcd session")
+	// ErrWedgedLeader fails liveness when a term of this process is still alive past its lease
+	// deadline: the watchdog should have ended it, so the process cannot be trusted.
+	ErrWedgedLeader = errors.New("baton: leading past the lease deadline")
+)
+
+// Live is the liveness check: it fails only when this process still holds a term whose lease
+// deadline has passed, the one state a restart must end.
+func (n *Node) Live() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, q := range n.cfg.Queues {
+		t := n.state[q].term
+		if t == nil || t.Err() != nil {
+			continue
+		}
+		if err := t.Check(); err != nil {
+			return fmt.Errorf("%w: queue %s: %w", ErrWedgedLeader, q, err)
+		}
+	}
+	return nil
+}
+
+// Ready is the readiness check: the Node runs, has a live etcd session and passes Live.
+func (n *Node) Ready() error {
+	n.mu.Lock()
+	running := n.started && !n.stopped
+	n.mu.Unlock()
+	if !running {
+		return ErrNotStarted
+	}
+	if _, ok := n.queues.SessionValidUntil(); !ok {
+		return ErrNoSession
+	}
+	return n.Live()
+}
+
+// HealthCheck adapts a check to the shape of client-go's healthz checkers (Name, Check).
+type HealthCheck struct {
+	name  string
+	check func() error
+}
+
+// Name names the check.
+func (h HealthCheck) Name() string { return h.name }
+
+// Check runs it.
+func (h HealthCheck) Check(*http.Request) error { return h.check() }
+
+// ServeHTTP answers 200 "ok" or 503 with the reason.
+func (h HealthCheck) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := h.check(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "%s: %v\n", h.name, err)
+		return
+	}
+	fmt.Fprintf(w, "ok\n")
+}
+
+// LivenessCheck returns Live as an HTTP handler and healthz checker.
+func (n *Node) LivenessCheck() HealthCheck { return HealthCheck{name: "baton-live", check: n.Live} }
+
+// ReadinessCheck returns Ready as an HTTP handler and healthz checker.
+func (n *Node) ReadinessCheck() HealthCheck { return HealthCheck{name: "baton-ready", check: n.Ready} }
