@@ -31,6 +31,9 @@ import (
 // Module provides the *baton.Node and ties it to the app's lifecycle.
 var Module = fx.Module("baton",
 	fx.Provide(NewNode),
+	// Validation comes first: a bad configuration fails the app before any client is built, so
+	// nothing is left running (Fx does not close what constructors made when a later one fails).
+	fx.Invoke(func(c baton.Config) error { return c.Validate() }),
 	fx.Invoke(func(*baton.Node) {}), // the Node runs even when nothing else asks for it
 )
 

@@ -1,0 +1,148 @@
+package baton
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/takeover"
+)
+
+func valid() Config { return Config{Project: "billing", Queues: []string{"orders", "invoices"}, ServerID: "host-1-1-ab12"} }
+
+func TestConfigDefaults(t *testing.T) {
+	c := valid()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults must validate: %v", err)
+	}
+	c = c.withDefaults()
+	if c.Heartbeat.Interval != 10*time.Second || c.Reconciler.Interval != time.Minute || c.Reconciler.StaleAfter != 30*time.Second ||
+		c.Registry.HeartbeatInterval != 10*time.Second || c.ReconcilerElectionPrefix != "/baton/reconciler" ||
+		c.Heartbeat.KeyTTL != time.Hour || c.MaxConcurrency != 100 || len(c.Capabilities) != 1 || c.Capabilities[0] != takeover.DefaultWorkflowType {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if c.Reconciler.Project != "billing" || c.Reconciler.ServerID != "host-1-1-ab12" || c.Registry.Project != "billing" {
+		t.Fatalf("project and server ID must reach the components: %+v %+v", c.Reconciler, c.Registry)
+	}
+	// A longer reconcile interval stretches the backstop TTL with it.
+	c = valid()
+	c.Reconciler.Interval = time.Hour
+	if got := c.withDefaults().Heartbeat.KeyTTL; got != 2*(30*time.Second+2*time.Hour) {
+		t.Fatalf("KeyTTL %v", got)
+	}
+}
+
+func TestDefaultServerID(t *testing.T) {
+	a, b := DefaultServerID(), DefaultServerID()
+	if a == b {
+		t.Fatalf("two server IDs of one process must differ: %s", a)
+	}
+	c := valid()
+	c.ServerID = ""
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the default server ID must be a valid name: %v", err)
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	with := func(f func(*Config)) Config { c := valid(); f(&c); return c }
+	cases := []struct {
+		name  string
+		cfg   Config
+		field string
+		rule  string
+	}{
+		{"no project", with(func(c *Config) { c.Project = "" }), "Project", "must not be empty"},
+		{"project with space", with(func(c *Config) { c.Project = "a b" }), "Project", "white space"},
+		{"no queues", with(func(c *Config) { c.Queues = nil }), "Queues", "at least one"},
+		{"bad queue", with(func(c *Config) { c.Queues = []string{"ok", "a/b"} }), "Queues[1]", "'/'"},
+		{"duplicate queue", with(func(c *Config) { c.Queues = []string{"a", "a"} }), "Queues[1]", "twice"},
+		{"bad server id", with(func(c *Config) { c.ServerID = "x\ny" }), "ServerID", "control"},
+		{"max concurrency", with(func(c *Config) { c.MaxConcurrency = -1 }), "MaxConcurrency", "at least 1"},
+		{"election ttl", with(func(c *Config) { c.Election.TTL = time.Second }), "Election", "TTL must be at least 2s"},
+		{"takeover attempts", with(func(c *Config) { c.Takeover.MaxAttempts = -1 }), "Takeover", "MaxAttempts"},
+		{"heartbeat interval", with(func(c *Config) { c.Heartbeat.Interval = time.Millisecond }), "Heartbeat", "Interval must be at least 100ms"},
+		{"reconciler rate", with(func(c *Config) { c.Reconciler.TerminateRate = -1 }), "Reconciler", "TerminateRate"},
+		{"registry evict", with(func(c *Config) { c.Registry.EvictAfter = time.Second }), "Registry", "EvictAfter"},
+		{"empty capability", with(func(c *Config) { c.Capabilities = []string{""} }), "registration", "Capabilities"},
+		{"same election prefixes", with(func(c *Config) { c.ReconcilerElectionPrefix = "/baton/election" }), "ReconcilerElectionPrefix", "must differ"},
+		{"stale below two heartbeats", with(func(c *Config) { c.Reconciler.StaleAfter = 15 * time.Second }), "Reconciler.StaleAfter", "2 × Heartbeat.Interval"},
+		{"key ttl too short", with(func(c *Config) { c.Heartbeat.KeyTTL = 2 * time.Minute }), "Heartbeat.KeyTTL", "must exceed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), tc.rule) {
+				t.Fatalf("Validate() = %q, want it to name %s and %q", err, tc.field, tc.rule)
+			}
+		})
+	}
+	// Disabled components are not validated.
+	c := with(func(c *Config) { c.Reconciler.TerminateRate = -1; c.DisableReconciler = true })
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a disabled reconciler's config must not matter: %v", err)
+	}
+}
+
+func TestNewRefusesMissingClients(t *testing.T) {
+	if _, err := New(valid(), nil, nil, nil); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "etcd client") {
+		t.Fatalf("New(nil clients) = %v", err)
+	}
+}
+
+func env(m map[string]string) (func(string) (string, bool), []string) {
+	var environ []string
+	for k, v := range m {
+		environ = append(environ, k+"="+v)
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }, environ
+}
+
+func TestLoadEnv(t *testing.T) {
+	lookup, environ := env(map[string]string{
+		"BATON_PROJECT": "billing", "BATON_QUEUES": " orders, invoices ,", "BATON_SERVER_ID": "w1",
+		"BATON_ELECTION_TTL": "4s", "BATON_HEARTBEAT_INTERVAL": "2s", "BATON_RECONCILE_STALE_AFTER": "6s",
+		"BATON_RECONCILE_INTERVAL": "30s", "BATON_DISPATCHER_START_MODE": "signal-with-start",
+		"BATON_DISPATCHER_STEP_DOWN": "leave", "BATON_LABELS": "zone=a, tier = gold", "BATON_MAX_CONCURRENCY": "8",
+		"BATON_REGISTRY_DISABLED": "true", "BATON_RECONCILE_TERMINATE_RATE": "2.5",
+		"BATON_ETCD_ENDPOINTS": "http://x:2379", // another part's variable, passed in ignore
+	})
+	c, err := loadEnv(Config{}, lookup, environ, []string{"BATON_ETCD_ENDPOINTS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Project != "billing" || len(c.Queues) != 2 || c.Queues[1] != "invoices" || c.Election.TTL != 4*time.Second ||
+		c.Heartbeat.Interval != 2*time.Second || c.Reconciler.StaleAfter != 6*time.Second || c.Takeover.Mode != takeover.StartSignalWithStart ||
+		c.Takeover.StepDown != takeover.LeaveRunning || c.Labels["tier"] != "gold" || c.MaxConcurrency != 8 || !c.DisableRegistry ||
+		c.Reconciler.TerminateRate != 2.5 {
+		t.Fatalf("loaded %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("loaded config must validate: %v", err)
+	}
+}
+
+func TestLoadEnvRefusesBadValues(t *testing.T) {
+	cases := map[string][2]string{
+		"BATON_ELECTION_TTL":          {"ten", "Election.TTL"},
+		"BATON_HEARTBEAT_INTERVAL":    {"-1s", "must be positive"},
+		"BATON_MAX_CONCURRENCY":       {"many", "MaxConcurrency"},
+		"BATON_DISPATCHER_START_MODE": {"fast", "execute or signal-with-start"},
+		"BATON_LABELS":                {"novalue", "key=value"},
+		"BATON_REGISTRY_DISABLED":     {"maybe", "true or false"},
+		"BATON_QUEUS":                 {"typo", "not a Baton setting"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			lookup, environ := env(map[string]string{name: c[0]})
+			_, err := loadEnv(Config{}, lookup, environ, nil)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), c[1]) {
+				t.Fatalf("loadEnv(%s=%s) = %v, want an error naming it and %q", name, c[0], err, c[1])
+			}
+		})
+	}
+}

@@ -1,0 +1,70 @@
+package fxmodule
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestClientConfigValidate(t *testing.T) {
+	ok := ClientConfig{EtcdEndpoints: []string{"http://127.0.0.1:2379"}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("minimal config must validate: %v", err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	garbage := filepath.Join(t.TempDir(), "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	with := func(f func(*ClientConfig)) ClientConfig { c := ok; f(&c); return c }
+	for _, tc := range []struct {
+		name  string
+		cfg   ClientConfig
+		field string
+	}{
+		{"no etcd", ClientConfig{}, "EtcdEndpoints"},
+		{"password without user", with(func(c *ClientConfig) { c.EtcdPassword = "s3cret" }), "EtcdUsername"},
+		{"temporal without port", with(func(c *ClientConfig) { c.TemporalAddress = "temporal" }), "TemporalAddress"},
+		{"redis without port", with(func(c *ClientConfig) { c.RedisAddr = "redis" }), "RedisAddr"},
+		{"missing CA", with(func(c *ClientConfig) { c.EtcdTLS.CAFile = missing }), "EtcdTLS"},
+		{"garbage CA", with(func(c *ClientConfig) { c.RedisTLS.CAFile = garbage }), "RedisTLS"},
+		{"cert without key", with(func(c *ClientConfig) { c.TemporalTLS.CertFile = garbage }), "TemporalTLS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if !errors.Is(err, ErrInvalidClientConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("Validate() = %v, want ErrInvalidClientConfig naming %s", err, tc.field)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("error leaks the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestLoadClientEnv(t *testing.T) {
+	t.Setenv("BATON_ETCD_ENDPOINTS", "http://a:2379, http://b:2379")
+	t.Setenv("BATON_REDIS_DB", "3")
+	t.Setenv("BATON_REDIS_PASSWORD", "hunter2")
+	t.Setenv("BATON_TEMPORAL_TLS", "true")
+	c, err := LoadClientEnv(ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.EtcdEndpoints) != 2 || c.RedisDB != 3 || c.RedisPassword != "hunter2" || !c.TemporalTLS.Enabled {
+		t.Fatalf("loaded %+v", c)
+	}
+	t.Setenv("BATON_REDIS_DB", "-1")
+	if _, err := LoadClientEnv(ClientConfig{}); !errors.Is(err, ErrInvalidClientConfig) || !strings.Contains(err.Error(), "BATON_REDIS_DB") {
+		t.Fatalf("bad BATON_REDIS_DB: %v", err)
+	}
+	if len(ClientEnvVars()) < 20 {
+		t.Fatalf("ClientEnvVars() = %v", ClientEnvVars())
+	}
+}
