@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -163,6 +164,7 @@ func TestHeartbeatReplacesGarbageAndStopsWithTheTerm(t *testing.T) {
 // Redis down: Beat fails with a clear error naming the key, fast, without panicking.
 func TestHeartbeatRedisDown(t *testing.T) {
 	e := newEnv(t)
+	redistest.SkipExternal(t, e.redis)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: time.Second})
 	term, err := a.el.Campaign(t.Context(), p, "orders", a.id)

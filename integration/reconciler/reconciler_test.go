@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/reconciler"
 )
 
@@ -423,6 +424,7 @@ func TestOneReconcilerPerProject(t *testing.T) {
 // heartbeats recover, and neither the queue's nor the reconciler's leadership changes.
 func TestRedisRestartMidRun(t *testing.T) {
 	e := newEnv(t)
+	redistest.SkipExternal(t, e.redis)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, _ := a.lead(t, p, "orders")
