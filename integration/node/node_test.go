@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -32,23 +31,7 @@ import (
 
 var temporalServer *temporalx.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	temporalServer, err = temporalx.StartServer(temporalx.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = temporalServer.Close()
-	if code == 0 {
-		if err := temporalx.FindLeaks(temporalx.LeakGrace); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalServer) }
 
 type env struct {
 	etcd  *etcdtest.Cluster

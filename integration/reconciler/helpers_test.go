@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -28,23 +27,7 @@ import (
 // per test, since tests stop and restart them.
 var temporalServer *temporalx.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	temporalServer, err = temporalx.StartServer(temporalx.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = temporalServer.Close()
-	if code == 0 {
-		if err := temporalx.FindLeaks(temporalx.LeakGrace); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalServer) }
 
 // env is one test's servers and clients.
 type env struct {

@@ -287,3 +287,23 @@ func appendFunc(funcs []string, name string) []string {
 	}
 	return append(funcs, name)
 }
+
+// Main is TestMain for packages whose tests share one in-process Temporal server: it starts the server
+// into *srv, runs the tests, stops the server, checks for leaks as VerifyTestMain does, and exits.
+func Main(m *testing.M, opts Options, srv **Server) {
+	s, err := StartServer(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*srv = s
+	code := m.Run()
+	_ = s.Close()
+	if code == 0 {
+		if err := FindLeaks(LeakGrace); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
