@@ -44,6 +44,11 @@ lint:
 bench: deps
 	cd integration && $(GO) run ./cmd/batonbench -out ../bench-results.json
 
-## demo: the main job on an embedded default (real etcd in-process).
+## demo: the main job on an embedded default: real etcd and Temporal in-process, a local Redis, three
+## demo workers over four queues, a crash and a graceful handover, explained as they happen.
+DEMO_BIN := $(CURDIR)/.demo/bin
 demo: deps
-	cd integration && $(GO) run ./cmd/demo
+	@mkdir -p $(DEMO_BIN)
+	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
+	cd integration && $(GO) build -o $(DEMO_BIN)/devstack ./cmd/devstack && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo
+	$(DEMO_BIN)/demo -bin $(DEMO_BIN)

@@ -1,356 +1,436 @@
-// Command demo is `make demo`: real etcd and a real Temporal server in-process, three workers
-// campaigning for four queues and taking over their dispatcher workflows, a leader cut off from etcd
-// and a graceful handover, explained as it happens.
+// Command demo is `make demo`: Baton as its users run it, on one machine. It starts the dev servers
+// (real etcd and a real Temporal server in-process, and Redis) with devstack, three demo-worker
+// processes over four queues, shows who leads what, kills the leader of one queue and shows the
+// takeover, stops the leader of another queue gracefully and shows the handover, and shuts
+// everything down, explaining each step in plain words. `make demo` builds the two binaries and
+// passes their directory with -bin.
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
-	"sync"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 
-	"github.com/baton-run/baton/dispatcher"
-	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/temporalx"
-	"github.com/baton-run/baton/takeover"
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/integration/workerproc"
 )
 
-const (
-	project = "demo"
-	ttl     = 3 * time.Second
-)
+const project = "demo"
 
 var queues = []string{"orders", "payments", "refunds", "invoices"}
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
+		fmt.Fprintln(os.Stderr, "\ndemo failed:", err)
 		os.Exit(1)
 	}
 }
 
-// worker is one simulated process: its own etcd connection (through a proxy, so the demo can cut it)
-// and its own Elector campaigning for every queue.
-type worker struct {
-	id     string
-	proxy  *etcdtest.Proxy
-	el     *election.Elector
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-type board struct {
-	mu    sync.Mutex
-	terms map[string]*election.Term // queue -> current term
-	runs  map[string]takeover.Run   // queue -> current dispatcher run
-	log   chan string
-}
-
-func (b *board) elected(term *election.Term, run takeover.Run) {
-	b.mu.Lock()
-	b.terms[term.Queue()] = term
-	b.runs[term.Queue()] = run
-	b.mu.Unlock()
-	b.log <- fmt.Sprintf("%-9s %s now leads (token %d); dispatcher run …%s via %s in %v", term.Queue(), term.LeaderID(),
-		term.Token(), short(run.RunID), run.Path, run.Latency.Round(time.Millisecond))
-}
-
-func (b *board) run(queue string) takeover.Run {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.runs[queue]
-}
-
-func (b *board) current(queue string) *election.Term {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.terms[queue]
+type options struct {
+	bin     string
+	workDir string
+	workers int
 }
 
 func run() error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	started := time.Now()
-
-	say("Starting a real etcd server in this process (embedded, loopback only)...")
-	cluster, err := etcdtest.StartCluster(etcdtest.Options{})
-	if err != nil {
-		return err
+	var o options
+	flag.StringVar(&o.bin, "bin", "", "directory holding the demo-worker and devstack binaries (make demo builds them)")
+	flag.StringVar(&o.workDir, "dir", "", "directory for logs and the env file (default: a new temporary directory)")
+	flag.IntVar(&o.workers, "workers", 3, "demo workers to run")
+	flag.Parse()
+	if o.bin == "" {
+		return errors.New("-bin is required: run `make demo`")
 	}
-	defer cluster.Close()
-
-	say("Starting a real Temporal server in this process (temporaltest, SQLite in memory)...")
-	temporal, err := temporalx.StartServer(temporalx.Options{})
-	if err != nil {
-		return err
-	}
-	defer temporal.Close()
-	tc, err := temporal.NewClient()
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	stopWorkers, err := runDispatchers(cluster, tc)
-	if err != nil {
-		return err
-	}
-	defer stopWorkers()
-
-	b := &board{terms: map[string]*election.Term{}, runs: map[string]takeover.Run{}, log: make(chan string, 100)}
-	go func() {
-		for line := range b.log {
-			fmt.Printf("  [%6.2fs] %s\n", time.Since(started).Seconds(), line)
-		}
-	}()
-	defer close(b.log)
-
-	say("Starting 3 workers. Each holds one etcd lease (TTL %v) and campaigns for %d queues.", ttl, len(queues))
-	workers := map[string]*worker{}
-	for _, id := range []string{"worker-1", "worker-2", "worker-3"} {
-		w, err := startWorker(ctx, cluster, tc, id, b)
+	if o.workDir == "" {
+		d, err := os.MkdirTemp("", "baton-demo-")
 		if err != nil {
 			return err
 		}
-		workers[id] = w
-		time.Sleep(50 * time.Millisecond) // stagger, so the first worker wins everything
+		o.workDir = d
 	}
-	defer func() {
-		// Stop every worker at once, so none wins again from the others' resignations.
-		for _, w := range workers {
-			w.cancel()
-		}
-		for _, w := range workers {
-			w.wg.Wait()
-		}
-	}()
-	if err := waitAllLed(ctx, b); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	started := time.Now()
+	d := &demo{o: o, started: started}
+	defer d.shutdown()
+	if err := d.script(ctx); err != nil {
 		return err
 	}
-	printTable(b)
-
-	say("(Letting the dispatcher runs age past Temporal's 1 s guard against restarting the same workflow ID.)")
-	time.Sleep(1200 * time.Millisecond)
-	victim := b.current(queues[0])
-	victimRun := b.run(queues[0])
-	say("\nCrash drill: cutting %s off from etcd (as if its host lost the network).", victim.LeaderID())
-	say("Its own watchdog must end its terms before etcd expires its lease, and another worker must take over.")
-	cut := time.Now()
-	workers[victim.LeaderID()].proxy.Blackhole()
-	successor, err := waitNewLeader(ctx, b, queues[0], victim)
-	if err != nil {
-		return err
-	}
-	ended, _ := victim.Ended()
-	say("%s stepped down %v after the cut (%v), before etcd's lease expiry; %s took over %v after the cut.",
-		victim.LeaderID(), ended.Sub(cut).Round(time.Millisecond), victim.Err(), successor.LeaderID(),
-		successor.Started().Sub(cut).Round(time.Millisecond))
-	if err := waitAllLed(ctx, b); err != nil {
-		return err
-	}
-	explainRun(ctx, tc, victimRun)
-	printTable(b)
-
-	time.Sleep(1200 * time.Millisecond)
-	leaving := b.current(queues[1])
-	leavingRun := b.run(queues[1])
-	say("\nRolling restart: %s shuts down gracefully. It resigns every term, so followers win at once.", leaving.LeaderID())
-	w := workers[leaving.LeaderID()]
-	w.stop()
-	next, err := waitNewLeader(ctx, b, queues[1], leaving)
-	if err != nil {
-		return err
-	}
-	ended, _ = leaving.Ended()
-	say("%s handed %s to %s in %v (no TTL wait).", leaving.LeaderID(), queues[1], next.LeaderID(),
-		next.Started().Sub(ended).Round(time.Microsecond))
-	if err := waitAllLed(ctx, b); err != nil {
-		return err
-	}
-	explainRun(ctx, tc, leavingRun)
-	printTable(b)
-
-	say("\nHealing the cut worker: it rejoins as a follower; leaders keep their queues.")
-	workers[victim.LeaderID()].proxy.Heal()
-	time.Sleep(2 * time.Second)
-	printTable(b)
-	say("\nShutting down: every worker resigns and revokes its lease. Done in %v.", time.Since(started).Round(time.Second))
+	d.shutdown()
+	say("")
+	say("Done in %v. Logs of every process are in %s.", time.Since(started).Round(time.Second), o.workDir)
 	return nil
 }
 
-func startWorker(ctx context.Context, cluster *etcdtest.Cluster, tc client.Client, id string, b *board) (*worker, error) {
-	proxy, err := etcdtest.NewProxy(cluster.MemberEndpoint(0))
-	if err != nil {
-		return nil, err
-	}
-	cli, err := cluster.NewClient(proxy.URL())
-	if err != nil {
-		proxy.Close()
-		return nil, err
-	}
-	el, err := election.New(cli, election.Config{TTL: ttl})
-	if err != nil {
-		return nil, err
-	}
-	mgr, err := takeover.New(tc, takeover.Config{})
-	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	w := &worker{id: id, proxy: proxy, el: el, cancel: cancel}
-	for _, q := range queues {
-		w.wg.Go(func() {
-			var mine takeover.Run
-			_ = el.Run(wctx, project, q, id, election.Callbacks{
-				OnElected: func(ctx context.Context, term *election.Term) error {
-					run, err := mgr.Take(ctx, term)
-					if err != nil {
-						b.log <- fmt.Sprintf("%-9s %s could not take over the dispatcher: %v", q, id, err)
-						return err
-					}
-					mine = run
-					b.elected(term, run)
-					<-ctx.Done()
-					return nil
-				},
-				OnResign: func(ctx context.Context, term *election.Term) {
-					if mine.Owner.Token != term.Token() {
-						return // this term never got its run
-					}
-					if err := mgr.StepDown(ctx, term, mine); err != nil {
-						b.log <- fmt.Sprintf("%-9s %s step-down: %v", q, id, err)
-					}
-				},
-				OnStepDown: func(term *election.Term, cause error) {
-					b.log <- fmt.Sprintf("%-9s %s stepped down: %v", term.Queue(), term.LeaderID(), cause)
-				},
-			})
-		})
-	}
-	go func() {
-		<-wctx.Done()
-		w.wg.Wait()
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		defer ccancel()
-		_ = el.Close(cctx)
-		cli.Close()
-		proxy.Close()
-	}()
-	return w, nil
+type demo struct {
+	o           options
+	started     time.Time
+	stack       *exec.Cmd
+	stackExited chan error
+	env         map[string]string
+	tc          client.Client
+	workers     []*worker
+	gen         int
+	closed      bool
 }
 
-func (w *worker) stop() {
-	w.cancel()
-	w.wg.Wait()
-}
-
-func waitAllLed(ctx context.Context, b *board) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		all := true
-		for _, q := range queues {
-			if t := b.current(q); t == nil || t.Err() != nil {
-				all = false
-			}
-		}
-		if all {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("not every queue got a leader within 30s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func waitNewLeader(ctx context.Context, b *board, queue string, old *election.Term) (*election.Term, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if t := b.current(queue); t != nil && t != old {
-			return t, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("%s: no new leader within 30s", queue)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// runDispatchers runs the reference dispatcher workflow for every queue on a Temporal worker.
-func runDispatchers(cluster *etcdtest.Cluster, tc client.Client) (func(), error) {
-	cli, err := cluster.NewClient()
-	if err != nil {
-		return nil, err
-	}
-	ledger, err := dispatcher.NewEtcdLedger(cli, "", time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	acts := &dispatcher.Activities{Ledger: ledger, Handler: func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil }}
-	var workers []sdkworker.Worker
-	for _, q := range queues {
-		w := sdkworker.New(tc, q, sdkworker.Options{})
-		dispatcher.Register(w, acts)
-		if err := w.Start(); err != nil {
-			return nil, err
-		}
-		workers = append(workers, w)
-	}
-	return func() {
-		for _, w := range workers {
-			w.Stop()
-		}
-		cli.Close()
-	}, nil
-}
-
-// explainRun prints how an earlier owner's dispatcher run ended, from Temporal's own history.
-func explainRun(ctx context.Context, tc client.Client, run takeover.Run) {
-	resp, err := tc.DescribeWorkflowExecution(ctx, run.WorkflowID, run.RunID)
-	if err != nil {
-		say("  could not describe %s: %v", run.WorkflowID, err)
-		return
-	}
-	info := resp.GetWorkflowExecutionInfo()
-	reason := ""
-	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
-		iter := tc.GetWorkflowHistory(ctx, run.WorkflowID, run.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
-		for iter.HasNext() {
-			if ev, err := iter.Next(); err == nil {
-				reason = ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()
-			}
-		}
-	}
-	say("Temporal: %s run …%s of %s is %v: %q", run.WorkflowID, short(run.RunID), run.Owner.ServerID, info.GetStatus(), reason)
-}
-
-func printTable(b *board) {
-	time.Sleep(50 * time.Millisecond) // let the event lines print first
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tLEADING FOR")
-	qs := slices.Clone(queues)
-	slices.Sort(qs)
-	for _, q := range qs {
-		t := b.current(q)
-		if t == nil || t.Err() != nil {
-			fmt.Fprintf(tw, "  %s\t-\t-\t-\t-\n", q)
-			continue
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t…%s\t%v\n", q, t.LeaderID(), t.Token(), short(b.run(q).RunID), time.Since(t.Started()).Round(time.Millisecond))
-	}
-	tw.Flush()
+type worker struct {
+	id   string
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+	code int
 }
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
-// short is the tail of a run ID (Temporal's run IDs are UUIDv7: their heads are timestamps).
-func short(runID string) string { return runID[max(0, len(runID)-8):] }
+func (d *demo) step(format string, args ...any) {
+	fmt.Printf("\n[%5.1fs] %s\n", time.Since(d.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (d *demo) script(ctx context.Context) error {
+	d.step("Starting the dev servers: etcd (embedded), Temporal (in-process) and Redis, on loopback.")
+	if err := d.startStack(ctx); err != nil {
+		return err
+	}
+	if d.env["BATON_DEVSTACK_REDIS"] == "inprocess" {
+		say("  NOTICE: redis-server is not installed here, so Redis is an in-process stand-in (miniredis).")
+	}
+	say("  etcd %s, Temporal %s, Redis %s", d.env["BATON_ETCD_ENDPOINTS"], d.env["BATON_TEMPORAL_ADDRESS"], d.env["BATON_REDIS_ADDR"])
+	tc, err := client.Dial(client.Options{HostPort: d.env["BATON_TEMPORAL_ADDRESS"], Namespace: d.env["BATON_TEMPORAL_NAMESPACE"],
+		Logger: quietLogger{}})
+	if err != nil {
+		return fmt.Errorf("temporal client: %w", err)
+	}
+	d.tc = tc
+
+	d.step("Starting %d demo workers. Each campaigns in an etcd election for every queue: %s.", d.o.workers, strings.Join(queues, ", "))
+	say("  The winner of a queue terminates any earlier dispatcher run and starts its own workflow %q.", "dispatcher-"+project+"-<queue>")
+	for i := 1; i <= d.o.workers; i++ {
+		if _, err := d.startWorker(fmt.Sprintf("worker-%d", i)); err != nil {
+			return err
+		}
+	}
+	if err := d.waitAllLed(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	d.step("Every queue has exactly one leader, and each leader runs that queue's dispatcher:")
+	d.table()
+	d.step("The operator's view, `demo-worker status`, read straight from etcd, Temporal and Redis:")
+	d.statusCommand(ctx)
+
+	// A crash.
+	victim, qs := d.leaderOf("orders")
+	d.step("Crash: killing %s (SIGKILL), the leader of orders. It gets no chance to clean up.", victim.id)
+	say("  Its etcd lease now runs out (TTL %s); until then nobody else may lead its queues.", d.env["BATON_ELECTION_TTL"])
+	killed := time.Now()
+	_ = victim.cmd.Process.Signal(syscall.SIGKILL)
+	<-victim.done
+	next, nqs, err := d.waitNewLeader(ctx, "orders", victim, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	say("  %s took over orders %v after the kill (takeover itself: %v from winning to the new run open).",
+		next.id, time.Since(killed).Round(time.Millisecond), nqs.TakeoverLatency.Round(time.Millisecond))
+	d.explainRun(ctx, nqs.WorkflowID, qs.RunID, "the crashed leader's run")
+	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
+
+	// A graceful stop.
+	if err := d.waitAllLed(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	leaving, lqs := d.leaderOf("payments")
+	d.step("Rolling restart: stopping %s (SIGTERM), the leader of payments.", leaving.id)
+	say("  It resigns every term first, ending its own dispatcher runs, so a follower wins at once.")
+	stopped := time.Now()
+	_ = leaving.cmd.Process.Signal(syscall.SIGTERM)
+	next, nqs, err = d.waitNewLeader(ctx, "payments", leaving, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	say("  %s took over payments %v after the SIGTERM.", next.id, time.Since(stopped).Round(time.Millisecond))
+	select {
+	case <-leaving.done:
+		say("  %s exited with code %d.", leaving.id, leaving.code)
+	case <-time.After(20 * time.Second):
+		return fmt.Errorf("%s did not exit after SIGTERM", leaving.id)
+	}
+	d.explainRun(ctx, nqs.WorkflowID, lqs.RunID, "the stopped leader's run")
+	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
+
+	d.step("Both stopped workers come back, as a deployment would bring them back; they join as followers.")
+	for _, id := range []string{victim.id, leaving.id} {
+		d.gen++
+		if _, err := d.startWorker(fmt.Sprintf("%s-r%d", id, d.gen)); err != nil {
+			return err
+		}
+	}
+	if err := d.waitAllLed(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	d.table()
+	d.step("What happened, in short:")
+	say("  - One leader per queue at every moment, decided by etcd; every action of a leader is fenced by its token.")
+	say("  - A crashed leader was replaced once its lease ran out; its dispatcher run was terminated by its exact run ID.")
+	say("  - A stopped leader handed over within milliseconds, ending its own run first.")
+	say("  - Each queue ends with exactly one dispatcher run open.")
+	return nil
+}
+
+func (d *demo) startStack(ctx context.Context) error {
+	envFile := filepath.Join(d.o.workDir, "devstack.env")
+	_ = os.Remove(envFile)
+	logf, err := os.Create(filepath.Join(d.o.workDir, "devstack.log"))
+	if err != nil {
+		return err
+	}
+	d.stack = exec.Command(filepath.Join(d.o.bin, "devstack"), "-env-file", envFile, "-quiet")
+	d.stack.Stdout, d.stack.Stderr = logf, logf
+	d.stack.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := d.stack.Start(); err != nil {
+		return fmt.Errorf("start devstack: %w", err)
+	}
+	exited := make(chan error, 1)
+	d.stackExited = exited
+	go func() { exited <- d.stack.Wait(); close(exited) }()
+	for {
+		if data, err := os.ReadFile(envFile); err == nil {
+			d.env = parseEnv(string(data))
+			d.env["BATON_ELECTION_TTL"] = "3s"
+			return nil
+		}
+		select {
+		case err := <-exited:
+			d.stack = nil
+			log, _ := os.ReadFile(logf.Name())
+			return fmt.Errorf("devstack exited before it was ready: %v\n%s", err, log)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func parseEnv(s string) map[string]string {
+	env := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && strings.HasPrefix(k, "BATON_") {
+			env[k] = strings.Trim(v, `'"`)
+		}
+	}
+	return env
+}
+
+func (d *demo) workerEnv() []string {
+	env := os.Environ()
+	for _, k := range []string{"BATON_ETCD_ENDPOINTS", "BATON_TEMPORAL_ADDRESS", "BATON_TEMPORAL_NAMESPACE", "BATON_REDIS_ADDR", "BATON_ELECTION_TTL"} {
+		env = append(env, k+"="+d.env[k])
+	}
+	return append(env, "BATON_PROJECT="+project, "BATON_QUEUES="+strings.Join(queues, ","),
+		"BATON_HEARTBEAT_INTERVAL=1s", "BATON_RECONCILE_INTERVAL=5s", "BATON_RECONCILE_STALE_AFTER=3s",
+		"BATON_REGISTRY_HEARTBEAT_INTERVAL=1s")
+}
+
+func (d *demo) startWorker(id string) (*worker, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(d.o.workDir, id+".log"))
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{id: id, addr: addr, done: make(chan struct{})}
+	w.cmd = exec.Command(filepath.Join(d.o.bin, "demo-worker"), "run", "-server-id", id, "-http", addr)
+	w.cmd.Env = d.workerEnv()
+	w.cmd.Stdout, w.cmd.Stderr = logf, logf
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := w.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", id, err)
+	}
+	go func() {
+		_ = w.cmd.Wait()
+		w.code = w.cmd.ProcessState.ExitCode()
+		logf.Close()
+		close(w.done)
+	}()
+	d.workers = append(d.workers, w)
+	say("  %s started (pid %d, status on http://%s/status)", id, w.cmd.Process.Pid, addr)
+	return w, nil
+}
+
+func (w *worker) alive() bool {
+	select {
+	case <-w.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// leaderOf returns the live worker that leads queue with a dispatcher run.
+func (d *demo) leaderOf(queue string) (*worker, baton.QueueStatus) {
+	for _, w := range d.workers {
+		if !w.alive() {
+			continue
+		}
+		if st, ok := workerproc.Status(w.addr); ok {
+			if q, ok := workerproc.Leading(st, queue); ok {
+				return w, q
+			}
+		}
+	}
+	return nil, baton.QueueStatus{}
+}
+
+func (d *demo) waitAllLed(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		missing := slices.DeleteFunc(slices.Clone(queues), func(q string) bool { w, _ := d.leaderOf(q); return w != nil })
+		if len(missing) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("queues without a leader after %v: %v (see the logs in %s)", timeout, missing, d.o.workDir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (d *demo) waitNewLeader(ctx context.Context, queue string, old *worker, timeout time.Duration) (*worker, baton.QueueStatus, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if w, qs := d.leaderOf(queue); w != nil && w != old {
+			return w, qs, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, baton.QueueStatus{}, fmt.Errorf("%s: no new leader within %v", queue, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, baton.QueueStatus{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (d *demo) table() {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tLEADING FOR\tTAKEOVER")
+	for _, q := range queues {
+		w, qs := d.leaderOf(q)
+		if w == nil {
+			fmt.Fprintf(tw, "  %s\t(none)\t\t\t\t\n", q)
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%v\t%v\n", q, w.id, qs.Token, short(qs.RunID),
+			time.Since(qs.Since).Round(100*time.Millisecond), qs.TakeoverLatency.Round(time.Millisecond))
+	}
+	tw.Flush()
+}
+
+func (d *demo) statusCommand(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, filepath.Join(d.o.bin, "demo-worker"), "status")
+	cmd.Env = d.workerEnv()
+	out, err := cmd.CombinedOutput()
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		say("  %s", line)
+	}
+	if err != nil {
+		say("  (demo-worker status: %v)", err)
+	}
+}
+
+// explainRun prints a run's status and, for a terminated run, the termination reason from its
+// history.
+func (d *demo) explainRun(ctx context.Context, workflowID, runID, what string) {
+	resp, err := d.tc.DescribeWorkflowExecution(ctx, workflowID, runID)
+	if err != nil {
+		say("  %s %s: %v", what, short(runID), err)
+		return
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	line := fmt.Sprintf("  %s %s: %s", what, short(runID), strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))
+	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		iter := d.tc.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+		if iter.HasNext() {
+			if ev, err := iter.Next(); err == nil {
+				line += fmt.Sprintf(" (%q)", ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason())
+			}
+		}
+	}
+	say("%s", line)
+}
+
+func short(runID string) string { return runID[max(0, len(runID)-12):] }
+
+// shutdown stops the workers gracefully, then the servers; it runs once.
+func (d *demo) shutdown() {
+	if d.closed {
+		return
+	}
+	d.closed = true
+	if len(d.workers) > 0 {
+		d.step("Shutting down: SIGTERM to every worker, then the dev servers.")
+	}
+	for _, w := range d.workers {
+		if w.alive() {
+			_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, w := range d.workers {
+		select {
+		case <-w.done:
+		case <-time.After(20 * time.Second):
+			_ = w.cmd.Process.Kill()
+			<-w.done
+		}
+	}
+	if d.tc != nil {
+		d.tc.Close()
+	}
+	if d.stack != nil && d.stack.Process != nil {
+		_ = d.stack.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.stackExited:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-d.stack.Process.Pid, syscall.SIGKILL)
+			<-d.stackExited
+		}
+	}
+}
+
+// quietLogger keeps the SDK client's logs out of the story.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/fxmodule"
+)
+
+// runWorker is `demo-worker run`.
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseRun(args, stdout)
+	switch {
+	case errors.Is(err, errHelp):
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "demo-worker: %v\n", err)
+		return exitConfig
+	}
+	log := newLogger(stderr, o.logLevel)
+	defer func() { _ = log.Sync() }()
+	redis.SetLogger(redisLog{log.Named("redis")})
+
+	app := fx.New(appOptions(o, log)...)
+	if err := app.Err(); err != nil {
+		log.Error("building the application failed", zap.Error(err))
+		return exitStartError
+	}
+	startCtx, cancel := context.WithTimeout(ctx, o.startTimeout)
+	err = app.Start(startCtx) // on failure Fx stops what had started
+	cancel()
+	if err != nil {
+		log.Error("start failed", zap.Error(err))
+		return exitStartError
+	}
+	log.Info("demo worker started", zap.String("http_addr", o.httpAddr))
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping on signal", zap.Duration("shutdown_timeout", o.shutdownTimeout))
+	case sig := <-app.Wait():
+		log.Info("stopping", zap.String("signal", sig.Signal.String()))
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
+	defer cancel()
+	began := time.Now()
+	if err := app.Stop(stopCtx); err != nil {
+		log.Error("stop was not clean", zap.Duration("took", time.Since(began)), zap.Error(err))
+		return exitUnclean
+	}
+	log.Info("demo worker stopped cleanly", zap.Duration("took", time.Since(began)))
+	return exitOK
+}
+
+// appOptions wires the worker.
+//
+// Fx runs OnStop hooks in the reverse order of their registration, and a hook is registered when its
+// constructor or invoke runs. fxmodule.Module's invoke builds the Node (registering its hook) and Fx
+// runs the invokes of child modules before the root's, in the order the modules are listed. So the
+// Temporal workers and the HTTP server live in the "demo-worker" module, listed BEFORE
+// fxmodule.Module: their hooks are registered first, start before the Node and stop after it. On a
+// stop the Node resigns every term (a follower takes over in milliseconds) while the dispatcher
+// worker and /metrics are still up, then the workers and the HTTP server stop, then the clients
+// close (registered earlier still: see buildSharedFirst). The routes that need the Node
+// are added by a root invoke, which does not register a hook.
+//
+// Stop order: Node, HTTP server, Temporal workers, then the meter provider and the clients.
+func appOptions(o runOptions, log *zap.Logger) []fx.Option {
+	return []fx.Option{
+		fx.Supply(o.cfg, o.clients, o),
+		fx.Provide(func() *zap.Logger { return log }, newMeterProvider),
+		fx.WithLogger(func() fxevent.Logger {
+			l := &fxevent.ZapLogger{Logger: log.Named("fx")}
+			l.UseLogLevel(zapcore.DebugLevel) // Fx's own events only with -log-level=debug
+			l.UseErrorLevel(zapcore.ErrorLevel)
+			return l
+		}),
+		fx.StartTimeout(o.startTimeout),
+		fx.StopTimeout(o.shutdownTimeout),
+		fxmodule.Clients,
+		fx.Module("demo-worker",
+			fx.Provide(newHTTPServer),
+			fx.Invoke(buildSharedFirst, startTemporalWorkers, func(*httpServer) {}),
+		),
+		fxmodule.Module,
+		fx.Invoke(routeNode),
+	}
+}
+
+// buildSharedFirst builds the clients and the meter provider before any other hook is registered, so
+// that they close last, and so that a failed start (Fx stops only the hooks that had started) still
+// closes every one of them.
+func buildSharedFirst(*clientv3.Client, client.Client, redis.UniversalClient, metric.MeterProvider) {}
+
+// newLogger writes JSON lines (zap's production encoding, RFC 3339 times) to w.
+func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel))
+}
+
+// logStartup logs the effective settings in one line: o as parsed, with the defaults of effective
+// (the Node's configuration). Secrets are never among them: only whether one is set.
+func logStartup(log *zap.Logger, o runOptions, effective baton.Config) {
+	c, cl := effective, o.clients
+	ttl := c.Election.TTL
+	if ttl == 0 {
+		ttl = election.DefaultConfig().TTL
+	}
+	log.Info("demo worker starting",
+		zap.String("project", c.Project),
+		zap.Strings("queues", c.Queues),
+		zap.String("server_id", c.ServerID),
+		zap.String("dispatcher_task_queue", c.Takeover.TaskQueue),
+		zap.Strings("etcd_endpoints", cl.EtcdEndpoints),
+		zap.String("etcd_username", cl.EtcdUsername),
+		zap.Bool("etcd_password_set", cl.EtcdPassword != ""),
+		zap.Bool("etcd_tls", tlsOn(cl.EtcdTLS)),
+		zap.String("temporal_address", orDefault(cl.TemporalAddress, "localhost:7233")),
+		zap.String("temporal_namespace", orDefault(cl.TemporalNamespace, "default")),
+		zap.Bool("temporal_api_key_set", cl.TemporalAPIKey != ""),
+		zap.Bool("temporal_tls", tlsOn(cl.TemporalTLS)),
+		zap.String("redis_addr", orDefault(cl.RedisAddr, "localhost:6379")),
+		zap.String("redis_username", cl.RedisUsername),
+		zap.Bool("redis_password_set", cl.RedisPassword != ""),
+		zap.Bool("redis_tls", tlsOn(cl.RedisTLS)),
+		zap.String("http_addr", o.httpAddr),
+		zap.Duration("election_ttl", ttl),
+		zap.Duration("heartbeat_interval", c.Heartbeat.Interval),
+		zap.Duration("reconcile_interval", c.Reconciler.Interval),
+		zap.Duration("stale_after", c.Reconciler.StaleAfter),
+		zap.Duration("registry_heartbeat_interval", c.Registry.HeartbeatInterval),
+		zap.Duration("shutdown_timeout", o.shutdownTimeout),
+	)
+}
+
+func tlsOn(t fxmodule.TLSFiles) bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// redisLog routes go-redis's own messages (connection pool failures) to zap instead of plain lines
+// on stderr; a nil logger drops them. go-redis has one process-wide logger, which main owns.
+type redisLog struct{ log *zap.Logger }
+
+func (r redisLog) Printf(_ context.Context, format string, v ...any) {
+	if r.log != nil {
+		r.log.Warn(fmt.Sprintf(format, v...))
+	}
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/baton-run/baton"
+)
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// The Temporal workers' hook must be registered before the Node's, so that the workers stop after
+// the Node has resigned. Hooks start in registration order: with Temporal unreachable the workers'
+// start fails, and the Node, registered later, must never have started.
+func TestWorkersHookIsRegisteredBeforeTheNodes(t *testing.T) {
+	addr := closedAddr(t)
+	setEnv(t, map[string]string{
+		"BATON_ETCD_ENDPOINTS":   "http://" + addr,
+		"BATON_TEMPORAL_ADDRESS": addr,
+		"BATON_REDIS_ADDR":       addr,
+		"BATON_HTTP_ADDR":        "127.0.0.1:0",
+		// With credentials the etcd client authenticates while it is built, which needs a server.
+		"BATON_ETCD_USERNAME": "-",
+		"BATON_ETCD_PASSWORD": "-",
+	})
+	o, err := parseRun(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	var node *baton.Node
+	app := fx.New(append(appOptions(o, newLogger(&logs, zapcore.DebugLevel)), fx.Populate(&node))...)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = app.Start(ctx)
+	if err == nil {
+		_ = app.Stop(ctx)
+		t.Fatal("start succeeded with Temporal unreachable")
+	}
+	if !strings.Contains(err.Error(), "temporal worker for task queue") {
+		t.Errorf("start failed for another reason: %v", err)
+	}
+	if st := node.Status(); st.Started {
+		t.Errorf("the Node started before the Temporal workers: its hook is registered first, so it would stop last\n%s", logs.String())
+	}
+}
+
+func TestStartFailureExitsThree(t *testing.T) {
+	addr := closedAddr(t)
+	setEnv(t, map[string]string{
+		"BATON_ETCD_ENDPOINTS":   "http://" + addr,
+		"BATON_TEMPORAL_ADDRESS": addr,
+		"BATON_REDIS_ADDR":       addr,
+		"BATON_ETCD_USERNAME":    "-",
+		"BATON_ETCD_PASSWORD":    "-",
+	})
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"run", "-http=127.0.0.1:0", "-start-timeout=20s"}, &stdout, &stderr)
+	if code != exitStartError {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", code, exitStartError, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, `"msg":"start failed"`) || !strings.Contains(last, "temporal worker") {
+		t.Errorf("last line does not say why the start failed: %s", last)
+	}
+	if !strings.Contains(lines[0], `"msg":"demo worker starting"`) {
+		t.Errorf("first line is not the startup line: %s", lines[0])
+	}
+	assertNoSecrets(t, "logs", stderr.String())
+}

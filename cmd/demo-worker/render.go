@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report is what `demo-worker status` found. A cell whose Known is false could not be read: it
+// renders as "?" and a warning says why. A known cell without data (nobody leads, no run, no
+// heartbeat) renders as "-".
+type report struct {
+	Project    string        `json:"project"`
+	CheckedAt  time.Time     `json:"checked_at"`
+	Queues     []queueStatus `json:"queues"`
+	Reconciler leaderCell    `json:"reconciler_leader"`
+	Warnings   []string      `json:"warnings,omitempty"`
+
+	etcdOK bool
+}
+
+type queueStatus struct {
+	Queue      string        `json:"queue"`
+	Leader     leaderCell    `json:"leader"`
+	Dispatcher runCell       `json:"dispatcher"`
+	Heartbeat  heartbeatCell `json:"heartbeat"`
+	Workers    workersCell   `json:"workers"`
+}
+
+// leaderCell is who etcd shows as leader; ServerID is empty when nobody leads.
+type leaderCell struct {
+	Known    bool   `json:"known"`
+	ServerID string `json:"server_id,omitempty"`
+	Token    int64  `json:"token,omitempty"`
+}
+
+// runCell is the latest run of the dispatcher workflow; RunID is empty when there is none.
+type runCell struct {
+	Known      bool      `json:"known"`
+	WorkflowID string    `json:"workflow_id,omitempty"`
+	RunID      string    `json:"run_id,omitempty"`
+	Status     string    `json:"status,omitempty"`
+	StartTime  time.Time `json:"start_time,omitzero"`
+}
+
+// heartbeatCell is the dispatcher's heartbeat entry in Redis; ServerID is empty when there is none.
+// Age is measured by Redis time.
+type heartbeatCell struct {
+	Known     bool      `json:"known"`
+	ServerID  string    `json:"server_id,omitempty"`
+	RunID     string    `json:"run_id,omitempty"`
+	Token     int64     `json:"token,omitempty"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	Age       seconds   `json:"age_seconds,omitempty"`
+}
+
+// workersCell counts the queue's workers in the registry by status.
+type workersCell struct {
+	Known    bool `json:"known"`
+	Online   int  `json:"online"`
+	Draining int  `json:"draining"`
+	Offline  int  `json:"offline"`
+}
+
+// seconds is a duration that JSON shows in seconds.
+type seconds time.Duration
+
+func (s seconds) MarshalJSON() ([]byte, error) {
+	return []byte(strconv.FormatFloat(time.Duration(s).Seconds(), 'f', 3, 64)), nil
+}
+
+const unknown = "?"
+
+func writeJSON(w io.Writer, rep report) error {
+	if rep.Queues == nil {
+		rep.Queues = []queueStatus{}
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// writeTable prints one row per queue, the reconciler leader and the warnings.
+func writeTable(w io.Writer, rep report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN/OFF")
+	for _, q := range rep.Queues {
+		leader, token := leaderCells(q.Leader)
+		run, since := runCells(q.Dispatcher, rep.CheckedAt)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, since,
+			heartbeatCellText(q.Heartbeat), workersCellText(q.Workers))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	if len(rep.Queues) == 0 {
+		fmt.Fprintf(&b, "no queues found for project %s\n", rep.Project)
+	}
+	leader, token := leaderCells(rep.Reconciler)
+	if rep.Reconciler.Known && rep.Reconciler.ServerID != "" {
+		leader += " (token " + token + ")"
+	}
+	fmt.Fprintf(&b, "reconciler leader: %s\n", leader)
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", warn)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func leaderCells(l leaderCell) (leader, token string) {
+	switch {
+	case !l.Known:
+		return unknown, unknown
+	case l.ServerID == "":
+		return "-", "-"
+	}
+	return l.ServerID, strconv.FormatInt(l.Token, 10)
+}
+
+func runCells(r runCell, now time.Time) (run, since string) {
+	switch {
+	case !r.Known:
+		return unknown, unknown
+	case r.RunID == "":
+		return "-", "-"
+	}
+	return r.RunID + " " + r.Status, r.StartTime.UTC().Format(time.RFC3339) + " (" + formatAge(now.Sub(r.StartTime)) + ")"
+}
+
+func heartbeatCellText(h heartbeatCell) string {
+	switch {
+	case !h.Known:
+		return unknown
+	case h.ServerID == "":
+		return "-"
+	}
+	return formatAge(time.Duration(h.Age))
+}
+
+func workersCellText(c workersCell) string {
+	if !c.Known {
+		return unknown
+	}
+	return fmt.Sprintf("%d/%d/%d", c.Online, c.Draining, c.Offline)
+}
+
+// formatAge rounds d for a person: tenths of a second under 10s, seconds under an hour, minutes beyond.
+func formatAge(d time.Duration) string {
+	switch {
+	case d < 10*time.Second && d > -10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/registry"
+	"github.com/baton-run/baton/takeover"
+)
+
+// runStatus is `demo-worker status`.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseStatus(args, stdout)
+	switch {
+	case errors.Is(err, errHelp):
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "demo-worker status: %v\n", err)
+		return exitConfig
+	}
+	redis.SetLogger(redisLog{}) // a Redis that is down is reported once, in the warnings
+	rep := collectStatus(ctx, o)
+	if o.json {
+		err = writeJSON(stdout, rep)
+	} else {
+		err = writeTable(stdout, rep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "demo-worker status: %v\n", err)
+		return exitUnclean
+	}
+	if !rep.etcdOK {
+		return exitUnclean
+	}
+	return exitOK
+}
+
+// hooks is the smallest fx.Lifecycle: it collects the stop hooks of fxmodule's client constructors,
+// so that status builds its clients exactly as the worker does, without an Fx app.
+type hooks []fx.Hook
+
+func (h *hooks) Append(x fx.Hook) { *h = append(*h, x) }
+
+func (h hooks) stop(ctx context.Context) {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].OnStop != nil {
+			_ = h[i].OnStop(ctx)
+		}
+	}
+}
+
+// source is one server status reads from. After its first failure the remaining calls are skipped,
+// so a server that is down costs one timeout, not one per queue.
+type source struct {
+	name    string
+	err     error
+	skipped int
+}
+
+func (s *source) fail(err error) { s.err = err }
+
+func (s *source) down() bool {
+	if s.err != nil {
+		s.skipped++
+		return true
+	}
+	return false
+}
+
+func (s *source) warning() string {
+	if s.err == nil {
+		return ""
+	}
+	w := fmt.Sprintf("%s unavailable: %v", s.name, s.err)
+	if s.skipped > 0 {
+		w += fmt.Sprintf(" (%d later reads skipped)", s.skipped)
+	}
+	return w
+}
+
+// collectStatus reads etcd, Temporal and Redis, each bounded by o.timeout per call; the three are read
+// in parallel.
+func collectStatus(ctx context.Context, o statusOptions) report {
+	rep := report{Project: o.cfg.Project, CheckedAt: time.Now().UTC()}
+	etcdSrc, temporalSrc, redisSrc := &source{name: "etcd"}, &source{name: "temporal"}, &source{name: "redis"}
+
+	var lc hooks
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
+		defer cancel()
+		lc.stop(sctx)
+	}()
+	clientCfg := o.clients
+	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > o.timeout {
+		clientCfg.EtcdDialTimeout = o.timeout // bounds the authentication of an etcd user
+	}
+	params := fxmodule.ClientParams{Config: clientCfg, Lifecycle: &lc}
+	etcd, err := fxmodule.NewEtcdClient(params)
+	if err != nil {
+		etcdSrc.fail(err)
+	}
+	tc, err := fxmodule.NewTemporalClient(params)
+	if err != nil {
+		temporalSrc.fail(err)
+	}
+	rdb, err := fxmodule.NewRedisClient(params)
+	if err != nil {
+		redisSrc.fail(err)
+	}
+	var reg *registry.Registry
+	if redisSrc.err == nil {
+		regCfg := o.cfg.Registry
+		regCfg.Project = o.cfg.Project
+		if reg, err = registry.New(rdb, regCfg); err != nil {
+			redisSrc.fail(err)
+		}
+	}
+	electionCfg := o.cfg.Election
+	electionCfg.Logger = nil
+
+	queues := o.cfg.Queues
+	if !o.queuesGiven {
+		var fromEtcd, fromRegistry []string
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if etcdSrc.err == nil {
+				fromEtcd = discoverEtcd(ctx, etcdSrc, etcd, electionCfg, o.cfg.Project, o.timeout)
+			}
+		})
+		wg.Go(func() {
+			if redisSrc.err == nil {
+				fromRegistry = discoverRegistry(ctx, redisSrc, reg, o.timeout)
+			}
+		})
+		wg.Wait()
+		queues = append(fromEtcd, fromRegistry...)
+		slices.Sort(queues)
+		queues = slices.Compact(queues)
+	}
+	rep.Queues = make([]queueStatus, len(queues))
+	for i, q := range queues {
+		rep.Queues[i].Queue = q
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if etcdSrc.err == nil {
+			readEtcd(ctx, etcdSrc, etcd, electionCfg, o, &rep)
+		}
+	})
+	wg.Go(func() {
+		if temporalSrc.err == nil {
+			readTemporal(ctx, temporalSrc, tc, o, rep.Queues)
+		}
+	})
+	wg.Go(func() {
+		if redisSrc.err == nil {
+			readRedis(ctx, redisSrc, rdb, reg, o, &rep)
+		}
+	})
+	wg.Wait()
+
+	for _, s := range []*source{etcdSrc, temporalSrc, redisSrc} {
+		if w := s.warning(); w != "" {
+			rep.Warnings = append(rep.Warnings, w)
+		}
+	}
+	rep.etcdOK = etcdSrc.err == nil
+	return rep
+}
+
+func call[T any](ctx context.Context, timeout time.Duration, f func(context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return f(cctx)
+}
+
+// discoverEtcd lists the queues with candidates: keys <prefix>/<project>/<queue>/<lease>.
+func discoverEtcd(ctx context.Context, src *source, cli *clientv3.Client, cfg election.Config, project string, timeout time.Duration) []string {
+	prefix := election.DefaultConfig().Prefix
+	if cfg.Prefix != "" {
+		prefix = cfg.Prefix
+	}
+	prefix += "/" + project + "/"
+	resp, err := call(ctx, timeout, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	})
+	if err != nil {
+		src.fail(fmt.Errorf("list election keys under %s: %w", prefix, err))
+		return nil
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		q, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if ok && election.ValidateName("queue", q) == nil {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// discoverRegistry lists the queues with registered workers.
+func discoverRegistry(ctx context.Context, src *source, reg *registry.Registry, timeout time.Duration) []string {
+	var out []string
+	cursor := ""
+	for {
+		page, err := call(ctx, timeout, func(ctx context.Context) ([]registry.Worker, error) {
+			var err error
+			var ws []registry.Worker
+			ws, cursor, err = reg.List(ctx, registry.Filter{}, cursor, registry.MaxListLimit)
+			return ws, err
+		})
+		if err != nil {
+			src.fail(fmt.Errorf("list the worker registry: %w", err))
+			return out
+		}
+		for _, w := range page {
+			out = append(out, w.Queue)
+		}
+		if cursor == "" {
+			return out
+		}
+	}
+}
+
+func readEtcd(ctx context.Context, src *source, cli *clientv3.Client, cfg election.Config, o statusOptions, rep *report) {
+	leader := func(el *election.Elector, queue string) leaderCell {
+		if src.down() {
+			return leaderCell{}
+		}
+		l, err := call(ctx, o.timeout, func(ctx context.Context) (election.Leader, error) {
+			return el.Leader(ctx, o.cfg.Project, queue)
+		})
+		switch {
+		case errors.Is(err, election.ErrNoLeader):
+			return leaderCell{Known: true}
+		case err != nil:
+			src.fail(err)
+			return leaderCell{}
+		}
+		return leaderCell{Known: true, ServerID: l.ID, Token: l.Token}
+	}
+	// New starts nothing and Leader starts no goroutine, so Close returns at once.
+	el, err := election.New(cli, cfg)
+	if err != nil {
+		src.fail(err)
+		return
+	}
+	defer func() { _ = el.Close(ctx) }()
+	for i := range rep.Queues {
+		rep.Queues[i].Leader = leader(el, rep.Queues[i].Queue)
+	}
+	recCfg := cfg
+	recCfg.Prefix = o.cfg.ReconcilerElectionPrefix
+	if recCfg.Prefix == "" {
+		recCfg.Prefix = reconciler.DefaultElectionPrefix
+	}
+	recEl, err := election.New(cli, recCfg)
+	if err != nil {
+		src.fail(err)
+		return
+	}
+	defer func() { _ = recEl.Close(ctx) }()
+	rep.Reconciler = leader(recEl, reconciler.ElectionQueue)
+}
+
+func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOptions, queues []queueStatus) {
+	for i := range queues {
+		q := &queues[i]
+		id, err := takeover.WorkflowID(o.cfg.Project, q.Queue)
+		if err != nil {
+			src.fail(err)
+			continue
+		}
+		q.Dispatcher.WorkflowID = id
+		if src.down() {
+			continue
+		}
+		resp, err := call(ctx, o.timeout, func(ctx context.Context) (*workflowDescription, error) {
+			d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+			if err != nil {
+				return nil, err
+			}
+			info := d.GetWorkflowExecutionInfo()
+			return &workflowDescription{runID: info.GetExecution().GetRunId(), status: info.GetStatus(),
+				start: info.GetStartTime().AsTime()}, nil
+		})
+		var notFound *serviceerror.NotFound
+		switch {
+		case errors.As(err, &notFound):
+			q.Dispatcher.Known = true
+		case err != nil:
+			src.fail(fmt.Errorf("describe %s: %w", id, err))
+		default:
+			q.Dispatcher = runCell{Known: true, WorkflowID: id, RunID: resp.runID, Status: statusName(resp.status),
+				StartTime: resp.start.UTC()}
+		}
+	}
+}
+
+type workflowDescription struct {
+	runID  string
+	status enumspb.WorkflowExecutionStatus
+	start  time.Time
+}
+
+func statusName(s enumspb.WorkflowExecutionStatus) string {
+	name, ok := enumspb.WorkflowExecutionStatus_name[int32(s)]
+	if !ok {
+		return fmt.Sprintf("STATUS_%d", s)
+	}
+	return strings.TrimPrefix(name, "WORKFLOW_EXECUTION_STATUS_")
+}
+
+func readRedis(ctx context.Context, src *source, rdb redis.UniversalClient, reg *registry.Registry, o statusOptions, rep *report) {
+	now, err := call(ctx, o.timeout, func(ctx context.Context) (time.Time, error) { return rdb.Time(ctx).Result() })
+	if err != nil {
+		src.fail(fmt.Errorf("TIME: %w", err))
+	}
+	prefix := o.cfg.Heartbeat.Prefix
+	if prefix == "" {
+		prefix = heartbeat.DefaultPrefix
+	}
+	for i := range rep.Queues {
+		q := &rep.Queues[i]
+		id, err := takeover.WorkflowID(o.cfg.Project, q.Queue)
+		if err != nil || src.down() {
+			continue
+		}
+		key := prefix + id
+		fields, err := call(ctx, o.timeout, func(ctx context.Context) (map[string]string, error) {
+			return rdb.HGetAll(ctx, key).Result()
+		})
+		switch {
+		case err != nil:
+			src.fail(fmt.Errorf("HGETALL %s: %w", key, err))
+		case len(fields) == 0:
+			q.Heartbeat.Known = true
+		default:
+			e, err := heartbeat.Decode(prefix, key, fields)
+			if err != nil {
+				rep.Warnings = append(rep.Warnings, err.Error())
+				break
+			}
+			q.Heartbeat = heartbeatCell{Known: true, ServerID: e.ServerID, RunID: e.RunID, Token: e.Token,
+				UpdatedAt: e.UpdatedAt.UTC(), Age: seconds(e.Age(now))}
+		}
+		if src.down() {
+			continue
+		}
+		q.Workers = countWorkers(ctx, src, reg, q.Queue, o.timeout)
+	}
+}
+
+func countWorkers(ctx context.Context, src *source, reg *registry.Registry, queue string, timeout time.Duration) workersCell {
+	w := workersCell{Known: true}
+	cursor := ""
+	for {
+		page, err := call(ctx, timeout, func(ctx context.Context) ([]registry.Worker, error) {
+			var err error
+			var ws []registry.Worker
+			ws, cursor, err = reg.List(ctx, registry.Filter{Queue: queue}, cursor, registry.MaxListLimit)
+			return ws, err
+		})
+		if err != nil {
+			src.fail(fmt.Errorf("list the workers of %s: %w", queue, err))
+			return workersCell{}
+		}
+		for _, x := range page {
+			switch x.Status {
+			case registry.StatusOnline:
+				w.Online++
+			case registry.StatusDraining:
+				w.Draining++
+			case registry.StatusOffline:
+				w.Offline++
+			}
+		}
+		if cursor == "" {
+			return w
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package e2e_test
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/takeover"
+)
+
+var temporalServer *temporalx.Server
+
+func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalServer) }
+
+const ttl = 2 * time.Second
+
+// takeoverSLA bounds every takeover after a fault: the lease TTL (a crash is noticed by etcd only
+// then) plus ample room for a loaded 2-core machine. The PRD asks for less than 30 s.
+const takeoverSLA = ttl + 8*time.Second
+
+type cluster struct {
+	t      *testing.T
+	tc     client.Client
+	rdb    *redis.Client
+	env    []string
+	bin    string
+	queues []string
+	procs  map[string]*proc
+	gen    int
+}
+
+func newCluster(t *testing.T, queues ...string) *cluster {
+	etcd := etcdtest.Start(t, etcdtest.Options{})
+	rs := redistest.Start(t, redistest.Options{})
+	project := fmt.Sprintf("e2e%d", time.Now().UnixNano()%1e9)
+	c := &cluster{t: t, tc: temporalx.Client(t, temporalServer), rdb: redistest.Client(t, rs), bin: demoWorker(t), queues: queues, procs: map[string]*proc{}}
+	c.env = []string{
+		"BATON_PROJECT=" + project, "BATON_QUEUES=" + strings.Join(queues, ","),
+		"BATON_ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints(), ","),
+		"BATON_TEMPORAL_ADDRESS=" + temporalServer.HostPort(), "BATON_TEMPORAL_NAMESPACE=" + temporalServer.Namespace(),
+		"BATON_REDIS_ADDR=" + rs.Addr(),
+		"BATON_ELECTION_TTL=" + ttl.String(), "BATON_HEARTBEAT_INTERVAL=250ms",
+		"BATON_RECONCILE_INTERVAL=1s", "BATON_RECONCILE_STALE_AFTER=1500ms",
+		"BATON_REGISTRY_HEARTBEAT_INTERVAL=250ms",
+	}
+	return c
+}
+
+func (c *cluster) start(id string) *proc {
+	p := startProc(c.t, c.bin, id, c.env)
+	c.procs[id] = p
+	return p
+}
+
+func (c *cluster) project() string { return strings.TrimPrefix(c.env[0], "BATON_PROJECT=") }
+
+// leader returns the one live process leading queue with a run, or nil; two leaders fail the test.
+func (c *cluster) leader(queue string) (*proc, baton.QueueStatus) {
+	var found *proc
+	var qs baton.QueueStatus
+	for _, p := range c.procs {
+		if p.exited() {
+			continue
+		}
+		if s, ok := p.leads(queue); ok {
+			if found != nil {
+				c.t.Fatalf("queue %s led by %s (token %d) and %s (token %d)", queue, found.id, qs.Token, p.id, s.Token)
+			}
+			found, qs = p, s
+		}
+	}
+	return found, qs
+}
+
+func (c *cluster) waitLeader(queue string, d time.Duration, not *proc) (*proc, baton.QueueStatus) {
+	deadline := time.Now().Add(d)
+	for {
+		p, qs := c.leader(queue)
+		if p != nil && p != not {
+			return p, qs
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("queue %s: no new leader within %v", queue, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// openRuns counts the open runs of the queue's dispatcher as Temporal visibility shows them,
+// waiting up to 10 s for it to settle on want.
+func (c *cluster) openRuns(queue string, want int) int {
+	id, _ := takeover.WorkflowID(c.project(), queue)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := c.tc.ListWorkflow(c.t.Context(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'Running'", id)})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		n := len(resp.GetExecutions())
+		if n == want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *cluster) runStatus(queue, runID string) enumspb.WorkflowExecutionStatus {
+	id, _ := takeover.WorkflowID(c.project(), queue)
+	resp, err := c.tc.DescribeWorkflowExecution(c.t.Context(), id, runID)
+	if err != nil {
+		c.t.Fatalf("describe %s/%s: %v", id, runID, err)
+	}
+	return resp.GetWorkflowExecutionInfo().GetStatus()
+}
+
+func (c *cluster) checkOneDispatcherPerQueue() {
+	for _, q := range c.queues {
+		p, qs := c.waitLeader(q, takeoverSLA, nil)
+		if n := c.openRuns(q, 1); n != 1 {
+			c.t.Fatalf("queue %s: %d open dispatcher runs, want 1 (leader %s run %s)", q, n, p.id, qs.RunID)
+		}
+		if st := c.runStatus(q, qs.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			c.t.Fatalf("queue %s: leader's run %s is %v", q, qs.RunID, st)
+		}
+	}
+}
+
+// Three demo-worker processes over two queues; the leader of q1 is SIGKILLed, SIGSTOPped past the
+// TTL and resumed, and SIGTERMed. After each: one leader and one open dispatcher per queue, the
+// takeover within the SLA, the resumed process never acting for its old term.
+func TestProcessFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real worker processes")
+	}
+	c := newCluster(t, "q1", "q2")
+	for i := 1; i <= 3; i++ {
+		c.start(fmt.Sprintf("w%d-0", i))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, p := range c.procs {
+		for !p.ready() {
+			if time.Now().After(deadline) || p.exited() {
+				t.Fatalf("%s never became ready (exit %v)", p.id, p.exited())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	c.checkOneDispatcherPerQueue()
+
+	t.Run("SIGKILL", func(t *testing.T) {
+		old, oldQS := c.waitLeader("q1", takeoverSLA, nil)
+		killed := time.Now()
+		old.signal(syscall.SIGKILL)
+		<-old.done
+		next, qs := c.waitLeader("q1", takeoverSLA, old)
+		t.Logf("SIGKILL of %s: %s leads q1 (token %d) %v later (TTL %v)", old.id, next.id, qs.Token, time.Since(killed).Round(time.Millisecond), ttl)
+		if qs.Token <= oldQS.Token {
+			t.Fatalf("successor token %d not above %d", qs.Token, oldQS.Token)
+		}
+		if st := c.runStatus("q1", oldQS.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+			t.Fatalf("killed owner's run is %v", st)
+		}
+		c.checkOneDispatcherPerQueue()
+		c.gen++
+		c.start(fmt.Sprintf("%s-%d", strings.Split(old.id, "-")[0], c.gen))
+	})
+
+	t.Run("SIGSTOP past the TTL, then SIGCONT", func(t *testing.T) {
+		old, oldQS := c.waitLeader("q1", takeoverSLA, nil)
+		paused := time.Now()
+		old.signal(syscall.SIGSTOP)
+		next, qs := c.waitLeader("q1", takeoverSLA, old)
+		t.Logf("SIGSTOP of %s: %s leads q1 (token %d) %v later", old.id, next.id, qs.Token, time.Since(paused).Round(time.Millisecond))
+		if d := time.Since(paused); d < ttl {
+			time.Sleep(ttl - d)
+		}
+		time.Sleep(time.Second) // paused well past the TTL
+		resumed := time.Now()
+		old.signal(syscall.SIGCONT)
+		// For a while after it resumes, the old owner must not act for its old term.
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if s, ok := old.leads("q1"); ok && s.Token == oldQS.Token {
+				t.Fatalf("%s acts as leader of q1 for its old term %d after SIGCONT", old.id, oldQS.Token)
+			}
+			c.leader("q1") // fails on two leaders
+		}
+		if st := c.runStatus("q1", qs.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			t.Fatalf("successor's run is %v after the old owner resumed", st)
+		}
+		for _, m := range old.logged("dispatcher taken over", resumed) {
+			if tok, _ := m["token"].(float64); int64(tok) == oldQS.Token {
+				t.Fatalf("resumed process took over for its old term: %v", m)
+			}
+		}
+		for _, m := range old.logged("prior dispatcher run terminated", resumed) {
+			if tok, _ := m["token"].(float64); int64(tok) <= oldQS.Token {
+				t.Fatalf("resumed process terminated a run for its old term: %v", m)
+			}
+		}
+		id, _ := takeover.WorkflowID(c.project(), "q1")
+		entry, err := c.rdb.HGetAll(t.Context(), heartbeat.DefaultPrefix+id).Result()
+		if err != nil || entry[heartbeat.FieldToken] != fmt.Sprint(qs.Token) || entry[heartbeat.FieldRunID] != qs.RunID {
+			t.Fatalf("heartbeat entry after the old owner resumed: %v (%v), want the successor's token %d and run %s", entry, err, qs.Token, qs.RunID)
+		}
+		if ended := old.logged("leadership ended", paused); len(ended) == 0 {
+			t.Fatalf("%s never logged the end of its term", old.id)
+		}
+		c.checkOneDispatcherPerQueue()
+	})
+
+	t.Run("SIGTERM", func(t *testing.T) {
+		old, oldQS := c.waitLeader("q1", takeoverSLA, nil)
+		stopped := time.Now()
+		old.signal(syscall.SIGTERM)
+		next, qs := c.waitLeader("q1", takeoverSLA, old)
+		handover := time.Since(stopped)
+		t.Logf("SIGTERM of %s: %s leads q1 (token %d) %v later", old.id, next.id, qs.Token, handover.Round(time.Millisecond))
+		select {
+		case <-old.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not exit after SIGTERM", old.id)
+		}
+		if old.code != 0 {
+			t.Fatalf("%s exited %d after SIGTERM, want 0", old.id, old.code)
+		}
+		if handover > ttl {
+			t.Fatalf("graceful handover took %v, longer than the TTL (%v): the term was not resigned", handover, ttl)
+		}
+		if st := c.runStatus("q1", oldQS.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+			t.Fatalf("stepped-down owner's run is %v", st)
+		}
+		c.checkOneDispatcherPerQueue()
+	})
+}

@@ -1,0 +1,47 @@
+// Package workerproc reads the HTTP endpoints of a running demo-worker process, for the demo and the
+// end-to-end tests.
+package workerproc
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/baton-run/baton"
+)
+
+var httpClient = &http.Client{Timeout: time.Second}
+
+// Status reads /status at addr (host:port); false while the process cannot answer.
+func Status(addr string) (baton.Status, bool) {
+	resp, err := httpClient.Get("http://" + addr + "/status")
+	if err != nil {
+		return baton.Status{}, false
+	}
+	defer resp.Body.Close()
+	var st baton.Status
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return baton.Status{}, false
+	}
+	return st, true
+}
+
+// Ready reports whether /readyz at addr answers 200.
+func Ready(addr string) bool {
+	resp, err := httpClient.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Leading returns the queue's status when the process leads it with a dispatcher run.
+func Leading(st baton.Status, queue string) (baton.QueueStatus, bool) {
+	for _, q := range st.Queues {
+		if q.Queue == queue && q.Leading && q.RunID != "" {
+			return q, true
+		}
+	}
+	return baton.QueueStatus{}, false
+}
