@@ -208,7 +208,8 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		return abandon(err)
 	}
 	e.wg.Go(func() { t.watch(resp.Header.Revision + 1) })
-	t.log.Info("leadership started")
+	// wall_ns lets a drill that runs every process on one host compare terms across processes.
+	t.log.Info("leadership started", zap.Int64("wall_ns", t.started.UnixNano()))
 	return t, nil
 }
 

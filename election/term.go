@@ -145,7 +145,8 @@ func (t *Term) end(cause error) {
 		t.cancel(cause)
 		t.session.removeTerm(t)
 		t.elector.release(t.project, t.queue)
-		t.log.Info("leadership ended", zap.Error(cause), zap.Duration("held", t.endedAt.Sub(t.started)))
+		t.log.Info("leadership ended", zap.Error(cause), zap.Duration("held", t.endedAt.Sub(t.started)),
+			zap.Int64("wall_ns", t.endedAt.UnixNano()), zap.Int64("started_wall_ns", t.started.UnixNano()))
 	})
 }
 
