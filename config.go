@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/internal/names"
@@ -49,6 +50,10 @@ type Config struct {
 
 	// Election tunes the queue elections (Prefix default "/baton/election", TTL default 10s, ...).
 	Election election.Config
+	// Balance spreads queue leadership over the workers (see package balance): a worker at its fair
+	// share stops standing for more queues, and one above 1.25 × its share hands queues over.
+	// Project, ServerID and Queues are the Node's.
+	Balance balance.Config
 	// Takeover tunes the dispatcher takeover (workflow type, task queue, start mode, step-down policy).
 	Takeover takeover.Config
 	// Heartbeat tunes the owner's dispatcher heartbeats (interval default 10s; key TTL default the
@@ -209,6 +214,11 @@ func (c Config) Validate() error {
 		return bad("MaxConcurrency", "must be at least 1, got %d", c.MaxConcurrency)
 	}
 	if err := sub("Election", c.Election.Validate()); err != nil {
+		return err
+	}
+	bal := c.Balance
+	bal.Project, bal.ServerID, bal.Queues = c.Project, c.ServerID, c.Queues
+	if err := sub("Balance", bal.Validate()); err != nil {
 		return err
 	}
 	if err := sub("Takeover", c.Takeover.Validate()); err != nil {

@@ -66,6 +66,15 @@ var envVars = []envVar{
 	}},
 	{"BATON_RECONCILE_DISABLED", "DisableReconciler", boolVar(func(c *Config) *bool { return &c.DisableReconciler })},
 	{"BATON_RECONCILER_ELECTION_PREFIX", "ReconcilerElectionPrefix", func(c *Config, v string) error { c.ReconcilerElectionPrefix = v; return nil }},
+	{"BATON_BALANCE_DISABLED", "Balance.Disabled", boolVar(func(c *Config) *bool { return &c.Balance.Disabled })},
+	{"BATON_BALANCE_SHED_ABOVE", "Balance.ShedAbove", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("must be a number (a multiple of the fair share), got %s", names.Quote(v))
+		}
+		c.Balance.ShedAbove = f
+		return nil
+	}},
 	{"BATON_REGISTRY_PREFIX", "Registry.Prefix", func(c *Config, v string) error { c.Registry.Prefix = v; return nil }},
 	{"BATON_REGISTRY_HEARTBEAT_INTERVAL", "Registry.HeartbeatInterval", durVar(func(c *Config) *time.Duration { return &c.Registry.HeartbeatInterval })},
 	{"BATON_REGISTRY_EVICT_AFTER", "Registry.EvictAfter", durVar(func(c *Config) *time.Duration { return &c.Registry.EvictAfter })},

@@ -52,7 +52,7 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 		for q, s := range n.state {
 			attrs := metric.WithAttributes(m.project, attribute.String("queue", q))
 			var leading, owned int64
-			if s.term != nil && s.term.Err() == nil {
+			if s.term != nil && s.term.Check() == nil {
 				leading = 1
 				if s.run.RunID != "" {
 					owned = 1

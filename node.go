@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
@@ -38,6 +39,7 @@ type Node struct {
 	log      *zap.Logger
 	etcd     *clientv3.Client
 	queues   *election.Elector
+	balance  *balance.Runner
 	recEl    *election.Elector
 	takeover *takeover.Manager
 	hb       *heartbeat.Writer
@@ -72,6 +74,14 @@ func New(cfg Config, etcd *clientv3.Client, temporal client.Client, rdb redis.Un
 		log: cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID))}
 	var err error
 	if n.queues, err = election.New(etcd, cfg.Election); err != nil {
+		return nil, err
+	}
+	bcfg := cfg.Balance
+	bcfg.Project, bcfg.ServerID, bcfg.Queues = cfg.Project, cfg.ServerID, cfg.Queues
+	if bcfg.Logger == nil {
+		bcfg.Logger = cfg.Logger
+	}
+	if n.balance, err = balance.New(n.queues, etcd, bcfg); err != nil {
 		return nil, err
 	}
 	if n.takeover, err = takeover.New(temporal, cfg.Takeover); err != nil {
@@ -124,9 +134,11 @@ func (n *Node) Start(ctx context.Context) error {
 	n.started = true
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
-	for _, q := range n.cfg.Queues {
-		n.wg.Go(func() { n.campaign(runCtx, q) })
-	}
+	n.wg.Go(func() {
+		if err := n.balance.Run(runCtx, n.callbacks(runCtx)); err != nil {
+			n.log.Error("queue elections stopped", zap.Error(err))
+		}
+	})
 	if n.rec != nil {
 		n.wg.Go(func() {
 			if err := n.rec.Run(runCtx, n.recEl); err != nil {
@@ -185,26 +197,25 @@ func (n *Node) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// campaign runs the election of one queue until ctx ends.
-func (n *Node) campaign(ctx context.Context, queue string) {
-	err := n.queues.Run(ctx, n.cfg.Project, queue, n.cfg.ServerID, election.Callbacks{
-		OnElected: func(tctx context.Context, term *election.Term) error { return n.lead(tctx, queue, term) },
-		OnResign:  func(rctx context.Context, term *election.Term) { n.handOver(rctx, queue, term) },
-		OnStepDown: func(term *election.Term, cause error) {
-			n.metrics.stepDown(ctx, queue, cause)
-			n.update(queue, func(s *queueState) {
-				if s.term == term {
-					s.term, s.run, s.since = nil, takeover.Run{}, time.Time{}
-				}
-				s.lastCause = cause
-			})
-		},
-		OnNewLeader: func(l election.Leader) {
-			n.update(queue, func(s *queueState) { s.leader = l })
-		},
-	})
-	if err != nil {
-		n.log.Error("queue election stopped", zap.String("queue", queue), zap.Error(err))
+// callbacks returns each queue's election callbacks.
+func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callbacks {
+	return func(queue string) election.Callbacks {
+		return election.Callbacks{
+			OnElected: func(tctx context.Context, term *election.Term) error { return n.lead(tctx, queue, term) },
+			OnResign:  func(rctx context.Context, term *election.Term) { n.handOver(rctx, queue, term) },
+			OnStepDown: func(term *election.Term, cause error) {
+				n.metrics.stepDown(ctx, queue, cause)
+				n.update(queue, func(s *queueState) {
+					if s.term == term {
+						s.term, s.run, s.since = nil, takeover.Run{}, time.Time{}
+					}
+					s.lastCause = cause
+				})
+			},
+			OnNewLeader: func(l election.Leader) {
+				n.update(queue, func(s *queueState) { s.leader = l })
+			},
+		}
 	}
 }
 

@@ -39,6 +39,7 @@ type Status struct {
 	// SessionValidUntil is when this process's queue terms end unless a keepalive succeeds; zero
 	// without a live session.
 	SessionValidUntil time.Time        `json:"session_valid_until,omitzero"`
+	Balance           BalanceStatus    `json:"balance"`
 	Reconciler        ReconcilerStatus `json:"reconciler"`
 	Worker            WorkerStatus     `json:"worker"`
 }
@@ -64,6 +65,13 @@ type QueueStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// LastStepDown is why this process's last term of the queue ended.
 	LastStepDown string `json:"last_step_down,omitempty"`
+}
+
+// BalanceStatus is this worker's share of the leadership.
+type BalanceStatus struct {
+	Leading   int `json:"leading"`
+	FairShare int `json:"fair_share"`
+	Workers   int `json:"workers"`
 }
 
 // ReconcilerStatus is the last reconcile cycle this process ran.
@@ -93,13 +101,14 @@ func (n *Node) Status() Status {
 		s := n.state[q]
 		qs := QueueStatus{Queue: q, Leader: s.leader.ID, LeaderToken: s.leader.Token, Takeovers: s.takeovers,
 			LastError: errString(s.lastErr), LastStepDown: errString(s.lastCause)}
-		if s.term != nil && s.term.Err() == nil {
+		if s.term != nil && s.term.Check() == nil {
 			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.since
 			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
 		}
 		st.Queues = append(st.Queues, qs)
 	}
 	sort.Slice(st.Queues, func(i, j int) bool { return st.Queues[i].Queue < st.Queues[j].Queue })
+	st.Balance = BalanceStatus{Leading: n.balance.Leading(), FairShare: n.balance.FairShare(), Workers: n.balance.Workers()}
 	if n.rec != nil {
 		st.Reconciler.Enabled = true
 		if last, runs, ok := n.rec.Last(); ok {
@@ -149,18 +158,23 @@ var (
 	ErrWedgedLeader = errors.New("baton: leading past the lease deadline")
 )
 
-// Live is the liveness check: it fails only when this process still holds a term whose lease
-// deadline has passed, the one state a restart must end.
+// wedgedAfter is how long past its deadline a term may take to end before the process counts as
+// wedged: the watchdog ends terms at the deadline, so anything longer means it cannot run.
+const wedgedAfter = time.Second
+
+// Live is the liveness check: it fails only when this process still holds a term more than a second
+// past the instant its watchdog should have ended it, the one state a restart must end.
 func (n *Node) Live() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	now := time.Now()
 	for _, q := range n.cfg.Queues {
 		t := n.state[q].term
 		if t == nil || t.Err() != nil {
 			continue
 		}
-		if err := t.Check(); err != nil {
-			return fmt.Errorf("%w: queue %s: %w", ErrWedgedLeader, q, err)
+		if until := t.ValidUntil(); now.After(until.Add(wedgedAfter)) {
+			return fmt.Errorf("%w: queue %s: term %d still alive %v after its deadline", ErrWedgedLeader, q, t.Token(), now.Sub(until).Round(time.Millisecond))
 		}
 	}
 	return nil

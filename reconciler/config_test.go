@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -61,5 +62,21 @@ func TestJitterBounds(t *testing.T) {
 func TestNewRejectsMissingClients(t *testing.T) {
 	if _, err := New(Config{Project: "p", ServerID: "s"}, nil, nil, nil); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("New(nil...) = %v", err)
+	}
+}
+
+// A report with an error survives a JSON round trip (operators read it from /status).
+func TestReportJSON(t *testing.T) {
+	in := Report{Token: 7, Stale: 2, Err: ErrNotLeader, Error: ErrNotLeader.Error()}
+	data, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Report
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("unmarshal %s: %v", data, err)
+	}
+	if out.Token != 7 || out.Stale != 2 || out.Error != ErrNotLeader.Error() {
+		t.Fatalf("round trip %s -> %+v", data, out)
 	}
 }

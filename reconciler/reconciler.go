@@ -60,32 +60,36 @@ return 0
 
 // Report is what one reconcile cycle saw and did.
 type Report struct {
-	Started  time.Time
-	Duration time.Duration
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
 	// ServerID and Token identify the reconciler leader that ran the cycle.
-	ServerID string
-	Token    int64
+	ServerID string `json:"server_id"`
+	Token    int64  `json:"token"`
 	// Scanned counts the heartbeat keys seen, of every project.
-	Scanned int
+	Scanned int `json:"scanned"`
 	// Active and Stale count the project's well-formed entries by age at the cycle's Redis time.
-	Active, Stale int
+	Active int `json:"active"`
+	Stale  int `json:"stale"`
 	// Protected counts stale entries left alone because their queue has a live leader with the same or
 	// a newer fencing token: that leader's heartbeat or takeover deals with them.
-	Protected int
+	Protected int `json:"protected"`
 	// Terminated counts stale runs ended (already closed included); Deleted the keys removed after;
 	// Refreshed the stale entries that were written again before their delete and were kept.
-	Terminated, Deleted, Refreshed int
+	Terminated int `json:"terminated"`
+	Deleted    int `json:"deleted"`
+	Refreshed  int `json:"refreshed"`
 	// Malformed counts entries that could not be decoded; they are also cleanup errors.
-	Malformed int
+	Malformed int `json:"malformed"`
 	// CleanupErrors counts entries whose cleanup failed (and malformed ones); they are tried again next
 	// cycle.
-	CleanupErrors int
+	CleanupErrors int `json:"cleanup_errors"`
 	// RedisCalls counts round trips to Redis (a pipeline is one).
-	RedisCalls int
+	RedisCalls int `json:"redis_calls"`
 	// RedisTime is the Redis server time the entries' ages were judged at.
-	RedisTime time.Time
-	// Err is why the cycle stopped early, if it did.
-	Err error
+	RedisTime time.Time `json:"redis_time,omitzero"`
+	// Err is why the cycle stopped early, if it did; Error is its text, for JSON.
+	Err   error  `json:"-"`
+	Error string `json:"error,omitempty"`
 }
 
 // Reconciler removes what crashed dispatcher owners left behind: their runs and heartbeat entries.
@@ -186,6 +190,9 @@ func (r *Reconciler) Cycle(ctx context.Context, term Term) (Report, error) {
 	}
 	rep.Duration = r.cfg.Clock.Now().Sub(rep.Started)
 	rep.Err = err
+	if err != nil {
+		rep.Error = err.Error()
+	}
 	result := "ok"
 	switch {
 	case errors.Is(err, ErrNotLeader):

@@ -1,0 +1,60 @@
+package balance
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Project: "p", ServerID: "s", Queues: []string{"a", "b"}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	if c := ok.withDefaults(); c.ShedAbove != 1.25 || c.ShedInterval != 20*time.Millisecond {
+		t.Fatalf("defaults %+v", c)
+	}
+	with := func(f func(*Config)) Config { c := ok; c.Queues = append([]string(nil), ok.Queues...); f(&c); return c }
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"no project", with(func(c *Config) { c.Project = "" }), "Project"},
+		{"no server", with(func(c *Config) { c.ServerID = "" }), "ServerID"},
+		{"no queues", with(func(c *Config) { c.Queues = nil }), "Queues"},
+		{"bad queue", with(func(c *Config) { c.Queues[1] = "a/b" }), "Queues[1]"},
+		{"duplicate queue", with(func(c *Config) { c.Queues[1] = "a" }), "Queues[1]"},
+		{"shed below one", with(func(c *Config) { c.ShedAbove = 0.5 }), "ShedAbove"},
+		{"negative interval", with(func(c *Config) { c.ShedInterval = -1 }), "ShedInterval"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// The view counts workers by server ID across keys and tells whether others stand for a queue.
+func TestView(t *testing.T) {
+	v := newView("/e/p/", []string{"a", "b"})
+	v.apply("/e/p/a/1", "w1", false)
+	v.apply("/e/p/a/2", "w2", false)
+	v.apply("/e/p/b/1", "w1", false)
+	v.apply("/e/p/c/9", "w9", false)     // not one of our queues
+	v.apply("/e/other/a/3", "w3", false) // another project
+	if v.workers() != 2 || !v.othersStand("a", "w1") || v.othersStand("b", "w1") {
+		t.Fatalf("workers %d, others on a %v, on b %v", v.workers(), v.othersStand("a", "w1"), v.othersStand("b", "w1"))
+	}
+	v.apply("/e/p/a/2", "", true)
+	if v.workers() != 1 || v.othersStand("a", "w1") {
+		t.Fatalf("after delete: workers %d, others on a %v", v.workers(), v.othersStand("a", "w1"))
+	}
+}

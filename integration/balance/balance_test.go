@@ -1,0 +1,188 @@
+package balance_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/baton-run/baton/balance"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/etcdtest"
+)
+
+func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+
+// worker is one process: its own client, Elector and Runner, leading some queues.
+type worker struct {
+	id     string
+	runner *balance.Runner
+	stop   func()
+
+	mu      sync.Mutex
+	leading map[string]int64
+}
+
+type fleet struct {
+	t       *testing.T
+	cluster *etcdtest.Cluster
+	queues  []string
+	shed    float64
+	disable bool
+
+	mu      sync.Mutex
+	workers []*worker
+	// terms records, per queue, every ended term as [start, end] on the process's monotonic clock.
+	terms map[string][][2]time.Time
+}
+
+func (f *fleet) start(id string) *worker {
+	t := f.t
+	cli := etcdtest.Client(t, f.cluster)
+	el, err := election.New(cli, election.Config{TTL: 2 * time.Second, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := balance.New(el, cli, balance.Config{Project: "p", ServerID: id, Queues: f.queues, ShedAbove: f.shed, Disabled: f.disable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{id: id, runner: r, leading: map[string]int64{}}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = r.Run(ctx, func(string) election.Callbacks {
+			return election.Callbacks{
+				OnElected: func(ctx context.Context, term *election.Term) error {
+					w.mu.Lock()
+					w.leading[term.Queue()] = term.Token()
+					w.mu.Unlock()
+					<-ctx.Done()
+					w.mu.Lock()
+					delete(w.leading, term.Queue())
+					w.mu.Unlock()
+					ended, _ := term.Ended()
+					f.mu.Lock()
+					f.terms[term.Queue()] = append(f.terms[term.Queue()], [2]time.Time{term.Started(), ended})
+					f.mu.Unlock()
+					return nil
+				},
+			}
+		})
+	})
+	w.stop = sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+		cctx, c := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
+		defer c()
+		_ = el.Close(cctx)
+	})
+	t.Cleanup(w.stop)
+	f.mu.Lock()
+	f.workers = append(f.workers, w)
+	f.mu.Unlock()
+	return w
+}
+
+func (w *worker) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.leading)
+}
+
+// settle waits until every queue is led by exactly one live worker and no live worker leads more than
+// limit, and returns the per-worker counts.
+func (f *fleet) settle(live []*worker, limit int, d time.Duration) []int {
+	f.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		counts := make([]int, len(live))
+		total := 0
+		for i, w := range live {
+			counts[i] = w.count()
+			total += counts[i]
+		}
+		f.checkNoOverlap()
+		if total == len(f.queues) && slicesMax(counts) <= limit {
+			return counts
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("not settled within %v: %d of %d queues led, counts %v (limit %d)", d, total, len(f.queues), counts, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkNoOverlap fails when two ended terms of a queue overlap: a successor's term must start after
+// its predecessor's ended.
+func (f *fleet) checkNoOverlap() {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for q, terms := range f.terms {
+		sorted := slices.Clone(terms)
+		slices.SortFunc(sorted, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+		for i := 1; i < len(sorted); i++ {
+			if sorted[i][0].Before(sorted[i-1][1]) {
+				f.t.Fatalf("queue %s: a term started at %v before its predecessor's ended at %v", q, sorted[i][0], sorted[i-1][1])
+			}
+		}
+	}
+}
+
+func slicesMax(s []int) int {
+	m := 0
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
+}
+
+// 5 workers over 200 queues, started one after another: once settled, none leads more than 2× its
+// fair share, every queue is led, and never by two workers at once; the same after a rolling restart.
+func TestLeadershipIsBalanced(t *testing.T) {
+	const n, queues = 5, 200
+	f := &fleet{t: t, cluster: etcdtest.Start(t, etcdtest.Options{}), terms: map[string][][2]time.Time{}}
+	for i := range queues {
+		f.queues = append(f.queues, fmt.Sprintf("q%03d", i))
+	}
+	fair := queues / n
+	var live []*worker
+	for i := range n {
+		live = append(live, f.start(fmt.Sprintf("w%d", i)))
+		time.Sleep(100 * time.Millisecond) // staggered: the first would take everything
+	}
+	// Shedding settles at ShedAbove (1.25) × fair share, well inside the 2× bound.
+	limit := (fair*5 + 3) / 4
+	counts := f.settle(live, limit, 60*time.Second)
+	t.Logf("after start-up: %v (fair share %d)", counts, fair)
+	for i := range n {
+		live[i].stop()
+		live[i] = f.start(fmt.Sprintf("w%d-r", i))
+		f.settle(live, 2*fair, 60*time.Second)
+	}
+	counts = f.settle(live, limit, 60*time.Second)
+	t.Logf("after a rolling restart: %v (fair share %d)", counts, fair)
+}
+
+// Without balancing the first worker leads everything: the baseline the mechanism is measured against.
+func TestWithoutBalancingTheFirstTakesAll(t *testing.T) {
+	f := &fleet{t: t, cluster: etcdtest.Start(t, etcdtest.Options{}), terms: map[string][][2]time.Time{}, disable: true}
+	for i := range 50 {
+		f.queues = append(f.queues, fmt.Sprintf("q%03d", i))
+	}
+	var live []*worker
+	for i := range 3 {
+		live = append(live, f.start(fmt.Sprintf("w%d", i)))
+		time.Sleep(200 * time.Millisecond)
+	}
+	counts := f.settle(live, 50, 30*time.Second)
+	if counts[0] != 50 {
+		t.Fatalf("counts %v: expected the first worker to lead all 50 without balancing", counts)
+	}
+}
