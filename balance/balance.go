@@ -232,7 +232,7 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 				// Shedding is paced: look again when the next handover is allowed.
 				retry = time.After(r.cfg.ShedInterval)
 			}
-		} else if !r.mayStand(queue) {
+		} else if r.shouldWithdraw(queue) {
 			stop()
 			return <-done
 		}
@@ -263,9 +263,19 @@ func (r *Runner) isHeld(queue string) bool {
 	return r.held[queue]
 }
 
-// mayStand: below the fair share, or nobody else stands for the queue.
+// mayStand: below the fair share, or nobody stands for the queue (it must not stay without a leader).
 func (r *Runner) mayStand(queue string) bool {
-	return r.Leading() < r.FairShare() || !r.view.othersStand(queue, r.cfg.ServerID)
+	return r.Leading() < r.FairShare() || r.view.leader(queue) == ""
+}
+
+// shouldWithdraw: a candidate in line at or above its fair share steps out, but only behind another
+// worker's leader, so that two candidates never step out of a queue together and leave it empty.
+func (r *Runner) shouldWithdraw(queue string) bool {
+	if r.Leading() < r.FairShare() {
+		return false
+	}
+	l := r.view.leader(queue)
+	return l != "" && l != r.cfg.ServerID
 }
 
 func (r *Runner) overShare() bool {
@@ -295,16 +305,22 @@ type view struct {
 	queues map[string]bool
 
 	mu    sync.Mutex
-	cands map[string]map[string]string // queue -> candidate key -> server ID
-	ids   map[string]int               // server ID -> candidate keys
-	ch    chan struct{}                // closed and replaced on every announced change
-	dirty chan struct{}                // a change waits to be announced
+	cands map[string]map[string]cand // queue -> candidate key -> who, since when
+	ids   map[string]int             // server ID -> candidate keys
+	ch    chan struct{}              // closed and replaced on every announced change
+	dirty chan struct{}              // a change waits to be announced
 }
 
 const notifyEvery = 5 * time.Millisecond
 
+// cand is one candidate key: its server ID and create revision (the oldest key leads).
+type cand struct {
+	id  string
+	rev int64
+}
+
 func newView(prefix string, queues []string) *view {
-	v := &view{prefix: prefix, queues: map[string]bool{}, cands: map[string]map[string]string{},
+	v := &view{prefix: prefix, queues: map[string]bool{}, cands: map[string]map[string]cand{},
 		ids: map[string]int{}, ch: make(chan struct{}), dirty: make(chan struct{}, 1)}
 	for _, q := range queues {
 		v.queues[q] = true
@@ -353,16 +369,30 @@ func (v *view) workers() int {
 func (v *view) othersStand(queue, self string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for _, id := range v.cands[queue] {
-		if id != self {
+	for _, c := range v.cands[queue] {
+		if c.id != self {
 			return true
 		}
 	}
 	return false
 }
 
+// leader returns the server ID of the queue's oldest candidate key, the one etcd lets lead; "" when
+// nobody stands.
+func (v *view) leader(queue string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var best cand
+	for _, c := range v.cands[queue] {
+		if best.id == "" || c.rev < best.rev {
+			best = c
+		}
+	}
+	return best.id
+}
+
 // apply records one key; the caller holds mu.
-func (v *view) apply(key, value string, deleted bool) {
+func (v *view) apply(key, value string, rev int64, deleted bool) {
 	rest, ok := strings.CutPrefix(key, v.prefix)
 	if !ok {
 		return
@@ -373,8 +403,8 @@ func (v *view) apply(key, value string, deleted bool) {
 	}
 	c := v.cands[queue]
 	if old, ok := c[key]; ok {
-		if v.ids[old]--; v.ids[old] <= 0 {
-			delete(v.ids, old)
+		if v.ids[old.id]--; v.ids[old.id] <= 0 {
+			delete(v.ids, old.id)
 		}
 		delete(c, key)
 	}
@@ -382,10 +412,10 @@ func (v *view) apply(key, value string, deleted bool) {
 		return
 	}
 	if c == nil {
-		c = map[string]string{}
+		c = map[string]cand{}
 		v.cands[queue] = c
 	}
-	c[key] = value
+	c[key] = cand{id: value, rev: rev}
 	v.ids[value]++
 }
 
@@ -405,9 +435,9 @@ func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.D
 		}
 		backoff = 50 * time.Millisecond
 		v.mu.Lock()
-		v.cands, v.ids = map[string]map[string]string{}, map[string]int{}
+		v.cands, v.ids = map[string]map[string]cand{}, map[string]int{}
 		for _, kv := range resp.Kvs {
-			v.apply(string(kv.Key), string(kv.Value), false)
+			v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
 		}
 		v.mu.Unlock()
 		v.poke()
@@ -422,7 +452,7 @@ func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.D
 			}
 			v.mu.Lock()
 			for _, ev := range wr.Events {
-				v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Type == clientv3.EventTypeDelete)
+				v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)
 			}
 			v.mu.Unlock()
 			v.poke()

@@ -36,6 +36,9 @@ type options struct {
 	reconcileRounds int
 	naiveRounds     int
 	workers         int
+
+	scaleQueues, scaleWorkers int
+	scaleTTL, scaleRest       time.Duration
 }
 
 func run() error {
@@ -49,6 +52,10 @@ func run() error {
 	flag.IntVar(&o.reconcileRounds, "reconcile-rounds", 10, "reconcile cycles measured")
 	flag.IntVar(&o.naiveRounds, "naive-rounds", 3, "naive KEYS + HGETALL cycles measured (slow)")
 	flag.IntVar(&o.workers, "workers", 10_000, "registered workers heartbeating in the registry figure")
+	flag.IntVar(&o.scaleQueues, "scale-queues", 1000, "queues of the scale figures")
+	flag.IntVar(&o.scaleWorkers, "scale-workers", 5, "workers of the scale figures")
+	flag.DurationVar(&o.scaleTTL, "scale-ttl", 3*time.Second, "lease TTL of the scale figures")
+	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
@@ -74,6 +81,7 @@ func run() error {
 		{"takeover", one(benchTakeover)},
 		{"reconcile", benchReconcile},
 		{"registry", benchRegistry},
+		{"scale", benchScale},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue
