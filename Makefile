@@ -5,21 +5,21 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 RACE_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: test unit integration lint bench demo tools deps
+.PHONY: test unit integration lint bench demo tools deps compose-up compose-drill compose-down
 
 # Debian packages the integration tests, the benchmarks and the demo start for real. apt-get runs only
 # for what is missing (root, or sudo without a password).
-APT_PACKAGES := redis-server
+APT_PACKAGES := redis-server prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 
 ## deps: install the servers that are started natively (redis-server) when they are missing.
 deps:
-	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null 2>&1 || [ -x /usr/bin/$$p ] || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(APT_PACKAGES); do b=$$p; [ $$p = prometheus ] && b=promtool; command -v $$b >/dev/null 2>&1 || [ -x /usr/bin/$$b ] || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null && \
-		for p in $$missing; do $(SUDO) systemctl disable --now $$p >/dev/null 2>&1 || true; done; \
+		for p in $$missing; do ($(SUDO) systemctl disable --now $$p || $(SUDO) service $$p stop) >/dev/null 2>&1 || true; done; \
 	fi
 
 ## test: unit tests of the library (race detector on), then the integration tests against real servers.
@@ -52,3 +52,15 @@ demo: deps
 	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
 	cd integration && $(GO) build -o $(DEMO_BIN)/devstack ./cmd/devstack && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo
 	$(DEMO_BIN)/demo -bin $(DEMO_BIN)
+
+## compose-up: the staging stack (3-member etcd, Temporal + Postgres, Redis, Prometheus, Grafana, 3 demo
+## workers) with docker compose; compose-drill kills (DRILL=stop: stops) the leader of QUEUE.
+compose-up:
+	docker compose up -d --build
+	@echo "Grafana http://localhost:3000  Prometheus http://localhost:9090  Temporal UI http://localhost:8233"
+
+compose-drill:
+	bash deploy/drill.sh $(or $(DRILL),kill)
+
+compose-down:
+	docker compose down -v

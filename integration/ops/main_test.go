@@ -1,0 +1,15 @@
+// Package ops_test checks Baton's operations artefacts: the Prometheus alert rules (promtool check
+// and unit tests), the Prometheus configuration and the Grafana dashboard of deploy/, the
+// docker-compose.yml staging stack, and that every metric the dashboard and the rules use is one a
+// real demo worker exports.
+package ops_test
+
+import (
+	"testing"
+
+	"github.com/baton-run/baton/integration/temporalx"
+)
+
+var temporalServer *temporalx.Server
+
+func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalServer) }

@@ -1,0 +1,398 @@
+package ops_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/registry"
+	"github.com/baton-run/baton/takeover"
+)
+
+// buildDemoWorker builds cmd/demo-worker once per test binary, in the root module (which holds its
+// dependencies), as the e2e tests do.
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildErr  error
+)
+
+func demoWorker(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := filepath.Abs(filepath.Join("..", ".."))
+		if err != nil {
+			buildErr = err
+			return
+		}
+		// Beside the test binary: go test removes its work directory afterwards (TestMain cannot
+		// clean up, temporalx.Main exits).
+		parent := ""
+		if exe, err := os.Executable(); err == nil {
+			parent = filepath.Dir(exe)
+		}
+		dir, err := os.MkdirTemp(parent, "demo-worker-")
+		if err != nil && parent != "" {
+			dir, err = os.MkdirTemp("", "baton-ops-")
+		}
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildBin = filepath.Join(dir, "demo-worker")
+		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/demo-worker")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/demo-worker: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildBin
+}
+
+// httpClient keeps no idle connections, so that no goroutine outlives the test (TestMain checks).
+var httpClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func get(addr, path string) ([]byte, bool) {
+	resp, err := httpClient.Get("http://" + addr + path)
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return b, err == nil && resp.StatusCode == http.StatusOK
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startWorker runs one demo worker with env and stops it (SIGTERM, then SIGKILL) at the end of the test.
+func startWorker(t *testing.T, bin, id, addr string, env []string) {
+	t.Helper()
+	cmd := exec.Command(bin, "run", "-server-id", id, "-http", addr)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			mu.Lock()
+			logs.Write(sc.Bytes())
+			logs.WriteByte('\n')
+			mu.Unlock()
+		}
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("%s output:\n%s", id, tail(logs.String(), 8000))
+			mu.Unlock()
+		}
+	})
+}
+
+// scrapeNames returns the metric names of a Prometheus text exposition (samples, not comments).
+func scrapeNames(body []byte) map[string]bool {
+	out := map[string]bool{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		end := strings.IndexAny(line, "{ ")
+		if end <= 0 {
+			continue
+		}
+		out[line[:end]] = true
+	}
+	return out
+}
+
+// exported reports whether name is in the scrape: as a sample name, or as the base name of a
+// histogram (name_bucket) or summary (name_count).
+func exported(names map[string]bool, name string) bool {
+	return names[name] || names[name+"_bucket"] || names[name+"_count"]
+}
+
+// familyOf maps a sample name to its metric family (histogram samples to the histogram's name).
+func familyOf(name string, names map[string]bool) string {
+	for _, suf := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suf); ok && names[base+"_bucket"] {
+			return base
+		}
+	}
+	return name
+}
+
+// usedMetrics collects the metric names of the dashboard's expressions and of the rules, recording
+// rules resolved to what they are computed from.
+func usedMetrics(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	rules := loadRules(t, root)
+	records := rules.records()
+	used := map[string][]string{} // name -> where
+	for _, e := range loadDashboard(t, root).expressions() {
+		for _, m := range metricNames(e, records) {
+			used[m] = append(used[m], "dashboard")
+		}
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			where := "rule " + r.Alert + r.Record
+			for _, m := range metricNames(r.Expr, records) {
+				used[m] = append(used[m], where)
+			}
+		}
+	}
+	return used
+}
+
+// TestMetricNamesExist starts a real demo worker against real etcd, Temporal and Redis, makes it lead
+// its queues, run reconcile cycles, evict a dead worker, clean up a stale dispatcher, meet malformed
+// entries and lose a leadership term, then checks that every metric the dashboard and the alert rules
+// use is in its /metrics, and that every Baton metric it exports is on the dashboard.
+//
+// Counters of the OpenTelemetry exporter appear only once they have been incremented, hence the events.
+func TestMetricNamesExist(t *testing.T) {
+	root := repoRoot(t)
+	used := usedMetrics(t, root)
+	if len(used) < 10 {
+		t.Fatalf("only %d metric names found in the dashboard and rules: the parser is broken", len(used))
+	}
+
+	etcd := etcdtest.Start(t, etcdtest.Options{})
+	rs := redistest.Start(t, redistest.Options{})
+	rdb := redistest.Client(t, rs)
+	ec := etcdtest.Client(t, etcd)
+	bin := demoWorker(t)
+
+	project := fmt.Sprintf("ops%d", time.Now().UnixNano()%1e9)
+	// A heartbeat prefix of this test's own: the malformed entry below must not reach other
+	// reconcilers sharing the Redis (a compose stack, when BATON_REDIS_ADDR points at one).
+	hbPrefix := "opstest:" + project + ":heartbeat:"
+	queues := []string{"orders", "refunds"}
+	env := []string{
+		"BATON_PROJECT=" + project, "BATON_QUEUES=" + strings.Join(queues, ","),
+		"BATON_ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints(), ","),
+		"BATON_TEMPORAL_ADDRESS=" + temporalServer.HostPort(), "BATON_TEMPORAL_NAMESPACE=" + temporalServer.Namespace(),
+		"BATON_REDIS_ADDR=" + rs.Addr(),
+		"BATON_HEARTBEAT_PREFIX=" + hbPrefix,
+		"BATON_ELECTION_TTL=2s", "BATON_HEARTBEAT_INTERVAL=250ms",
+		"BATON_RECONCILE_INTERVAL=1s", "BATON_RECONCILE_STALE_AFTER=1500ms",
+		"BATON_REGISTRY_HEARTBEAT_INTERVAL=250ms",
+		"BATON_LOG_LEVEL=info",
+	}
+	if pw := rs.Password(); pw != "" {
+		env = append(env, "BATON_REDIS_PASSWORD="+pw)
+	}
+	// Registered before the worker starts, so that it runs after the worker has stopped: the Redis
+	// keys of this test's project go (on a shared Redis too). Election keys go with their leases.
+	t.Cleanup(func() {
+		bg := context.Background()
+		for _, pattern := range []string{registry.DefaultPrefix + "{" + project + "}*", hbPrefix + "*"} {
+			iter := rdb.Scan(bg, 0, pattern, 100).Iterator()
+			for iter.Next(bg) {
+				_ = rdb.Del(bg, iter.Val()).Err()
+			}
+		}
+	})
+	addr := freeAddr(t)
+	startWorker(t, bin, "ops-1", addr, env)
+
+	leads := func(q string) (baton.QueueStatus, bool) {
+		b, ok := get(addr, "/status")
+		if !ok {
+			return baton.QueueStatus{}, false
+		}
+		var st baton.Status
+		if json.Unmarshal(b, &st) != nil {
+			return baton.QueueStatus{}, false
+		}
+		for _, s := range st.Queues {
+			if s.Queue == q && s.Leading && s.RunID != "" {
+				return s, true
+			}
+		}
+		return baton.QueueStatus{}, false
+	}
+	waitFor(t, 30*time.Second, "the worker leads every queue", func() bool {
+		for _, q := range queues {
+			if _, ok := leads(q); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	ctx := t.Context()
+
+	// A worker that registered and died: the leader of orders evicts it (registry evictions), and a
+	// heartbeat entry that is not a server ID (registry malformed).
+	reg, err := registry.New(rdb, registry.Config{Project: project, HeartbeatInterval: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Register(ctx, registry.Registration{ServerID: "ghost-worker", Queue: "orders", PID: 1,
+		Capabilities: []string{"dispatch"}, MaxConcurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, reg.HeartbeatKey("orders"), redis.Z{Score: 1, Member: "not a server id"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A crashed owner's heartbeat, an hour old, of a queue nobody leads: the reconciler terminates its
+	// run (already closed: it never existed) and deletes it (dispatcher terminations). And an entry
+	// Baton did not write (cleanup errors, kind malformed).
+	ghostID, err := takeover.WorkflowID(project, "ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowMs := time.Now().UnixMilli()
+	if err := rdb.HSet(ctx, hbPrefix+ghostID, map[string]any{
+		heartbeat.FieldWorkflowID: ghostID, heartbeat.FieldRunID: uuid.NewString(), heartbeat.FieldServerID: "crashed-worker",
+		heartbeat.FieldToken: "1", heartbeat.FieldProject: project, heartbeat.FieldQueue: "ghost",
+		heartbeat.FieldUpdatedMs: strconv.FormatInt(nowMs-time.Hour.Milliseconds(), 10), heartbeat.FieldVersion: "1",
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	garbage := hbPrefix + "not-a-dispatcher"
+	if err := rdb.HSet(ctx, garbage, "owner", "someone else").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The election key of refunds deleted under the leader: it steps down (key_lost), campaigns
+	// again, and its takeover terminates its own previous run by run ID (takeover terminations).
+	before, _ := leads("refunds")
+	resp, err := ec.Delete(ctx, fmt.Sprintf("/baton/election/%s/refunds/", project), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Deleted == 0 {
+		t.Fatalf("no election key under /baton/election/%s/refunds/", project)
+	}
+	waitFor(t, 30*time.Second, "refunds is taken over again after its key was deleted", func() bool {
+		s, ok := leads("refunds")
+		return ok && s.Token > before.Token && s.RunID != before.RunID
+	})
+
+	// Every name used must be exported; wait for the reconcile cycles and evictions to happen.
+	var names map[string]bool
+	var missing []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body, ok := get(addr, "/metrics")
+		if ok {
+			names = scrapeNames(body)
+			missing = missing[:0]
+			for m := range used {
+				if !exported(names, m) {
+					missing = append(missing, m)
+				}
+			}
+			if len(missing) == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(missing)
+			var b strings.Builder
+			for _, m := range missing {
+				fmt.Fprintf(&b, "\n  %s (used by %s)", m, strings.Join(slices.Compact(slices.Sorted(slices.Values(used[m]))), ", "))
+			}
+			var have []string
+			for n := range names {
+				if strings.HasPrefix(n, "baton") || strings.HasPrefix(n, "dispatcher") {
+					have = append(have, n)
+				}
+			}
+			slices.Sort(have)
+			t.Fatalf("metrics used by the dashboard or the rules but not exported by the demo worker:%s\nexported: %v", b.String(), have)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	// And the reverse: every Baton metric the worker exports has a place on the dashboard.
+	onDashboard := map[string]bool{}
+	for m, where := range used {
+		if slices.Contains(where, "dashboard") {
+			onDashboard[familyOf(m, names)] = true
+		}
+	}
+	var exportedBaton []string
+	for n := range names {
+		if strings.HasPrefix(n, "baton_") || strings.HasPrefix(n, "dispatcher_") {
+			exportedBaton = append(exportedBaton, familyOf(n, names))
+		}
+	}
+	slices.Sort(exportedBaton)
+	exportedBaton = slices.Compact(exportedBaton)
+	for _, f := range exportedBaton {
+		if !onDashboard[f] {
+			t.Errorf("the demo worker exports %s but no dashboard panel shows it", f)
+		}
+	}
+	t.Logf("%d metric names used by the dashboard and rules, all exported: %v; %d Baton metric families exported, all on the dashboard",
+		len(used), slices.Sorted(maps.Keys(used)), len(exportedBaton))
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
