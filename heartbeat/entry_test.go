@@ -2,9 +2,12 @@ package heartbeat
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-run/baton/takeover"
 )
 
 func good() map[string]string {
@@ -65,24 +68,59 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	}
 }
 
+// FuzzDecode feeds Decode arbitrary hashes and keys: it never panics; a refusal wraps ErrMalformed
+// and names the key on one line; an accepted entry is exactly what this package writes (the workflow
+// ID is the dispatcher ID of its project and queue, the key is the prefix plus that ID, the token and
+// time are positive and as stored). The seed corpus is in testdata/fuzz/FuzzDecode.
 func FuzzDecode(f *testing.F) {
-	f.Add("dispatcher-billing-orders", "run", "srv", "42", "billing", "orders", "1700000000000")
-	f.Add("", "", "", "", "", "", "")
-	f.Add("dispatcher-a-b", "r", "s", "-1", "a", "b", "x")
-	f.Fuzz(func(t *testing.T, wf, run, srv, token, project, queue, ms string) {
+	f.Add("dispatcher:heartbeat:dispatcher-billing-orders", "dispatcher-billing-orders", "run", "srv", "42", "billing", "orders", "1700000000000")
+	f.Add("", "", "", "", "", "", "", "")
+	f.Add("dispatcher:heartbeat:dispatcher-a-b", "dispatcher-a-b", "r", "s", "-1", "a", "b", "x")
+	f.Fuzz(func(t *testing.T, key, wf, run, srv, token, project, queue, ms string) {
+		// Half of the time the workflow ID and the key are the ones the names call for, so that the
+		// fuzzer reaches accepted entries and explores their other fields.
+		if id, err := takeover.WorkflowID(project, queue); err == nil && len(srv)%2 == 0 {
+			wf = id
+		}
 		m := map[string]string{FieldWorkflowID: wf, FieldRunID: run, FieldServerID: srv, FieldToken: token,
 			FieldProject: project, FieldQueue: queue, FieldUpdatedMs: ms}
-		e, err := Decode(DefaultPrefix, DefaultPrefix+wf, m)
+		if len(key)%2 == 0 {
+			key = DefaultPrefix + wf
+		}
+		e, err := Decode(DefaultPrefix, key, m)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
 			}
+			if !strings.Contains(err.Error(), "key ") || strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("error %q does not name the key on one line", err)
+			}
 			return
 		}
-		if e.Token <= 0 || e.UpdatedMs <= 0 || e.WorkflowID != wf {
-			t.Fatalf("accepted a bad entry: %+v", e)
+		want, werr := takeover.WorkflowID(project, queue)
+		switch {
+		case werr != nil || e.WorkflowID != want || e.WorkflowID != wf:
+			t.Fatalf("accepted workflow ID %q for project %q queue %q (want %q, %v)", e.WorkflowID, project, queue, want, werr)
+		case e.Key != key || key != DefaultPrefix+wf:
+			t.Fatalf("accepted key %q for workflow %q", key, wf)
+		case e.Token <= 0 || e.Token != parseInt(token):
+			t.Fatalf("accepted token %d from %q", e.Token, token)
+		case e.UpdatedMs <= 0 || e.UpdatedMs != parseInt(ms) || !e.UpdatedAt.Equal(time.UnixMilli(e.UpdatedMs)):
+			t.Fatalf("accepted time %d / %v from %q", e.UpdatedMs, e.UpdatedAt, ms)
+		case e.RunID != run || e.ServerID != srv || e.Project != project || e.Queue != queue:
+			t.Fatalf("decoded %+v from %v", e, m)
+		case run == "" || srv == "" || strings.ContainsFunc(run+srv, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+			t.Fatalf("accepted run %q server %q", run, srv)
 		}
 	})
+}
+
+func parseInt(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func TestConfigValidate(t *testing.T) {

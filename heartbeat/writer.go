@@ -28,7 +28,7 @@ type Term interface {
 
 var _ Term = (*election.Term)(nil)
 
-// MetricWrites counts heartbeat writes by result (ok, superseded, not_leader, error).
+// MetricWrites counts heartbeat writes by project, queue and result (ok, superseded, not_leader, error).
 const MetricWrites = "baton.heartbeat.writes"
 
 // beatScript writes an entry unless the stored one carries a higher token. A key of another type, or
@@ -107,7 +107,8 @@ func (w *Writer) Beat(ctx context.Context, term Term, run takeover.Run) (Entry, 
 	case err != nil:
 		result = "error"
 	}
-	w.writes.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("result", result)))
+	w.writes.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("project", run.Owner.Project),
+		attribute.String("queue", run.Owner.Queue), attribute.String("result", result)))
 	return e, err
 }
 

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,7 +22,8 @@ const (
 
 type metrics struct {
 	project       attribute.KeyValue
-	active, stale metric.Int64Gauge
+	leading       atomic.Bool  // only the reconciler leader reports the gauges
+	active, stale atomic.Int64 // as of the last successful cycle
 	terminations  metric.Int64Counter
 	cleanupErrors metric.Int64Counter
 	duration      metric.Float64Histogram
@@ -32,12 +34,23 @@ func newMetrics(mp metric.MeterProvider, project string) (*metrics, error) {
 	meter := mp.Meter("github.com/baton-run/baton/reconciler")
 	m := &metrics{project: attribute.String("project", project)}
 	var err error
-	if m.active, err = meter.Int64Gauge(MetricActive,
-		metric.WithDescription("Dispatcher heartbeats of the project that were fresh at the last reconcile cycle.")); err != nil {
+	active, err := meter.Int64ObservableGauge(MetricActive,
+		metric.WithDescription("Dispatcher heartbeats of the project that were fresh at the last reconcile cycle; reported by the reconciler leader only."))
+	if err != nil {
 		return nil, err
 	}
-	if m.stale, err = meter.Int64Gauge(MetricStale,
-		metric.WithDescription("Dispatcher heartbeats of the project that were stale at the last reconcile cycle.")); err != nil {
+	stale, err := meter.Int64ObservableGauge(MetricStale,
+		metric.WithDescription("Dispatcher heartbeats of the project that were stale at the last reconcile cycle; reported by the reconciler leader only."))
+	if err != nil {
+		return nil, err
+	}
+	if _, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if m.leading.Load() {
+			o.ObserveInt64(active, m.active.Load(), metric.WithAttributes(m.project))
+			o.ObserveInt64(stale, m.stale.Load(), metric.WithAttributes(m.project))
+		}
+		return nil
+	}, active, stale); err != nil {
 		return nil, err
 	}
 	if m.terminations, err = meter.Int64Counter(MetricTerminations,
@@ -71,8 +84,8 @@ func (m *metrics) cleanupError(ctx context.Context, kind string) {
 func (m *metrics) cycle(ctx context.Context, rep Report, result string) {
 	ctx = context.WithoutCancel(ctx)
 	if result == "ok" {
-		m.active.Record(ctx, int64(rep.Active), metric.WithAttributes(m.project))
-		m.stale.Record(ctx, int64(rep.Stale), metric.WithAttributes(m.project))
+		m.active.Store(int64(rep.Active))
+		m.stale.Store(int64(rep.Stale))
 	}
 	m.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(m.project))
 	m.cycles.Add(ctx, 1, metric.WithAttributes(m.project, attribute.String("result", result)))

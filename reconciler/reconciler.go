@@ -160,6 +160,8 @@ func (r *Reconciler) Run(ctx context.Context, el *election.Elector) error {
 	return el.Run(ctx, r.cfg.Project, ElectionQueue, r.cfg.ServerID, election.Callbacks{
 		OnElected: func(ctx context.Context, term *election.Term) error {
 			r.log.Info("reconciler leadership started", zap.Int64("token", term.Token()))
+			r.metrics.leading.Store(true)
+			defer r.metrics.leading.Store(false)
 			for {
 				_, _ = r.Cycle(ctx, term)
 				if !clock.Sleep(ctx, r.cfg.Clock, jitter(r.cfg.Interval)) {

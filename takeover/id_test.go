@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/baton-run/baton/internal/names"
 )
 
 func TestWorkflowID(t *testing.T) {
@@ -57,35 +59,65 @@ func TestWorkflowIDRejectsBadNames(t *testing.T) {
 	}
 }
 
-// FuzzWorkflowID checks that distinct valid inputs never share an ID and that every ID is bounded,
-// valid UTF-8 and stable.
+// FuzzWorkflowID checks the ID builder on arbitrary names: a name is refused exactly when the shared
+// name rules refuse it, with ErrInvalidName naming the field on one line; an accepted pair gets a
+// bounded, valid UTF-8, stable ID in the plain form when that is unambiguous and fits, otherwise the
+// plain form cut at a rune boundary plus '/' and 32 hex digits; distinct pairs never share an ID.
+// The seed corpus is in testdata/fuzz/FuzzWorkflowID.
 func FuzzWorkflowID(f *testing.F) {
 	f.Add("billing", "orders", "billing", "orders-v2")
 	f.Add("a-b", "c", "a", "b-c")
 	f.Add(strings.Repeat("p", 200), strings.Repeat("q", 200), strings.Repeat("p", 200), strings.Repeat("q", 199))
 	f.Add("ä-ö", "ü", "ä", "ö-ü")
 	f.Fuzz(func(t *testing.T, p1, q1, p2, q2 string) {
-		id1, err1 := WorkflowID(p1, q1)
-		id2, err2 := WorkflowID(p2, q2)
-		for _, c := range []struct {
-			id  string
-			err error
-		}{{id1, err1}, {id2, err2}} {
-			if c.err != nil {
-				continue
-			}
-			if len(c.id) > MaxIDLength || !utf8.ValidString(c.id) || !strings.HasPrefix(c.id, "dispatcher-") {
-				t.Fatalf("bad ID %q", c.id)
-			}
-		}
-		if err1 != nil || err2 != nil {
+		id1 := checkWorkflowID(t, p1, q1)
+		id2 := checkWorkflowID(t, p2, q2)
+		if id1 == "" || id2 == "" {
 			return
-		}
-		if again, _ := WorkflowID(p1, q1); again != id1 {
-			t.Fatalf("unstable ID for %q %q", p1, q1)
 		}
 		if (p1 != p2 || q1 != q2) && id1 == id2 {
 			t.Fatalf("(%q, %q) and (%q, %q) share %q", p1, q1, p2, q2, id1)
 		}
 	})
+}
+
+// checkWorkflowID asserts the properties of one WorkflowID call and returns the ID ("" if refused).
+func checkWorkflowID(t *testing.T, project, queue string) string {
+	t.Helper()
+	id, err := WorkflowID(project, queue)
+	perr, qerr := names.Check(project), names.Check(queue)
+	if err != nil {
+		switch {
+		case !errors.Is(err, ErrInvalidName):
+			t.Fatalf("WorkflowID(%q, %q) error %v does not wrap ErrInvalidName", project, queue, err)
+		case perr == nil && qerr == nil:
+			t.Fatalf("WorkflowID(%q, %q) refused valid names: %v", project, queue, err)
+		case perr != nil && !strings.Contains(err.Error(), "project"), perr == nil && !strings.Contains(err.Error(), "queue"):
+			t.Fatalf("WorkflowID(%q, %q) error %q does not name the field", project, queue, err)
+		case strings.ContainsAny(err.Error(), "\n\r"):
+			t.Fatalf("WorkflowID error spans lines: %q", err)
+		}
+		return ""
+	}
+	if perr != nil || qerr != nil {
+		t.Fatalf("WorkflowID(%q, %q) = %q accepted an invalid name (%v, %v)", project, queue, id, perr, qerr)
+	}
+	if len(id) > MaxIDLength || !utf8.ValidString(id) || !strings.HasPrefix(id, "dispatcher-") {
+		t.Fatalf("bad ID %q", id)
+	}
+	if again, _ := WorkflowID(project, queue); again != id {
+		t.Fatalf("unstable ID for %q %q", project, queue)
+	}
+	plain := "dispatcher-" + project + "-" + queue
+	if !strings.Contains(project, "-") && len(plain) <= MaxIDLength {
+		if id != plain {
+			t.Fatalf("WorkflowID(%q, %q) = %q, want the plain form %q", project, queue, id, plain)
+		}
+		return id
+	}
+	head, sum, ok := strings.Cut(id, "/")
+	if !ok || len(sum) != 32 || strings.Trim(sum, "0123456789abcdef") != "" || !strings.HasPrefix(plain, head) {
+		t.Fatalf("WorkflowID(%q, %q) = %q, want a prefix of %q, '/' and 32 hex digits", project, queue, id, plain)
+	}
+	return id
 }

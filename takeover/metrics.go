@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Metric names; exported with the OpenTelemetry Prometheus exporter they read
+// Metric names, each with the attributes project and queue; exported with the OpenTelemetry Prometheus exporter they read
 // baton_takeover_total, baton_takeover_latency_seconds and baton_takeover_terminations_total.
 const (
 	MetricTakeovers    = "baton.takeover"
@@ -43,15 +43,21 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	return &metrics{takeovers: takeovers, latencies: latencies, terminations: terminations}, nil
 }
 
-func (m *metrics) takeover(ctx context.Context, outcome string, path Path) {
-	m.takeovers.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(
-		attribute.String("outcome", outcome), attribute.String("path", string(path))))
+func queueAttrs(project, queue string) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("project", project), attribute.String("queue", queue)}
 }
 
-func (m *metrics) latency(ctx context.Context, d time.Duration, path Path) {
-	m.latencies.Record(context.WithoutCancel(ctx), d.Seconds(), metric.WithAttributes(attribute.String("path", string(path))))
+func (m *metrics) takeover(ctx context.Context, project, queue, outcome string, path Path) {
+	m.takeovers.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(append(queueAttrs(project, queue),
+		attribute.String("outcome", outcome), attribute.String("path", string(path)))...))
 }
 
-func (m *metrics) terminated(ctx context.Context, result string) {
-	m.terminations.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("result", result)))
+func (m *metrics) latency(ctx context.Context, project, queue string, d time.Duration, path Path) {
+	m.latencies.Record(context.WithoutCancel(ctx), d.Seconds(), metric.WithAttributes(append(queueAttrs(project, queue),
+		attribute.String("path", string(path)))...))
+}
+
+func (m *metrics) terminated(ctx context.Context, project, queue, result string) {
+	m.terminations.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(append(queueAttrs(project, queue),
+		attribute.String("result", result))...))
 }

@@ -117,7 +117,7 @@ func New(c Client, cfg Config) (*Manager, error) {
 func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 	id, err := WorkflowID(term.Project(), term.Queue())
 	if err != nil {
-		m.metrics.takeover(ctx, "invalid", PathStart)
+		m.metrics.takeover(ctx, term.Project(), term.Queue(), "invalid", PathStart)
 		return Run{}, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -143,8 +143,8 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 		if err == nil {
 			run.Attempts = attempt
 			run.Latency = m.cfg.Clock.Now().Sub(term.Started())
-			m.metrics.takeover(ctx, "started", run.Path)
-			m.metrics.latency(ctx, run.Latency, run.Path)
+			m.metrics.takeover(ctx, owner.Project, owner.Queue, "started", run.Path)
+			m.metrics.latency(ctx, owner.Project, owner.Queue, run.Latency, run.Path)
 			log.Info("dispatcher taken over", zap.String("run_id", run.RunID), zap.String("path", string(run.Path)),
 				zap.Int("attempts", attempt), zap.Duration("latency", run.Latency))
 			return run, nil
@@ -162,11 +162,11 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 		lastErr = context.Cause(ctx)
 	}
 	if errors.Is(lastErr, ErrSuperseded) {
-		m.metrics.takeover(ctx, "superseded", path)
+		m.metrics.takeover(ctx, owner.Project, owner.Queue, "superseded", path)
 		log.Warn("dispatcher takeover abandoned: the term no longer holds", zap.Error(lastErr))
 		return Run{}, lastErr
 	}
-	m.metrics.takeover(ctx, "failed", path)
+	m.metrics.takeover(ctx, owner.Project, owner.Queue, "failed", path)
 	log.Error("dispatcher takeover failed", zap.Error(lastErr))
 	return Run{}, fmt.Errorf("%w: %s after %d attempts at most: %w", ErrFailed, id, m.cfg.MaxAttempts, lastErr)
 }
@@ -261,10 +261,10 @@ func (m *Manager) terminate(ctx context.Context, term Term, id, runID, reason st
 	err := m.client.TerminateWorkflow(actx, id, runID, reason)
 	var notFound *serviceerror.NotFound
 	if err != nil && !errors.As(err, &notFound) {
-		m.metrics.terminated(ctx, "error")
+		m.metrics.terminated(ctx, term.Project(), term.Queue(), "error")
 		return fmt.Errorf("terminate %s run %s: %w", id, runID, err)
 	}
-	m.metrics.terminated(ctx, "ok")
+	m.metrics.terminated(ctx, term.Project(), term.Queue(), "ok")
 	return nil
 }
 
