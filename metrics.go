@@ -21,6 +21,9 @@ const (
 	MetricDispatcherOpen = "baton.queue.dispatcher.open"
 	// MetricStepDowns counts ended terms by cause: resigned, session_lost, key_lost, closed, other.
 	MetricStepDowns = "baton.stepdowns"
+	// MetricWorkers is the number of the queue's registered workers by status (ONLINE, DRAINING,
+	// OFFLINE), reported by the queue's leader only, as of its last eviction pass.
+	MetricWorkers = "baton.registry.workers"
 )
 
 type metrics struct {
@@ -46,6 +49,11 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	workers, err := meter.Int64ObservableGauge(MetricWorkers,
+		metric.WithDescription("Registered workers of the queue by status, reported by the queue's leader."))
+	if err != nil {
+		return nil, err
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -60,9 +68,15 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 			}
 			o.ObserveInt64(leader, leading, attrs)
 			o.ObserveInt64(open, owned, attrs)
+			if leading == 1 {
+				for status, count := range s.workers {
+					o.ObserveInt64(workers, int64(count), metric.WithAttributes(m.project, attribute.String("queue", q),
+						attribute.String("status", string(status))))
+				}
+			}
 		}
 		return nil
-	}, leader, open)
+	}, leader, open, workers)
 	if err != nil {
 		return nil, err
 	}

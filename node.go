@@ -276,14 +276,42 @@ func (n *Node) handOver(ctx context.Context, queue string, term *election.Term) 
 	}
 }
 
-// evictLoop evicts the queue's dead workers every registry heartbeat interval while the term holds.
+// evictLoop evicts the queue's dead workers every registry heartbeat interval while the term holds,
+// then counts the queue's workers by status for the baton.registry.workers gauge.
 func (n *Node) evictLoop(ctx context.Context, queue string, term *election.Term) {
 	every := n.cfg.Registry.HeartbeatInterval
 	for clock.Sleep(ctx, clock.Real(), clock.Jitter(every)) {
 		if _, err := n.reg.Evict(ctx, term, queue); err != nil && ctx.Err() == nil {
 			n.log.Warn("worker eviction failed; retrying", zap.String("queue", queue), zap.Error(err))
+			continue
+		}
+		counts, err := n.countWorkers(ctx, queue)
+		if err != nil {
+			continue
+		}
+		n.update(queue, func(s *queueState) { s.workers = counts })
+	}
+}
+
+// countWorkers pages through the queue's workers (at most maxCounted) and counts them by status.
+func (n *Node) countWorkers(ctx context.Context, queue string) (map[registry.Status]int, error) {
+	const page, maxCounted = 1000, 100_000
+	counts := map[registry.Status]int{registry.StatusOnline: 0, registry.StatusDraining: 0, registry.StatusOffline: 0}
+	cursor, seen := "", 0
+	for seen < maxCounted {
+		ws, next, err := n.reg.List(ctx, registry.Filter{Queue: queue}, cursor, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range ws {
+			counts[w.Status]++
+		}
+		seen += len(ws)
+		if cursor = next; cursor == "" {
+			break
 		}
 	}
+	return counts, nil
 }
 
 // registerLoop keeps this worker registered for every queue and heartbeating, re-registering after

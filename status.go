@@ -21,6 +21,7 @@ type queueState struct {
 	takeovers int
 	lastErr   error
 	lastCause error
+	workers   map[registry.Status]int // counted by this process while it leads the queue
 }
 
 type workerState struct {
@@ -65,6 +66,9 @@ type QueueStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// LastStepDown is why this process's last term of the queue ended.
 	LastStepDown string `json:"last_step_down,omitempty"`
+	// Workers counts the queue's registered workers by status, as this process last saw them while
+	// leading it.
+	Workers map[registry.Status]int `json:"workers,omitempty"`
 }
 
 // BalanceStatus is this worker's share of the leadership.
@@ -104,6 +108,12 @@ func (n *Node) Status() Status {
 		if s.term != nil && s.term.Check() == nil {
 			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.since
 			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
+			if s.workers != nil {
+				qs.Workers = make(map[registry.Status]int, len(s.workers))
+				for k, v := range s.workers {
+					qs.Workers[k] = v
+				}
+			}
 		}
 		st.Queues = append(st.Queues, qs)
 	}

@@ -151,7 +151,13 @@ func TestFxAppStartsLeadsAndHandsOver(t *testing.T) {
 
 	appB, nodeB := e.app(t, fast(p, "node-b", "orders"))
 	appB.RequireStart()
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, 10*time.Second, "the leader counts both workers", func() error {
+		q, _ := leading(nodeA, "orders")
+		if q.Workers[registry.StatusOnline] != 2 {
+			return fmt.Errorf("workers %v", q.Workers)
+		}
+		return nil
+	})
 	if _, ok := leading(nodeB, "orders"); ok {
 		t.Fatal("node-b leads while node-a does")
 	}
