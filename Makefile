@@ -42,7 +42,7 @@ lint:
 
 ## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json.
 bench: deps
-	cd integration && $(GO) run ./cmd/batonbench -out ../bench-results.json
+	cd integration && $(GO) run ./cmd/batonbench -out ../bench-results.json -doc ../docs/benchmarks.md
 
 ## demo: the main job on an embedded default: real etcd and Temporal in-process, a local Redis, three
 ## demo workers over four queues, a crash and a graceful handover, explained as they happen.

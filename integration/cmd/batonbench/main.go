@@ -25,6 +25,7 @@ func main() {
 
 type options struct {
 	out         string
+	doc         string
 	rounds      int
 	crashRounds int
 	parallel    int
@@ -44,6 +45,7 @@ type options struct {
 func run() error {
 	var o options
 	flag.StringVar(&o.out, "out", "bench-results.json", "where to write the figures as JSON")
+	flag.StringVar(&o.doc, "doc", "", "where to write the figures as Markdown (docs/benchmarks.md); only for a full run")
 	flag.IntVar(&o.rounds, "rounds", 200, "graceful handovers per implementation")
 	flag.IntVar(&o.crashRounds, "crash-rounds", 100, "crash failovers per implementation")
 	flag.IntVar(&o.parallel, "parallel", 10, "crash failovers measured at once (independent queues)")
@@ -60,6 +62,7 @@ func run() error {
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
 
+	began := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -98,6 +101,12 @@ func run() error {
 		return err
 	}
 	fmt.Println("\nwrote", o.out)
+	if o.doc != "" && o.only == "" {
+		if err := benchreport.Markdown(o.doc, figures, benchreport.Machine(), "make bench", time.Since(began)); err != nil {
+			return err
+		}
+		fmt.Println("wrote", o.doc)
+	}
 	return nil
 }
 

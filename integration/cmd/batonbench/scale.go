@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,7 +177,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, bare, b
 		f.queues = append(f.queues, fmt.Sprintf("q%04d", i))
 	}
 	defer f.closeAll()
-	runtime.GC()
+	debug.FreeOSMemory() // RSS deltas are otherwise blurred by what the previous fleet left to the GC
 	g0, rss0 := runtime.NumGoroutine(), rssMiB()
 	start := time.Now()
 	for i := range o.scaleWorkers {
@@ -190,7 +191,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, bare, b
 	}
 	r.maxStart, r.countsStart = f.settle(ctx, f.workers, time.Minute)
 	elections := float64(o.scaleWorkers*o.scaleQueues) / 1000
-	runtime.GC()
+	debug.FreeOSMemory()
 	r.goroutines = float64(runtime.NumGoroutine()-g0) / elections
 	r.rssMiB = (rssMiB() - rss0) / elections
 
