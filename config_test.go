@@ -9,7 +9,9 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-func valid() Config { return Config{Project: "billing", Queues: []string{"orders", "invoices"}, ServerID: "host-1-1-ab12"} }
+func valid() Config {
+	return Config{Project: "billing", Queues: []string{"orders", "invoices"}, ServerID: "host-1-1-ab12"}
+}
 
 func TestConfigDefaults(t *testing.T) {
 	c := valid()
