@@ -263,9 +263,16 @@ func (r *Runner) isHeld(queue string) bool {
 	return r.held[queue]
 }
 
-// mayStand: below the fair share, or nobody stands for the queue (it must not stay without a leader).
+// mayStand: below the fair share, or nobody stands for the queue (it must not stay without a leader),
+// or a key of this worker's stands first although the worker does not campaign for the queue (left by
+// a campaign that failed in flight, or by an earlier process with the same server ID): standing again
+// replaces it, so the queue is never blocked behind it.
 func (r *Runner) mayStand(queue string) bool {
-	return r.Leading() < r.FairShare() || r.view.leader(queue) == ""
+	if r.Leading() < r.FairShare() {
+		return true
+	}
+	l := r.view.leader(queue)
+	return l == "" || l == r.cfg.ServerID
 }
 
 // shouldWithdraw: a candidate in line at or above its fair share steps out, but only behind another

@@ -166,6 +166,11 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		if errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
 			// etcd already dropped our lease: do not wait for the next keepalive to find out.
 			s.lose(ErrLeaseNotFound)
+		} else {
+			// The put may have been applied although the call failed (its context ended in flight):
+			// a key left behind would stand in the election for this live session, blocking the queue
+			// for everyone until the session ends.
+			e.deleteOwnKey(ctx, s, key)
 		}
 		return nil, campaignErr(cctx, prefix, err)
 	}
@@ -300,6 +305,22 @@ func (e *Elector) deleteKey(ctx context.Context, s *session, key string, rev int
 		Then(clientv3.OpDelete(key)).
 		Commit(); err != nil {
 		e.log.Warn("election could not remove its candidate key; the lease will", zap.String("key", key), zap.Error(err))
+	}
+}
+
+// deleteOwnKey removes key if it exists on the session's lease, bounded by ResignTimeout and not by
+// the campaign's (possibly cancelled) context.
+func (e *Elector) deleteOwnKey(ctx context.Context, s *session, key string) {
+	if s.err() != nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
+	defer cancel()
+	if _, err := e.client.Txn(dctx).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
+		Then(clientv3.OpDelete(key)).
+		Commit(); err != nil {
+		e.log.Warn("election could not remove a candidate key of a failed campaign; the lease will", zap.String("key", key), zap.Error(err))
 	}
 }
 

@@ -53,7 +53,11 @@ type session struct {
 // that ends must not end a session other campaigns share). wg tracks the goroutines for the owner.
 func grantSession(ctx context.Context, leases leaser, cfg Config, wg *sync.WaitGroup) (*session, error) {
 	sent := cfg.Clock.Now()
-	resp, err := leases.Grant(ctx, int64(cfg.TTL/time.Second))
+	// A lease granted after TTL - SafetyMargin would be past its deadline on arrival: give up sooner
+	// (an etcd that just lost its raft leader can otherwise hold the call for its request timeout).
+	gctx, cancel := context.WithTimeout(ctx, cfg.TTL-cfg.SafetyMargin)
+	resp, err := leases.Grant(gctx, int64(cfg.TTL/time.Second))
+	cancel()
 	if err != nil {
 		return nil, err
 	}
