@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 RACE_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: test unit integration lint bench demo tools deps compose-up compose-drill compose-down
+.PHONY: test unit fuzz integration lint bench demo drill tools deps compose-up compose-drill compose-down
 
 # Debian packages the integration tests, the benchmarks and the demo start for real. apt-get runs only
 # for what is missing (root, or sudo without a password).
@@ -23,10 +23,15 @@ deps:
 	fi
 
 ## test: unit tests of the library (race detector on), then the integration tests against real servers.
-test: unit integration
+test: unit fuzz integration
 
 unit:
 	$(GO) test -race -count=1 -timeout $(RACE_TIMEOUT) ./...
+
+## fuzz: every fuzz target for FUZZTIME (default 10s each, about 70 s) beyond its committed seed corpus.
+FUZZTIME ?= 10s
+fuzz:
+	scripts/fuzz-short.sh $(FUZZTIME)
 
 integration: deps
 	cd integration && $(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) ./...
@@ -39,6 +44,7 @@ lint:
 	@if command -v staticcheck >/dev/null 2>&1 || [ -x "$(GOBIN)/staticcheck" ]; then \
 		PATH="$(GOBIN):$$PATH" staticcheck ./... && (cd integration && PATH="$(GOBIN):$$PATH" staticcheck ./...); \
 	else echo "staticcheck not installed; skipped (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
+	scripts/govulncheck.sh
 
 ## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json.
 bench: deps
@@ -52,6 +58,13 @@ demo: deps
 	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
 	cd integration && $(GO) build -o $(DEMO_BIN)/devstack ./cmd/devstack && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo
 	$(DEMO_BIN)/demo -bin $(DEMO_BIN)
+
+## drill: chaos drill on loopback (3-member etcd, Temporal, Redis, 5 demo workers over 20 queues): faults one
+## at a time for DRILL_DURATION, a fault-by-fault table, drill-report.json; exits non-zero on any violation.
+DRILL_DURATION ?= 5m
+DRILL_FLAGS ?=
+drill: deps
+	cd integration && $(GO) run ./cmd/drill -duration $(DRILL_DURATION) -out ../drill-report.json $(DRILL_FLAGS)
 
 ## compose-up: the staging stack (3-member etcd, Temporal + Postgres, Redis, Prometheus, Grafana, 3 demo
 ## workers) with docker compose; compose-drill kills (DRILL=stop: stops) the leader of QUEUE.

@@ -124,7 +124,8 @@ func loadEnv(c Config, lookup func(string) (string, bool), environ []string, ign
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, EnvPrefix) && !known[name] {
-			return c, fmt.Errorf("%w: %s is not a Baton setting (see baton.EnvVars)", ErrInvalidConfig, name)
+			// Quoted: a name is any bytes but '=' and NUL, and an error must not forge log lines.
+			return c, fmt.Errorf("%w: %s is not a Baton setting (see baton.EnvVars)", ErrInvalidConfig, names.Quote(name))
 		}
 	}
 	return c, nil

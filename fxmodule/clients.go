@@ -1,10 +1,12 @@
 package fxmodule
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -31,8 +33,13 @@ type TLSFiles struct {
 	ServerName string // overrides the name checked in the server's certificate
 }
 
+// set reports whether any TLS setting is given, which turns TLS on.
+func (t TLSFiles) set() bool {
+	return t.Enabled || t.CAFile != "" || t.CertFile != "" || t.KeyFile != ""
+}
+
 func (t TLSFiles) config() (*tls.Config, error) {
-	if !t.Enabled && t.CAFile == "" && t.CertFile == "" && t.KeyFile == "" {
+	if !t.set() {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
@@ -61,9 +68,14 @@ func (t TLSFiles) config() (*tls.Config, error) {
 }
 
 // ClientConfig describes how to reach etcd, Temporal and Redis, for applications that have no clients
-// of their own. Secrets (passwords, API keys) are tagged json:"-" and never logged.
+// of their own. Secrets (passwords, API keys) are tagged json:"-", and String, GoString and Format
+// print them as [redacted], so a ClientConfig can be logged or formatted with any verb.
 type ClientConfig struct {
-	EtcdEndpoints   []string
+	// EtcdEndpoints are URLs (https:// with EtcdTLS) or host:port. Required.
+	EtcdEndpoints []string
+	// EtcdUsername and EtcdPassword authenticate to etcd; etcd's client sends no credentials unless
+	// both are set. Without them, with client-certificate auth, etcd takes the certificate's common
+	// name as the user.
 	EtcdUsername    string
 	EtcdPassword    string `json:"-"`
 	EtcdTLS         TLSFiles
@@ -71,8 +83,13 @@ type ClientConfig struct {
 
 	TemporalAddress   string // host:port; default "localhost:7233"
 	TemporalNamespace string // default "default"
-	TemporalAPIKey    string `json:"-"`
-	TemporalTLS       TLSFiles
+	// TemporalAPIKey is sent as a bearer token with every call; it turns TLS on (system roots) unless
+	// TemporalTLS says otherwise or TemporalTLSDisabled is set.
+	TemporalAPIKey string `json:"-"`
+	TemporalTLS    TLSFiles
+	// TemporalTLSDisabled connects without TLS even with an API key: only for a TLS-terminating proxy
+	// on the same host (a service-mesh sidecar). Refused together with TemporalTLS settings.
+	TemporalTLSDisabled bool
 
 	RedisAddr     string // host:port; default "localhost:6379"
 	RedisUsername string
@@ -106,6 +123,7 @@ var clientEnv = []struct {
 	{"BATON_TEMPORAL_NAMESPACE", func(c *ClientConfig, v string) error { c.TemporalNamespace = v; return nil }},
 	{"BATON_TEMPORAL_API_KEY", func(c *ClientConfig, v string) error { c.TemporalAPIKey = v; return nil }},
 	{"BATON_TEMPORAL_TLS", boolEnv(func(c *ClientConfig) *bool { return &c.TemporalTLS.Enabled })},
+	{"BATON_TEMPORAL_TLS_DISABLED", boolEnv(func(c *ClientConfig) *bool { return &c.TemporalTLSDisabled })},
 	{"BATON_TEMPORAL_CA_FILE", func(c *ClientConfig, v string) error { c.TemporalTLS.CAFile = v; return nil }},
 	{"BATON_TEMPORAL_CERT_FILE", func(c *ClientConfig, v string) error { c.TemporalTLS.CertFile = v; return nil }},
 	{"BATON_TEMPORAL_KEY_FILE", func(c *ClientConfig, v string) error { c.TemporalTLS.KeyFile = v; return nil }},
@@ -137,10 +155,15 @@ func ClientEnvVars() []string {
 	return out
 }
 
-// LoadClientEnv applies the BATON_ETCD_*, BATON_TEMPORAL_* and BATON_REDIS_* variables to base.
+// LoadClientEnv applies the BATON_ETCD_*, BATON_TEMPORAL_* and BATON_REDIS_* variables to base. An
+// error wraps ErrInvalidClientConfig and names the variable; it never holds a secret's value.
 func LoadClientEnv(base ClientConfig) (ClientConfig, error) {
+	return loadClientEnv(base, os.LookupEnv)
+}
+
+func loadClientEnv(base ClientConfig, lookup func(string) (string, bool)) (ClientConfig, error) {
 	for _, e := range clientEnv {
-		v, ok := os.LookupEnv(e.name)
+		v, ok := lookup(e.name)
 		if !ok {
 			continue
 		}
@@ -200,10 +223,22 @@ func (c ClientConfig) Validate() error {
 		return bad("EtcdEndpoints", "must name at least one endpoint (BATON_ETCD_ENDPOINTS)")
 	case c.EtcdPassword != "" && c.EtcdUsername == "":
 		return bad("EtcdUsername", "must be set with EtcdPassword")
+	case c.EtcdUsername != "" && c.EtcdPassword == "":
+		return bad("EtcdPassword", "must be set with EtcdUsername: etcd's client sends no credentials without a password (BATON_ETCD_PASSWORD)")
+	case c.TemporalTLSDisabled && c.TemporalTLS.set():
+		return bad("TemporalTLSDisabled", "must not be set with TemporalTLS")
 	case !strings.Contains(c.TemporalAddress, ":"):
 		return bad("TemporalAddress", "must be host:port, got %q", c.TemporalAddress)
 	case !strings.Contains(c.RedisAddr, ":"):
 		return bad("RedisAddr", "must be host:port, got %q", c.RedisAddr)
+	}
+	if c.EtcdTLS.set() {
+		for i, ep := range c.EtcdEndpoints {
+			// etcd's client silently drops the TLS settings for these schemes and connects in plain text.
+			if scheme, _, ok := strings.Cut(ep, "://"); ok && (scheme == "http" || scheme == "unix") {
+				return bad(fmt.Sprintf("EtcdEndpoints[%d]", i), "is %q, a plain-text endpoint, while EtcdTLS is set: use https:// (or unixs://)", ep)
+			}
+		}
 	}
 	for _, t := range []struct {
 		field string
@@ -224,13 +259,22 @@ type ClientParams struct {
 	Lifecycle fx.Lifecycle
 }
 
-// NewEtcdClient builds an etcd client from the ClientConfig and closes it when the app stops.
+// NewEtcdClient builds an etcd client from the ClientConfig and closes it when the app stops. With
+// TLS, it first makes one TLS connection to the endpoints itself: etcd's client reports a server
+// that refuses its certificate (or a certificate it cannot verify) only as "context deadline
+// exceeded", so such a refusal fails here with its reason. An unreachable etcd does not fail here
+// unless credentials are set (etcd's client authenticates at once).
 func NewEtcdClient(p ClientParams) (*clientv3.Client, error) {
 	if err := p.Config.Validate(); err != nil {
 		return nil, err
 	}
 	c := p.Config.withDefaults()
 	tlsCfg, _ := c.EtcdTLS.config()
+	if tlsCfg != nil {
+		if err := probeTLS(c.EtcdEndpoints, tlsCfg, min(c.EtcdDialTimeout, maxProbeTimeout)); err != nil {
+			return nil, fmt.Errorf("fxmodule: etcd client for %v: %w", c.EtcdEndpoints, err)
+		}
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: c.EtcdEndpoints, DialTimeout: c.EtcdDialTimeout, TLS: tlsCfg,
 		Username: c.EtcdUsername, Password: c.EtcdPassword, Logger: logger(p.Logger).Named("etcd-client"),
@@ -246,28 +290,40 @@ func NewEtcdClient(p ClientParams) (*clientv3.Client, error) {
 // NewTemporalClient connects a Temporal client (lazily: an unreachable server does not fail the start,
 // the takeover retries) and closes it when the app stops.
 func NewTemporalClient(p ClientParams) (client.Client, error) {
-	if err := p.Config.Validate(); err != nil {
+	opts, err := temporalOptions(p.Config, p.Logger)
+	if err != nil {
 		return nil, err
-	}
-	c := p.Config.withDefaults()
-	tlsCfg, _ := c.TemporalTLS.config()
-	opts := client.Options{HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace,
-		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg}, Logger: sdkLogger{logger(p.Logger).Named("temporal-client").Sugar()}}
-	if c.TemporalAPIKey != "" {
-		opts.Credentials = client.NewAPIKeyStaticCredentials(c.TemporalAPIKey)
-		if tlsCfg == nil {
-			opts.ConnectionOptions.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
 	}
 	tc, err := client.NewLazyClient(opts)
 	if err != nil {
-		return nil, fmt.Errorf("fxmodule: Temporal client for %s: %w", c.TemporalAddress, err)
+		return nil, fmt.Errorf("fxmodule: Temporal client for %s: %w", opts.HostPort, err)
 	}
 	p.Lifecycle.Append(fx.StopHook(tc.Close))
 	return tc, nil
 }
 
-// NewRedisClient builds a Redis client and closes it when the app stops.
+// temporalOptions are the SDK options NewTemporalClient dials with.
+func temporalOptions(cfg ClientConfig, log *zap.Logger) (client.Options, error) {
+	if err := cfg.Validate(); err != nil {
+		return client.Options{}, err
+	}
+	c := cfg.withDefaults()
+	tlsCfg, _ := c.TemporalTLS.config()
+	opts := client.Options{HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace,
+		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg, TLSDisabled: c.TemporalTLSDisabled},
+		Logger:            sdkLogger{logger(log).Named("temporal-client").Sugar()}}
+	if c.TemporalAPIKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(c.TemporalAPIKey)
+		if tlsCfg == nil && !c.TemporalTLSDisabled {
+			opts.ConnectionOptions.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	return opts, nil
+}
+
+// NewRedisClient builds a Redis client and closes it when the app stops. When the app starts, it
+// pings Redis once: a refusal of the credentials or of the TLS connection fails the start with its
+// reason (retrying cannot fix either); an unreachable Redis only logs a warning, the loops retry.
 func NewRedisClient(p ClientParams) (redis.UniversalClient, error) {
 	if err := p.Config.Validate(); err != nil {
 		return nil, err
@@ -276,8 +332,52 @@ func NewRedisClient(p ClientParams) (redis.UniversalClient, error) {
 	tlsCfg, _ := c.RedisTLS.config()
 	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword,
 		DB: c.RedisDB, TLSConfig: tlsCfg, DisableIdentity: true})
-	p.Lifecycle.Append(fx.StopHook(rdb.Close))
+	log := logger(p.Logger).Named("redis-client")
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, maxProbeTimeout)
+			defer cancel()
+			err := checkRedis(ctx, rdb, c)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, errRefused):
+				_ = rdb.Close() // Fx does not stop a hook whose start failed
+				return err
+			}
+			log.Warn("Redis not reachable at start; retrying in the background", zap.String("addr", c.RedisAddr), zap.Error(err))
+			return nil
+		},
+		OnStop: func(context.Context) error { return rdb.Close() },
+	})
 	return rdb, nil
+}
+
+// maxProbeTimeout bounds the connection checks NewEtcdClient and NewRedisClient make.
+const maxProbeTimeout = 3 * time.Second
+
+// errRefused marks a check that failed because the server refused the client's credentials or TLS
+// settings, as opposed to a server that could not be reached.
+var errRefused = errors.New("refused")
+
+// checkRedis pings rdb; an authentication or TLS refusal returns an error wrapping errRefused.
+func checkRedis(ctx context.Context, rdb redis.UniversalClient, c ClientConfig) error {
+	err := rdb.Ping(ctx).Err()
+	switch {
+	case err == nil:
+		return nil
+	case redis.IsAuthError(err):
+		user := c.RedisUsername
+		if user == "" {
+			user = "default"
+		}
+		return fmt.Errorf("fxmodule: Redis at %s %w authentication as user %q: %w", c.RedisAddr, errRefused, user, err)
+	case redis.IsPermissionError(err):
+		return fmt.Errorf("fxmodule: Redis at %s %w PING for user %q (ACL permissions): %w", c.RedisAddr, errRefused, c.RedisUsername, err)
+	case tlsRefusal(err):
+		return fmt.Errorf("fxmodule: Redis at %s %w the TLS connection: %w", c.RedisAddr, errRefused, err)
+	}
+	return fmt.Errorf("fxmodule: Redis at %s: %w", c.RedisAddr, err)
 }
 
 // Clients provides the etcd, Temporal and Redis clients from a ClientConfig the app supplies, for
@@ -285,6 +385,34 @@ func NewRedisClient(p ClientParams) (redis.UniversalClient, error) {
 var Clients = fx.Module("baton-clients",
 	fx.Provide(NewEtcdClient, NewTemporalClient, NewRedisClient),
 )
+
+// String prints the configuration with every secret replaced by [redacted] (empty ones stay empty).
+func (c ClientConfig) String() string {
+	type plain ClientConfig // without methods, so that Sprintf does not recurse
+	return fmt.Sprintf("%+v", plain(c.redacted()))
+}
+
+// GoString is String for %#v.
+func (c ClientConfig) GoString() string { return "fxmodule.ClientConfig" + c.String() }
+
+// Format prints String (GoString for %#v) whatever the verb: without it, verbs such as %d would
+// print the fields, secrets included.
+func (c ClientConfig) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		_, _ = io.WriteString(f, c.GoString())
+		return
+	}
+	_, _ = io.WriteString(f, c.String())
+}
+
+func (c ClientConfig) redacted() ClientConfig {
+	for _, s := range []*string{&c.EtcdPassword, &c.TemporalAPIKey, &c.RedisPassword} {
+		if *s != "" {
+			*s = "[redacted]"
+		}
+	}
+	return c
+}
 
 func logger(l *zap.Logger) *zap.Logger {
 	if l == nil {
@@ -300,4 +428,3 @@ func (z sdkLogger) Debug(msg string, kv ...any) { z.l.Debugw(msg, kv...) }
 func (z sdkLogger) Info(msg string, kv ...any)  { z.l.Infow(msg, kv...) }
 func (z sdkLogger) Warn(msg string, kv ...any)  { z.l.Warnw(msg, kv...) }
 func (z sdkLogger) Error(msg string, kv ...any) { z.l.Errorw(msg, kv...) }
-

@@ -35,6 +35,9 @@ func TestClientConfigValidate(t *testing.T) {
 		{"missing CA", with(func(c *ClientConfig) { c.EtcdTLS.CAFile = missing }), "EtcdTLS"},
 		{"garbage CA", with(func(c *ClientConfig) { c.RedisTLS.CAFile = garbage }), "RedisTLS"},
 		{"cert without key", with(func(c *ClientConfig) { c.TemporalTLS.CertFile = garbage }), "TemporalTLS"},
+		{"user without password", with(func(c *ClientConfig) { c.EtcdUsername = "baton" }), "EtcdPassword"},
+		{"TLS disabled and TLS files", with(func(c *ClientConfig) { c.TemporalTLSDisabled, c.TemporalTLS.Enabled = true, true }), "TemporalTLSDisabled"},
+		{"plain-text etcd endpoint with TLS", with(func(c *ClientConfig) { c.EtcdTLS.Enabled = true }), "EtcdEndpoints[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

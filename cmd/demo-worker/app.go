@@ -135,7 +135,7 @@ func logStartup(log *zap.Logger, o runOptions, effective baton.Config) {
 		zap.String("temporal_address", orDefault(cl.TemporalAddress, "localhost:7233")),
 		zap.String("temporal_namespace", orDefault(cl.TemporalNamespace, "default")),
 		zap.Bool("temporal_api_key_set", cl.TemporalAPIKey != ""),
-		zap.Bool("temporal_tls", tlsOn(cl.TemporalTLS)),
+		zap.Bool("temporal_tls", tlsOn(cl.TemporalTLS) || (cl.TemporalAPIKey != "" && !cl.TemporalTLSDisabled)),
 		zap.String("redis_addr", orDefault(cl.RedisAddr, "localhost:6379")),
 		zap.String("redis_username", cl.RedisUsername),
 		zap.Bool("redis_password_set", cl.RedisPassword != ""),

@@ -95,6 +95,8 @@ func (c *common) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.clients.TemporalNamespace, "temporal-namespace", c.clients.TemporalNamespace, "Temporal namespace (BATON_TEMPORAL_NAMESPACE; default default)")
 	fs.StringVar(&c.temporalAPIKeyFile, "temporal-api-key-file", "", "file holding the Temporal API key (or BATON_TEMPORAL_API_KEY)")
 	tlsFlags(fs, "temporal", &c.clients.TemporalTLS)
+	fs.BoolVar(&c.clients.TemporalTLSDisabled, "temporal-tls-disabled", c.clients.TemporalTLSDisabled,
+		"no TLS to Temporal even with an API key, for a TLS-terminating proxy on this host (BATON_TEMPORAL_TLS_DISABLED)")
 
 	fs.StringVar(&c.clients.RedisAddr, "redis-addr", c.clients.RedisAddr, "Redis host:port (BATON_REDIS_ADDR; default localhost:6379)")
 	fs.StringVar(&c.clients.RedisUsername, "redis-username", c.clients.RedisUsername, "Redis ACL user (BATON_REDIS_USERNAME)")

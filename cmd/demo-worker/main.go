@@ -29,7 +29,8 @@
 //	0  run: stopped cleanly after a signal; status: etcd answered (other sources may show "?")
 //	1  run: the stop failed or timed out; status: etcd could not be read
 //	2  invalid configuration or usage (the message names the field, flag or variable)
-//	3  run: the start failed (a busy HTTP port, Temporal unreachable, an Fx error)
+//	3  run: the start failed (a busy HTTP port, Temporal unreachable, etcd or Redis refusing the
+//	   credentials or the TLS connection, an Fx error)
 package main
 
 import (

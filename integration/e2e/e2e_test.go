@@ -17,6 +17,7 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/workerproc"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -58,6 +59,13 @@ func newCluster(t *testing.T, queues ...string) *cluster {
 	return c
 }
 
+// useT makes the cluster's checks fail the subtest t, until the returned restore is called.
+func (c *cluster) useT(t *testing.T) (restore func()) {
+	prev := c.t
+	c.t = t
+	return func() { c.t = prev }
+}
+
 func (c *cluster) start(id string) *proc {
 	p := startProc(c.t, c.bin, id, c.env)
 	c.procs[id] = p
@@ -92,7 +100,12 @@ func (c *cluster) waitLeader(queue string, d time.Duration, not *proc) (*proc, b
 			return p, qs
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("queue %s: no new leader within %v", queue, d)
+			var states []string
+			for _, p := range c.procs {
+				st, ok := workerproc.Status(p.addr)
+				states = append(states, fmt.Sprintf("%s (exited %v, answers %v): %+v", p.id, p.exited(), ok, st.Queues))
+			}
+			c.t.Fatalf("queue %s: no new leader within %v; workers:\n%s", queue, d, strings.Join(states, "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -161,6 +174,7 @@ func TestProcessFaults(t *testing.T) {
 	c.checkOneDispatcherPerQueue()
 
 	t.Run("SIGKILL", func(t *testing.T) {
+		defer c.useT(t)()
 		old, oldQS := c.waitLeader("q1", takeoverSLA, nil)
 		killed := time.Now()
 		old.signal(syscall.SIGKILL)
@@ -179,6 +193,7 @@ func TestProcessFaults(t *testing.T) {
 	})
 
 	t.Run("SIGSTOP past the TTL, then SIGCONT", func(t *testing.T) {
+		defer c.useT(t)()
 		old, oldQS := c.waitLeader("q1", takeoverSLA, nil)
 		paused := time.Now()
 		old.signal(syscall.SIGSTOP)
@@ -190,12 +205,21 @@ func TestProcessFaults(t *testing.T) {
 		time.Sleep(time.Second) // paused well past the TTL
 		resumed := time.Now()
 		old.signal(syscall.SIGCONT)
-		// For a while after it resumes, the old owner must not act for its old term.
+		// For a while after it resumes, the old owner must not act for its old term, and it must
+		// answer: a resumed process that cannot report its state would hide a violation.
+		answered := 0
 		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-			if s, ok := old.leads("q1"); ok && s.Token == oldQS.Token {
-				t.Fatalf("%s acts as leader of q1 for its old term %d after SIGCONT", old.id, oldQS.Token)
+			st, ok := workerproc.Status(old.addr)
+			if ok {
+				answered++
+				if s, leads := workerproc.Leading(st, "q1"); leads && s.Token == oldQS.Token {
+					t.Fatalf("%s acts as leader of q1 for its old term %d after SIGCONT", old.id, oldQS.Token)
+				}
 			}
 			c.leader("q1") // fails on two leaders
+		}
+		if answered < 10 {
+			t.Fatalf("%s answered /status %d times in the 3 s after SIGCONT", old.id, answered)
 		}
 		if st := c.runStatus("q1", qs.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			t.Fatalf("successor's run is %v after the old owner resumed", st)
@@ -222,6 +246,7 @@ func TestProcessFaults(t *testing.T) {
 	})
 
 	t.Run("SIGTERM", func(t *testing.T) {
+		defer c.useT(t)()
 		old, oldQS := c.waitLeader("q1", takeoverSLA, nil)
 		stopped := time.Now()
 		old.signal(syscall.SIGTERM)
@@ -233,8 +258,8 @@ func TestProcessFaults(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s did not exit after SIGTERM", old.id)
 		}
-		if old.code != 0 {
-			t.Fatalf("%s exited %d after SIGTERM, want 0", old.id, old.code)
+		if old.Code() != 0 {
+			t.Fatalf("%s exited %d after SIGTERM, want 0", old.id, old.Code())
 		}
 		if handover > ttl {
 			t.Fatalf("graceful handover took %v, longer than the TTL (%v): the term was not resigned", handover, ttl)

@@ -13,6 +13,7 @@
 package etcdtest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -27,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -71,6 +73,16 @@ type Options struct {
 	// cfg.GRPCAdditionalServerOptions rather than replace it: StopMember
 	// relies on the transport credentials set there to cut client connections.
 	Configure func(member int, cfg *embed.Config)
+	// ClientTLS, when set, makes every member serve its clients over TLS only, with https:// client
+	// URLs, this server certificate and key, and (with ClientCertAuth) client certificates checked
+	// against TrustedCAFile. NewClient then dials with ClientTLSConfig. Peers still talk plain HTTP.
+	// Over TLS embed serves gRPC through its HTTPS server, so StopMember cannot cut open client
+	// connections at once as it does for plain members: they fail from the stop on (the server is
+	// hard-stopped) and are closed when the member's servers are.
+	ClientTLS *transport.TLSInfo
+	// ClientTLSConfig is the TLS configuration of the clients NewClient makes for a ClientTLS
+	// cluster; nil means a TLS handshake without a client certificate and with the system roots.
+	ClientTLSConfig *tls.Config
 }
 
 // Cluster is a set of embedded etcd members (or an external etcd, see External).
@@ -173,11 +185,15 @@ func (c *Cluster) startNew() error {
 	}
 	c.token = fmt.Sprintf("etcdtest-%d-%d", os.Getpid(), rand.Int64())
 	c.members = make([]*member, n)
+	clientScheme := "http"
+	if c.opts.ClientTLS != nil {
+		clientScheme = "https"
+	}
 	for i := range c.members {
 		c.members[i] = &member{
 			name:      fmt.Sprintf("m%d", i),
 			dir:       memberDir(c.root, i),
-			clientURL: url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i]))},
+			clientURL: url.URL{Scheme: clientScheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i]))},
 			peerURL:   url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1]))},
 		}
 	}
@@ -248,6 +264,9 @@ func (c *Cluster) config(i int) *embed.Config {
 	// "too_many_pings" GOAWAY.
 	cfg.GRPCKeepAliveMinTime = time.Second
 	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{grpc.Creds(m.conns)}
+	if c.opts.ClientTLS != nil {
+		cfg.ClientTLSInfo = *c.opts.ClientTLS
+	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(i, cfg)
 	}
@@ -367,7 +386,8 @@ func (c *Cluster) MemberEndpoint(i int) string {
 }
 
 // NewClient returns a client of the given endpoints (default: all members),
-// with DialTimeout 5s, keepalive 2s/2s and a nop logger. The caller closes it.
+// with DialTimeout 5s, keepalive 2s/2s, a nop logger and, for a ClientTLS
+// cluster, Options.ClientTLSConfig. The caller closes it.
 func (c *Cluster) NewClient(endpoints ...string) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
@@ -378,6 +398,7 @@ func (c *Cluster) NewClient(endpoints ...string) (*clientv3.Client, error) {
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
 		Logger:               zap.NewNop(),
+		TLS:                  c.opts.ClientTLSConfig,
 	})
 }
 

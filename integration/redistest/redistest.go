@@ -9,6 +9,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -49,8 +50,24 @@ type Options struct {
 	// AppendOnly keeps data across Restart (appendfsync always); by default a restart starts empty,
 	// as a crashed cache node would.
 	AppendOnly bool
-	// Args are extra redis-server arguments, e.g. "--maxmemory", "10mb".
+	// Args are extra redis-server arguments, e.g. "--maxmemory", "10mb", or an ACL user:
+	// "--user", "baton on >pw ~baton:* +@all". Readiness probes use the default user (and Password).
 	Args []string
+	// TLS, when set, makes the server accept TLS connections only, on the port it is given. It needs
+	// a redis-server built with TLS (Debian's is).
+	TLS *TLS
+}
+
+// TLS configures a TLS-only server.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and key (PEM).
+	CertFile, KeyFile string
+	// CAFile verifies client certificates (PEM). Required by redis-server even when AuthClients is off.
+	CAFile string
+	// AuthClients requires every client to present a certificate signed by CAFile.
+	AuthClients bool
+	// Client is the client side: the readiness probe, ClientOptions and NewClient use it.
+	Client *tls.Config
 }
 
 // Server is one redis-server process (or an external server).
@@ -117,11 +134,20 @@ func StartServer(opts Options) (*Server, error) {
 
 func (s *Server) args() []string {
 	_, port, _ := net.SplitHostPort(s.addr)
-	args := []string{
-		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
+	args := []string{"--port", port}
+	if t := s.opts.TLS; t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		args = []string{"--port", "0", "--tls-port", port, "--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile,
+			"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", auth}
+	}
+	args = append(args,
+		"--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--daemonize", "no", "--protected-mode", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"), "--loglevel", "warning",
-	}
+	)
 	if s.opts.AppendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -158,7 +184,7 @@ func (s *Server) start() error {
 
 func (s *Server) waitReady(deadline time.Time) error {
 	c := redis.NewClient(&redis.Options{Addr: s.addr, Password: s.password, MaxRetries: -1,
-		DialTimeout: time.Second, ReadTimeout: time.Second})
+		DialTimeout: time.Second, ReadTimeout: time.Second, TLSConfig: s.clientTLS()})
 	defer c.Close()
 	var err error
 	for time.Now().Before(deadline) {
@@ -194,7 +220,14 @@ func (s *Server) Password() string { return s.password }
 
 // Options returns client options for the server; Protocol 2 keeps pipelines byte-for-byte simple.
 func (s *Server) ClientOptions() *redis.Options {
-	return &redis.Options{Addr: s.addr, Password: s.password, Protocol: 2, DisableIdentity: true}
+	return &redis.Options{Addr: s.addr, Password: s.password, Protocol: 2, DisableIdentity: true, TLSConfig: s.clientTLS()}
+}
+
+func (s *Server) clientTLS() *tls.Config {
+	if s.opts.TLS == nil {
+		return nil
+	}
+	return s.opts.TLS.Client
 }
 
 // NewClient returns a go-redis client for the server.

@@ -1,5 +1,5 @@
-// Package workerproc reads the HTTP endpoints of a running demo-worker process, for the demo and the
-// end-to-end tests.
+// Package workerproc builds and runs demo-worker processes and reads their HTTP endpoints, for the
+// demo and the process-level tests (end-to-end, security).
 package workerproc
 
 import (

@@ -1,0 +1,84 @@
+package fxmodule
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// secretEnv are the variables whose values LoadClientEnv must never echo.
+var secretEnv = []string{"BATON_ETCD_PASSWORD", "BATON_REDIS_PASSWORD", "BATON_TEMPORAL_API_KEY"}
+
+// FuzzLoadClientEnv sets two of LoadClientEnv's variables (picked by index) to arbitrary values, and
+// every secret variable to an arbitrary secret: loading never panics; a refusal wraps
+// ErrInvalidClientConfig, names the variable, stays on one line and never holds the secret; an
+// accepted configuration has trimmed, non-empty endpoints, a non-negative Redis DB and a positive
+// dial timeout, keeps the secret exactly, and its Validate neither panics nor shows the secret. The
+// seed corpus is in testdata/fuzz/FuzzLoadClientEnv.
+func FuzzLoadClientEnv(f *testing.F) {
+	f.Add(uint8(0), "https://a:2379, https://b:2379", uint8(8), "5s", "s3cret-pw")
+	f.Add(uint8(21), "-1", uint8(3), "yes", "hunter2")
+	f.Add(uint8(3), "true", uint8(0), "http://a:2379", "pw")
+	f.Add(uint8(13), "maybe", uint8(9), "temporal", "key with spaces\n")
+	f.Fuzz(func(t *testing.T, pick1 uint8, value1 string, pick2 uint8, value2 string, secret string) {
+		e1, e2 := clientEnv[int(pick1)%len(clientEnv)], clientEnv[int(pick2)%len(clientEnv)]
+		set := map[string]string{}
+		for _, name := range secretEnv {
+			set[name] = secret
+		}
+		set[e1.name], set[e2.name] = value1, value2
+		c, err := loadClientEnv(ClientConfig{}, func(k string) (string, bool) { v, ok := set[k]; return v, ok })
+		// A secret can be told apart from the other values only when it is not part of them.
+		distinct := len(strings.TrimSpace(secret)) >= 4 && !strings.Contains(value1+value2+"BATON_", strings.TrimSpace(secret))
+		if err != nil {
+			switch {
+			case !errors.Is(err, ErrInvalidClientConfig):
+				t.Fatalf("error %v does not wrap ErrInvalidClientConfig", err)
+			case !strings.Contains(err.Error(), e1.name) && !strings.Contains(err.Error(), e2.name):
+				t.Fatalf("error %q names neither %s nor %s", err, e1.name, e2.name)
+			case strings.ContainsAny(err.Error(), "\n\r"):
+				t.Fatalf("error spans lines: %q", err)
+			case distinct && strings.Contains(err.Error(), strings.TrimSpace(secret)):
+				t.Fatalf("error holds the secret: %q", err)
+			}
+			return
+		}
+		for _, ep := range c.EtcdEndpoints {
+			if ep == "" || ep != strings.TrimSpace(ep) || strings.Contains(ep, ",") {
+				t.Fatalf("endpoints %q", c.EtcdEndpoints)
+			}
+		}
+		if c.RedisDB < 0 || c.EtcdDialTimeout < 0 || (set["BATON_ETCD_DIAL_TIMEOUT"] != "" && c.EtcdDialTimeout <= 0) {
+			t.Fatalf("accepted DB %d, dial timeout %v", c.RedisDB, c.EtcdDialTimeout)
+		}
+		if v, ok := set["BATON_REDIS_DB"]; ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err != nil || n != c.RedisDB {
+				t.Fatalf("BATON_REDIS_DB %q loaded as %d", v, c.RedisDB)
+			}
+		}
+		if v, ok := set["BATON_ETCD_DIAL_TIMEOUT"]; ok {
+			if d, err := time.ParseDuration(strings.TrimSpace(v)); err != nil || d != c.EtcdDialTimeout {
+				t.Fatalf("BATON_ETCD_DIAL_TIMEOUT %q loaded as %v", v, c.EtcdDialTimeout)
+			}
+		}
+		for name, got := range map[string]string{"BATON_ETCD_PASSWORD": c.EtcdPassword, "BATON_REDIS_PASSWORD": c.RedisPassword,
+			"BATON_TEMPORAL_API_KEY": c.TemporalAPIKey} {
+			if got != strings.TrimSpace(set[name]) {
+				t.Fatalf("%s loaded as %q from %q", name, got, set[name])
+			}
+		}
+		// Validate reads the TLS files; arbitrary paths (/dev/zero, a FIFO) are no input to fuzz it with.
+		for _, tf := range []*TLSFiles{&c.EtcdTLS, &c.TemporalTLS, &c.RedisTLS} {
+			tf.CAFile, tf.CertFile, tf.KeyFile = "", "", ""
+		}
+		verr := c.Validate()
+		if distinct && verr != nil && strings.Contains(verr.Error(), strings.TrimSpace(secret)) {
+			t.Fatalf("Validate error holds the secret: %q", verr)
+		}
+		if distinct && strings.Contains(c.String(), strings.TrimSpace(secret)) {
+			t.Fatalf("String() holds the secret: %s", c)
+		}
+	})
+}
