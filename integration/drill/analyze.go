@@ -1,0 +1,580 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/baton-run/baton/takeover"
+)
+
+// The checks a violation can name.
+const (
+	// CheckOneOwner: two terms of one election overlapped (workers' logged term starts and ends;
+	// also definite overlaps in /status samples).
+	CheckOneOwner = "one-owner"
+	// CheckStoppedActed: a SIGSTOPped worker acted (took over, terminated, heartbeat, evicted) for a
+	// term it held when it was stopped, after SIGCONT.
+	CheckStoppedActed = "stopped-process-acted"
+	// CheckTokenOrder: a later term of an election did not carry a higher fencing token.
+	CheckTokenOrder = "token-order"
+	// CheckOneOpenRun: two runs of one dispatcher workflow were open at the same time (Temporal's
+	// start and close times), or visibility still listed two Running runs after the settle bound.
+	CheckOneOpenRun = "one-open-run"
+	// CheckFencedAction: a run was started after a successor's term began, terminated by something
+	// other than Baton's run-scoped terminate, or terminated while its owner's term still held.
+	CheckFencedAction = "fenced-action"
+	// CheckRunRecords: a run without a term, or closed by itself.
+	CheckRunRecords = "run-records"
+	// CheckOneNewRun: a step's affected queue got other than exactly one new dispatcher run.
+	CheckOneNewRun = "one-new-run-per-affected-queue"
+	// CheckOwnerWithinSLA: after a step, a queue was not owned by one worker with an open run within
+	// TakeoverSLA.
+	CheckOwnerWithinSLA = "owner-within-sla"
+	// CheckOrphanCleanup: a run or heartbeat key not the leader's lived longer than CleanupSLA.
+	CheckOrphanCleanup = "orphan-cleanup"
+	// CheckUnexpectedExit: a worker exited without the drill's signal.
+	CheckUnexpectedExit = "unexpected-exit"
+	// CheckUncleanStop: a worker did not exit with 0 soon after SIGTERM.
+	CheckUncleanStop = "unclean-stop"
+	// CheckFaultFailed: the drill could not complete a fault (a server or worker did not come back).
+	CheckFaultFailed = "fault-failed"
+)
+
+// Violation is one broken invariant, with its evidence.
+type Violation struct {
+	Check  string    `json:"check"`
+	Fault  int       `json:"fault,omitempty"` // 1-based fault number; 0 when not tied to a fault
+	Step   string    `json:"step,omitempty"`
+	Queue  string    `json:"queue,omitempty"`
+	At     time.Time `json:"at"`
+	Detail string    `json:"detail"`
+}
+
+func (d *Drill) violate(v Violation) {
+	d.mu.Lock()
+	d.violations = append(d.violations, v)
+	d.mu.Unlock()
+	q := ""
+	if v.Queue != "" {
+		q = " " + v.Queue
+	}
+	d.logf("VIOLATION %s%s: %s", v.Check, q, v.Detail)
+}
+
+// term is one tenure of one election, as the workers logged it.
+type term struct {
+	Election string // the queue, or "reconciler" (reconciler.ElectionQueue)
+	Token    int64
+	Server   string
+	Proc     *proc
+	Start    time.Time
+	End      time.Time
+	EndHow   string // logged, sigstop, sigkill, exit, open
+	Logged   time.Time
+	// Balanced: the term was resigned by the balancer (package balance) to spread leadership.
+	Balanced bool
+}
+
+func (t *term) String() string {
+	return fmt.Sprintf("%s@%d [%s .. %s %s]", t.Server, t.Token, t.Start.Format(tsFormat), t.End.Format(tsFormat), t.EndHow)
+}
+
+// run is one dispatcher run, as Temporal recorded it.
+type run struct {
+	Queue  string
+	RunID  string
+	Owner  takeover.Owner
+	Start  time.Time
+	Close  time.Time // zero while open
+	Status enumspb.WorkflowExecutionStatus
+	Reason string // termination reason
+}
+
+// finish settles the fleet one last time, stops every worker with SIGTERM and analyzes.
+func (d *Drill) finish(ctx context.Context) {
+	d.waitSteady(ctx, nil, nil, d.cfg.TakeoverSLA)
+	d.mu.Lock()
+	d.steps = append(d.steps, &Step{Name: "shutdown", At: time.Now()})
+	var live []*proc
+	for _, p := range d.procs {
+		if p.alive() {
+			live = append(live, p)
+		}
+	}
+	d.mu.Unlock()
+	d.logf("stopping the %d workers (SIGTERM)", len(live))
+	for _, p := range live {
+		p.term()
+	}
+	for _, p := range live {
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			d.violate(Violation{Check: CheckUncleanStop, At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
+			p.kill()
+		}
+		p.mu.Lock()
+		code, expect := p.code, p.expectExit
+		p.mu.Unlock()
+		if code != 0 && expect == "SIGTERM" {
+			d.violate(Violation{Check: CheckUncleanStop, At: time.Now(), Detail: fmt.Sprintf("%s exited with code %d after SIGTERM: %s",
+				p.id, code, tailFile(p.logPath, 600))})
+		}
+	}
+	d.analyze(ctx)
+}
+
+// analyze runs the post-hoc checks over the workers' logs and Temporal's records.
+func (d *Drill) analyze(ctx context.Context) {
+	d.mu.Lock()
+	procs := append([]*proc(nil), d.procs...)
+	steps := append([]*Step(nil), d.steps...)
+	d.mu.Unlock()
+	terms := d.buildTerms(procs)
+	d.checkTerms(terms)
+	n := 0
+	for _, ts := range terms {
+		n += len(ts)
+	}
+	runs, err := d.fetchRuns(ctx, procs)
+	if err != nil {
+		d.violate(Violation{Check: CheckRunRecords, At: time.Now(), Detail: "reading Temporal's records: " + err.Error()})
+	}
+	d.checkRuns(terms, runs)
+	d.accountSteps(steps, terms, runs)
+	m := 0
+	for _, rs := range runs {
+		m += len(rs)
+	}
+	d.mu.Lock()
+	d.termCount, d.runCount = n, m
+	d.mu.Unlock()
+}
+
+// buildTerms reconstructs every term from the logs. A term's end is its logged end, with two
+// exceptions: a SIGKILLed process cannot log one, and cannot act after the kill, so its open terms
+// end at the kill; a SIGSTOPped process logs its end only after SIGCONT (its watchdog only runs
+// then), so a term it held when stopped ends at the stop, provided the process logs no action for
+// that term after SIGCONT; if it does, the term lasted until its logged end and the action is a
+// violation of its own.
+func (d *Drill) buildTerms(procs []*proc) map[string][]*term {
+	out := map[string][]*term{}
+	for _, p := range procs {
+		p.mu.Lock()
+		stops := append([]stopWindow(nil), p.stops...)
+		killedAt, exitedAt, expect := p.killedAt, p.exitedAt, p.expectExit
+		p.mu.Unlock()
+		events := p.snapshotEvents()
+		byToken := map[int64]*term{}
+		var order []*term
+		for _, e := range events {
+			switch e.Msg {
+			case msgTermStarted:
+				t := &term{Election: e.Queue, Token: e.Token, Server: e.ServerID, Proc: p, Start: time.Unix(0, e.WallNS)}
+				byToken[e.Token] = t
+				order = append(order, t)
+			case msgTermEnded:
+				if t := byToken[e.Token]; t != nil {
+					t.Logged = time.Unix(0, e.WallNS)
+					t.End, t.EndHow = t.Logged, "logged"
+				}
+			}
+		}
+		for _, t := range order {
+			if t.End.IsZero() {
+				switch {
+				case !killedAt.IsZero() && expect == "SIGKILL":
+					t.End, t.EndHow = killedAt, "sigkill"
+				case !exitedAt.IsZero():
+					t.End, t.EndHow = exitedAt, "exit"
+				default:
+					t.End, t.EndHow = time.Now(), "open"
+				}
+			}
+			for _, w := range stops {
+				if !t.Start.Before(w.Stop) || !t.End.After(w.Stop) {
+					continue
+				}
+				resumed := w.Resume
+				if resumed.IsZero() {
+					resumed = w.Stop
+				}
+				var acted []string
+				for _, e := range events {
+					if actionMsgs[e.Msg] && e.HasToken && e.Token == t.Token && e.TS.After(resumed) {
+						acted = append(acted, fmt.Sprintf("%s %q at %s", e.Msg, e.RunID+e.Prior, e.TS.Format(tsFormat)))
+					}
+				}
+				if len(acted) > 0 {
+					d.violate(Violation{Check: CheckStoppedActed, Queue: t.Election, At: resumed, Detail: fmt.Sprintf(
+						"%s acted for term %d (held when SIGSTOPped at %s) after SIGCONT at %s: %s", p.id, t.Token,
+						w.Stop.Format(tsFormat), resumed.Format(tsFormat), strings.Join(acted, "; "))})
+					continue
+				}
+				t.End, t.EndHow = w.Stop, "sigstop"
+			}
+			for _, e := range events {
+				if e.Msg == msgBalance && e.Queue == t.Election && !e.TS.Before(t.Start) && !e.TS.After(t.End) {
+					t.Balanced = true
+				}
+			}
+			out[t.Election] = append(out[t.Election], t)
+		}
+	}
+	for _, ts := range out {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Start.Before(ts[j].Start) })
+	}
+	return out
+}
+
+// checkTerms: per election, no two terms overlap and tokens grow with the start times.
+func (d *Drill) checkTerms(terms map[string][]*term) {
+	for el, ts := range terms {
+		var last *term // the term with the latest end so far
+		for i, t := range ts {
+			if last != nil && t.Start.Before(last.End) {
+				d.violate(Violation{Check: CheckOneOwner, Queue: el, At: t.Start, Detail: fmt.Sprintf(
+					"terms overlap by %v: %s and %s", last.End.Sub(t.Start), last, t)})
+			}
+			if i > 0 && t.Token <= ts[i-1].Token {
+				d.violate(Violation{Check: CheckTokenOrder, Queue: el, At: t.Start, Detail: fmt.Sprintf(
+					"term %s started after %s with a token not above it", t, ts[i-1])})
+			}
+			if last == nil || t.End.After(last.End) {
+				last = t
+			}
+		}
+	}
+}
+
+// fetchRuns reads every dispatcher run of the drill's queues from Temporal: the run IDs come from
+// visibility and from the workers' logs (visibility may lag), each run's times, status and owner
+// from DescribeWorkflowExecution (its mutable state), and a terminated run's reason from its
+// history's close event.
+func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run, error) {
+	queueOf := map[string]string{}
+	for _, q := range d.allQueues() {
+		queueOf[d.workflowID(q)] = q
+	}
+	ids := map[[2]string]bool{}
+	err := d.listRuns(ctx, fmt.Sprintf("WorkflowType = '%s'", takeover.DefaultWorkflowType), func(wid, runID string) {
+		if queueOf[wid] != "" {
+			ids[[2]string{wid, runID}] = true
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range procs {
+		for _, e := range p.snapshotEvents() {
+			if e.Msg == msgTakenOver && e.RunID != "" && queueOf[d.workflowID(e.Queue)] != "" {
+				ids[[2]string{d.workflowID(e.Queue), e.RunID}] = true
+			}
+		}
+	}
+	out := map[string][]*run{}
+	for k := range ids {
+		wid, runID := k[0], k[1]
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := d.tc.DescribeWorkflowExecution(cctx, wid, runID)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("describe %s/%s: %w", wid, runID, err)
+		}
+		info := resp.GetWorkflowExecutionInfo()
+		r := &run{Queue: queueOf[wid], RunID: runID, Start: info.GetStartTime().AsTime(), Status: info.GetStatus()}
+		if info.GetCloseTime() != nil && info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			r.Close = info.GetCloseTime().AsTime()
+		}
+		if p, ok := info.GetMemo().GetFields()[takeover.MemoKey]; ok {
+			_ = converter.GetDefaultDataConverter().FromPayload(p, &r.Owner)
+		}
+		if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			iter := d.tc.GetWorkflowHistory(cctx, wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+			for iter.HasNext() {
+				ev, err := iter.Next()
+				if err != nil {
+					break
+				}
+				if a := ev.GetWorkflowExecutionTerminatedEventAttributes(); a != nil {
+					r.Reason = a.GetReason()
+				}
+			}
+			cancel()
+		}
+		out[r.Queue] = append(out[r.Queue], r)
+	}
+	for _, rs := range out {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Start.Before(rs[j].Start) })
+	}
+	return out, nil
+}
+
+func (d *Drill) allQueues() []string {
+	qs := append([]string(nil), d.queues...)
+	for i := 1; i <= d.soloN; i++ {
+		qs = append(qs, fmt.Sprintf("solo%d", i))
+	}
+	return qs
+}
+
+var (
+	reTakenOver = regexp.MustCompile(`^baton: taken over by (\S+) \(token (\d+)\)$`)
+	reSteppedDn = regexp.MustCompile(`^baton: (\S+) stepped down \(token (\d+)\)$`)
+	reReconcile = regexp.MustCompile(`^baton: reconciler (\S+) \(token (\d+)\): heartbeat of (\S+) \(token (\d+)\) stale`)
+)
+
+// checkRuns checks Temporal's records of the runs against each other and against the terms.
+//
+// "Open dispatcher runs per queue never above one" is checked exactly, not by sampling: every run
+// is open from its start time to its close time as Temporal's own mutable state records them
+// (DescribeWorkflowExecution, not visibility), so the runs of one workflow ID must form disjoint
+// intervals. A takeover terminates the prior run by run ID and only then starts the next: the prior
+// run's close time is before the next run's start time. Visibility, which lags, is used only to
+// find run IDs and at each settle (waitSteady), where it must come to list exactly one Running run
+// within the settle bound.
+func (d *Drill) checkRuns(terms map[string][]*term, runs map[string][]*run) {
+	far := time.Now().Add(24 * time.Hour)
+	end := func(r *run) time.Time {
+		if r.Close.IsZero() {
+			return far
+		}
+		return r.Close
+	}
+	for q, rs := range runs {
+		var last *run
+		for _, r := range rs {
+			if last != nil && r.Start.Before(end(last)) {
+				d.violate(Violation{Check: CheckOneOpenRun, Queue: q, At: r.Start, Detail: fmt.Sprintf(
+					"run %s (token %d, %s..%s) and run %s (token %d, from %s) were open at once",
+					last.RunID, last.Owner.Token, last.Start.Format(tsFormat), fmtClose(last), r.RunID, r.Owner.Token, r.Start.Format(tsFormat))})
+			}
+			if last == nil || end(r).After(end(last)) {
+				last = r
+			}
+		}
+		byToken := map[int64][]*run{}
+		for _, r := range rs {
+			byToken[r.Owner.Token] = append(byToken[r.Owner.Token], r)
+		}
+		for tok, same := range byToken {
+			if len(same) > 1 {
+				var ids []string
+				for _, r := range same {
+					ids = append(ids, r.RunID)
+				}
+				d.violate(Violation{Check: CheckOneNewRun, Queue: q, At: same[1].Start, Detail: fmt.Sprintf(
+					"term token %d started %d runs: %v", tok, len(same), ids)})
+			}
+		}
+		ts := terms[q]
+		termOf := map[int64]*term{}
+		for _, t := range ts {
+			termOf[t.Token] = t
+		}
+		for _, r := range rs {
+			t := termOf[r.Owner.Token]
+			if t == nil {
+				if r.Start.After(d.started) {
+					d.violate(Violation{Check: CheckRunRecords, Queue: q, At: r.Start, Detail: fmt.Sprintf(
+						"run %s has owner %s token %d, a term no worker logged", r.RunID, r.Owner.ServerID, r.Owner.Token)})
+				}
+				continue
+			}
+			if r.Start.After(t.End) {
+				// Started after its term ended: harmful if a successor's term had begun by then.
+				for _, s := range ts {
+					if s.Token > t.Token && s.Start.Before(r.Start) {
+						d.violate(Violation{Check: CheckFencedAction, Queue: q, At: r.Start, Detail: fmt.Sprintf(
+							"run %s of term %s started at %s, after the successor term %s began", r.RunID, t, r.Start.Format(tsFormat), s)})
+						break
+					}
+				}
+			}
+			switch r.Status {
+			case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+			case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+				d.checkTermination(q, r, t, ts)
+			default:
+				d.violate(Violation{Check: CheckRunRecords, Queue: q, At: r.Close, Detail: fmt.Sprintf(
+					"run %s of %s closed by itself: %s", r.RunID, t, r.Status)})
+			}
+		}
+	}
+}
+
+// checkTermination: a run is only ever terminated by Baton, by its run ID, with a reason naming who
+// and under which token: by a successor (higher token) taking over, by its own term stepping down,
+// or by the reconciler once the owner's term is over. Anything else (a WorkflowIDConflictPolicy
+// termination by a start, an operator) is a violation, and so is a termination while the owner's
+// term still held, except its own step-down.
+func (d *Drill) checkTermination(q string, r *run, t *term, ts []*term) {
+	bad := func(format string, args ...any) {
+		d.violate(Violation{Check: CheckFencedAction, Queue: q, At: r.Close, Detail: fmt.Sprintf("run %s of term %s terminated at %s with reason %q: ",
+			r.RunID, t, r.Close.Format(tsFormat), r.Reason) + fmt.Sprintf(format, args...)})
+	}
+	if m := reSteppedDn.FindStringSubmatch(r.Reason); m != nil {
+		if tok, _ := strconv.ParseInt(m[2], 10, 64); tok != t.Token {
+			bad("a step-down by another term")
+		}
+		return
+	}
+	if m := reTakenOver.FindStringSubmatch(r.Reason); m != nil {
+		tok, _ := strconv.ParseInt(m[2], 10, 64)
+		if tok <= t.Token {
+			bad("taken over by a token not above the owner's")
+		}
+		if t.End.After(r.Close) {
+			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
+		}
+		return
+	}
+	if m := reReconcile.FindStringSubmatch(r.Reason); m != nil {
+		if tok, _ := strconv.ParseInt(m[4], 10, 64); tok != t.Token {
+			bad("the reconciler named another owner token")
+		}
+		if t.End.After(r.Close) {
+			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
+		}
+		return
+	}
+	bad("not a run-scoped termination by Baton")
+}
+
+func fmtClose(r *run) string {
+	if r.Close.IsZero() {
+		return "open"
+	}
+	return r.Close.Format(tsFormat)
+}
+
+// accountSteps attributes every queue-election term to the step in whose window it started, and the
+// term's runs with it. A fault must cost each affected queue exactly one new run. The balancer
+// (package balance) may then move a queue on purpose, by a graceful handover, to spread leadership
+// (it does so at once when one worker won many queues in a takeover): so the new terms of a queue
+// are cut into segments at every balance handover, and each segment must hold exactly one new run
+// (none is allowed only for a segment that was handed over before it started one). The runs of the
+// segments after a balance handover are counted as rebalancing. The takeover latency of a queue is
+// from the step's instant to the start (Temporal's record) of the first run of its first segment.
+func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[string][]*run) {
+	sort.Slice(steps, func(i, j int) bool { return steps[i].At.Before(steps[j].At) })
+	for i, s := range steps {
+		if i+1 < len(steps) {
+			s.End = steps[i+1].At
+		} else {
+			s.End = time.Now()
+		}
+	}
+	runsOf := map[string]map[int64][]*run{}
+	for q, rs := range runs {
+		runsOf[q] = map[int64][]*run{}
+		for _, r := range rs {
+			runsOf[q][r.Owner.Token] = append(runsOf[q][r.Owner.Token], r)
+		}
+	}
+	for _, s := range steps {
+		if s.Fault == nil {
+			continue
+		}
+		f := s.Fault
+		for _, q := range d.allQueues() {
+			var before *term
+			var nts []*term
+			for _, t := range terms[q] {
+				if t.Start.Before(s.At) {
+					before = t
+				} else if t.Start.Before(s.End) {
+					nts = append(nts, t)
+				}
+			}
+			if len(nts) == 0 {
+				continue
+			}
+			c := QueueChange{Queue: q}
+			rebalance := before != nil && before.Balanced
+			if before != nil {
+				c.From = before.Server
+			}
+			type segment struct {
+				rebalance bool
+				terms     []*term
+				runs      []*run
+			}
+			segs := []*segment{{rebalance: rebalance}}
+			for i, t := range nts {
+				if i > 0 && nts[i-1].Balanced {
+					segs = append(segs, &segment{rebalance: true})
+				}
+				sg := segs[len(segs)-1]
+				sg.terms = append(sg.terms, t)
+				sg.runs = append(sg.runs, runsOf[q][t.Token]...)
+				label := fmt.Sprintf("%s@%d", t.Server, t.Token)
+				if t.Balanced {
+					label += "(handed over)"
+				}
+				c.Terms = append(c.Terms, label)
+				for _, r := range runsOf[q][t.Token] {
+					c.Runs = append(c.Runs, r.RunID)
+				}
+			}
+			for _, sg := range segs {
+				if len(sg.runs) > 1 || (len(sg.runs) == 0 && !sg.terms[len(sg.terms)-1].Balanced) {
+					var ids []string
+					for _, r := range sg.runs {
+						ids = append(ids, r.RunID)
+					}
+					d.violate(Violation{Check: CheckOneNewRun, Fault: f.N, Step: stepName(s), Queue: q, At: s.At, Detail: fmt.Sprintf(
+						"%d new runs %v for terms %v after the step (no balance handover between them); all new terms: %v",
+						len(sg.runs), ids, termLabels(sg.terms), c.Terms)})
+				}
+				if sg.rebalance {
+					c.Rebalanced += len(sg.runs)
+				}
+			}
+			// The queue is owned again once its first new run is open, whichever segment started it.
+			for _, sg := range segs {
+				for _, r := range sg.runs {
+					if l := r.Start.Sub(s.At); c.Latency == 0 || l < c.Latency {
+						c.Latency = l
+					}
+				}
+			}
+			s.Changes = append(s.Changes, c)
+			solo := strings.HasPrefix(q, "solo")
+			if !solo && !containsStr(f.Affected, q) {
+				f.Affected = append(f.Affected, q)
+			}
+			f.NewRuns += len(c.Runs)
+			f.Rebalanced += c.Rebalanced
+			if !solo && !s.Recovery && c.Latency > 0 {
+				f.Latencies = append(f.Latencies, c.Latency)
+			}
+		}
+	}
+}
+
+func termLabels(ts []*term) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, fmt.Sprintf("%s@%d", t.Server, t.Token))
+	}
+	return out
+}
+
+func containsStr(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,150 @@
+package drill
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/baton-run/baton/takeover"
+)
+
+// The checks must catch what they are for: these feed them made-up records.
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func started(q, srv string, tok int64, ms int) event {
+	return event{Msg: msgTermStarted, Queue: q, ServerID: srv, Token: tok, HasToken: true, WallNS: at(ms).UnixNano(), TS: at(ms)}
+}
+
+func ended(q string, tok int64, ms int) event {
+	return event{Msg: msgTermEnded, Queue: q, Token: tok, HasToken: true, WallNS: at(ms).UnixNano(), TS: at(ms)}
+}
+
+func testDrill() *Drill {
+	return &Drill{cfg: Config{Out: io.Discard, Project: "drill"}.withDefaults(), queues: []string{"q1"}, stuck: map[string]time.Time{}}
+}
+
+func checks(d *Drill) []string {
+	var out []string
+	for _, v := range d.violations {
+		out = append(out, v.Check)
+	}
+	return out
+}
+
+func TestTermsOverlap(t *testing.T) {
+	d := testDrill()
+	a := &proc{id: "a", events: []event{started("q1", "a", 10, 0), ended("q1", 10, 1000)}}
+	b := &proc{id: "b", events: []event{started("q1", "b", 20, 900), ended("q1", 20, 2000)}}
+	d.checkTerms(d.buildTerms([]*proc{a, b}))
+	if got := checks(d); len(got) != 1 || got[0] != CheckOneOwner {
+		t.Fatalf("violations %v, want one %s", got, CheckOneOwner)
+	}
+
+	d = testDrill()
+	b.events = []event{started("q1", "b", 20, 1001), ended("q1", 20, 2000)}
+	d.checkTerms(d.buildTerms([]*proc{a, b}))
+	if got := checks(d); len(got) != 0 {
+		t.Fatalf("consecutive terms flagged: %v", got)
+	}
+}
+
+func TestSIGKILLEndsTermsAtTheKill(t *testing.T) {
+	d := testDrill()
+	a := &proc{id: "a", events: []event{started("q1", "a", 10, 0)}, expectExit: "SIGKILL", killedAt: at(500), exitedAt: at(600)}
+	b := &proc{id: "b", events: []event{started("q1", "b", 20, 550), ended("q1", 20, 900)}}
+	d.checkTerms(d.buildTerms([]*proc{a, b}))
+	if got := checks(d); len(got) != 0 {
+		t.Fatalf("violations %v, want none", got)
+	}
+	b.events[0] = started("q1", "b", 20, 450)
+	d.checkTerms(d.buildTerms([]*proc{a, b}))
+	if got := checks(d); len(got) != 1 || got[0] != CheckOneOwner {
+		t.Fatalf("violations %v, want one %s: the successor started before the kill", got, CheckOneOwner)
+	}
+}
+
+// A SIGSTOPped leader logs its term's end only after SIGCONT: the term counts as ended at the stop,
+// unless the process acted for it after SIGCONT.
+func TestSIGSTOPTerm(t *testing.T) {
+	mk := func(extra ...event) []*proc {
+		a := &proc{id: "a", events: append([]event{started("q1", "a", 10, 0), ended("q1", 10, 5100)}, extra...),
+			stops: []stopWindow{{Stop: at(1000), Resume: at(5000)}}}
+		b := &proc{id: "b", events: []event{started("q1", "b", 20, 3000), ended("q1", 20, 9000)}}
+		return []*proc{a, b}
+	}
+	d := testDrill()
+	d.checkTerms(d.buildTerms(mk()))
+	if got := checks(d); len(got) != 0 {
+		t.Fatalf("violations %v, want none", got)
+	}
+	d = testDrill()
+	acted := event{Msg: msgTakenOver, Queue: "q1", Token: 10, HasToken: true, RunID: "r", TS: at(5050)}
+	d.checkTerms(d.buildTerms(mk(acted)))
+	got := strings.Join(checks(d), ",")
+	if !strings.Contains(got, CheckStoppedActed) || !strings.Contains(got, CheckOneOwner) {
+		t.Fatalf("violations %v, want %s and %s", got, CheckStoppedActed, CheckOneOwner)
+	}
+}
+
+func TestRunsOverlapAndFencing(t *testing.T) {
+	d := testDrill()
+	terms := map[string][]*term{"q1": {
+		{Election: "q1", Token: 10, Server: "a", Start: at(0), End: at(1000)},
+		{Election: "q1", Token: 20, Server: "b", Start: at(1500), End: at(9000)},
+	}}
+	runs := map[string][]*run{"q1": {
+		{Queue: "q1", RunID: "r1", Owner: takeover.Owner{Token: 10}, Start: at(10), Close: at(1600),
+			Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, Reason: "baton: taken over by b (token 20)"},
+		{Queue: "q1", RunID: "r2", Owner: takeover.Owner{Token: 20}, Start: at(1700), Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+	}}
+	d.checkRuns(terms, runs)
+	if got := checks(d); len(got) != 0 {
+		t.Fatalf("violations %v, want none", got)
+	}
+	// The new run starts before the old one closed; the old one was closed by something else.
+	runs["q1"][1].Start = at(1550)
+	runs["q1"][0].Reason = "terminated by WorkflowIDConflictPolicy"
+	d.checkRuns(terms, runs)
+	got := strings.Join(checks(d), ",")
+	if !strings.Contains(got, CheckOneOpenRun) || !strings.Contains(got, CheckFencedAction) {
+		t.Fatalf("violations %v, want %s and %s", got, CheckOneOpenRun, CheckFencedAction)
+	}
+}
+
+// Per step and queue, one new run; a balance handover starts a new segment.
+func TestStepAccounting(t *testing.T) {
+	f := &Fault{N: 1, Kind: KindSIGKILL}
+	step := &Step{Fault: f, Name: "kill", At: at(1000)}
+	next := &Step{Name: "shutdown", At: at(10000)}
+	terms := map[string][]*term{"q1": {
+		{Election: "q1", Token: 10, Server: "a", Start: at(0), End: at(1000)},
+		{Election: "q1", Token: 20, Server: "b", Start: at(3000), End: at(3500), Balanced: true},
+		{Election: "q1", Token: 30, Server: "c", Start: at(3600), End: at(9000)},
+	}}
+	runs := map[string][]*run{"q1": {
+		{Queue: "q1", RunID: "r2", Owner: takeover.Owner{Token: 20}, Start: at(3100)},
+		{Queue: "q1", RunID: "r3", Owner: takeover.Owner{Token: 30}, Start: at(3700)},
+	}}
+	d := testDrill()
+	d.accountSteps([]*Step{step, next}, terms, runs)
+	if got := checks(d); len(got) != 0 {
+		t.Fatalf("violations %v, want none", got)
+	}
+	if f.Rebalanced != 1 || f.NewRuns != 2 || len(f.Latencies) != 1 || f.Latencies[0] != 2100*time.Millisecond {
+		t.Fatalf("fault %+v: want 2 new runs, 1 rebalanced, latency 2.1s", f)
+	}
+	// Without the balance handover, two takeovers of one queue after one fault are a violation.
+	terms["q1"][1].Balanced = false
+	f2 := &Fault{N: 2, Kind: KindSIGKILL}
+	d = testDrill()
+	d.accountSteps([]*Step{{Fault: f2, Name: "kill", At: at(1000)}, next}, terms, runs)
+	if got := checks(d); len(got) != 1 || got[0] != CheckOneNewRun {
+		t.Fatalf("violations %v, want one %s", got, CheckOneNewRun)
+	}
+}

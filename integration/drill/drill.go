@@ -1,0 +1,445 @@
+// Package drill is Baton's chaos drill (`make drill`, the command integration/cmd/drill, and a short
+// version in this package's test): real servers on loopback (a 3-member etcd, a Temporal server,
+// redis-server), N demo-worker processes over M queues, faults injected one at a time with settle
+// periods, and checks of Baton's invariants against the servers' own records and the workers'
+// /status and logs.
+//
+// # Faults
+//
+// Each fault is made of steps; every step is an injection instant after which the drill waits for
+// the fleet to settle (every queue led by exactly one worker whose dispatcher run is open in
+// Temporal and named by its Redis heartbeat key). The kinds, cycled in a seeded order:
+//
+//	sigkill           SIGKILL of a worker that leads queues; later a new incarnation (new server ID)
+//	sigstop           SIGSTOP of a leader for longer than the TTL, then SIGCONT
+//	partition         the worker's connections to etcd blackholed (its own proxies), then healed
+//	rolling           SIGTERM of every worker in turn, each replaced by a new incarnation
+//	etcd-member       an etcd member killed (the raft leader every other time) and restarted
+//	redis-restart     redis-server stopped (SIGTERM or SIGKILL, alternately) and started on its port
+//	temporal-restart  the Temporal server stopped (SIGTERM or SIGKILL, alternately) and restarted
+//	orphan            a worker that alone serves a queue of its own is SIGKILLed: its run and
+//	                  heartbeat key are orphans that only the reconciler can clean up
+//
+// # Checks
+//
+// Each violation names its check (the Check* constants). Live, while faults run:
+//
+//   - settle after every step (waitSteady): within TakeoverSLA every queue is led by exactly one
+//     worker (fresh /status reads) with a run that is the workflow's current, Running run in Temporal
+//     (DescribeWorkflowExecution), named with the leader's token by the heartbeat key
+//     dispatcher:heartbeat:<workflow-id>, and the only Running run visibility lists. A queue that
+//     does not settle is reported with its etcd candidate keys (owner-within-sla, one-open-run).
+//   - /status samples every PollInterval: two workers seen leading one queue at the same instant
+//     (see checkSample for what "same instant" can mean between samples) (one-owner).
+//   - orphans every second: an open run or a heartbeat key that is not the run of the queue's live
+//     leader must be gone within CleanupSLA (orphan-cleanup); the orphan fault times the reconciler.
+//   - every worker exit must follow the drill's SIGKILL or SIGTERM (unexpected-exit), and a SIGTERM
+//     must end in exit code 0 (unclean-stop).
+//
+// After the faults, from the records (analyze):
+//
+//   - terms from the workers' "leadership started/ended" logs (wall_ns): per election, no two terms
+//     overlap (one-owner), later terms carry higher tokens (token-order). A SIGKILLed worker's open
+//     terms end at the kill; a SIGSTOPped worker's terms end at the stop, provided it logs no action
+//     for them after SIGCONT (stopped-process-acted).
+//   - runs from Temporal's mutable state: the runs of one workflow ID never overlap in time
+//     (one-open-run, see checkRuns); every run belongs to a logged term and starts before any
+//     successor term; every termination is Baton's run-scoped one with a reason and token that fit
+//     (fenced-action, run-records).
+//   - per step: each queue whose leadership changed got exactly one new run (see accountSteps for the
+//     balancer's handovers) (one-new-run-per-affected-queue); the takeover latency is from the
+//     injection to the start of that run.
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.temporal.io/sdk/client"
+
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/redistest"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+// The fault kinds.
+const (
+	KindSIGKILL         Kind = "sigkill"
+	KindSIGSTOP         Kind = "sigstop"
+	KindPartition       Kind = "partition"
+	KindRolling         Kind = "rolling"
+	KindEtcdMember      Kind = "etcd-member"
+	KindRedisRestart    Kind = "redis-restart"
+	KindTemporalRestart Kind = "temporal-restart"
+	KindOrphan          Kind = "orphan"
+)
+
+// AllKinds lists every fault kind in its default order.
+var AllKinds = []Kind{KindSIGKILL, KindSIGSTOP, KindPartition, KindRolling, KindEtcdMember, KindRedisRestart,
+	KindTemporalRestart, KindOrphan}
+
+// ParseKinds parses a comma-separated list of kinds ("all" or empty: every kind).
+func ParseKinds(s string) ([]Kind, error) {
+	if s = strings.TrimSpace(s); s == "" || s == "all" {
+		return append([]Kind(nil), AllKinds...), nil
+	}
+	var out []Kind
+	for _, f := range strings.Split(s, ",") {
+		k := Kind(strings.TrimSpace(f))
+		found := false
+		for _, a := range AllKinds {
+			found = found || a == k
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown fault kind %q (kinds: %v)", k, AllKinds)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Config tunes a drill. The zero value of a field means its default.
+type Config struct {
+	Workers int           // demo-worker processes; default 5
+	Queues  int           // queues, q00.., all served by every worker; default 20
+	Project string        // default "drill"
+	Seed    uint64        // fault order and targets; 0: from the clock (the report shows it)
+	TTL     time.Duration // election lease TTL of the workers; default 2s (whole seconds)
+	// Duration bounds the fault phase: a new fault starts only while it has not passed. Default 5m.
+	Duration time.Duration
+	// Cycles, when positive, ends the fault phase after that many rounds of every kind.
+	Cycles int
+	// Kinds are the fault kinds to inject; default AllKinds. Kinds that need control of a server
+	// given by BATON_* variables (external) are skipped and listed in the report.
+	Kinds []Kind
+	// Settle is the pause after the fleet settled before the next step; default 2s.
+	Settle time.Duration
+	// TakeoverSLA bounds the wait for every queue to be owned again after a step; default 30s (the
+	// PRD's p95 takeover target).
+	TakeoverSLA time.Duration
+	// CleanupSLA bounds how long an orphaned run or heartbeat key may live; default 2m (the PRD's).
+	CleanupSLA time.Duration
+	// The workers' heartbeat and reconciler settings; defaults 1s, 6s and 10s.
+	HeartbeatInterval, StaleAfter, ReconcileInterval time.Duration
+	// PollInterval is the period of each worker's /status poll; default 150ms.
+	PollInterval time.Duration
+	// Bin is the demo-worker binary (or a directory holding it); empty: built into the work dir.
+	Bin string
+	// LogDir keeps the logs of every process there; empty: a temporary directory, removed at the end
+	// unless the drill found a violation.
+	LogDir string
+	// Out receives progress lines; default io.Discard.
+	Out io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Workers <= 0 {
+		c.Workers = 5
+	}
+	if c.Queues <= 0 {
+		c.Queues = 20
+	}
+	if c.Project == "" {
+		c.Project = "drill"
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	def(&c.TTL, 2*time.Second)
+	c.TTL = c.TTL.Round(time.Second)
+	def(&c.Duration, 5*time.Minute)
+	def(&c.Settle, 2*time.Second)
+	def(&c.TakeoverSLA, 30*time.Second)
+	def(&c.CleanupSLA, 2*time.Minute)
+	def(&c.HeartbeatInterval, time.Second)
+	def(&c.StaleAfter, 6*time.Second)
+	def(&c.ReconcileInterval, 10*time.Second)
+	def(&c.PollInterval, 150*time.Millisecond)
+	if len(c.Kinds) == 0 {
+		c.Kinds = append([]Kind(nil), AllKinds...)
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	return c
+}
+
+// Drill is one run.
+type Drill struct {
+	cfg     Config
+	started time.Time
+	dir     string // logs and the Temporal database
+	tempDir bool   // dir is ours to remove
+	rng     *rand.Rand
+	bin     string
+	queues  []string
+
+	etcd     *etcdtest.Cluster
+	proxies  [][]*etcdtest.Proxy // per worker slot, one per etcd endpoint
+	redis    *redistest.Server
+	temporal *temporalServer
+	tc       client.Client
+	rdb      *redis.Client
+	ec       *clientv3.Client
+
+	bg       context.Context // the observers' context
+	bgCancel context.CancelFunc
+	bgWG     sync.WaitGroup
+
+	mu         sync.Mutex
+	procs      []*proc // every process ever started
+	slots      []*proc // the current process of each worker slot
+	gens       []int
+	soloN      int
+	etcdKills  int
+	redisN     int
+	temporalN  int
+	faults     []*Fault
+	steps      []*Step
+	violations []Violation
+	skipped    []string
+	orphans    orphanStats
+	samples    int
+	monitoring bool
+	termCount  int
+	runCount   int
+	stuck      map[string]time.Time // queues reported without an owner, until they have one again
+}
+
+// Run runs a drill and returns its report. An error means the drill could not run (a server did not
+// start, the context ended); violations of Baton's invariants are in the report, not errors.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	d := &Drill{cfg: cfg, started: time.Now(), stuck: map[string]time.Time{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	for i := range cfg.Queues {
+		d.queues = append(d.queues, fmt.Sprintf("q%02d", i))
+	}
+	d.bg, d.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
+	// go-redis logs its pool's dial failures (a Redis restart fault) through a process-wide logger.
+	redis.SetLogger(quietRedis{})
+	defer d.teardown()
+	if err := d.setup(ctx); err != nil {
+		return nil, err
+	}
+	d.faultPhase(ctx)
+	if err := ctx.Err(); err != nil {
+		return d.report(false), fmt.Errorf("drill interrupted: %w", err)
+	}
+	d.finish(ctx)
+	if err := ctx.Err(); err != nil {
+		return d.report(false), fmt.Errorf("drill interrupted: %w", err)
+	}
+	return d.report(true), nil
+}
+
+func (d *Drill) logf(format string, args ...any) {
+	fmt.Fprintf(d.cfg.Out, "[%6.1fs] %s\n", time.Since(d.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (d *Drill) setup(ctx context.Context) error {
+	if d.cfg.LogDir != "" {
+		if err := os.MkdirAll(d.cfg.LogDir, 0o755); err != nil {
+			return err
+		}
+		d.dir = d.cfg.LogDir
+	} else {
+		dir, err := os.MkdirTemp("", "baton-drill-")
+		if err != nil {
+			return err
+		}
+		d.dir, d.tempDir = dir, true
+	}
+	d.logf("drill: %d workers × %d queues, project %q, TTL %v, seed %d, logs in %s", d.cfg.Workers, d.cfg.Queues,
+		d.cfg.Project, d.cfg.TTL, d.cfg.Seed, d.dir)
+
+	if d.cfg.Bin != "" {
+		d.bin = d.cfg.Bin
+		if st, err := os.Stat(d.bin); err == nil && st.IsDir() {
+			d.bin = filepath.Join(d.bin, "demo-worker")
+		}
+		if _, err := os.Stat(d.bin); err != nil {
+			return fmt.Errorf("demo-worker binary: %w", err)
+		}
+	} else {
+		began := time.Now()
+		bin, err := BuildDemoWorker(ctx, d.dir)
+		if err != nil {
+			return err
+		}
+		d.bin = bin
+		d.logf("built demo-worker in %v", time.Since(began).Round(100*time.Millisecond))
+	}
+
+	began := time.Now()
+	var err error
+	if d.etcd, err = etcdtest.StartCluster(etcdtest.Options{Members: 3}); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	if d.redis, err = redistest.StartServer(redistest.Options{AppendOnly: true}); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if d.temporal, err = startTemporal(ctx, d.dir, "default", 90*time.Second); err != nil {
+		return fmt.Errorf("temporal: %w", err)
+	}
+	if d.tc, err = client.Dial(client.Options{HostPort: d.temporal.hostPort, Namespace: d.temporal.namespace, Logger: quietLogger{}}); err != nil {
+		return fmt.Errorf("temporal client: %w", err)
+	}
+	d.rdb = d.redis.NewClient()
+	if d.ec, err = d.etcd.NewClient(); err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	d.logf("servers up in %v: etcd %s (external %v), Temporal %s (external %v), Redis %s (external %v)",
+		time.Since(began).Round(100*time.Millisecond), strings.Join(d.etcd.Endpoints(), ","), d.etcd.External(),
+		d.temporal.hostPort, !d.temporal.canRestart(), d.redis.Addr(), d.redis.External())
+
+	for _, k := range d.cfg.Kinds {
+		switch {
+		case k == KindEtcdMember && d.etcd.External():
+			d.skipped = append(d.skipped, string(k)+": etcd is external ("+etcdtest.EnvEndpoints+")")
+		case k == KindRedisRestart && d.redis.External():
+			d.skipped = append(d.skipped, string(k)+": Redis is external ("+redistest.EnvAddr+")")
+		case k == KindTemporalRestart && !d.temporal.canRestart():
+			d.skipped = append(d.skipped, string(k)+": Temporal is external (BATON_TEMPORAL_ADDRESS)")
+		}
+	}
+
+	d.slots = make([]*proc, d.cfg.Workers)
+	d.gens = make([]int, d.cfg.Workers)
+	for range d.cfg.Workers {
+		var ps []*etcdtest.Proxy
+		for _, ep := range d.etcd.Endpoints() {
+			p, err := etcdtest.NewProxy(ep)
+			if err != nil {
+				return err
+			}
+			ps = append(ps, p)
+		}
+		d.proxies = append(d.proxies, ps)
+	}
+	setupStep := &Step{Name: "start-up", At: time.Now()}
+	d.steps = append(d.steps, setupStep)
+	var wg sync.WaitGroup
+	errs := make([]error, d.cfg.Workers)
+	for i := range d.cfg.Workers {
+		wg.Go(func() { _, errs[i] = d.startSlot(ctx, i) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d.bgWG.Go(d.monitorOrphans)
+	if _, ok := d.waitSteady(ctx, setupStep, nil, 60*time.Second); !ok {
+		return errors.New("the fleet never settled after start-up (see the violations)")
+	}
+	d.logf("%d workers ready; every queue has one leader with an open dispatcher run", d.cfg.Workers)
+	return nil
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// BuildDemoWorker builds cmd/demo-worker of the root module into dir and returns its path.
+func BuildDemoWorker(ctx context.Context, dir string) (string, error) {
+	root, err := rootDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "demo-worker")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/demo-worker")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/demo-worker: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// rootDir finds the root module (github.com/baton-run/baton): from this source file, else upwards
+// from the working directory.
+func rootDir() (string, error) {
+	isRoot := func(dir string) bool {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		return err == nil && strings.Contains(string(b), "module github.com/baton-run/baton\n")
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		if dir := filepath.Join(filepath.Dir(file), "..", ".."); isRoot(dir) {
+			return dir, nil
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if isRoot(dir) {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", errors.New("drill: cannot find the root module (github.com/baton-run/baton) to build cmd/demo-worker; pass -bin")
+		}
+	}
+}
+
+// teardown stops everything the drill started; it runs once, also after an error or an interrupt.
+func (d *Drill) teardown() {
+	d.bgCancel()
+	d.mu.Lock()
+	procs := append([]*proc(nil), d.procs...)
+	d.mu.Unlock()
+	for _, p := range procs {
+		p.forceKill()
+	}
+	d.bgWG.Wait()
+	if d.tc != nil {
+		d.tc.Close()
+	}
+	if d.rdb != nil {
+		d.rdb.Close()
+	}
+	if d.ec != nil {
+		d.ec.Close()
+	}
+	if d.temporal != nil {
+		d.temporal.close()
+	}
+	if d.redis != nil {
+		_ = d.redis.Close()
+	}
+	for _, ps := range d.proxies {
+		for _, p := range ps {
+			_ = p.Close()
+		}
+	}
+	if d.etcd != nil {
+		_ = d.etcd.Close()
+	}
+	if d.tempDir {
+		d.mu.Lock()
+		keep := len(d.violations) > 0
+		d.mu.Unlock()
+		if keep {
+			fmt.Fprintf(d.cfg.Out, "logs kept (violations found): %s\n", d.dir)
+		} else {
+			_ = os.RemoveAll(d.dir)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package drill_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/integration/drill"
+)
+
+// TestMain lets this test binary serve as the drill's Temporal server child process.
+func TestMain(m *testing.M) {
+	drill.ServeTemporalIfChild()
+	os.Exit(m.Run())
+}
+
+// budget is the hard bound of the short drill, start-up and checks included.
+const budget = 3 * time.Minute
+
+// TestDrillShort is the short drill of `make test`: 3 workers over 6 queues, every fault kind once.
+// With BATON_ETCD_ENDPOINTS, BATON_TEMPORAL_ADDRESS or BATON_REDIS_ADDR set, the faults that need to
+// control that server (etcd member kill, Temporal restart, Redis restart) are skipped; the drill then
+// uses a project name of its own so that it does not meet another run's dispatchers.
+func TestDrillShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real servers and worker processes for about two minutes")
+	}
+	project := "drill"
+	for _, k := range []string{"BATON_ETCD_ENDPOINTS", "BATON_TEMPORAL_ADDRESS", "BATON_REDIS_ADDR"} {
+		if os.Getenv(k) != "" {
+			project = fmt.Sprintf("drill%d", time.Now().UnixNano()%1e9)
+		}
+	}
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), budget)
+	defer cancel()
+	logs := t.TempDir()
+	rep, err := drill.Run(ctx, drill.Config{
+		Workers: 3, Queues: 6, Project: project, Cycles: 1,
+		// Every kind once takes about 70 s here; Duration only guards against a slow machine.
+		Duration: 100 * time.Second,
+		LogDir:   logs,
+		Out:      testWriter{t},
+	})
+	if rep != nil {
+		var buf bytes.Buffer
+		rep.WriteTable(&buf)
+		t.Log(buf.String())
+	}
+	if err != nil {
+		dumpLogs(t, logs)
+		t.Fatalf("the drill did not complete within its %v budget: %v", budget, err)
+	}
+	for _, s := range rep.Skipped {
+		t.Logf("skipped: %s", s)
+	}
+	if !rep.OK() {
+		dumpLogs(t, logs)
+		t.Fatalf("%d violations of Baton's invariants (see the table above)", len(rep.Violations))
+	}
+	if want := len(drill.AllKinds) - len(rep.Skipped); len(rep.Faults) < want {
+		t.Errorf("%d faults injected, want every kind that can run here (%d)", len(rep.Faults), want)
+	}
+	t.Logf("short drill done in %v", time.Since(began).Round(time.Second))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func dumpLogs(t *testing.T, dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		s := string(b)
+		if len(s) > 4000 {
+			s = "…" + s[len(s)-4000:]
+		}
+		t.Logf("--- %s (tail)\n%s", filepath.Base(f), s)
+	}
+}

@@ -1,0 +1,507 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/takeover"
+)
+
+// poll reads p's /status every PollInterval while p runs (not while it is SIGSTOPped: the read
+// would only hang) and checks every sample against the other workers' latest ones.
+func (d *Drill) poll(p *proc) {
+	t := time.NewTicker(d.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-d.bg.Done():
+			return
+		case <-t.C:
+		}
+		if p.isStopped() {
+			continue
+		}
+		sent := time.Now()
+		st, ok := status(p.addr)
+		if !ok {
+			continue
+		}
+		s := sample{Sent: sent, Recv: time.Now(), St: st}
+		p.mu.Lock()
+		p.last, p.lastOK = s, true
+		p.mu.Unlock()
+		d.checkSample(p, s)
+	}
+}
+
+// checkSample is the live form of the one-owner check. Two samples of different processes cannot be
+// taken at the same instant, so a naive "both said leading" would flag every handover. What is
+// certain: a process that reports Leading for a term that started at Since (its own wall clock, the
+// same clock on this host) was leading through all of [Since, Sent]. If another process reported
+// Leading for another term of the queue in a sample taken wholly inside that span
+// ([Sent', Recv'] ⊆ [Since, Sent]), both led at the same instant: a definite violation.
+func (d *Drill) checkSample(p *proc, s sample) {
+	d.mu.Lock()
+	d.samples++
+	others := append([]*proc(nil), d.procs...)
+	d.mu.Unlock()
+	for _, q := range s.St.Queues {
+		if !q.Leading {
+			continue
+		}
+		for _, o := range others {
+			if o == p {
+				continue
+			}
+			osm, ok := o.lastSample()
+			if !ok {
+				continue
+			}
+			for _, oq := range osm.St.Queues {
+				if oq.Queue != q.Queue || !oq.Leading || oq.Token == q.Token {
+					continue
+				}
+				inside := func(a sample, since time.Time, b sample) bool {
+					return !since.After(a.Sent) && !a.Recv.After(b.Sent)
+				}
+				if inside(osm, q.Since, s) || inside(s, oq.Since, osm) {
+					d.violate(Violation{Check: CheckOneOwner, Queue: q.Queue, At: s.Recv, Detail: fmt.Sprintf(
+						"/status: %s led %s (token %d, since %s) while %s reported leading it (token %d, since %s) in a sample taken %s..%s",
+						p.id, q.Queue, q.Token, q.Since.Format(tsFormat), o.id, oq.Token, oq.Since.Format(tsFormat),
+						osm.Sent.Format(tsFormat), osm.Recv.Format(tsFormat))})
+				}
+			}
+		}
+	}
+}
+
+const tsFormat = "15:04:05.000000"
+
+// owner is who holds a queue in a settled fleet.
+type owner struct {
+	Proc  string `json:"proc"`
+	Token int64  `json:"token"`
+	RunID string `json:"run_id"`
+}
+
+func (d *Drill) workflowID(queue string) string {
+	id, _ := takeover.WorkflowID(d.cfg.Project, queue)
+	return id
+}
+
+// liveProcs returns the processes that run and are not SIGSTOPped, minus exclude.
+func (d *Drill) liveProcs(exclude map[*proc]bool) []*proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*proc
+	for _, p := range d.procs {
+		if p.alive() && !exclude[p] && !p.isStopped() && p.slot >= 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// settled checks the fleet once. Every queue must have exactly one worker that leads it with a
+// dispatcher run (fresh /status reads); that run must be the workflow's current run and Running
+// (DescribeWorkflowExecution, Temporal's mutable state, not visibility); the heartbeat key must name
+// that run and token; and Temporal visibility must list exactly that one Running run for the
+// workflow ID. Visibility is eventually consistent, which is why a settle is a wait: see waitSteady.
+//
+// A queue already reported as not settling (stuck) is left out, so that one queue that stays without
+// an owner is reported once and does not make every later step wait out the bound; it rejoins the
+// checks once a worker leads it with a run again.
+func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) (map[string]owner, []problem) {
+	d.mu.Lock()
+	stuck := maps.Clone(d.stuck)
+	d.mu.Unlock()
+	procs := d.liveProcs(exclude)
+	stats := make([]sample, len(procs))
+	oks := make([]bool, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Go(func() {
+			sent := time.Now()
+			st, ok := status(p.addr)
+			stats[i], oks[i] = sample{Sent: sent, Recv: time.Now(), St: st}, ok
+		})
+	}
+	wg.Wait()
+	var probs []problem
+	leaders := map[string][]owner{}
+	for i, p := range procs {
+		if !oks[i] {
+			probs = append(probs, problem{check: CheckOwnerWithinSLA, detail: p.id + ": /status does not answer"})
+			continue
+		}
+		for _, q := range stats[i].St.Queues {
+			if q.Leading {
+				leaders[q.Queue] = append(leaders[q.Queue], owner{Proc: p.id, Token: q.Token, RunID: q.RunID})
+			}
+		}
+	}
+	owners := map[string]owner{}
+	for _, q := range d.queues {
+		ls := leaders[q]
+		if since, ok := stuck[q]; ok {
+			if len(ls) == 1 && ls[0].RunID != "" {
+				d.mu.Lock()
+				delete(d.stuck, q)
+				d.mu.Unlock()
+				d.logf("%s is owned again (%s), %v after it was reported without an owner", q, ls[0].Proc, time.Since(since).Round(100*time.Millisecond))
+			}
+			continue
+		}
+		switch {
+		case len(ls) == 0:
+			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "no worker leads it"})
+		case len(ls) > 1:
+			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: fmt.Sprintf("%d workers report leading it: %v", len(ls), ls)})
+		case ls[0].RunID == "":
+			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: ls[0].Proc + " leads it without a dispatcher run yet"})
+		default:
+			owners[q] = ls[0]
+		}
+	}
+	if len(probs) > 0 {
+		return owners, probs
+	}
+	for _, q := range d.queues {
+		o, ok := owners[q]
+		if !ok {
+			continue
+		}
+		id := d.workflowID(q)
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := d.tc.DescribeWorkflowExecution(cctx, id, "")
+		cancel()
+		if err != nil {
+			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "describe: " + err.Error()})
+			continue
+		}
+		info := resp.GetWorkflowExecutionInfo()
+		if info.GetExecution().GetRunId() != o.RunID || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: fmt.Sprintf(
+				"Temporal's current run is %s (%s), the leader %s reports run %s", info.GetExecution().GetRunId(),
+				info.GetStatus(), o.Proc, o.RunID)})
+			continue
+		}
+		cctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		h, err := d.rdb.HGetAll(cctx, heartbeat.DefaultPrefix+id).Result()
+		cancel()
+		switch {
+		case err != nil:
+			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "heartbeat key: " + err.Error()})
+		case h[heartbeat.FieldRunID] != o.RunID || h[heartbeat.FieldToken] != strconv.FormatInt(o.Token, 10):
+			probs = append(probs, problem{check: CheckOrphanCleanup, queue: q, detail: fmt.Sprintf(
+				"heartbeat key names run %q token %q, the leader %s has run %s token %d", h[heartbeat.FieldRunID],
+				h[heartbeat.FieldToken], o.Proc, o.RunID, o.Token)})
+		}
+	}
+	if len(probs) > 0 {
+		return owners, probs
+	}
+	open, err := d.openRunsByVisibility(ctx)
+	if err != nil {
+		return owners, []problem{{check: CheckOwnerWithinSLA, detail: "visibility: " + err.Error()}}
+	}
+	for _, q := range d.queues {
+		if _, ok := owners[q]; !ok {
+			continue
+		}
+		runs := open[d.workflowID(q)]
+		if len(runs) != 1 || runs[0] != owners[q].RunID {
+			probs = append(probs, problem{check: CheckOneOpenRun, queue: q, detail: fmt.Sprintf(
+				"visibility lists %d Running runs %v, the leader's is %s", len(runs), runs, owners[q].RunID)})
+		}
+	}
+	return owners, probs
+}
+
+type problem struct {
+	check  string
+	queue  string
+	detail string
+}
+
+// openRunsByVisibility lists the Running dispatcher runs of the project's queues, by workflow ID.
+func (d *Drill) openRunsByVisibility(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	err := d.listRuns(ctx, fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", takeover.DefaultWorkflowType),
+		func(wid, runID string) { out[wid] = append(out[wid], runID) })
+	return out, err
+}
+
+func (d *Drill) listRuns(ctx context.Context, query string, f func(wid, runID string)) error {
+	var token []byte
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := d.tc.ListWorkflow(cctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 1000})
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, e := range resp.GetExecutions() {
+			f(e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return nil
+		}
+	}
+}
+
+// waitSteady waits, bounded by timeout, until the fleet (minus exclude) is settled, and records in
+// step how long that took. Visibility lags behind Temporal's mutable state (and /status is read
+// process by process), so momentary disagreement is expected right after a takeover; only what is
+// still wrong when the bound runs out is a violation.
+func (d *Drill) waitSteady(ctx context.Context, step *Step, exclude map[*proc]bool, timeout time.Duration) (map[string]owner, bool) {
+	began := time.Now()
+	deadline := began.Add(timeout)
+	for {
+		owners, probs := d.settled(ctx, exclude)
+		if len(probs) == 0 {
+			if step != nil && step.Settled == 0 {
+				step.Settled = time.Since(step.At)
+			}
+			if step != nil {
+				step.Owners = owners
+			}
+			return owners, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return owners, false
+			}
+			for _, p := range probs {
+				detail := fmt.Sprintf("not settled %v after the step: %s", timeout, p.detail)
+				if p.queue != "" {
+					detail += "; etcd candidates: " + d.candidates(ctx, p.queue)
+					d.mu.Lock()
+					d.stuck[p.queue] = time.Now()
+					d.mu.Unlock()
+				}
+				d.violate(Violation{Check: p.check, Queue: p.queue, At: time.Now(), Step: stepName(step), Detail: detail})
+			}
+			return owners, false
+		}
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return owners, false
+		}
+	}
+}
+
+// candidates describes the queue's election keys as etcd holds them (evidence for a queue that stays
+// without an owner): server ID, create revision, lease and its remaining TTL, oldest first.
+func (d *Drill) candidates(ctx context.Context, queue string) string {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	prefix := "/baton/election/" + d.cfg.Project + "/" + queue + "/"
+	resp, err := d.ec.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	if len(resp.Kvs) == 0 {
+		return "none (nobody stands)"
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		ttl := "?"
+		if kv.Lease != 0 {
+			if lr, err := d.ec.TimeToLive(cctx, clientv3.LeaseID(kv.Lease)); err == nil {
+				ttl = fmt.Sprintf("%ds", lr.TTL)
+			}
+		}
+		out = append(out, fmt.Sprintf("%s rev %d lease %x ttl %s", kv.Value, kv.CreateRevision, kv.Lease, ttl))
+	}
+	return fmt.Sprintf("%v (etcd revision %d)", out, resp.Header.Revision)
+}
+
+func stepName(s *Step) string {
+	if s == nil {
+		return ""
+	}
+	if s.Fault != nil {
+		return fmt.Sprintf("#%d %s", s.Fault.N, s.Name)
+	}
+	return s.Name
+}
+
+// orphanStats summarizes the live orphan watch.
+type orphanStats struct {
+	Checks   int           `json:"checks"`
+	Episodes int           `json:"episodes"` // times a queue had a run or key not its leader's
+	MaxAge   time.Duration `json:"max_age_ns"`
+	MaxQueue string        `json:"max_queue,omitempty"`
+}
+
+// monitorOrphans watches, every second, every queue for an orphan: an open dispatcher run (the
+// workflow's current run in Temporal's mutable state) or a heartbeat key that is not the run of the
+// queue's one live leader (from the latest /status samples). A takeover fixes both within about the
+// TTL; the reconciler fixes what no successor takes over. Either way each episode must end within
+// CleanupSLA. Rounds in which Temporal or Redis cannot be read (a restart fault) leave the state as
+// it was.
+func (d *Drill) monitorOrphans() {
+	since := map[string]time.Time{}
+	flagged := map[string]bool{}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.bg.Done():
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		on := d.monitoring
+		d.mu.Unlock()
+		if !on {
+			clear(since)
+			continue
+		}
+		leaderRun := map[string]string{}
+		ambiguous := map[string]bool{}
+		for _, p := range d.liveProcs(nil) {
+			s, ok := p.lastSample()
+			if !ok {
+				continue
+			}
+			for _, q := range s.St.Queues {
+				if q.Leading && q.RunID != "" {
+					if _, dup := leaderRun[q.Queue]; dup {
+						ambiguous[q.Queue] = true
+					}
+					leaderRun[q.Queue] = q.RunID
+				}
+			}
+		}
+		now := time.Now()
+		for _, q := range d.queues {
+			if ambiguous[q] {
+				continue
+			}
+			id := d.workflowID(q)
+			ctx, cancel := context.WithTimeout(d.bg, 2*time.Second)
+			resp, err := d.tc.DescribeWorkflowExecution(ctx, id, "")
+			cancel()
+			var nf *serviceerror.NotFound
+			if err != nil && !errors.As(err, &nf) {
+				continue
+			}
+			bad := ""
+			if err == nil {
+				info := resp.GetWorkflowExecutionInfo()
+				if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && info.GetExecution().GetRunId() != leaderRun[q] {
+					bad = "open run " + info.GetExecution().GetRunId()
+				}
+			}
+			ctx, cancel = context.WithTimeout(d.bg, 2*time.Second)
+			h, err := d.rdb.HGetAll(ctx, heartbeat.DefaultPrefix+id).Result()
+			cancel()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				continue
+			}
+			if r := h[heartbeat.FieldRunID]; r != "" && r != leaderRun[q] {
+				bad = strings.TrimSpace(bad + " heartbeat key of run " + r)
+			}
+			d.mu.Lock()
+			d.orphans.Checks++
+			if bad == "" {
+				if s, ok := since[q]; ok {
+					if age := now.Sub(s); age > d.orphans.MaxAge {
+						d.orphans.MaxAge, d.orphans.MaxQueue = age, q
+					}
+					delete(since, q)
+					delete(flagged, q)
+				}
+				d.mu.Unlock()
+				continue
+			}
+			if _, ok := since[q]; !ok {
+				since[q] = now
+				d.orphans.Episodes++
+			}
+			age := now.Sub(since[q])
+			d.mu.Unlock()
+			if age > d.cfg.CleanupSLA && !flagged[q] {
+				flagged[q] = true
+				d.violate(Violation{Check: CheckOrphanCleanup, Queue: q, At: now, Detail: fmt.Sprintf(
+					"%s not cleaned %v after it was first seen (leader's run: %q)", bad, age.Round(time.Second), leaderRun[q])})
+			}
+		}
+	}
+}
+
+func (d *Drill) setMonitoring(on bool) {
+	d.mu.Lock()
+	d.monitoring = on
+	d.mu.Unlock()
+}
+
+// leadCounts returns, from the latest samples, how many queues each live slot worker leads.
+func (d *Drill) leadCounts() map[*proc]int {
+	out := map[*proc]int{}
+	for _, p := range d.liveProcs(nil) {
+		s, ok := p.lastSample()
+		if !ok {
+			continue
+		}
+		for _, q := range s.St.Queues {
+			if q.Leading {
+				out[p]++
+			}
+		}
+	}
+	return out
+}
+
+// leadCount returns how many queues p reports leading, from a fresh /status read (-1 if it does
+// not answer).
+func (d *Drill) leadCount(p *proc) int {
+	st, ok := status(p.addr)
+	if !ok {
+		return -1
+	}
+	n := 0
+	for _, q := range st.Queues {
+		if q.Leading {
+			n++
+		}
+	}
+	return n
+}
+
+// pickLeader picks, with the drill's random source, one of the live slot workers that lead at least
+// one queue (any live slot worker if none does).
+func (d *Drill) pickLeader() *proc {
+	counts := d.leadCounts()
+	var cands []*proc
+	for p, n := range counts {
+		if n > 0 {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		cands = d.liveProcs(nil)
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].id < cands[j].id })
+	return cands[d.rng.IntN(len(cands))]
+}
