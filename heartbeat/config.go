@@ -2,7 +2,6 @@ package heartbeat
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -84,16 +83,4 @@ func (c Config) Validate() error {
 
 // ValidatePrefix checks a heartbeat key prefix: not empty, no glob characters (it is used in SCAN
 // MATCH), no white space or control characters, at most 200 bytes.
-func ValidatePrefix(p string) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("must not be empty")
-	case len(p) > 200:
-		return fmt.Errorf("must be at most 200 bytes, got %d", len(p))
-	case strings.ContainsAny(p, "*?[]\\"):
-		return fmt.Errorf("must not contain glob characters (* ? [ ] \\), got %s", names.Quote(p))
-	case strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return fmt.Errorf("must not contain white space or control characters, got %s", names.Quote(p))
-	}
-	return nil
-}
+func ValidatePrefix(p string) error { return names.CheckPrefix(p, "*?[]\\", "glob characters") }

@@ -98,15 +98,5 @@ func (c Config) Validate() error {
 }
 
 func validatePrefix(p string) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("must not be empty")
-	case len(p) > 200:
-		return fmt.Errorf("must be at most 200 bytes, got %d", len(p))
-	case strings.ContainsAny(p, "{}"):
-		return fmt.Errorf("must not contain '{' or '}' (the project is the hash tag), got %s", names.Quote(p))
-	case strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return fmt.Errorf("must not contain white space or control characters, got %s", names.Quote(p))
-	}
-	return nil
+	return names.CheckPrefix(p, "{}", "'{' or '}', the project is the hash tag")
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/integration/etcdtest"
+
 	"github.com/baton-run/baton"
 )
 
@@ -138,7 +140,7 @@ func parseEvent(line []byte) (event, bool) {
 
 // startProc starts a demo worker and waits until it is ready.
 func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []string, endpoints []string, extraEnv ...string) (*proc, error) {
-	ports, err := pickPorts(1)
+	ports, err := etcdtest.PickPorts(1)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/integration/etcdtest"
+
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -211,7 +213,7 @@ func startTemporal(ctx context.Context, dir, namespace string, timeout time.Dura
 	if err != nil {
 		return nil, err
 	}
-	ports, err := pickPorts(5)
+	ports, err := etcdtest.PickPorts(5)
 	if err != nil {
 		return nil, err
 	}

@@ -2,15 +2,10 @@ package drill
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/baton-run/baton/fxmodule"
@@ -33,53 +28,6 @@ func cleanEnv() []string {
 		env = append(env, kv)
 	}
 	return env
-}
-
-var (
-	portsMu   sync.Mutex
-	portsUsed = map[int]bool{}
-)
-
-// pickPorts returns n distinct free ports on 127.0.0.1, preferably below the kernel's ephemeral
-// range, so that an outgoing connection cannot take a stopped server's port before it restarts.
-func pickPorts(n int) ([]int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	lo, hi := 20000, ephemeralLow()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 2000 {
-			return nil, errors.New("drill: no free port found")
-		}
-		addr := "127.0.0.1:0"
-		if hi-lo >= 1000 {
-			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !portsUsed[p] {
-			portsUsed[p] = true
-			ports = append(ports, p)
-		}
-	}
-	return ports, nil
-}
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0
-	}
-	p, _ := strconv.Atoi(f[0])
-	return p
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -564,6 +564,11 @@ var (
 	portsUsed = map[int]bool{} // never hand out a port twice in this process
 )
 
+// PickPorts returns n distinct ports free on 127.0.0.1, never handed out before by this process,
+// preferably below the kernel's ephemeral range so that an outgoing connection cannot take one while
+// its server is down (a member or server restarting on the same port).
+func PickPorts(n int) ([]int, error) { return pickPorts(n) }
+
 // pickPorts returns n distinct ports free on 127.0.0.1. It prefers ports
 // below the kernel's ephemeral range, so that outgoing connections cannot
 // take a stopped member's port before it restarts.

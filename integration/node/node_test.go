@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/integration/testkit"
+
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -81,17 +83,7 @@ func (e *env) app(t *testing.T, cfg baton.Config) (*fxtest.App, *baton.Node) {
 
 func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, d, what, f)
 }
 
 func leading(n *baton.Node, queue string) (baton.QueueStatus, bool) {

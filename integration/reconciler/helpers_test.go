@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/integration/testkit"
+
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -173,20 +175,9 @@ func (n *reconcilerNode) reports() []reconciler.Report {
 	return append([]reconciler.Report(nil), n.cycle...)
 }
 
-// eventually polls f every 20ms until it returns nil or d passes.
 func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, d, what, f)
 }
 
 func (e *env) status(t *testing.T, id, runID string) enumspb.WorkflowExecutionStatus {
@@ -205,6 +196,17 @@ func (e *env) exists(t *testing.T, key string) bool {
 		t.Fatal(err)
 	}
 	return n == 1
+}
+
+// waitKey waits for the owner's first heartbeat at key.
+func (e *env) waitKey(t *testing.T, key string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "first heartbeat", func() error {
+		if !e.exists(t, key) {
+			return fmt.Errorf("no heartbeat key %s", key)
+		}
+		return nil
+	})
 }
 
 // watchLeaseExpiry returns a channel closed when key is deleted in etcd (observed on a separate

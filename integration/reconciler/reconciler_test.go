@@ -66,12 +66,7 @@ func TestCrashedOwnerCleanedUpWithinThreeCycles(t *testing.T) {
 	a := e.owner(t, "node-a", election.Config{TTL: 2 * time.Second}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, stopHeartbeat := a.lead(t, p, "orders")
 	key := e.pfx + runA.WorkflowID
-	eventually(t, 5*time.Second, "first heartbeat", func() error {
-		if !e.exists(t, key) {
-			return errors.New("no heartbeat key")
-		}
-		return nil
-	})
+	e.waitKey(t, key)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: time.Second, StaleAfter: time.Second}, nil, nil)
 	eventually(t, 15*time.Second, "two cycles", func() error {
 		if n := len(rn.reports()); n < 2 {
@@ -127,12 +122,7 @@ func TestCrashCleanupWithProductionDefaults(t *testing.T) {
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{})
 	_, runA, stopHeartbeat := a.lead(t, p, "orders")
 	key := e.pfx + runA.WorkflowID
-	eventually(t, 5*time.Second, "first heartbeat", func() error {
-		if !e.exists(t, key) {
-			return errors.New("no heartbeat key")
-		}
-		return nil
-	})
+	e.waitKey(t, key)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{}, nil, nil)
 	eventually(t, 15*time.Second, "first cycle", func() error {
 		if len(rn.reports()) == 0 {
@@ -163,12 +153,7 @@ func TestTerminateBeforeDelete(t *testing.T) {
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, stopHeartbeat := a.lead(t, p, "orders")
 	key := e.pfx + runA.WorkflowID
-	eventually(t, 5*time.Second, "first heartbeat", func() error {
-		if !e.exists(t, key) {
-			return errors.New("no heartbeat key")
-		}
-		return nil
-	})
+	e.waitKey(t, key)
 	// The owner goes away leaving run and entry behind.
 	stopHeartbeat()
 	if err := termA.Resign(t.Context()); err != nil {
@@ -225,12 +210,7 @@ func TestSuccessorsAreNeverTouched(t *testing.T) {
 			b := e.owner(t, "node-b", election.Config{}, hcfg)
 			termA, runA, stopA := a.lead(t, p, "orders")
 			key := e.pfx + runA.WorkflowID
-			eventually(t, 5*time.Second, "first heartbeat", func() error {
-				if !e.exists(t, key) {
-					return errors.New("no heartbeat key")
-				}
-				return nil
-			})
+			e.waitKey(t, key)
 			stopA()
 			if err := termA.Resign(t.Context()); err != nil {
 				t.Fatal(err)
@@ -296,12 +276,7 @@ func TestSuccessorsAreNeverTouched(t *testing.T) {
 		a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 		termA, runA, stopA := a.lead(t, p, "orders")
 		key := e.pfx + runA.WorkflowID
-		eventually(t, 5*time.Second, "first heartbeat", func() error {
-			if !e.exists(t, key) {
-				return errors.New("no heartbeat key")
-			}
-			return nil
-		})
+		e.waitKey(t, key)
 		stopA() // heartbeats stop (Redis trouble on that host), leadership holds
 		term := &terminator{inner: e.tc}
 		rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: 200 * time.Millisecond, StaleAfter: 300 * time.Millisecond}, term, nil)
@@ -491,12 +466,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, stopA := a.lead(t, p, "orders")
 	key := e.pfx + runA.WorkflowID
-	eventually(t, 5*time.Second, "first heartbeat", func() error {
-		if !e.exists(t, key) {
-			return errors.New("no heartbeat key")
-		}
-		return nil
-	})
+	e.waitKey(t, key)
 	stopA()
 	if err := termA.Resign(t.Context()); err != nil {
 		t.Fatal(err)

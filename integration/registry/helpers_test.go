@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/integration/testkit"
+
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -124,20 +126,9 @@ func (e *env) counter(t *testing.T, name string, want map[string]string) int64 {
 	return sum
 }
 
-// eventually polls f until it returns nil or the (generous) deadline passes.
 func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, d, what, f)
 }
 
 // fakeTerm is a term whose fencing token and liveness the test sets; for tests that are not about

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/integration/testkit"
+
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/api/v3/authpb"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -212,17 +214,7 @@ func startErr(t *testing.T, cfg baton.Config, cc fxmodule.ClientConfig) error {
 
 func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, d, what, f)
 }
 
 // leads waits until node leads queue with a dispatcher run and returns the queue's status.

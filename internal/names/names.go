@@ -6,6 +6,7 @@ package names
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -49,4 +50,21 @@ func Quote(value string) string {
 		return fmt.Sprintf("%q...(%d bytes)", value[:cut], len(value))
 	}
 	return fmt.Sprintf("%q", value)
+}
+
+// CheckPrefix returns nil when p is a usable key prefix: not empty, at most 200 bytes, no white space
+// or control characters, and none of the forbidden characters (why says what they mean to the caller,
+// e.g. "glob characters" for a prefix used in SCAN MATCH).
+func CheckPrefix(p, forbidden, why string) error {
+	switch {
+	case p == "":
+		return errors.New("must not be empty")
+	case len(p) > 200:
+		return fmt.Errorf("must be at most 200 bytes, got %d", len(p))
+	case forbidden != "" && strings.ContainsAny(p, forbidden):
+		return fmt.Errorf("must not contain %s (%s), got %s", why, strings.Join(strings.Split(forbidden, ""), " "), Quote(p))
+	case strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return fmt.Errorf("must not contain white space or control characters, got %s", Quote(p))
+	}
+	return nil
 }
