@@ -36,14 +36,15 @@ fuzz:
 integration: deps
 	cd integration && $(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) ./...
 
-## lint: gofmt, go vet (both modules), staticcheck when installed.
+## lint: gofmt, go vet, staticcheck (installed with go install when missing) and govulncheck, both modules.
+STATICCHECK_VERSION ?= v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd integration && $(GO) vet ./...
-	@if command -v staticcheck >/dev/null 2>&1 || [ -x "$(GOBIN)/staticcheck" ]; then \
-		PATH="$(GOBIN):$$PATH" staticcheck ./... && (cd integration && PATH="$(GOBIN):$$PATH" staticcheck ./...); \
-	else echo "staticcheck not installed; skipped (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
+	@[ -x "$(GOBIN)/staticcheck" ] || command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	PATH="$(GOBIN):$$PATH" staticcheck ./...
+	cd integration && PATH="$(GOBIN):$$PATH" staticcheck ./...
 	scripts/govulncheck.sh
 
 ## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json.
