@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -184,10 +185,15 @@ func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks)
 		qctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.el.Run(qctx, r.cfg.Project, queue, r.cfg.ServerID, wrapped) }()
-		err := r.watchStanding(qctx, queue, stop, done)
+		shed, err := r.watchStanding(queue, stop, done)
 		stop()
 		if err != nil {
 			return err
+		}
+		if shed {
+			// Stay out of this queue's line for a moment, so that the handover goes to the waiting
+			// candidate and not back to us.
+			clock.Sleep(ctx, clock.Real(), 2*r.cfg.ShedInterval)
 		}
 	}
 	return nil
@@ -209,10 +215,11 @@ func (r *Runner) waitMayStand(ctx context.Context, queue string) bool {
 }
 
 // watchStanding lets el.Run campaign for queue until it returns, and stops it when the worker should
-// step back. Run's own resign on cancellation makes a held term a graceful handover.
-func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), done <-chan error) error {
+// step back; shed reports a term handed over to balance leadership. Run's own resign on cancellation
+// makes a held term a graceful handover.
+func (r *Runner) watchStanding(queue string, stop func(), done <-chan error) (shed bool, err error) {
 	if r.cfg.Disabled {
-		return <-done
+		return false, <-done
 	}
 	var retry <-chan time.Time
 	for {
@@ -222,23 +229,19 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 				r.log.Info("handing a queue over to balance leadership", zap.String("queue", queue),
 					zap.Int("leading", r.Leading()), zap.Int("fair_share", r.FairShare()), zap.Int("workers", r.view.workers()))
 				stop()
-				err := <-done
-				// Stay out of this queue's line for a moment, so that the handover goes to the waiting
-				// candidate and not back to us.
-				clock.Sleep(ctx, clock.Real(), 2*r.cfg.ShedInterval)
-				return err
+				return true, <-done
 			}
-			if r.overShare() {
+			if r.overShare() && retry == nil {
 				// Shedding is paced: look again when the next handover is allowed.
 				retry = time.After(r.cfg.ShedInterval)
 			}
 		} else if r.shouldWithdraw(queue) {
 			stop()
-			return <-done
+			return false, <-done
 		}
 		select {
 		case err := <-done:
-			return err
+			return false, err
 		case <-changed:
 		case <-retry:
 			retry = nil
@@ -286,7 +289,7 @@ func (r *Runner) shouldWithdraw(queue string) bool {
 }
 
 func (r *Runner) overShare() bool {
-	limit := int(float64(r.FairShare())*r.cfg.ShedAbove + 0.999999)
+	limit := int(math.Ceil(float64(r.FairShare()) * r.cfg.ShedAbove))
 	return r.Leading() > limit
 }
 
