@@ -160,19 +160,24 @@ func (c Config) withDefaults() Config {
 // DefaultServerID returns <hostname>-<pid>-<4 random hex digits>, with characters a name may not
 // contain replaced by '_'.
 func DefaultServerID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
 	var b [2]byte
 	_, _ = rand.Read(b[:])
-	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s-%d-%s", strings.ReplaceAll(hostname(), "/", "_"), os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// hostname returns the host's name with white space and control characters replaced by '_', or
+// "unknown"; it goes into server IDs and registry records.
+func hostname() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "unknown"
+	}
 	return strings.Map(func(r rune) rune {
-		if r == '/' || r <= ' ' || r == 0x7f {
+		if r <= ' ' || r == 0x7f {
 			return '_'
 		}
 		return r
-	}, id)
+	}, host)
 }
 
 // Validate checks the configuration after defaults are applied, including the rules that span

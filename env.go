@@ -56,25 +56,11 @@ var envVars = []envVar{
 	{"BATON_HEARTBEAT_KEY_TTL", "Heartbeat.KeyTTL", durVar(func(c *Config) *time.Duration { return &c.Heartbeat.KeyTTL })},
 	{"BATON_RECONCILE_INTERVAL", "Reconciler.Interval", durVar(func(c *Config) *time.Duration { return &c.Reconciler.Interval })},
 	{"BATON_RECONCILE_STALE_AFTER", "Reconciler.StaleAfter", durVar(func(c *Config) *time.Duration { return &c.Reconciler.StaleAfter })},
-	{"BATON_RECONCILE_TERMINATE_RATE", "Reconciler.TerminateRate", func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return fmt.Errorf("must be a number (terminations per second), got %s", names.Quote(v))
-		}
-		c.Reconciler.TerminateRate = f
-		return nil
-	}},
+	{"BATON_RECONCILE_TERMINATE_RATE", "Reconciler.TerminateRate", floatVar("terminations per second", func(c *Config) *float64 { return &c.Reconciler.TerminateRate })},
 	{"BATON_RECONCILE_DISABLED", "DisableReconciler", boolVar(func(c *Config) *bool { return &c.DisableReconciler })},
 	{"BATON_RECONCILER_ELECTION_PREFIX", "ReconcilerElectionPrefix", func(c *Config, v string) error { c.ReconcilerElectionPrefix = v; return nil }},
 	{"BATON_BALANCE_DISABLED", "Balance.Disabled", boolVar(func(c *Config) *bool { return &c.Balance.Disabled })},
-	{"BATON_BALANCE_SHED_ABOVE", "Balance.ShedAbove", func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return fmt.Errorf("must be a number (a multiple of the fair share), got %s", names.Quote(v))
-		}
-		c.Balance.ShedAbove = f
-		return nil
-	}},
+	{"BATON_BALANCE_SHED_ABOVE", "Balance.ShedAbove", floatVar("a multiple of the fair share", func(c *Config) *float64 { return &c.Balance.ShedAbove })},
 	{"BATON_REGISTRY_PREFIX", "Registry.Prefix", func(c *Config, v string) error { c.Registry.Prefix = v; return nil }},
 	{"BATON_REGISTRY_HEARTBEAT_INTERVAL", "Registry.HeartbeatInterval", durVar(func(c *Config) *time.Duration { return &c.Registry.HeartbeatInterval })},
 	{"BATON_REGISTRY_EVICT_AFTER", "Registry.EvictAfter", durVar(func(c *Config) *time.Duration { return &c.Registry.EvictAfter })},
@@ -174,6 +160,17 @@ func intVar(field func(*Config) *int) func(*Config, string) error {
 			return fmt.Errorf("must be an integer, got %s", names.Quote(v))
 		}
 		*field(c) = i
+		return nil
+	}
+}
+
+func floatVar(meaning string, field func(*Config) *float64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("must be a number (%s), got %s", meaning, names.Quote(v))
+		}
+		*field(c) = f
 		return nil
 	}
 }

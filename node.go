@@ -108,6 +108,7 @@ func New(cfg Config, etcd *clientv3.Client, temporal client.Client, rdb redis.Un
 	for _, q := range cfg.Queues {
 		n.state[q] = &queueState{}
 	}
+	n.worker.status = make(map[string]registry.Status, len(cfg.Queues))
 	if n.metrics, err = newMetrics(cfg.MeterProvider, n); err != nil {
 		return nil, fmt.Errorf("baton: metrics: %w", err)
 	}
@@ -207,7 +208,7 @@ func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callba
 				n.metrics.stepDown(ctx, queue, cause)
 				n.update(queue, func(s *queueState) {
 					if s.term == term {
-						s.term, s.run, s.since = nil, takeover.Run{}, time.Time{}
+						s.term, s.run = nil, takeover.Run{}
 					}
 					s.lastCause = cause
 				})
@@ -222,7 +223,7 @@ func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callba
 // lead is one term of one queue: take the dispatcher over, then heartbeat it and evict dead workers
 // until the term ends. An error resigns the term so that another process can try.
 func (n *Node) lead(ctx context.Context, queue string, term *election.Term) error {
-	n.update(queue, func(s *queueState) { s.term, s.since, s.run, s.lastErr = term, term.Started(), takeover.Run{}, nil })
+	n.update(queue, func(s *queueState) { s.term, s.run, s.lastErr = term, takeover.Run{}, nil })
 	run, err := n.takeover.Take(ctx, term)
 	if err != nil {
 		n.update(queue, func(s *queueState) { s.lastErr = err })
@@ -317,7 +318,7 @@ func (n *Node) countWorkers(ctx context.Context, queue string) (map[registry.Sta
 // registerLoop keeps this worker registered for every queue and heartbeating, re-registering after
 // an eviction or a Redis restart, and records whether the registry asks it to drain.
 func (n *Node) registerLoop(ctx context.Context) {
-	host, _ := os.Hostname()
+	host := hostname()
 	registered := make(map[string]bool, len(n.cfg.Queues))
 	for {
 		for _, q := range n.cfg.Queues {
@@ -325,7 +326,7 @@ func (n *Node) registerLoop(ctx context.Context) {
 				return
 			}
 			if !registered[q] {
-				_, err := n.reg.Register(ctx, registry.Registration{ServerID: n.cfg.ServerID, Queue: q, Hostname: sanitizeHost(host),
+				_, err := n.reg.Register(ctx, registry.Registration{ServerID: n.cfg.ServerID, Queue: q, Hostname: host,
 					PID: os.Getpid(), Version: n.cfg.Version, Capabilities: n.cfg.Capabilities, Labels: n.cfg.Labels,
 					MaxConcurrency: n.cfg.MaxConcurrency})
 				n.recordWorker(q, err)
@@ -352,9 +353,6 @@ func (n *Node) registerLoop(ctx context.Context) {
 func (n *Node) recordWorker(queue string, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.worker.status == nil {
-		n.worker.status = make(map[string]registry.Status)
-	}
 	if err != nil {
 		if n.worker.err == nil && !errors.Is(err, context.Canceled) {
 			n.log.Warn("worker registry heartbeat failed; retrying", zap.String("queue", queue), zap.Error(err))
@@ -366,16 +364,6 @@ func (n *Node) recordWorker(queue string, err error) {
 		n.log.Info("worker registry heartbeats recovered", zap.String("queue", queue))
 	}
 	n.worker.err, n.worker.last = nil, time.Now()
-}
-
-func sanitizeHost(h string) string {
-	out := []rune{}
-	for _, r := range h {
-		if r > ' ' && r != 0x7f {
-			out = append(out, r)
-		}
-	}
-	return string(out)
 }
 
 func (n *Node) update(queue string, f func(s *queueState)) {

@@ -16,7 +16,6 @@ import (
 type queueState struct {
 	leader    election.Leader // as etcd shows it (advisory)
 	term      *election.Term  // this process's live term, if it leads
-	since     time.Time
 	run       takeover.Run
 	takeovers int
 	lastErr   error
@@ -106,7 +105,7 @@ func (n *Node) Status() Status {
 		qs := QueueStatus{Queue: q, Leader: s.leader.ID, LeaderToken: s.leader.Token, Takeovers: s.takeovers,
 			LastError: errString(s.lastErr), LastStepDown: errString(s.lastCause)}
 		if s.term != nil && s.term.Check() == nil {
-			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.since
+			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.term.Started()
 			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
 			if s.workers != nil {
 				qs.Workers = make(map[registry.Status]int, len(s.workers))
