@@ -145,9 +145,13 @@ func TestHeartbeatReplacesGarbageAndStopsWithTheTerm(t *testing.T) {
 		t.Fatalf("Beat for another term's run = %v", err)
 	}
 
+	// Run writes at once: wait for that write, then end the term under it.
+	if err := e.rdb.Del(t.Context(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- a.hb.Run(t.Context(), term, run) }()
-	time.Sleep(300 * time.Millisecond)
+	e.waitKey(t, key)
 	if err := term.Resign(t.Context()); err != nil {
 		t.Fatal(err)
 	}

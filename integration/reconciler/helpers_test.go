@@ -59,6 +59,7 @@ func project(t *testing.T) string {
 // owner is one simulated worker process owning queues: its own etcd client (through a proxy that can
 // cut it), Elector, takeover Manager and heartbeat Writer.
 type owner struct {
+	env   *env
 	id    string
 	proxy *etcdtest.Proxy
 	el    *election.Elector
@@ -86,7 +87,7 @@ func (e *env) owner(t *testing.T, id string, ecfg election.Config, hcfg heartbea
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &owner{id: id, proxy: proxy, el: el, mgr: mgr, hb: hb}
+	return &owner{env: e, id: id, proxy: proxy, el: el, mgr: mgr, hb: hb}
 }
 
 func closeElector(t *testing.T, el *election.Elector) {
@@ -96,7 +97,8 @@ func closeElector(t *testing.T, el *election.Elector) {
 }
 
 // lead campaigns, takes the dispatcher over and keeps heartbeating in the background until the
-// returned stop is called (which does no cleanup: a crash leaves everything behind).
+// returned stop is called (which does no cleanup: a crash leaves everything behind). It returns once
+// the dispatcher's heartbeat entry exists.
 func (o *owner) lead(t *testing.T, project, queue string) (*election.Term, takeover.Run, func()) {
 	t.Helper()
 	term, err := o.el.Campaign(t.Context(), project, queue, o.id)
@@ -112,7 +114,21 @@ func (o *owner) lead(t *testing.T, project, queue string) (*election.Term, takeo
 	wg.Go(func() { _ = o.hb.Run(ctx, term, run) })
 	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
+	o.env.waitKey(t, o.hb.Key(run.WorkflowID))
 	return term, run, stop
+}
+
+// abandon makes o the queue's owner, then leaves as a process that goes away does: its heartbeats
+// stop and its term is resigned, while its dispatcher run and heartbeat entry stay behind. It
+// returns the run and the entry's key.
+func (o *owner) abandon(t *testing.T, project, queue string) (takeover.Run, string) {
+	t.Helper()
+	term, run, stop := o.lead(t, project, queue)
+	stop()
+	if err := term.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return run, o.hb.Key(run.WorkflowID)
 }
 
 // reconcilerNode is a process running the project's reconciler: its own Elector for the reconciler
@@ -204,6 +220,29 @@ func (e *env) waitKey(t *testing.T, key string) {
 	eventually(t, 5*time.Second, "first heartbeat", func() error {
 		if !e.exists(t, key) {
 			return fmt.Errorf("no heartbeat key %s", key)
+		}
+		return nil
+	})
+}
+
+// waitStale waits until the entry at key is older than age by Redis server time.
+func (e *env) waitStale(t *testing.T, key string, age time.Duration) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the entry turns stale", func() error {
+		now, err := e.rdb.Time(t.Context()).Result()
+		if err != nil {
+			return err
+		}
+		fields, err := e.rdb.HGetAll(t.Context(), key).Result()
+		if err != nil {
+			return err
+		}
+		entry, err := heartbeat.Decode(e.pfx, key, fields)
+		if err != nil {
+			return err
+		}
+		if a := entry.Age(now); a <= age {
+			return fmt.Errorf("age %v", a)
 		}
 		return nil
 	})

@@ -65,8 +65,7 @@ func TestCrashedOwnerCleanedUpWithinThreeCycles(t *testing.T) {
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{TTL: 2 * time.Second}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, stopHeartbeat := a.lead(t, p, "orders")
-	key := e.pfx + runA.WorkflowID
-	e.waitKey(t, key)
+	key := a.hb.Key(runA.WorkflowID)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: time.Second, StaleAfter: time.Second}, nil, nil)
 	eventually(t, 15*time.Second, "two cycles", func() error {
 		if n := len(rn.reports()); n < 2 {
@@ -121,8 +120,7 @@ func TestCrashCleanupWithProductionDefaults(t *testing.T) {
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{})
 	_, runA, stopHeartbeat := a.lead(t, p, "orders")
-	key := e.pfx + runA.WorkflowID
-	e.waitKey(t, key)
+	key := a.hb.Key(runA.WorkflowID)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{}, nil, nil)
 	eventually(t, 15*time.Second, "first cycle", func() error {
 		if len(rn.reports()) == 0 {
@@ -151,14 +149,8 @@ func TestTerminateBeforeDelete(t *testing.T) {
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
-	termA, runA, stopHeartbeat := a.lead(t, p, "orders")
-	key := e.pfx + runA.WorkflowID
-	e.waitKey(t, key)
 	// The owner goes away leaving run and entry behind.
-	stopHeartbeat()
-	if err := termA.Resign(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	runA, key := a.abandon(t, p, "orders")
 	var mu sync.Mutex
 	var seen []string
 	term := &terminator{inner: e.tc, before: func(wf, run string) {
@@ -208,14 +200,8 @@ func TestSuccessorsAreNeverTouched(t *testing.T) {
 			hcfg := heartbeat.Config{Interval: 200 * time.Millisecond}
 			a := e.owner(t, "node-a", election.Config{}, hcfg)
 			b := e.owner(t, "node-b", election.Config{}, hcfg)
-			termA, runA, stopA := a.lead(t, p, "orders")
-			key := e.pfx + runA.WorkflowID
-			e.waitKey(t, key)
-			stopA()
-			if err := termA.Resign(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(700 * time.Millisecond) // the entry turns stale
+			runA, key := a.abandon(t, p, "orders")
+			e.waitStale(t, key, 500*time.Millisecond)
 
 			var once sync.Once
 			var termB *election.Term
@@ -275,8 +261,7 @@ func TestSuccessorsAreNeverTouched(t *testing.T) {
 		p := project(t)
 		a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 		termA, runA, stopA := a.lead(t, p, "orders")
-		key := e.pfx + runA.WorkflowID
-		e.waitKey(t, key)
+		key := a.hb.Key(runA.WorkflowID)
 		stopA() // heartbeats stop (Redis trouble on that host), leadership holds
 		term := &terminator{inner: e.tc}
 		rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: 200 * time.Millisecond, StaleAfter: 300 * time.Millisecond}, term, nil)
@@ -403,7 +388,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, _ := a.lead(t, p, "orders")
-	key := e.pfx + runA.WorkflowID
+	key := a.hb.Key(runA.WorkflowID)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: 200 * time.Millisecond, StaleAfter: 3 * time.Second}, nil, nil)
 	eventually(t, 15*time.Second, "healthy cycles", func() error {
 		if _, ok := firstReport(rn.reports(), 0, func(r reconciler.Report) bool { return r.Err == nil && r.Active == 1 }); !ok {
@@ -464,13 +449,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
-	termA, runA, stopA := a.lead(t, p, "orders")
-	key := e.pfx + runA.WorkflowID
-	e.waitKey(t, key)
-	stopA()
-	if err := termA.Resign(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	_, key := a.abandon(t, p, "orders")
 	ctx := t.Context()
 	garbage := map[string]func(k string) error{
 		"string":    func(k string) error { return e.rdb.Set(ctx, k, "\xff\x00garbage", 0).Err() },

@@ -38,8 +38,15 @@ type evictLoop struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	mu      sync.Mutex
+	passes  int
 	evicted int
 	errs    []error
+}
+
+func (l *evictLoop) passCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.passes
 }
 
 func (e *env) evictEvery(t *testing.T, term registry.Term, queue string, interval time.Duration) *evictLoop {
@@ -58,6 +65,7 @@ func (e *env) evictEvery(t *testing.T, term registry.Term, queue string, interva
 			}
 			n, err := e.reg.Evict(ctx, term, queue)
 			l.mu.Lock()
+			l.passes++
 			l.evicted += n
 			if err != nil && ctx.Err() == nil {
 				l.errs = append(l.errs, err)
@@ -112,8 +120,14 @@ func TestLeaderEvictsDeadWorkers(t *testing.T) {
 			return nil
 		})
 	}
-	// Let the loop run a few more passes over the live workers, then stop it.
-	time.Sleep(4 * interval)
+	// Let the loop make a few more passes over the live workers, then stop it.
+	after := loop.passCount()
+	eventually(t, 30*time.Second, "4 more eviction passes", func() error {
+		if n := loop.passCount() - after; n < 4 {
+			return fmt.Errorf("%d passes", n)
+		}
+		return nil
+	})
 	loop.stop()
 	for _, h := range beaters {
 		h.stop()

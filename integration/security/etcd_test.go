@@ -53,8 +53,8 @@ func TestEtcdTLSAndAuthWithLeastPrivilege(t *testing.T) {
 	// What password auth costs etcd: etcd's client authenticates again (a bcrypt check on the
 	// server) for every stream it opens, and the session's keepalives and the watches are streams.
 	before := etcd.authenticates.Load()
-	time.Sleep(3 * time.Second)
-	t.Logf("a leading Node with password auth: %d Authenticate calls in 3s (TTL 2s, 1 queue)", etcd.authenticates.Load()-before)
+	keepalives(t, nodeA, 3)
+	t.Logf("a leading Node with password auth: %d Authenticate calls over 3 keepalives (TTL 2s, 1 queue)", etcd.authenticates.Load()-before)
 
 	// A second worker follows and takes over on a graceful stop: Resign deletes under auth too.
 	appB, nodeB := app(t, fast(p, "secure-b", "orders"), cc)
@@ -114,7 +114,7 @@ func TestEtcdCertificateAuth(t *testing.T) {
 	a, node := app(t, fast(project(), "cert-a", "orders"), cc)
 	a.RequireStart()
 	leads(t, node, "orders")
-	time.Sleep(3 * time.Second)
+	keepalives(t, node, 3)
 	if n := etcd.authenticates.Load() - before; n != 0 {
 		t.Fatalf("%d Authenticate calls with certificate auth", n)
 	}

@@ -245,3 +245,20 @@ func mustContain(t *testing.T, what string, err error, parts ...string) {
 		}
 	}
 }
+
+// keepalives waits until node's etcd session has been kept alive n more times: each acknowledged
+// keepalive moves the session's deadline on by at least the keepalive interval (TTL/3).
+func keepalives(t *testing.T, node *baton.Node, n int) {
+	t.Helper()
+	start := node.Status().SessionValidUntil
+	step := node.Config().Election.TTL / 3
+	if step == 0 {
+		step = election.DefaultConfig().TTL / 3
+	}
+	eventually(t, 30*time.Second, fmt.Sprintf("%d keepalives", n), func() error {
+		if until := node.Status().SessionValidUntil; until.Before(start.Add(time.Duration(n) * step)) {
+			return fmt.Errorf("session valid until %v, was %v", until, start)
+		}
+		return nil
+	})
+}
