@@ -363,14 +363,7 @@ func (d *Drill) faultEtcdMember(ctx context.Context) error {
 }
 
 func (d *Drill) faultRedis(ctx context.Context) error {
-	d.mu.Lock()
-	crash := d.redisN%2 == 1
-	d.redisN++
-	d.mu.Unlock()
-	how := "SIGTERM"
-	if crash {
-		how = "SIGKILL"
-	}
+	crash, how := d.alternate(&d.redisN)
 	f := d.newFault(KindRedisRestart, "redis-server ("+how+")")
 	d.logf("fault #%d: restart redis-server (%s, 1s down)", f.N, how)
 	s := d.step(f, "restart", time.Now())
@@ -395,14 +388,7 @@ func (d *Drill) faultRedis(ctx context.Context) error {
 }
 
 func (d *Drill) faultTemporal(ctx context.Context) error {
-	d.mu.Lock()
-	crash := d.temporalN%2 == 1
-	d.temporalN++
-	d.mu.Unlock()
-	how := "SIGTERM"
-	if crash {
-		how = "SIGKILL"
-	}
+	crash, how := d.alternate(&d.temporalN)
 	f := d.newFault(KindTemporalRestart, "temporal ("+how+")")
 	d.logf("fault #%d: restart the Temporal server (%s, 1s down)", f.N, how)
 	s := d.step(f, "restart", time.Now())
@@ -481,4 +467,17 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// alternate returns, for the *n-th restart of a server, whether it is a crash (SIGKILL, every other
+// time) or a clean stop (SIGTERM), and the signal's name.
+func (d *Drill) alternate(n *int) (crash bool, how string) {
+	d.mu.Lock()
+	crash = *n%2 == 1
+	*n++
+	d.mu.Unlock()
+	if crash {
+		return true, "SIGKILL"
+	}
+	return false, "SIGTERM"
 }
