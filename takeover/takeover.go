@@ -34,6 +34,8 @@ type Term interface {
 	Project() string
 	Queue() string
 	LeaderID() string
+	// Key is the term's candidate key in etcd; it exists at revision Token exactly while the term holds.
+	Key() string
 	Token() int64
 	Started() time.Time
 	Context() context.Context
@@ -47,11 +49,16 @@ var _ Term = (*election.Term)(nil)
 
 // Owner identifies who owns a dispatcher run. It is the run's input and its memo (key MemoKey); the
 // server ID is never part of the workflow ID.
+//
+// Token and ElectionKey are the exact-match lease of the run: the term that started it holds exactly
+// while ElectionKey exists in etcd with create revision Token. A side effect made conditional on that
+// compare in an etcd transaction is refused once the owner is superseded (fencing in the resource).
 type Owner struct {
 	Project           string    `json:"project"`
 	Queue             string    `json:"queue"`
 	ServerID          string    `json:"server_id"`
 	Token             int64     `json:"token"`
+	ElectionKey       string    `json:"election_key,omitempty"`
 	TakeoverStartedAt time.Time `json:"takeover_started_at"`
 }
 
@@ -126,7 +133,7 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 	defer stop()
 
 	owner := Owner{Project: term.Project(), Queue: term.Queue(), ServerID: term.LeaderID(), Token: term.Token(),
-		TakeoverStartedAt: m.cfg.Clock.Now()}
+		ElectionKey: term.Key(), TakeoverStartedAt: m.cfg.Clock.Now()}
 	log := m.log.With(zap.String("project", owner.Project), zap.String("queue", owner.Queue),
 		zap.String("server_id", owner.ServerID), zap.Int64("token", owner.Token), zap.String("workflow_id", id))
 
