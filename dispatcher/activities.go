@@ -13,8 +13,6 @@ import (
 // ActivityDispatch is the registered name of Activities.Dispatch.
 const ActivityDispatch = "baton.Dispatch"
 
-const errTypeInvalid = "baton.InvalidRequest"
-
 // Task is the Dispatch activity's input.
 type Task struct {
 	Key     string         `json:"key"`
@@ -29,16 +27,21 @@ type Result struct {
 }
 
 // Ledger records dispatch keys where every owner can read them, so deduplication survives the
-// termination of the run that first saw a request.
+// termination of the run that first saw a request. Its writes are fenced: once owner is superseded
+// they write nothing and return an error wrapping ErrSuperseded.
 type Ledger interface {
-	// Begin marks key as in progress unless it was completed before; done reports the latter.
+	// Begin marks key as in progress for owner unless it was completed before; done reports the
+	// latter. An older owner's in-progress mark is taken over; a newer owner's is ErrSuperseded.
 	Begin(ctx context.Context, key string, owner takeover.Owner) (done bool, err error)
 	// Complete marks key as dispatched.
 	Complete(ctx context.Context, key string, owner takeover.Owner) error
 }
 
 // Handler performs one dispatch. It may be called again for the same request if a previous attempt
-// failed after it started (at-least-once between Begin and Complete), so it must be idempotent by key.
+// failed after it started, or its run was terminated before Complete (at-least-once between Begin and
+// Complete), so it must be idempotent by key. A handler that fences its own side effects
+// (ConfirmOwner, OwnerCmp) returns an error wrapping ErrSuperseded when they are refused; the
+// activity then fails without retrying.
 type Handler func(ctx context.Context, key string, req Request, owner takeover.Owner) error
 
 // Activities holds the dispatcher's activities and their dependencies.
@@ -47,30 +50,49 @@ type Activities struct {
 	Handler Handler
 }
 
-// Dispatch dispatches a request once per dispatch key.
+// Dispatch dispatches a request once per dispatch key, only while task.Owner's term holds: the
+// ledger's Begin is the fence, so a superseded owner calls no handler and writes nothing.
 func (a *Activities) Dispatch(ctx context.Context, task Task) (Result, error) {
 	if err := task.Request.Validate(); err != nil {
-		return Result{}, temporal.NewNonRetryableApplicationError(err.Error(), errTypeInvalid, err)
+		return Result{}, classify(err)
 	}
 	if task.Key != task.Request.Key() {
-		err := fmt.Errorf("%w: key %s does not match the request's fields", ErrInvalidRequest, task.Key)
-		return Result{}, temporal.NewNonRetryableApplicationError(err.Error(), errTypeInvalid, err)
+		return Result{}, classify(fmt.Errorf("%w: key %s does not match the request's fields", ErrInvalidRequest, task.Key))
 	}
 	if a.Ledger == nil || a.Handler == nil {
 		return Result{}, errors.New("dispatcher: Activities needs a Ledger and a Handler")
 	}
 	done, err := a.Ledger.Begin(ctx, task.Key, task.Owner)
 	if err != nil {
-		return Result{}, fmt.Errorf("dispatcher: ledger begin %s: %w", task.Key, err)
+		return Result{}, classify(fmt.Errorf("dispatcher: ledger begin %s: %w", task.Key, err))
 	}
 	if done {
 		return Result{Duplicate: true}, nil
 	}
 	if err := a.Handler(ctx, task.Key, task.Request, task.Owner); err != nil {
-		return Result{}, fmt.Errorf("dispatcher: handle %s: %w", task.Key, err)
+		return Result{}, classify(fmt.Errorf("dispatcher: handle %s: %w", task.Key, err))
 	}
 	if err := a.Ledger.Complete(ctx, task.Key, task.Owner); err != nil {
-		return Result{}, fmt.Errorf("dispatcher: ledger complete %s: %w", task.Key, err)
+		return Result{}, classify(fmt.Errorf("dispatcher: ledger complete %s: %w", task.Key, err))
 	}
 	return Result{}, nil
+}
+
+// classify makes err a non-retryable application error of its documented type when retrying cannot
+// fix it, and leaves it retryable otherwise (etcd unreachable, a handler's transient failure).
+func classify(err error) error {
+	var typ string
+	switch {
+	case errors.Is(err, ErrSuperseded):
+		typ = ErrTypeSuperseded
+	case errors.Is(err, ErrInvalidOwner):
+		typ = ErrTypeInvalidOwner
+	case errors.Is(err, ErrInvalidRequest):
+		typ = ErrTypeInvalidRequest
+	case errors.Is(err, ErrBadRecord):
+		typ = ErrTypeBadRecord
+	default:
+		return err
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), typ, err)
 }

@@ -3,17 +3,34 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/takeover"
 )
 
+// DefaultLedgerPrefix is the etcd prefix of the ledger's records unless NewEtcdLedger is given one.
+const DefaultLedgerPrefix = "/baton/dispatch"
+
+// The states of a ledger record.
+const (
+	statePending = "pending"
+	stateDone    = "done"
+)
+
+// ledgerRounds bounds the read-and-compare rounds of one Begin or Complete. A round is lost only
+// when the record changed between the failed compare and the next one (it expired, or an older
+// owner's record was taken over); more than a few in a row means something rewrites the record.
+const ledgerRounds = 4
+
 // EtcdLedger keeps dispatch keys in etcd under a prefix, each for a retention period (records share
-// a lease, rotated every half retention, so a record lives between half and the full period).
+// a lease, rotated every half retention, so a record lives between half and the full period). Every
+// write is guarded by the owner's exact-match lease (OwnerCmp); see the package doc for the layout.
 type EtcdLedger struct {
 	client    *clientv3.Client
 	prefix    string
@@ -26,14 +43,14 @@ type EtcdLedger struct {
 
 var _ Ledger = (*EtcdLedger)(nil)
 
-// NewEtcdLedger returns a ledger under prefix (default "/baton/dispatch") keeping records for
+// NewEtcdLedger returns a ledger under prefix (default DefaultLedgerPrefix) keeping records for
 // retention (default 24h, at least 1 minute).
 func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration) (*EtcdLedger, error) {
 	if c == nil {
 		return nil, fmt.Errorf("dispatcher: ledger client must not be nil")
 	}
 	if prefix == "" {
-		prefix = "/baton/dispatch"
+		prefix = DefaultLedgerPrefix
 	}
 	if strings.HasSuffix(prefix, "/") {
 		return nil, fmt.Errorf("dispatcher: ledger prefix must not end with '/', got %q", prefix)
@@ -63,38 +80,127 @@ func (l *EtcdLedger) currentLease(ctx context.Context) (clientv3.LeaseID, error)
 	return l.lease, nil
 }
 
-// Begin records key as pending unless it exists; a completed record reports done.
+// Begin records key as pending for owner, in one transaction that holds only while owner's term
+// does. It reports done when the key was completed before (by any owner). A pending record of an
+// older token (its run ended mid-dispatch) is taken over; one of owner's own token (a retried
+// attempt) is kept; one of a newer token is refused with ErrSuperseded, as is every write once
+// owner's term has ended.
 func (l *EtcdLedger) Begin(ctx context.Context, key string, owner takeover.Owner) (bool, error) {
-	lease, err := l.currentLease(ctx)
-	if err != nil {
+	if err := ValidateOwner(owner); err != nil {
 		return false, err
 	}
 	k := l.key(key)
-	resp, err := l.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, record("pending", owner), clientv3.WithLease(lease))).
-		Else(clientv3.OpGet(k)).
-		Commit()
-	if err != nil {
-		return false, err
+	expect := clientv3.Compare(clientv3.ModRevision(k), "=", 0) // the common case: a new key
+	for range ledgerRounds {
+		ok, rec, err := l.guardedPut(ctx, k, expect, statePending, owner)
+		if err != nil || ok {
+			return false, err
+		}
+		switch {
+		case !rec.exists:
+			expect = clientv3.Compare(clientv3.ModRevision(k), "=", 0) // it expired in between
+		case rec.state == stateDone:
+			return true, nil
+		case rec.token == owner.Token:
+			return false, nil
+		case rec.token > owner.Token:
+			return false, fmt.Errorf("%w: dispatch key %s is pending for %s at token %d, newer than %d",
+				ErrSuperseded, key, rec.serverID, rec.token, owner.Token)
+		default:
+			expect = clientv3.Compare(clientv3.ModRevision(k), "=", rec.modRevision)
+		}
 	}
-	if resp.Succeeded {
-		return false, nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	return len(kvs) > 0 && strings.HasPrefix(string(kvs[0].Value), "done "), nil
+	return false, fmt.Errorf("dispatcher: ledger record %s changed under %d attempts to begin it", k, ledgerRounds)
 }
 
-// Complete marks key as dispatched.
+// Complete marks key as dispatched by owner, in one transaction that holds only while owner's term
+// does and the record is still owner's (exact match). A record already done stays as it is. A
+// record that expired while the handler ran is written again as done, so a resend stays a
+// duplicate. A newer token's record, or an ended term, gets ErrSuperseded and leaves the record
+// pending for the successor, which dispatches again (at-least-once between Begin and Complete).
 func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Owner) error {
-	lease, err := l.currentLease(ctx)
-	if err != nil {
+	if err := ValidateOwner(owner); err != nil {
 		return err
 	}
-	_, err = l.client.Put(ctx, l.key(key), record("done", owner), clientv3.WithLease(lease))
-	return err
+	k := l.key(key)
+	expect := clientv3.Compare(clientv3.Value(k), "=", encodeRecord(statePending, owner))
+	for range ledgerRounds {
+		ok, rec, err := l.guardedPut(ctx, k, expect, stateDone, owner)
+		if err != nil || ok {
+			return err
+		}
+		switch {
+		case !rec.exists:
+			expect = clientv3.Compare(clientv3.ModRevision(k), "=", 0)
+		case rec.state == stateDone:
+			return nil
+		case rec.token > owner.Token:
+			return fmt.Errorf("%w: dispatch key %s is pending for %s at token %d, newer than %d",
+				ErrSuperseded, key, rec.serverID, rec.token, owner.Token)
+		default:
+			expect = clientv3.Compare(clientv3.ModRevision(k), "=", rec.modRevision)
+		}
+	}
+	return fmt.Errorf("dispatcher: ledger record %s changed under %d attempts to complete it", k, ledgerRounds)
 }
 
-func record(state string, owner takeover.Owner) string {
+// guardedPut writes state for owner at k if owner's term holds and expect holds. Otherwise it writes
+// nothing and returns the record as it is, or ErrSuperseded when the term is the reason.
+func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner) (bool, record, error) {
+	lease, err := l.currentLease(ctx)
+	if err != nil {
+		return false, record{}, fmt.Errorf("dispatcher: ledger lease: %w", err)
+	}
+	resp, err := l.client.Txn(ctx).
+		If(OwnerCmp(owner), expect).
+		Then(clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(owner.ElectionKey), clientv3.OpGet(k)).
+		Commit()
+	if err != nil {
+		return false, record{}, fmt.Errorf("dispatcher: ledger %s: %w", k, err)
+	}
+	if resp.Succeeded {
+		return true, record{}, nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != owner.Token {
+		return false, record{}, fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
+	}
+	rec, err := decodeRecord(k, resp.Responses[1].GetResponseRange().GetKvs())
+	return false, rec, err
+}
+
+// record is a ledger record: "<state> <server_id> <token>", e.g. "done node-a 1234".
+type record struct {
+	exists      bool
+	state       string
+	serverID    string
+	token       int64
+	modRevision int64
+}
+
+func encodeRecord(state string, owner takeover.Owner) string {
 	return fmt.Sprintf("%s %s %d", state, owner.ServerID, owner.Token)
+}
+
+// decodeRecord reads the record of k from a range response. The server ID is everything between
+// the first and the last space, so it may contain spaces itself.
+func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
+	if len(kvs) == 0 {
+		return record{}, nil
+	}
+	v := string(kvs[0].Value)
+	first, last := strings.IndexByte(v, ' '), strings.LastIndexByte(v, ' ')
+	if first < 0 || first == last {
+		return record{}, fmt.Errorf("%w: %s = %q, want \"<state> <server_id> <token>\"", ErrBadRecord, k, v)
+	}
+	rec := record{exists: true, state: v[:first], serverID: v[first+1 : last], modRevision: kvs[0].ModRevision}
+	if rec.state != statePending && rec.state != stateDone {
+		return record{}, fmt.Errorf("%w: %s = %q, state must be %s or %s", ErrBadRecord, k, v, statePending, stateDone)
+	}
+	tok, err := strconv.ParseInt(v[last+1:], 10, 64)
+	if err != nil {
+		return record{}, fmt.Errorf("%w: %s = %q, token must be an integer", ErrBadRecord, k, v)
+	}
+	rec.token = tok
+	return rec, nil
 }

@@ -3,14 +3,10 @@ package dispatcher
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 )
-
-// ErrInvalidRequest wraps every rejected dispatch request; the message names the field and the rule.
-var ErrInvalidRequest = errors.New("dispatcher: invalid request")
 
 // Request is one dispatch request. Its identity fields decide its dispatch key: the same fields are the
 // same request, however often it is sent and whichever run receives it.

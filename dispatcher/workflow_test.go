@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -64,14 +66,19 @@ func req(task string) Request {
 	return Request{Type: "agent", TaskID: task, PayloadSHA256: strings.Repeat("ab", 32), Parent: "session-1"}
 }
 
-var owner = takeover.Owner{Project: "billing", Queue: "orders", ServerID: "node-a", Token: 7}
+var owner = takeover.Owner{Project: "billing", Queue: "orders", ServerID: "node-a", Token: 7,
+	ElectionKey: "/baton/election/billing/orders/694d9a1b2c3d4e5f"}
 
 func newEnv(t *testing.T, ledger Ledger, h *countingHandler) *testsuite.TestWorkflowEnvironment {
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	env := s.NewTestWorkflowEnvironment()
+	env := newSuiteEnv()
 	Register(env, &Activities{Ledger: ledger, Handler: h.handle})
 	return env
+}
+
+func newSuiteEnv() *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	return s.NewTestWorkflowEnvironment()
 }
 
 func TestDuplicateDispatchIsProcessedOnce(t *testing.T) {
@@ -150,6 +157,136 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	}
 	if int(next.Carry.Dispatched) != len(h.calls) {
 		t.Fatalf("carried %d dispatched, handler saw %d keys", next.Carry.Dispatched, len(h.calls))
+	}
+}
+
+// An operator's cancel ends the run as Canceled, also while it waits for signals, and the requests
+// it accepted but did not see through are listed in its State.
+func TestCancelEndsTheRun(t *testing.T) {
+	ledger, h := &memLedger{}, &countingHandler{}
+	env := newEnv(t, ledger, h)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, req("t1")) }, time.Second)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalDispatch, req("t2"))
+		env.SignalWorkflow(SignalDispatch, req("t3"))
+		env.CancelWorkflow()
+	}, 2*time.Second)
+	env.ExecuteWorkflow(WorkflowName, Input{Owner: owner})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("the cancelled run is still open")
+	}
+	var canceled *temporal.CanceledError
+	if err := env.GetWorkflowError(); !errors.As(err, &canceled) {
+		t.Fatalf("run ended with %v, want Canceled", err)
+	}
+	v, err := env.QueryWorkflow(QueryState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state State
+	if err := v.Get(&state); err != nil {
+		t.Fatal(err)
+	}
+	var unhandled []string
+	for _, r := range state.Unhandled {
+		unhandled = append(unhandled, r.TaskID)
+	}
+	slices.Sort(unhandled)
+	if state.Dispatched != 1 || !slices.Equal(unhandled, []string{"t2", "t3"}) {
+		t.Fatalf("state = %+v, want t1 dispatched and t2, t3 unhandled", state)
+	}
+	if len(h.calls) != 1 {
+		t.Fatalf("handler calls = %v, want t1 only", h.calls)
+	}
+}
+
+// A cancel that arrives with nothing else ends the run without waiting for a signal.
+func TestCancelWhileIdle(t *testing.T) {
+	env := newEnv(t, &memLedger{}, &countingHandler{})
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
+	env.ExecuteWorkflow(WorkflowName, Input{Owner: owner})
+	var canceled *temporal.CanceledError
+	if err := env.GetWorkflowError(); !env.IsWorkflowCompleted() || !errors.As(err, &canceled) {
+		t.Fatalf("completed %v with %v, want Canceled", env.IsWorkflowCompleted(), err)
+	}
+}
+
+// Registration options tune runs started with the bare Owner (as takeovers start them); the run
+// continues as new under the same Owner, election key included, leaving the tuning to the options.
+func TestRegisterOptionsForceContinueAsNew(t *testing.T) {
+	ledger, h := &memLedger{}, &countingHandler{}
+	env := newSuiteEnv()
+	if err := RegisterWithOptions(env, &Activities{Ledger: ledger, Handler: h.handle}, RegisterOptions{HistoryLimit: 40, RecentKeys: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i, task := range []string{"t1", "t2", "t3", "t4"} {
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, req(task)) }, time.Duration(i+1)*time.Second)
+	}
+	env.RegisterDelayedCallback(func() { env.SetCurrentHistoryLength(41) }, 2500*time.Millisecond)
+	env.ExecuteWorkflow(WorkflowName, owner)
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("workflow ended with %v, want continue-as-new", err)
+	}
+	var next Input
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if next.Owner != owner || next.Carry == nil || next.Carry.Owner != owner {
+		t.Fatalf("the next run's owner = %+v (carried %+v), want %+v", next.Owner, next.Carry, owner)
+	}
+	if next.Carry.Dispatched != 3 || len(next.Carry.Recent) != 2 {
+		t.Fatalf("carried %+v, want 3 dispatched and the 2 most recent keys", next.Carry)
+	}
+	if next.HistoryLimit != 0 || next.RecentKeys != 0 {
+		t.Fatalf("the options were baked into the next input: %+v", next)
+	}
+}
+
+// Without options the same history does not continue as new.
+func TestDefaultTuningKeepsRunning(t *testing.T) {
+	env := newEnv(t, &memLedger{}, &countingHandler{})
+	env.RegisterDelayedCallback(func() { env.SetCurrentHistoryLength(41) }, 500*time.Millisecond)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, req("t1")) }, time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Second)
+	env.ExecuteWorkflow(WorkflowName, owner)
+	var canceled *temporal.CanceledError
+	if err := env.GetWorkflowError(); !errors.As(err, &canceled) {
+		t.Fatalf("run ended with %v, want it running until cancelled", err)
+	}
+}
+
+func TestRegisterOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  RegisterOptions
+		field string
+	}{
+		{"zero is the defaults", RegisterOptions{}, ""},
+		{"small limit for tests", RegisterOptions{HistoryLimit: 1, RecentKeys: 1}, ""},
+		{"negative limit", RegisterOptions{HistoryLimit: -1}, "HistoryLimit"},
+		{"negative recent keys", RegisterOptions{RecentKeys: -5}, "RecentKeys"},
+		{"too many recent keys", RegisterOptions{RecentKeys: MaxRecentKeys + 1}, "RecentKeys"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.opts.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("Validate() = %v, want an error naming %s", err, tc.field)
+			}
+			env := newSuiteEnv()
+			if err := RegisterWithOptions(env, &Activities{}, tc.opts); err == nil {
+				t.Fatal("RegisterWithOptions accepted invalid options")
+			}
+		})
+	}
+	if err := RegisterWithOptions(newSuiteEnv(), nil, RegisterOptions{}); err == nil || !strings.Contains(err.Error(), "Activities") {
+		t.Fatalf("RegisterWithOptions(nil activities) = %v", err)
 	}
 }
 

@@ -1,0 +1,28 @@
+package dispatcher
+
+import "errors"
+
+// Errors returned by this package. Match them with errors.Is.
+var (
+	// ErrInvalidRequest wraps every rejected dispatch request; the message names the field and the rule.
+	ErrInvalidRequest = errors.New("dispatcher: invalid request")
+	// ErrInvalidOwner wraps an Owner that cannot be fenced (no election key, no token); the message
+	// names the field and the rule. Nothing is written for such an owner.
+	ErrInvalidOwner = errors.New("dispatcher: invalid owner")
+	// ErrSuperseded means the owner's term no longer holds: its election key is gone or was created
+	// again at another revision, or a newer owner holds the dispatch key's ledger record. Nothing was
+	// written; the successor's run does the work.
+	ErrSuperseded = errors.New("dispatcher: owner superseded")
+	// ErrBadRecord wraps a ledger record that is not in the documented format. The ledger refuses to
+	// guess whether such a key was dispatched.
+	ErrBadRecord = errors.New("dispatcher: unreadable ledger record")
+)
+
+// Types of the Dispatch activity's non-retryable failures, as temporal.ApplicationError.Type()
+// reports them. Each one is an error retrying cannot fix.
+const (
+	ErrTypeInvalidRequest = "baton.InvalidRequest"  // ErrInvalidRequest
+	ErrTypeInvalidOwner   = "baton.InvalidOwner"    // ErrInvalidOwner
+	ErrTypeSuperseded     = "baton.Superseded"      // ErrSuperseded
+	ErrTypeBadRecord      = "baton.BadLedgerRecord" // ErrBadRecord
+)

@@ -1,0 +1,214 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/takeover"
+)
+
+const project = "billing"
+
+// ledgerPrefix is each test's own ledger prefix, so a test can list exactly what it wrote.
+const ledgerPrefix = "/test/dispatch"
+
+// env is one test's etcd, a client of the shared Temporal server, and the test's task queue.
+type env struct {
+	etcd  *etcdtest.Cluster
+	cli   *clientv3.Client
+	tc    client.Client
+	queue string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{etcd: etcdtest.Start(t, etcdtest.Options{}), tc: temporalx.Client(t, temporalServer)}
+	e.cli = etcdtest.Client(t, e.etcd)
+	e.queue = strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	return e
+}
+
+// ownerOf campaigns for the test's queue as serverID with its own elector (its own etcd session,
+// as a separate process would) and returns the Owner a takeover would hand its run, with the term.
+func (e *env) ownerOf(t *testing.T, serverID string) (takeover.Owner, *election.Term) {
+	t.Helper()
+	el, err := election.New(etcdtest.Client(t, e.etcd), election.Config{Logger: zaptest.NewLogger(t).Named(serverID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
+		defer cancel()
+		_ = el.Close(ctx)
+	})
+	term, err := el.Campaign(t.Context(), project, e.queue, serverID)
+	if err != nil {
+		t.Fatalf("%s: campaign: %v", serverID, err)
+	}
+	return takeover.Owner{Project: project, Queue: e.queue, ServerID: serverID, Token: term.Token(),
+		ElectionKey: term.Key(), TakeoverStartedAt: term.Started()}, term
+}
+
+// ledger returns an etcd ledger under the test's prefix.
+func (e *env) ledger(t *testing.T) *dispatcher.EtcdLedger {
+	t.Helper()
+	l, err := dispatcher.NewEtcdLedger(e.cli, ledgerPrefix, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// records lists the ledger's records: key (without the prefix) -> value.
+func (e *env) records(t *testing.T) map[string]string {
+	t.Helper()
+	resp, err := e.cli.Get(t.Context(), ledgerPrefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[strings.TrimPrefix(string(kv.Key), ledgerPrefix+"/")] = string(kv.Value)
+	}
+	return out
+}
+
+// call is one handler call.
+type call struct {
+	key   string
+	owner takeover.Owner
+}
+
+// handled records the dispatcher's handler calls.
+type handled struct {
+	mu    sync.Mutex
+	calls []call
+}
+
+func (h *handled) handle(_ context.Context, key string, _ dispatcher.Request, owner takeover.Owner) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, call{key, owner})
+	return nil
+}
+
+func (h *handled) snapshot() []call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]call(nil), h.calls...)
+}
+
+// worker runs the reference dispatcher on the test's task queue with the etcd ledger.
+func (e *env) worker(t *testing.T) *handled {
+	t.Helper()
+	h := &handled{}
+	w := worker.New(e.tc, e.queue, worker.Options{})
+	if err := dispatcher.RegisterWithOptions(w, &dispatcher.Activities{Ledger: e.ledger(t), Handler: h.handle}, dispatcher.RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.Stop()
+		// The SDK keeps cached workflow runs (and their goroutines) process-wide after a worker stops.
+		worker.PurgeStickyWorkflowCache()
+	})
+	return h
+}
+
+// start starts a dispatcher run for owner directly, as a takeover would (input and memo), and
+// returns it once its first workflow task ran (its state answers a query).
+func (e *env) start(t *testing.T, owner takeover.Owner) client.WorkflowRun {
+	t.Helper()
+	id, err := takeover.WorkflowID(owner.Project, owner.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := e.tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{
+		ID: id, TaskQueue: e.queue, Memo: map[string]any{takeover.MemoKey: owner},
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
+	}, dispatcher.WorkflowName, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.state(t, run, func(dispatcher.State) bool { return true })
+	t.Cleanup(func() {
+		_ = e.tc.TerminateWorkflow(context.WithoutCancel(t.Context()), run.GetID(), run.GetRunID(), "test over")
+	})
+	return run
+}
+
+// state waits until the run's state satisfies ok, and returns it.
+func (e *env) state(t *testing.T, run client.WorkflowRun, ok func(dispatcher.State) bool) dispatcher.State {
+	t.Helper()
+	var st dispatcher.State
+	testkit.Eventually(t, 30*time.Second, "dispatcher state of run "+run.GetRunID(), func() error {
+		v, err := e.tc.QueryWorkflow(t.Context(), run.GetID(), run.GetRunID(), dispatcher.QueryState)
+		if err != nil {
+			return err
+		}
+		st = dispatcher.State{}
+		if err := v.Get(&st); err != nil {
+			return err
+		}
+		if !ok(st) {
+			return fmt.Errorf("state %+v", st)
+		}
+		return nil
+	})
+	return st
+}
+
+// activityOutcome waits until the run's first activity closed, and returns its ActivityTaskFailed
+// event (nil when it completed) and the attempt that closed it.
+func (e *env) activityOutcome(t *testing.T, run client.WorkflowRun) (*historypb.ActivityTaskFailedEventAttributes, int32) {
+	t.Helper()
+	var failed *historypb.ActivityTaskFailedEventAttributes
+	var attempt int32
+	testkit.Eventually(t, 30*time.Second, "an activity of run "+run.GetRunID()+" closes", func() error {
+		iter := e.tc.GetWorkflowHistory(t.Context(), run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			if err != nil {
+				return err
+			}
+			if a := ev.GetActivityTaskStartedEventAttributes(); a != nil {
+				attempt = a.GetAttempt()
+			}
+			if a := ev.GetActivityTaskFailedEventAttributes(); a != nil {
+				failed = a
+				return nil
+			}
+			if ev.GetActivityTaskCompletedEventAttributes() != nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("no activity closed yet")
+	})
+	return failed, attempt
+}
+
+func request(task string) dispatcher.Request {
+	return dispatcher.Request{Type: "invoice", TaskID: task, PayloadSHA256: strings.Repeat("0f", 32), Parent: "session-7"}
+}
+
+func record(state string, o takeover.Owner) string {
+	return fmt.Sprintf("%s %s %d", state, o.ServerID, o.Token)
+}

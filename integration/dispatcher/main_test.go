@@ -1,0 +1,14 @@
+package dispatcher_test
+
+import (
+	"testing"
+
+	"github.com/baton-run/baton/integration/temporalx"
+)
+
+// temporalServer is the in-process Temporal server the tests share; each test has its own task
+// queue, workflow IDs and etcd.
+var temporalServer *temporalx.Server
+
+// Every test stops what it started; temporalx tells the server's own goroutines apart.
+func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalServer) }
