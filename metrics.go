@@ -17,7 +17,8 @@ const (
 	// Summed over processes it is the number of leaders per queue: 1 when healthy.
 	MetricLeader = "baton.queue.leader"
 	// MetricDispatcherOpen is 1 for each queue whose dispatcher run this process started and still
-	// owns (attributes project, queue).
+	// owns, open as far as its supervision knows (attributes project, queue): 0 while it leads the
+	// queue without an open run.
 	MetricDispatcherOpen = "baton.queue.dispatcher.open"
 	// MetricStepDowns counts ended terms by cause: resigned, session_lost, key_lost, closed, other.
 	MetricStepDowns = "baton.stepdowns"
@@ -62,7 +63,7 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 			var leading, owned int64
 			if s.term != nil && s.term.Check() == nil {
 				leading = 1
-				if s.run.RunID != "" {
+				if s.open {
 					owned = 1
 				}
 			}

@@ -220,39 +220,110 @@ func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callba
 	}
 }
 
-// lead is one term of one queue: take the dispatcher over, then heartbeat it and evict dead workers
-// until the term ends. An error resigns the term so that another process can try.
+// lead is one term of one queue: take the dispatcher over, then supervise it -- heartbeat the chain's
+// current run, follow continue-as-new, replace a run that closed behind the owner's back (bounded,
+// backed off) -- and evict dead workers until the term ends. An error resigns the term so that another
+// process can try.
 func (n *Node) lead(ctx context.Context, queue string, term *election.Term) error {
-	n.update(queue, func(s *queueState) { s.term, s.run, s.lastErr = term, takeover.Run{}, nil })
-	run, err := n.takeover.Take(ctx, term)
-	if err != nil {
-		n.update(queue, func(s *queueState) { s.lastErr = err })
-		if errors.Is(err, takeover.ErrSuperseded) {
+	n.update(queue, func(s *queueState) {
+		s.term, s.run, s.open, s.lastErr, s.noRunSince = term, takeover.Run{}, false, nil, time.Now()
+	})
+	var evict sync.WaitGroup
+	defer evict.Wait()
+	if n.reg != nil {
+		evict.Go(func() { n.evictLoop(ctx, queue, term) })
+	}
+	tcfg := n.takeover.Config()
+	backoff := tcfg.RetryMin
+	for replaced := 0; ; replaced++ {
+		run, err := n.takeover.Take(ctx, term)
+		if err != nil {
+			n.update(queue, func(s *queueState) {
+				s.lastErr = err
+				if errors.Is(err, takeover.ErrPermanent) {
+					s.permanent = err
+				}
+			})
+			if errors.Is(err, takeover.ErrSuperseded) && term.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		n.update(queue, func(s *queueState) {
+			s.run, s.open, s.permanent, s.takeovers = run, true, nil, s.takeovers+1
+		})
+		err = n.supervise(ctx, queue, term, run)
+		if !errors.Is(err, takeover.ErrRunClosed) {
+			if term.Err() == nil && err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
 			return nil
 		}
-		return err
+		n.update(queue, func(s *queueState) {
+			s.open, s.lastErr, s.noRunSince, s.replaced = false, err, time.Now(), s.replaced+1
+		})
+		if replaced >= tcfg.MaxReplacements {
+			return fmt.Errorf("baton: %d dispatcher runs closed behind this owner's back in one term; resigning: %w", replaced+1, err)
+		}
+		n.log.Warn("dispatcher run closed behind its owner's back; replacing it", zap.String("queue", queue),
+			zap.Int64("token", term.Token()), zap.Int("replacement", replaced+1), zap.Error(err))
+		if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+			return nil
+		}
+		backoff = min(2*backoff, tcfg.RetryMax)
 	}
-	n.update(queue, func(s *queueState) { s.run, s.takeovers = run, s.takeovers+1 })
+}
 
+// supervise heartbeats run and watches it until the term ends, the heartbeat is refused (a newer
+// owner's entry), or the run closes for good (an error wrapping takeover.ErrRunClosed). A run that
+// continues as new is followed: the heartbeat, the status and a step-down name the new current run.
+func (n *Node) supervise(ctx context.Context, queue string, term *election.Term, run takeover.Run) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	runs := make(chan takeover.Run, 1)
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	wg.Go(func() {
-		if err := n.hb.Run(ctx, term, run); err != nil {
+		if err := n.heartbeat(ctx, term, run, runs); err != nil {
 			// Redis holds a newer owner's entry for this dispatcher: this term must not go on.
 			n.update(queue, func(s *queueState) { s.lastErr = err })
 			cancel(err)
 		}
 	})
-	if n.reg != nil {
-		wg.Go(func() { n.evictLoop(ctx, queue, term) })
+	for {
+		next, err := n.takeover.Watch(ctx, term, run)
+		if err != nil {
+			if errors.Is(err, takeover.ErrRunClosed) {
+				return err
+			}
+			return context.Cause(ctx)
+		}
+		run = next
+		n.update(queue, func(s *queueState) { s.run = run })
+		select {
+		case <-runs:
+		default:
+		}
+		runs <- run
 	}
-	<-ctx.Done()
-	wg.Wait()
-	if err := context.Cause(ctx); term.Err() == nil && err != nil && !errors.Is(err, context.Canceled) {
-		return err
+}
+
+// heartbeat writes the heartbeats of the chain's current run, switching to the run that each value
+// of runs names.
+func (n *Node) heartbeat(ctx context.Context, term *election.Term, run takeover.Run, runs <-chan takeover.Run) error {
+	for {
+		hctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- n.hb.Run(hctx, term, run) }()
+		select {
+		case run = <-runs:
+			stop()
+			<-done
+		case err := <-done:
+			stop()
+			return err
+		}
 	}
-	return nil
 }
 
 // handOver runs while a graceful stop resigns a live term: the old owner steps down as the

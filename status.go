@@ -14,13 +14,17 @@ import (
 )
 
 type queueState struct {
-	leader    election.Leader // as etcd shows it (advisory)
-	term      *election.Term  // this process's live term, if it leads
-	run       takeover.Run
-	takeovers int
-	lastErr   error
-	lastCause error
-	workers   map[registry.Status]int // counted by this process while it leads the queue
+	leader     election.Leader // as etcd shows it (advisory)
+	term       *election.Term  // this process's live term, if it leads
+	run        takeover.Run
+	open       bool      // run is open, as far as Watch knows
+	noRunSince time.Time // when the term last had no open run (its start, or a close)
+	takeovers  int
+	replaced   int
+	lastErr    error
+	permanent  error // a takeover failure that retrying cannot fix, until a takeover succeeds
+	lastCause  error
+	workers    map[registry.Status]int // counted by this process while it leads the queue
 }
 
 type workerState struct {
@@ -52,11 +56,18 @@ type QueueStatus struct {
 	LeaderToken int64  `json:"leader_token"`
 	// Leading is true while this process holds a live term for the queue.
 	Leading bool `json:"leading"`
-	// Token, Since, WorkflowID and RunID describe this process's term and dispatcher run.
+	// Token, Since, WorkflowID and RunID describe this process's term and dispatcher run. RunID is the
+	// chain's current run (it follows continue-as-new); FirstRunID is the run the takeover started.
 	Token      int64     `json:"token,omitempty"`
 	Since      time.Time `json:"since,omitzero"`
 	WorkflowID string    `json:"workflow_id,omitempty"`
 	RunID      string    `json:"run_id,omitempty"`
+	FirstRunID string    `json:"first_run_id,omitempty"`
+	// DispatcherOpen is false while this process leads the queue without an open dispatcher run: the
+	// takeover is under way, or the run closed and is being replaced.
+	DispatcherOpen bool `json:"dispatcher_open"`
+	// Replacements counts the runs this process replaced after they closed behind its back.
+	Replacements int `json:"replacements"`
 	// TakeoverLatency is from the term's start to the run being open.
 	TakeoverLatency time.Duration `json:"takeover_latency_ns,omitempty"`
 	// Takeovers counts this process's successful takeovers of the queue.
@@ -102,11 +113,12 @@ func (n *Node) Status() Status {
 	}
 	for _, q := range n.cfg.Queues {
 		s := n.state[q]
-		qs := QueueStatus{Queue: q, Leader: s.leader.ID, LeaderToken: s.leader.Token, Takeovers: s.takeovers,
+		qs := QueueStatus{Queue: q, Leader: s.leader.ID, LeaderToken: s.leader.Token, Takeovers: s.takeovers, Replacements: s.replaced,
 			LastError: errString(s.lastErr), LastStepDown: errString(s.lastCause)}
 		if s.term != nil && s.term.Check() == nil {
 			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.term.Started()
 			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
+			qs.FirstRunID, qs.DispatcherOpen = s.run.FirstRunID, s.open
 			if s.workers != nil {
 				qs.Workers = make(map[registry.Status]int, len(s.workers))
 				for k, v := range s.workers {
@@ -165,6 +177,13 @@ var (
 	// ErrWedgedLeader fails liveness when a term of this process is still alive past its lease
 	// deadline: the watchdog should have ended it, so the process cannot be trusted.
 	ErrWedgedLeader = errors.New("baton: leading past the lease deadline")
+	// ErrTakeoverFailing fails readiness while a queue's takeover fails in a way that retrying cannot
+	// fix (namespace not found, permission denied, invalid argument, an unreadable owner memo), until a
+	// takeover of that queue succeeds. The message names the queue and the cause.
+	ErrTakeoverFailing = errors.New("baton: dispatcher takeover cannot succeed")
+	// ErrNoDispatcher fails readiness while this process leads a queue without an open dispatcher run
+	// for longer than one heartbeat interval (the run closed and could not be replaced yet).
+	ErrNoDispatcher = errors.New("baton: leading without an open dispatcher run")
 )
 
 // wedgedAfter is how long past its deadline a term may take to end before the process counts as
@@ -189,7 +208,9 @@ func (n *Node) Live() error {
 	return nil
 }
 
-// Ready is the readiness check: the Node runs, has a live etcd session and passes Live.
+// Ready is the readiness check: the Node runs, has a live etcd session, passes Live, no queue's
+// takeover fails for good, and every queue it leads has an open dispatcher run (allowing one heartbeat
+// interval for a takeover or a replacement under way).
 func (n *Node) Ready() error {
 	n.mu.Lock()
 	running := n.started && !n.stopped
@@ -200,7 +221,21 @@ func (n *Node) Ready() error {
 	if _, ok := n.queues.SessionValidUntil(); !ok {
 		return ErrNoSession
 	}
-	return n.Live()
+	if err := n.Live(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, q := range n.cfg.Queues {
+		s := n.state[q]
+		if s.permanent != nil {
+			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.permanent)
+		}
+		if s.term != nil && s.term.Err() == nil && !s.open && time.Since(s.noRunSince) > n.cfg.Heartbeat.Interval {
+			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, time.Since(s.noRunSince).Round(time.Millisecond), s.lastErr)
+		}
+	}
+	return nil
 }
 
 // HealthCheck adapts a check to the shape of client-go's healthz checkers (Name, Check).

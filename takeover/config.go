@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
@@ -53,11 +54,21 @@ type Config struct {
 	// StepDown is what StepDown does with the owner's own run. Default TerminateOwnRun.
 	StepDown StepDownPolicy
 	// Legacy starts runs without a WorkflowIDConflictPolicy, for servers before Temporal 1.24 that do
-	// not know it: a WorkflowExecutionAlreadyStarted is then answered by terminating exactly that run
-	// and retrying. A server that rejects the conflict policy switches a Manager to this mode by itself.
+	// not know it (their default fails on a running workflow, as FAIL does). A server that rejects the
+	// conflict policy switches a Manager to this mode by itself.
 	Legacy bool
+	// DataConverter reads and writes the owner memo. It must be the Temporal client's data converter
+	// when the application sets one (a codec that encrypts payloads, say): a memo that cannot be read
+	// fails the takeover with ErrUnreadableOwner instead of reading every token as 0. Default: the
+	// SDK's default data converter.
+	DataConverter converter.DataConverter
 	// MaxAttempts bounds the start attempts of one takeover. Default 10; at least 1.
 	MaxAttempts int
+	// MaxReplacements bounds how many runs that closed behind the owner's back (an operator's terminate
+	// or cancel, a workflow that returned or failed) one term replaces; past it the term is resigned so
+	// that another candidate can try. Replacements back off like attempts (RetryMin to RetryMax).
+	// Default 5; at least 1.
+	MaxReplacements int
 	// AttemptTimeout bounds each Temporal call. Default 5s.
 	AttemptTimeout time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff between attempts (Temporal refuses
@@ -82,6 +93,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 10
 	}
+	if c.MaxReplacements == 0 {
+		c.MaxReplacements = 5
+	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 5 * time.Second
 	}
@@ -90,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryMax == 0 {
 		c.RetryMax = 2 * time.Second
+	}
+	if c.DataConverter == nil {
+		c.DataConverter = converter.GetDefaultDataConverter()
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -117,6 +134,8 @@ func (c Config) Validate() error {
 		return bad("StepDown", "must be TerminateOwnRun or LeaveRunning, got %d", c.StepDown)
 	case c.MaxAttempts < 1:
 		return bad("MaxAttempts", "must be at least 1, got %d", c.MaxAttempts)
+	case c.MaxReplacements < 1:
+		return bad("MaxReplacements", "must be at least 1, got %d", c.MaxReplacements)
 	case c.AttemptTimeout <= 0:
 		return bad("AttemptTimeout", "must be positive, got %v", c.AttemptTimeout)
 	case c.RetryMin <= 0:

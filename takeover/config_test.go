@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown mode", Config{Mode: 7}, "Mode"},
 		{"unknown step-down", Config{StepDown: -1}, "StepDown"},
 		{"no attempts", Config{MaxAttempts: -1}, "MaxAttempts"},
+		{"no replacements", Config{MaxReplacements: -1}, "MaxReplacements"},
 		{"negative attempt timeout", Config{AttemptTimeout: -time.Second}, "AttemptTimeout"},
 		{"negative retry", Config{RetryMin: -time.Second}, "RetryMin"},
 		{"max below min", Config{RetryMin: time.Second, RetryMax: time.Millisecond}, "RetryMax"},
@@ -39,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestRetryable(t *testing.T) {
+func TestClassify(t *testing.T) {
 	cases := []struct {
 		err  error
 		want bool
@@ -53,7 +54,7 @@ func TestRetryable(t *testing.T) {
 		{fmt.Errorf("start: %w", serviceerror.NewInvalidArgument("bad")), false},
 	}
 	for _, tc := range cases {
-		if got := retryable(tc.err); got != tc.want {
+		if got := !errors.Is(classify(tc.err), ErrPermanent); got != tc.want {
 			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}

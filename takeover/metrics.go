@@ -9,17 +9,26 @@ import (
 )
 
 // Metric names, each with the attributes project and queue; exported with the OpenTelemetry Prometheus exporter they read
-// baton_takeover_total, baton_takeover_latency_seconds and baton_takeover_terminations_total.
+// baton_takeover_total, baton_takeover_latency_seconds, baton_takeover_terminations_total,
+// baton_takeover_regressions_total and baton_takeover_run_closes_total.
 const (
 	MetricTakeovers    = "baton.takeover"
 	MetricLatency      = "baton.takeover.latency"
 	MetricTerminations = "baton.takeover.terminations"
+	// MetricRegressions counts open runs that carried a higher token than a term etcd confirmed: etcd's
+	// revisions went back (a restore without --bump-revision, a new cluster). Each was replaced.
+	MetricRegressions = "baton.takeover.regressions"
+	// MetricRunCloses counts closes of an owner's run that Watch saw during the term, by status
+	// (continued_as_new is followed; the others are replaced or end the term).
+	MetricRunCloses = "baton.takeover.run_closes"
 )
 
 type metrics struct {
 	takeovers    metric.Int64Counter
 	latencies    metric.Float64Histogram
 	terminations metric.Int64Counter
+	regressions  metric.Int64Counter
+	closes       metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -40,7 +49,18 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &metrics{takeovers: takeovers, latencies: latencies, terminations: terminations}, nil
+	regressions, err := meter.Int64Counter(MetricRegressions,
+		metric.WithDescription("Open dispatcher runs with a higher token than the confirmed term (etcd history went back); each was replaced."))
+	if err != nil {
+		return nil, err
+	}
+	closes, err := meter.Int64Counter(MetricRunCloses,
+		metric.WithDescription("Closes of the owner's dispatcher run seen during its term, by status."))
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{takeovers: takeovers, latencies: latencies, terminations: terminations, regressions: regressions,
+		closes: closes}, nil
 }
 
 func queueAttrs(project, queue string) []attribute.KeyValue {
@@ -60,4 +80,13 @@ func (m *metrics) latency(ctx context.Context, project, queue string, d time.Dur
 func (m *metrics) terminated(ctx context.Context, project, queue, result string) {
 	m.terminations.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(append(queueAttrs(project, queue),
 		attribute.String("result", result))...))
+}
+
+func (m *metrics) regression(ctx context.Context, project, queue string) {
+	m.regressions.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(queueAttrs(project, queue)...))
+}
+
+func (m *metrics) closed(ctx context.Context, project, queue, status string) {
+	m.closes.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(append(queueAttrs(project, queue),
+		attribute.String("status", status))...))
 }

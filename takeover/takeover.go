@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
@@ -24,7 +24,10 @@ type Client interface {
 	SignalWithStartWorkflow(ctx context.Context, workflowID, signalName string, signalArg any,
 		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
-	TerminateWorkflow(ctx context.Context, workflowID, runID, reason string, details ...any) error
+	TerminateWorkflowWithOptions(ctx context.Context, options client.TerminateWorkflowOptions) error
+	// GetWorkflowHistory long-polls for a run's close event (Watch).
+	GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
+		filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
 }
 
 var _ Client = client.Client(nil)
@@ -72,14 +75,18 @@ type Path string
 const (
 	PathStart          Path = "start"           // no open run: started directly
 	PathTerminateFirst Path = "terminate_first" // a prior run was terminated by run ID, then the new one started
-	PathLegacy         Path = "legacy"          // WorkflowExecutionAlreadyStarted answered by terminate and retry
-	PathReused         Path = "reused"          // this term's own run was already open
+	PathReused         Path = "reused"          // this term's own run (or its continuation) was already open
 )
 
-// Run is a dispatcher run started (or found) by a takeover.
+// Run is a dispatcher run started (or found) by a takeover, and followed by Watch.
 type Run struct {
 	WorkflowID string
-	RunID      string
+	// RunID is the current run of the chain: the run the takeover started, or the run it continued as.
+	RunID string
+	// FirstRunID is the run the takeover started: the first run of the chain. Run-scoped actions
+	// (StepDown, a reconciler's terminate) name it as the FirstExecutionRunId, so they reach the chain's
+	// current run and never a run of another chain.
+	FirstRunID string
 	Owner      Owner
 	Path       Path
 	// Attempts is how many start attempts the takeover needed.
@@ -88,13 +95,15 @@ type Run struct {
 	Latency time.Duration
 }
 
-// Manager takes over and steps down dispatcher runs for election terms.
+// Manager takes over, supervises and steps down dispatcher runs for election terms.
 type Manager struct {
 	client  Client
 	cfg     Config
 	log     *zap.Logger
 	metrics *metrics
-	legacy  atomic.Bool
+	// legacy is set once the server refused WorkflowIDConflictPolicy (before Temporal 1.24): starts then
+	// leave it unset, which such servers treat as FAIL.
+	legacy atomic.Bool
 }
 
 // New returns a Manager over a Temporal client.
@@ -115,17 +124,24 @@ func New(c Client, cfg Config) (*Manager, error) {
 	return mgr, nil
 }
 
-// Take makes the term's process the owner of the (project, queue) dispatcher: it terminates the open
-// run of any earlier owner by its exact run ID, with a reason naming the new owner and token, and
-// starts a new run whose input and memo carry the Owner. Every terminate is preceded by a check that
-// the term still holds (local, then in etcd); a superseded term terminates nothing and gets
-// ErrSuperseded. The takeover is abandoned the moment the term ends, and gives up after
-// MaxAttempts with ErrFailed.
+// Config returns the configuration in force, defaults applied.
+func (m *Manager) Config() Config { return m.cfg }
+
+// Take makes the term's process the owner of the (project, queue) dispatcher. Each attempt describes
+// the workflow, terminates an open run of an earlier owner by its exact run ID (with a reason naming
+// the new owner and token), and starts a new run with the FAIL conflict policy, so a start never ends
+// a run it did not name: a run that appeared in between (a successor's, or a superseded leader's late
+// start) makes the start fail with AlreadyStarted and the next attempt looks again. Every terminate
+// and start is preceded by a check that the term still holds (local, then in etcd), and the term is
+// checked once more after the start: a run started by a term that has ended is terminated again by
+// its own run ID and reported as ErrSuperseded. The takeover is abandoned the moment the term ends and
+// gives up after MaxAttempts with ErrFailed; a failure that retrying cannot fix (namespace not found,
+// permission denied, invalid argument, an owner memo it cannot read) also wraps ErrPermanent.
 func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 	id, err := WorkflowID(term.Project(), term.Queue())
 	if err != nil {
 		m.metrics.takeover(ctx, term.Project(), term.Queue(), "invalid", PathStart)
-		return Run{}, err
+		return Run{}, fmt.Errorf("%w: %w", ErrPermanent, err)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -139,28 +155,30 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 
 	path, backoff := PathStart, m.cfg.RetryMin
 	var lastErr error
-	for attempt := 1; attempt <= m.cfg.MaxAttempts; attempt++ {
-		if attempt > 1 {
+	attempts := 0
+	for attempts < m.cfg.MaxAttempts {
+		if attempts > 0 {
 			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(backoff)) {
 				break
 			}
 			backoff = min(2*backoff, m.cfg.RetryMax)
 		}
+		attempts++
 		run, next, err := m.attempt(ctx, term, id, owner, path, log)
 		if err == nil {
-			run.Attempts = attempt
+			run.Attempts = attempts
 			run.Latency = m.cfg.Clock.Now().Sub(term.Started())
 			m.metrics.takeover(ctx, owner.Project, owner.Queue, "started", run.Path)
 			m.metrics.latency(ctx, owner.Project, owner.Queue, run.Latency, run.Path)
 			log.Info("dispatcher taken over", zap.String("run_id", run.RunID), zap.String("path", string(run.Path)),
-				zap.Int("attempts", attempt), zap.Duration("latency", run.Latency))
+				zap.Int("attempts", attempts), zap.Duration("latency", run.Latency))
 			return run, nil
 		}
 		path, lastErr = next, err
-		if errors.Is(err, ErrSuperseded) || !retryable(err) {
+		if errors.Is(err, ErrSuperseded) || errors.Is(err, ErrPermanent) {
 			break
 		}
-		log.Info("dispatcher takeover attempt failed; retrying", zap.Int("attempt", attempt), zap.Error(err))
+		log.Info("dispatcher takeover attempt failed; retrying", zap.Int("attempt", attempts), zap.Error(err))
 	}
 	switch {
 	case term.Context().Err() != nil && !errors.Is(lastErr, ErrSuperseded):
@@ -170,66 +188,101 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 	}
 	if errors.Is(lastErr, ErrSuperseded) {
 		m.metrics.takeover(ctx, owner.Project, owner.Queue, "superseded", path)
-		log.Warn("dispatcher takeover abandoned: the term no longer holds", zap.Error(lastErr))
 		return Run{}, lastErr
 	}
 	m.metrics.takeover(ctx, owner.Project, owner.Queue, "failed", path)
-	log.Error("dispatcher takeover failed", zap.Error(lastErr))
-	return Run{}, fmt.Errorf("%w: %s after %d attempts at most: %w", ErrFailed, id, m.cfg.MaxAttempts, lastErr)
+	return Run{}, fmt.Errorf("%w: %s after %d attempt(s): %w", ErrFailed, id, attempts, lastErr)
 }
 
-// attempt makes one pass: describe, terminate a foreign open run, start. It returns the path the next
-// attempt continues on.
+// attempt makes one pass: describe, terminate a foreign open run, start, confirm. It returns the path
+// the next attempt continues on.
 func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner, path Path, log *zap.Logger) (Run, Path, error) {
-	legacy := m.legacy.Load()
-	// Normally the prior run is terminated first, by run ID and with a reason naming the new owner. In
-	// legacy mode the start comes first and WorkflowExecutionAlreadyStarted leads here on the retry.
-	if !legacy || path == PathLegacy {
-		prior, err := m.describe(ctx, id)
-		if err != nil {
-			return Run{}, path, err
+	prior, err := m.describe(ctx, id)
+	if err != nil {
+		return Run{}, path, err
+	}
+	if prior.open {
+		if prior.ownerErr != nil {
+			return Run{}, path, prior.ownerErr
 		}
-		if prior.open {
-			switch {
-			case prior.owner.Token == owner.Token && prior.owner.ServerID == owner.ServerID:
-				return Run{WorkflowID: id, RunID: prior.runID, Owner: prior.owner, Path: PathReused}, path, nil
-			case prior.owner.Token > owner.Token:
+		switch {
+		case prior.owner.Token == owner.Token && prior.owner.ServerID == owner.ServerID:
+			return Run{WorkflowID: id, RunID: prior.runID, FirstRunID: prior.firstRunID, Owner: owner, Path: PathReused}, path, nil
+		case prior.owner.Token > owner.Token:
+			// A newer owner's run, unless etcd still confirms this term: then no newer term can exist, and
+			// the higher token is a history regression (an etcd restored without --bump-revision, or a
+			// move to a new cluster). Holding the term without a dispatcher would wedge the queue.
+			if err := m.fence(ctx, term); errors.Is(err, ErrSuperseded) {
 				return Run{}, path, fmt.Errorf("%w: run %s is owned by %s at token %d, newer than ours (%d)",
 					ErrSuperseded, prior.runID, prior.owner.ServerID, prior.owner.Token, owner.Token)
-			}
-			reason := fmt.Sprintf("baton: taken over by %s (token %d)", owner.ServerID, owner.Token)
-			if err := m.terminate(ctx, term, id, prior.runID, reason); err != nil {
+			} else if err != nil {
 				return Run{}, path, err
 			}
-			log.Info("prior dispatcher run terminated", zap.String("prior_run_id", prior.runID),
-				zap.String("prior_server_id", prior.owner.ServerID), zap.Int64("prior_token", prior.owner.Token))
-			if path == PathStart {
-				path = PathTerminateFirst
-			}
+			m.metrics.regression(ctx, owner.Project, owner.Queue)
+			log.Error("dispatcher run carries a higher token than the confirmed term: etcd revisions went back (restored without --bump-revision?); replacing the run",
+				zap.String("prior_run_id", prior.runID), zap.String("prior_server_id", prior.owner.ServerID),
+				zap.Int64("prior_token", prior.owner.Token))
+		}
+		reason := fmt.Sprintf("baton: taken over by %s (token %d)", owner.ServerID, owner.Token)
+		if err := m.terminate(ctx, term, id, prior.runID, "", reason); err != nil {
+			return Run{}, path, err
+		}
+		log.Info("prior dispatcher run terminated", zap.String("prior_run_id", prior.runID),
+			zap.String("prior_server_id", prior.owner.ServerID), zap.Int64("prior_token", prior.owner.Token))
+		if path == PathStart {
+			path = PathTerminateFirst
 		}
 	}
 	if err := m.fence(ctx, term); err != nil {
 		return Run{}, path, err
 	}
-	run, err := m.start(ctx, id, owner, legacy)
+	started, err := m.start(ctx, id, owner)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
-	case err == nil:
-		return Run{WorkflowID: id, RunID: run.GetRunID(), Owner: owner, Path: path}, path, nil
 	case errors.As(err, &already):
-		return Run{}, PathLegacy, fmt.Errorf("start %s: %w", id, err)
-	case !legacy && conflictPolicyRefused(err):
+		// Another run appeared since the describe: look again, never end it blindly.
+		return Run{}, PathTerminateFirst, fmt.Errorf("start %s: %w", id, err)
+	case err != nil && !m.legacy.Load() && conflictPolicyRefused(err):
 		m.legacy.Store(true)
-		log.Warn("Temporal refused WorkflowIDConflictPolicy; using the legacy terminate-and-retry start", zap.Error(err))
-		return Run{}, PathLegacy, fmt.Errorf("start %s: %w", id, err)
+		log.Warn("Temporal refused WorkflowIDConflictPolicy; starting without it (the server's default fails on a running workflow)", zap.Error(err))
+		return Run{}, path, fmt.Errorf("start %s: %w", id, err)
+	case err != nil:
+		return Run{}, path, classify(fmt.Errorf("start %s: %w", id, err))
 	}
-	return Run{}, path, fmt.Errorf("start %s: %w", id, err)
+	run := Run{WorkflowID: id, RunID: started.GetRunID(), FirstRunID: started.GetRunID(), Owner: owner, Path: path}
+	if m.cfg.Mode == StartSignalWithStart {
+		// Signal-with-start signals a run that is already open instead of failing: only a run that
+		// carries this owner was started by this call.
+		mine, err := m.describe(ctx, id)
+		if err != nil {
+			return Run{}, path, err
+		}
+		if mine.runID != run.RunID || mine.owner.Token != owner.Token || mine.owner.ServerID != owner.ServerID {
+			return Run{}, PathTerminateFirst, fmt.Errorf("start %s: signal-with-start reached run %s of %s at token %d, not a run of ours",
+				id, mine.runID, mine.owner.ServerID, mine.owner.Token)
+		}
+		run.FirstRunID = mine.firstRunID
+	}
+	if err := m.fence(ctx, term); err != nil {
+		// Started by a term that ended on the way: the run is ours alone, so ending it by its own run ID
+		// cannot touch a successor's. If this fails, the successor's takeover replaces it.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
+		terr := m.client.TerminateWorkflowWithOptions(tctx, client.TerminateWorkflowOptions{WorkflowID: id, RunID: run.RunID,
+			Reason: fmt.Sprintf("baton: started by %s at token %d after its term ended", owner.ServerID, owner.Token)})
+		cancel()
+		log.Warn("dispatcher run started by an ended term; terminated by its run ID", zap.String("run_id", run.RunID),
+			zap.NamedError("terminate_error", terr))
+		return Run{}, path, err
+	}
+	return run, path, nil
 }
 
 type priorRun struct {
-	runID string
-	open  bool
-	owner Owner
+	runID      string
+	firstRunID string
+	open       bool
+	owner      Owner
+	ownerErr   error // the memo is there but cannot be read: never act on a guess
 }
 
 func (m *Manager) describe(ctx context.Context, id string) (priorRun, error) {
@@ -241,23 +294,43 @@ func (m *Manager) describe(ctx context.Context, id string) (priorRun, error) {
 		return priorRun{}, nil
 	}
 	if err != nil {
-		return priorRun{}, fmt.Errorf("describe %s: %w", id, err)
+		return priorRun{}, classify(fmt.Errorf("describe %s: %w", id, err))
 	}
 	info := resp.GetWorkflowExecutionInfo()
 	prior := priorRun{
-		runID: info.GetExecution().GetRunId(),
-		open:  info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		runID:      info.GetExecution().GetRunId(),
+		firstRunID: info.GetFirstRunId(),
+		open:       info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 	}
-	if p, ok := info.GetMemo().GetFields()[MemoKey]; ok {
-		// A run without a readable owner (a legacy deployment's) counts as token 0: always replaced.
-		_ = converter.GetDefaultDataConverter().FromPayload(p, &prior.owner)
+	if prior.firstRunID == "" {
+		prior.firstRunID = prior.runID
 	}
+	prior.owner, prior.ownerErr = m.ownerOf(info.GetMemo(), id, prior.runID)
 	return prior, nil
 }
 
-// terminate ends exactly runID after confirming the term; a run that is already gone is fine.
-func (m *Manager) terminate(ctx context.Context, term Term, id, runID, reason string) error {
-	if runID == "" {
+// ownerOf reads the Owner from a run's memo with the configured data converter. A run without the
+// memo field (a deployment that predates Baton) counts as token 0 and is always replaced; a field that
+// is there but cannot be decoded (the application encrypts payloads and Config.DataConverter is not
+// its converter) is an error: the token guard must not silently disappear.
+func (m *Manager) ownerOf(memo *commonpb.Memo, id, runID string) (Owner, error) {
+	var owner Owner
+	p, ok := memo.GetFields()[MemoKey]
+	if !ok {
+		return owner, nil
+	}
+	if err := m.cfg.DataConverter.FromPayload(p, &owner); err != nil {
+		return Owner{}, fmt.Errorf("%w: %w: %s run %s: memo %s: %w (set takeover.Config.DataConverter to the Temporal client's data converter)",
+			ErrPermanent, ErrUnreadableOwner, id, runID, MemoKey, err)
+	}
+	return owner, nil
+}
+
+// terminate ends exactly one run after confirming the term: runID, or, with firstRunID, the current
+// run of the chain that started with firstRunID (the server refuses when the current run belongs to
+// another chain). A run that is already gone is fine.
+func (m *Manager) terminate(ctx context.Context, term Term, id, runID, firstRunID, reason string) error {
+	if runID == "" && firstRunID == "" {
 		return fmt.Errorf("takeover: refusing to terminate %s without a run ID", id)
 	}
 	if err := m.fence(ctx, term); err != nil {
@@ -265,11 +338,15 @@ func (m *Manager) terminate(ctx context.Context, term Term, id, runID, reason st
 	}
 	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
 	defer cancel()
-	err := m.client.TerminateWorkflow(actx, id, runID, reason)
+	opts := client.TerminateWorkflowOptions{WorkflowID: id, RunID: runID, FirstExecutionRunID: firstRunID, Reason: reason}
+	if firstRunID != "" {
+		opts.RunID = ""
+	}
+	err := m.client.TerminateWorkflowWithOptions(actx, opts)
 	var notFound *serviceerror.NotFound
 	if err != nil && !errors.As(err, &notFound) {
 		m.metrics.terminated(ctx, term.Project(), term.Queue(), "error")
-		return fmt.Errorf("terminate %s run %s: %w", id, runID, err)
+		return classify(fmt.Errorf("terminate %s run %s: %w", id, runID+firstRunID, err))
 	}
 	m.metrics.terminated(ctx, term.Project(), term.Queue(), "ok")
 	return nil
@@ -290,7 +367,7 @@ func (m *Manager) fence(ctx context.Context, term Term) error {
 	return nil
 }
 
-func (m *Manager) start(ctx context.Context, id string, owner Owner, legacy bool) (client.WorkflowRun, error) {
+func (m *Manager) start(ctx context.Context, id string, owner Owner) (client.WorkflowRun, error) {
 	taskQueue := m.cfg.TaskQueue
 	if taskQueue == "" {
 		taskQueue = owner.Queue
@@ -299,25 +376,32 @@ func (m *Manager) start(ctx context.Context, id string, owner Owner, legacy bool
 		ID:                    id,
 		TaskQueue:             taskQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		// Any run still open at this point appeared after the prior one was terminated: the server
-		// ends it as part of the start.
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
+		// Never TERMINATE_EXISTING: the server would end whatever run is current when the request
+		// arrives, and a superseded leader's delayed start would kill its successor's run.
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     map[string]any{MemoKey: owner},
 	}
-	if legacy {
+	if m.legacy.Load() {
 		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
 	}
 	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
 	defer cancel()
 	if m.cfg.Mode == StartSignalWithStart {
+		// The server supports only USE_EXISTING here: an open run is signalled, not ended; attempt
+		// checks whose run the call reached.
+		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+		if m.legacy.Load() {
+			opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
+		}
 		return m.client.SignalWithStartWorkflow(actx, id, m.cfg.SignalName, owner, opts, m.cfg.WorkflowType, owner)
 	}
 	return m.client.ExecuteWorkflow(actx, opts, m.cfg.WorkflowType, owner)
 }
 
 // StepDown is called by a gracefully stepping-down owner while its term still holds, before it
-// resigns. With TerminateOwnRun it terminates exactly run (by run ID, after confirming the term);
+// resigns. With TerminateOwnRun it terminates the current run of its own chain (by
+// FirstExecutionRunId, after confirming the term), so a run that continued as new is not left behind;
 // with LeaveRunning it does nothing. A superseded term terminates nothing and gets ErrSuperseded.
 func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	if m.cfg.StepDown == LeaveRunning {
@@ -326,24 +410,31 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	if run.Owner.Token != term.Token() {
 		return fmt.Errorf("%w: run %s belongs to token %d, not to this term (%d)", ErrSuperseded, run.RunID, run.Owner.Token, term.Token())
 	}
+	first := run.FirstRunID
+	if first == "" {
+		first = run.RunID
+	}
 	reason := fmt.Sprintf("baton: %s stepped down (token %d)", term.LeaderID(), term.Token())
-	if err := m.terminate(ctx, term, run.WorkflowID, run.RunID, reason); err != nil {
+	if err := m.terminate(ctx, term, run.WorkflowID, "", first, reason); err != nil {
 		return err
 	}
 	m.log.Info("own dispatcher run terminated on step-down", zap.String("workflow_id", run.WorkflowID),
-		zap.String("run_id", run.RunID), zap.Int64("token", term.Token()))
+		zap.String("run_id", run.RunID), zap.String("first_run_id", first), zap.Int64("token", term.Token()))
 	return nil
 }
 
-// retryable tells transient failures (server busy, unavailable, a run that appeared in between) from
-// permanent ones (invalid arguments, a missing namespace, permission).
-func retryable(err error) bool {
+// classify wraps ErrPermanent around failures that retrying cannot fix: invalid arguments, a
+// namespace that does not exist, permission denied.
+func classify(err error) error {
 	var (
 		invalid    *serviceerror.InvalidArgument
 		nsNotFound *serviceerror.NamespaceNotFound
 		denied     *serviceerror.PermissionDenied
 	)
-	return !errors.As(err, &invalid) && !errors.As(err, &nsNotFound) && !errors.As(err, &denied)
+	if errors.As(err, &invalid) || errors.As(err, &nsNotFound) || errors.As(err, &denied) {
+		return fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	return err
 }
 
 // conflictPolicyRefused recognises a server too old for WorkflowIDConflictPolicy.

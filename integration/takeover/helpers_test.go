@@ -46,6 +46,12 @@ type node struct {
 
 func (e *env) node(t *testing.T, id string, ecfg election.Config, tcfg takeover.Config) *node {
 	t.Helper()
+	return e.nodeOn(t, e.tc, id, ecfg, tcfg)
+}
+
+// nodeOn is node with its own Temporal client (one that delays requests, or encodes payloads).
+func (e *env) nodeOn(t *testing.T, tc client.Client, id string, ecfg election.Config, tcfg takeover.Config) *node {
+	t.Helper()
 	cli := etcdtest.Client(t, e.etcd)
 	log := zaptest.NewLogger(t).Named(id)
 	ecfg.Logger, tcfg.Logger = log, log
@@ -58,7 +64,7 @@ func (e *env) node(t *testing.T, id string, ecfg election.Config, tcfg takeover.
 		defer cancel()
 		_ = el.Close(ctx)
 	})
-	mgr, err := takeover.New(e.tc, tcfg)
+	mgr, err := takeover.New(tc, tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,8 +73,8 @@ func TestRestartReplacesStaleDispatcher(t *testing.T) {
 	}
 }
 
-// 2. The legacy path: a run started without the conflict policy (an older deployment) answers the
-// start with WorkflowExecutionAlreadyStarted; it is terminated by run ID, then replaced.
+// 2. A run of an older deployment (no owner memo), taken over by a Manager in legacy mode (no conflict
+// policy on the start): it counts as token 0, is terminated by run ID, then replaced in one attempt.
 func TestLegacyAlreadyStartedIsTerminatedThenReplaced(t *testing.T) {
 	e := newEnv(t)
 	e.worker(t, "orders")
@@ -92,8 +92,8 @@ func TestLegacyAlreadyStartedIsTerminatedThenReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Path != takeover.PathLegacy || run.Attempts != 2 {
-		t.Fatalf("want the legacy path (AlreadyStarted, then terminate and retry), got %+v", run)
+	if run.Path != takeover.PathTerminateFirst || run.Attempts != 1 {
+		t.Fatalf("want one attempt on the terminate-first path, got %+v", run)
 	}
 	if st := e.describe(t, id, legacyRun.GetRunID()).status; st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
 		t.Fatalf("legacy run is %v", st)
