@@ -317,4 +317,3 @@ func TestOwnerMemoReadWithTheClientsConverter(t *testing.T) {
 		t.Fatalf("a takeover that could not read the owner touched the run: current %s %v", id, st)
 	}
 }
-
