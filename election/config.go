@@ -35,11 +35,16 @@ type Config struct {
 	KeepAliveInterval time.Duration
 
 	// RetryMin and RetryMax bound the jittered exponential backoff of failed keepalives (RetryMin only),
-	// of re-campaigns after a lost term and of failed campaigns. Defaults 100ms and 5s; RetryMin must be
-	// positive, RetryMax at least RetryMin, and RetryMin less than KeepAliveInterval.
+	// of re-campaigns after a lost term, of failed campaigns, of Run's pause before it stands again
+	// after a term whose OnElected failed, and of the retried revoke of a lost session's lease
+	// (capped at 1s). Defaults 100ms and 5s; RetryMin must be positive, RetryMax at least RetryMin,
+	// and RetryMin less than KeepAliveInterval.
 	RetryMin, RetryMax time.Duration
 
-	// ResignTimeout bounds the resign that Run performs when its context ends. Default 2s.
+	// ResignTimeout bounds each step of the handover that Run performs when its context ends: the
+	// OnResign call, the wait for OnElected to return after its term ended (a callback that ignores
+	// its cancelled context holds the handover up no longer), and the delete of the key. It also
+	// bounds each attempt to revoke a session's lease. Default 2s.
 	ResignTimeout time.Duration
 
 	// Logger receives structured events (session granted and lost, term started and ended). Default: no-op.

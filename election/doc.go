@@ -8,11 +8,14 @@
 // The guarantees, and how they are kept:
 //
 //   - One owner. The session keeps its lease alive itself and records the time just before each
-//     keepalive is sent. The acknowledged send time plus the granted TTL is a lower bound of the
-//     server's expiry; at that instant minus SafetyMargin every term of the session ends. A leader that
-//     is partitioned, paused or slowed therefore stops before etcd can expire its key and let a
-//     successor win. A graceful Resign ends the term before the key is deleted. The one exception is
-//     a key deleted or a lease revoked from outside (an operator): etcd can elect a successor before
+//     keepalive is sent. The acknowledged send time plus the granted TTL (the local deadline) is a
+//     lower bound of the server's expiry; at that instant minus SafetyMargin every term of the session
+//     ends. A leader that is partitioned, paused or slowed therefore stops before etcd can expire its
+//     key and let a successor win. The margin is for the old leader to finish: the lost session
+//     revokes its lease only once the OnElected callbacks of its ended terms have returned, or at the
+//     local deadline, whichever comes first (terms from a bare Campaign have no callback and delay
+//     nothing). A graceful Resign ends the term before the key is deleted. The one exception is a
+//     key deleted or a lease revoked from outside (an operator): etcd can elect a successor before
 //     the old leader hears of it, milliseconds later; fencing keeps that case harmless.
 //   - Fenced actions. A win is verified with a linearizable read before the Term is handed out. The
 //     Term's fencing token is the create revision of its key; Term.Guard commits etcd operations only
@@ -20,11 +23,23 @@
 //   - Fail closed. A term ends on every doubt: session lost, lease not found, deadline margin reached,
 //     key deleted or replaced, resign, Close. Term.Check is synchronous, so a process resumed after a
 //     pause refuses to act before its watchdog goroutine runs.
+//   - Nothing left behind. A lost session's lease holds the keys of every queue the process stood
+//     for, and an etcd that elects a new raft leader extends every lease by its TTL. The revoke is
+//     therefore retried (jittered, at most a second apart) until etcd answers, for as long as the
+//     lease may live on the server, so the keys go as soon as etcd can be reached again. Close stops
+//     these retries and waits for them.
 //
 // Run wraps Campaign in a loop with callbacks in the spirit of client-go's leaderelection: OnElected
 // with the term's context, OnStepDown always after a term, OnNewLeader for observers. It campaigns
-// again after a loss with jittered backoff on a fresh session, and resigns when its context ends so
-// that a follower takes over in milliseconds instead of after the TTL.
+// again after a loss with jittered backoff on a fresh session. After a term whose OnElected returned
+// an error it backs off too (RetryMin doubling to RetryMax, reset by a term that did not fail), so a
+// leader that cannot do its job (a wrong Temporal namespace) does not campaign, fail and resign in a
+// hot loop. When its context ends Run hands a held term over in this order: OnResign while the term
+// still holds (the leader stops its dispatcher run); the term ends (its context is cancelled with
+// ErrResigned); Run waits for OnElected to return, at most ResignTimeout; only then is the key
+// deleted, so a follower takes over in milliseconds instead of after the TTL, yet never while the
+// old leader still acts. Term.Resign, for callers of Campaign, ends the term and deletes the key at
+// once: such callers stop their own work under the term first.
 //
 // A typical leader:
 //

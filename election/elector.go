@@ -25,6 +25,11 @@ type Elector struct {
 	grant chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
 	wg    sync.WaitGroup
 
+	// life ends when Close is called (or the client is closed); it stops the revoke retries of
+	// sessions lost earlier.
+	life    context.Context
+	endLife context.CancelFunc
+
 	mu        sync.Mutex
 	current   *session
 	campaigns map[string]struct{} // election keys this Elector campaigns for or leads
@@ -42,7 +47,10 @@ func New(client *clientv3.Client, cfg Config) (*Elector, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	life, endLife := context.WithCancel(client.Ctx())
 	return &Elector{
+		life:      life,
+		endLife:   endLife,
 		client:    client,
 		leases:    client.Lease,
 		cfg:       cfg,
@@ -77,6 +85,12 @@ func (e *Elector) SessionValidUntil() (time.Time, bool) {
 // when ctx ends, the session is lost (an error wrapping ErrSessionLost) or etcd fails. It never blocks
 // past the loss of its session. value is what the term is known by, normally the server ID.
 func (e *Elector) Campaign(ctx context.Context, project, queue, value string) (*Term, error) {
+	return e.campaignFor(ctx, project, queue, value, false)
+}
+
+// campaignFor is Campaign; withCallback marks the term as held by a leader callback that Run starts
+// (and releases) for it, so that a lost session waits for that callback before revoking its lease.
+func (e *Elector) campaignFor(ctx context.Context, project, queue, value string, withCallback bool) (*Term, error) {
 	if err := ValidateName("project", project); err != nil {
 		return nil, err
 	}
@@ -91,7 +105,7 @@ func (e *Elector) Campaign(ctx context.Context, project, queue, value string) (*
 		e.release(project, queue)
 		return nil, err
 	}
-	t, err := e.campaign(ctx, s, project, queue, value)
+	t, err := e.campaign(ctx, s, project, queue, value, withCallback)
 	if err != nil {
 		e.release(project, queue)
 		return nil, err
@@ -137,7 +151,7 @@ func (e *Elector) session(ctx context.Context) (*session, error) {
 	if cur != nil && cur.err() == nil {
 		return cur, nil
 	}
-	s, err := grantSession(ctx, e.leases, e.cfg, &e.wg)
+	s, err := grantSession(ctx, e.leases, e.cfg, &e.wg, e.life)
 	if err != nil {
 		return nil, fmt.Errorf("election: grant session lease: %w", err)
 	}
@@ -152,7 +166,7 @@ func (e *Elector) session(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-func (e *Elector) campaign(ctx context.Context, s *session, project, queue, value string) (*Term, error) {
+func (e *Elector) campaign(ctx context.Context, s *session, project, queue, value string, withCallback bool) (*Term, error) {
 	// The campaign ends with the session: a waiting candidate must never outlive its lease.
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -207,6 +221,10 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		cancel:  tcancel,
 		log: e.log.With(zap.String("project", project), zap.String("queue", queue),
 			zap.String("server_id", value), zap.Int64("token", rev), zap.String("lease", leaseHex(s.id))),
+	}
+	if withCallback {
+		// Set before the term is registered with the session: a loss from now on waits for the callback.
+		t.callbackDone = make(chan struct{})
 	}
 	if err := s.addTerm(t); err != nil {
 		tcancel(err)
@@ -337,9 +355,12 @@ func campaignErr(cctx context.Context, prefix string, err error) error {
 }
 
 // Close ends every term still alive with ErrClosed, revokes the session lease (removing every
-// candidate key of this process at once) and waits for all goroutines of the Elector, or for ctx.
-// Callers that want a fast handover resign their terms first (Run does).
+// candidate key of this process at once) once the leader callbacks of those terms have returned or
+// the lease's local deadline has come, and waits for all goroutines of the Elector, or for ctx. It
+// stops the revoke retries of sessions lost earlier. Callers that want a fast handover resign their
+// terms first (Run does when its context ends).
 func (e *Elector) Close(ctx context.Context) error {
+	e.endLife()
 	e.mu.Lock()
 	e.closed = true
 	cur := e.current

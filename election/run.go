@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -31,8 +32,12 @@ type Callbacks struct {
 
 // Run campaigns for (project, queue) until ctx ends, calling cb as leadership comes and goes. After a
 // lost term or a failed campaign it campaigns again with jittered exponential backoff, on a fresh
-// session if the old one was lost. When ctx ends it resigns a held term (bounded by ResignTimeout, so
-// a follower wins in milliseconds) and returns nil once every callback has returned. It returns an
+// session if the old one was lost; after a term whose OnElected failed it also backs off (RetryMin
+// doubling to RetryMax, reset by a term whose OnElected did not fail), so that a leader that cannot
+// do its job does not campaign, fail and resign in a hot loop. When ctx ends it hands a held term
+// over: OnResign while the term holds, then the term ends, then Run waits for OnElected to return
+// (bounded by ResignTimeout) and only then deletes the key, so a follower wins in milliseconds but
+// never while the old leader still acts. It returns nil once every callback has returned, and an
 // error only for invalid arguments or a closed Elector.
 func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Callbacks) error {
 	if cb.OnElected == nil {
@@ -63,9 +68,10 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 		defer func() { cancel(); <-done }()
 	}
 
-	backoff := e.cfg.RetryMin
+	campaigns := newBackoff(e.cfg.RetryMin, e.cfg.RetryMax) // after failed campaigns
+	failures := newBackoff(e.cfg.RetryMin, e.cfg.RetryMax)  // after terms whose OnElected failed
 	for ctx.Err() == nil {
-		term, err := e.Campaign(ctx, project, queue, value)
+		term, err := e.campaignFor(ctx, project, queue, value, true)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -73,66 +79,117 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 			if errors.Is(err, ErrClosed) || errors.Is(err, ErrAlreadyCampaigning) {
 				return err
 			}
-			log.Warn("campaign failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
-			if !e.sleep(ctx, clock.Jitter(backoff)) {
+			pause := campaigns.next()
+			log.Warn("campaign failed; retrying", zap.Error(err), zap.Duration("backoff", pause))
+			if !e.sleep(ctx, pause) {
 				return nil
 			}
-			backoff = min(2*backoff, e.cfg.RetryMax)
 			continue
 		}
-		backoff = e.cfg.RetryMin
-		cause := e.lead(ctx, term, cb, log)
+		campaigns.reset()
+		cause, cbErr := e.lead(ctx, term, cb)
 		if cb.OnStepDown != nil {
 			cb.OnStepDown(term, cause)
 		}
-		if ctx.Err() == nil && !errors.Is(cause, ErrResigned) {
+		var pause time.Duration
+		switch {
+		case cbErr != nil:
+			// The callback could not do the leader's job; the term was handed over. Standing again at
+			// once would fail the same way, as often as etcd can elect us.
+			pause = failures.next()
+			log.Warn("leader callback failed; term resigned, campaigning again after a pause", zap.Error(cbErr),
+				zap.Int64("token", term.Token()), zap.Duration("backoff", pause))
+		case !errors.Is(cause, ErrResigned):
 			// Lost, not handed over: give the others a moment before standing again.
-			if !e.sleep(ctx, clock.Jitter(e.cfg.RetryMin)) {
-				return nil
-			}
+			failures.reset()
+			pause = clock.Jitter(e.cfg.RetryMin)
+		default:
+			failures.reset()
+		}
+		if pause > 0 && !e.sleep(ctx, pause) {
+			return nil
 		}
 	}
 	return nil
 }
 
-// lead runs OnElected for one term and returns why the term ended, after OnElected has returned.
-func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks, log *zap.Logger) error {
-	result := make(chan error, 1)
-	go func() { result <- cb.OnElected(term.Context(), term) }()
-
-	resign := func() {
-		if cb.OnResign != nil && ctx.Err() != nil && term.Err() == nil {
-			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
-			cb.OnResign(hctx, term)
-			cancel()
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
-		defer cancel()
-		if err := term.Resign(rctx); err != nil {
-			log.Warn("resign failed; the lease expiry hands over instead", zap.Error(err))
-		}
-	}
-	var callbackDone bool
+// lead runs OnElected for one term and returns why the term ended and OnElected's error, once
+// OnElected has returned and the term has ended.
+func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks) (cause, cbErr error) {
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		cbErr = cb.OnElected(term.Context(), term)
+		close(term.callbackDone) // a lost session may revoke the lease now
+	}()
 	select {
-	case err := <-result:
-		callbackDone = true
-		if err != nil {
-			log.Warn("leader callback failed; resigning so another candidate can lead", zap.Error(err))
-			resign()
+	case <-returned:
+		if cbErr != nil && term.Err() == nil {
+			// Nothing runs under the term any more: hand it over at once.
+			e.resign(ctx, term, nil, returned)
 			break
 		}
 		select {
 		case <-term.Done():
 		case <-ctx.Done():
-			resign()
+			e.resign(ctx, term, cb.OnResign, returned)
 		}
 	case <-term.Done():
 	case <-ctx.Done():
-		resign()
+		e.resign(ctx, term, cb.OnResign, returned)
 	}
-	if !callbackDone {
-		<-result
-	}
+	<-returned
 	<-term.Done()
-	return term.Err()
+	return term.Err(), cbErr
 }
+
+// resign hands a live term over: onResign while the term still holds, then the term ends (its
+// context is cancelled with ErrResigned), then OnElected gets ResignTimeout to return, and only then
+// is the key deleted so that a follower can win. A callback that ignores its cancelled context past
+// that bound holds the queue up no longer; fencing must cover what it still does.
+func (e *Elector) resign(ctx context.Context, term *Term, onResign func(context.Context, *Term), returned <-chan struct{}) {
+	bg := context.WithoutCancel(ctx)
+	if onResign != nil && term.Err() == nil {
+		hctx, cancel := context.WithTimeout(bg, e.cfg.ResignTimeout)
+		onResign(hctx, term)
+		cancel()
+	}
+	term.end(ErrResigned)
+	if !errors.Is(term.Err(), ErrResigned) {
+		// The term was lost meanwhile: the key is gone, or goes with the session's lease.
+		return
+	}
+	select {
+	case <-returned:
+	default:
+		timer := e.cfg.Clock.NewTimer(e.cfg.ResignTimeout)
+		select {
+		case <-returned:
+		case <-timer.C():
+			term.log.Warn("leader callback still running ResignTimeout after its term ended; deleting the key anyway",
+				zap.Duration("resign_timeout", e.cfg.ResignTimeout))
+		}
+		timer.Stop()
+	}
+	dctx, cancel := context.WithTimeout(bg, e.cfg.ResignTimeout)
+	defer cancel()
+	if err := term.deleteKey(dctx); err != nil {
+		term.log.Warn("resign failed; the lease expiry hands over instead", zap.Error(err))
+	}
+}
+
+// backoff is a jittered exponential backoff from min to max.
+type backoff struct{ min, max, cur time.Duration }
+
+func newBackoff(minimum, maximum time.Duration) *backoff {
+	return &backoff{min: minimum, max: maximum, cur: minimum}
+}
+
+// next returns the pause to take now and doubles the following one, up to max.
+func (b *backoff) next() time.Duration {
+	d := clock.Jitter(b.cur)
+	b.cur = min(2*b.cur, b.max)
+	return d
+}
+
+func (b *backoff) reset() { b.cur = b.min }

@@ -38,7 +38,8 @@ type session struct {
 	// from it, so nothing that holds a term can outlive the lease.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when both goroutines have returned and the lease was revoked
+	done   chan struct{}   // closed when both goroutines have returned and the lease was revoked
+	life   context.Context // the Elector's: ends with Close, which stops retrying a failed revoke
 
 	extended chan struct{} // wakes the watchdog after the deadline moved
 
@@ -46,12 +47,14 @@ type session struct {
 	deadline time.Time // time before the last acknowledged keepalive was sent + granted TTL
 	cause    error     // why the session ended; nil while alive
 	terms    map[*Term]struct{}
+	lost     map[*Term]struct{} // the terms the loss ended, whose callbacks the revoke waits for
 }
 
 // grantSession grants a lease and starts its keepalive loop and watchdog. The session lives until it
 // is lost or closed; its goroutines run under parent's values but not its cancellation (a campaign
-// that ends must not end a session other campaigns share). wg tracks the goroutines for the owner.
-func grantSession(ctx context.Context, leases leaser, cfg Config, wg *sync.WaitGroup) (*session, error) {
+// that ends must not end a session other campaigns share). wg tracks the goroutines for the owner,
+// and life is the owner's lifetime: it stops the retries of a revoke after the session ended.
+func grantSession(ctx context.Context, leases leaser, cfg Config, wg *sync.WaitGroup, life context.Context) (*session, error) {
 	sent := cfg.Clock.Now()
 	// A lease granted after TTL - SafetyMargin would be past its deadline on arrival: give up sooner
 	// (an etcd that just lost its raft leader can otherwise hold the call for its request timeout).
@@ -67,6 +70,7 @@ func grantSession(ctx context.Context, leases leaser, cfg Config, wg *sync.WaitG
 		id:       resp.ID,
 		log:      cfg.Logger.With(zap.String("lease", leaseHex(resp.ID))),
 		done:     make(chan struct{}),
+		life:     life,
 		extended: make(chan struct{}, 1),
 		deadline: sent.Add(time.Duration(resp.TTL) * time.Second),
 		terms:    make(map[*Term]struct{}),
@@ -79,6 +83,7 @@ func grantSession(ctx context.Context, leases leaser, cfg Config, wg *sync.WaitG
 	loops.Go(s.watchdog)
 	wg.Go(func() {
 		loops.Wait()
+		s.awaitCallbacks()
 		s.revoke()
 		close(s.done)
 	})
@@ -200,7 +205,7 @@ func (s *session) lose(cause error) {
 	}
 	s.cause = cause
 	terms := s.terms
-	s.terms = nil
+	s.terms, s.lost = nil, terms
 	s.mu.Unlock()
 	for t := range terms {
 		t.end(cause)
@@ -213,14 +218,110 @@ func (s *session) lose(cause error) {
 	s.log.Warn("election session lost", zap.Error(cause), zap.Int("terms_ended", len(terms)))
 }
 
-// revoke deletes the lease and with it every key of the session, so that successors need not wait
-// for the server-side expiry. It is best effort: a lease that already expired is fine.
-func (s *session) revoke() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.ResignTimeout)
-	defer cancel()
-	if _, err := s.leases.Revoke(ctx, s.id); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
-		s.log.Info("election lease revoke failed; the server expires it after the TTL", zap.Error(err))
+// awaitCallbacks waits for the leader callbacks of the terms the loss ended, until the local lease
+// deadline at the latest. That deadline is a lower bound of the server's expiry: until then no
+// successor can win unless this process revokes the lease, so the margin before it belongs to the old
+// leader finishing its in-flight calls (their terms ended SafetyMargin before the deadline). Terms
+// from a bare Campaign have no callback and delay nothing; a lease etcd no longer knows is not waited
+// for either, since a successor may already lead.
+func (s *session) awaitCallbacks() {
+	s.mu.Lock()
+	lost, deadline, cause := s.lost, s.deadline, s.cause
+	s.mu.Unlock()
+	if errors.Is(cause, ErrLeaseNotFound) {
+		return
 	}
+	var running []*Term
+	for t := range lost {
+		if t.callbackDone == nil {
+			continue
+		}
+		select {
+		case <-t.callbackDone:
+		default:
+			running = append(running, t)
+		}
+	}
+	if len(running) == 0 {
+		return
+	}
+	timer := s.cfg.Clock.NewTimer(deadline.Sub(s.cfg.Clock.Now()))
+	defer timer.Stop()
+	for i, t := range running {
+		select {
+		case <-t.callbackDone:
+		case <-timer.C():
+			s.log.Warn("leader callbacks still running at the local lease deadline; revoking the lease anyway",
+				zap.Int("callbacks_running", len(running)-i), zap.Time("deadline", deadline))
+			return
+		}
+	}
+}
+
+// revokeBackoffMax caps the pause between revoke attempts. An abandoned lease keeps every queue it
+// held from its successor, and a revoke is one small request per lost session: retrying every second
+// bounds the lingering to about a second after etcd answers again.
+const revokeBackoffMax = time.Second
+
+// revoke deletes the lease and with it every key of the session, so that successors need not wait
+// for the server-side expiry. A failed attempt (etcd unreachable, or without a raft leader) is retried
+// with jittered backoff while the lease may still live on the server and the Elector is open: an etcd
+// that elects a new raft leader extends every lease by its TTL, so a key left to expire can outlive
+// the outage by a whole TTL. Each attempt is bounded by ResignTimeout.
+func (s *session) revoke() {
+	s.mu.Lock()
+	cause, deadline := s.cause, s.deadline
+	s.mu.Unlock()
+	if errors.Is(cause, ErrLeaseNotFound) {
+		return
+	}
+	// The server expires the lease at about the local deadline unless a raft leader is elected
+	// meanwhile, which extends every lease to its TTL plus the election timeout (1s by default) from
+	// its promotion. Two TTLs past the deadline cover a promotion up to about a TTL after it.
+	until := deadline.Add(2 * s.cfg.TTL)
+	// The first attempt goes out even when the Elector is closing (Close revokes its own session);
+	// the retries stop with Close.
+	first := context.WithoutCancel(s.ctx)
+	retries, cancel := context.WithCancel(first)
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+
+	backoff := s.cfg.RetryMin
+	for attempt := 1; ; attempt++ {
+		ctx := retries
+		if attempt == 1 {
+			ctx = first
+		}
+		err := s.revokeOnce(ctx)
+		switch {
+		case err == nil && attempt > 1:
+			s.log.Info("election lease revoked after retries", zap.Int("attempts", attempt))
+			return
+		case err == nil:
+			return
+		case attempt == 1:
+			s.log.Info("election lease revoke failed; retrying while the lease may live", zap.Error(err),
+				zap.Time("until", until))
+		}
+		wait := clock.Jitter(backoff)
+		if retries.Err() != nil || s.cfg.Clock.Now().Add(wait).After(until) || !clock.Sleep(retries, s.cfg.Clock, wait) {
+			s.log.Warn("election lease revoke given up; the server expires it after the TTL", zap.Error(err),
+				zap.Int("attempts", attempt), zap.Bool("elector_closed", retries.Err() != nil))
+			return
+		}
+		backoff = min(2*backoff, s.cfg.RetryMax, revokeBackoffMax)
+	}
+}
+
+// revokeOnce sends one revoke; a lease the server no longer knows counts as revoked.
+func (s *session) revokeOnce(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ResignTimeout)
+	defer cancel()
+	_, err := s.leases.Revoke(ctx, s.id)
+	if err != nil && (errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound)) {
+		return nil
+	}
+	return err
 }
 
 func (s *session) addTerm(t *Term) error {

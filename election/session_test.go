@@ -18,12 +18,19 @@ import (
 type scriptedLease struct {
 	mu        sync.Mutex
 	keepAlive func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error)
+	revoke    func() error // nil: every revoke succeeds
 	calls     chan struct{}
-	revoked   chan struct{}
+	revoked   chan struct{} // one value per revoke attempt
 }
 
 func newScriptedLease() *scriptedLease {
-	return &scriptedLease{calls: make(chan struct{}, 100), revoked: make(chan struct{}, 1)}
+	return &scriptedLease{calls: make(chan struct{}, 100), revoked: make(chan struct{}, 100)}
+}
+
+func (l *scriptedLease) setRevoke(f func() error) {
+	l.mu.Lock()
+	l.revoke = f
+	l.mu.Unlock()
 }
 
 func (l *scriptedLease) set(f func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error)) {
@@ -45,7 +52,15 @@ func (l *scriptedLease) KeepAliveOnce(ctx context.Context, _ clientv3.LeaseID) (
 }
 
 func (l *scriptedLease) Revoke(context.Context, clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	l.mu.Lock()
+	f := l.revoke
+	l.mu.Unlock()
 	l.revoked <- struct{}{}
+	if f != nil {
+		if err := f(); err != nil {
+			return nil, err
+		}
+	}
 	return &clientv3.LeaseRevokeResponse{}, nil
 }
 
@@ -63,29 +78,45 @@ type sessionFixture struct {
 	session *session
 	term    *Term
 	wg      sync.WaitGroup
+	endLife context.CancelFunc // Close's part: stops revoke retries
 }
 
 // newSessionFixture grants a 10 s session on a fake clock at t0 (so it is valid until t0+7.5s) with
 // one registered term, and waits until the keepalive loop and the watchdog have armed their timers.
-func newSessionFixture(t *testing.T) *sessionFixture {
+// With withCallback the term is held by a leader callback, as Run's terms are; the test closes
+// term.callbackDone when the callback returns.
+func newSessionFixture(t *testing.T, withCallback bool) *sessionFixture {
 	t.Helper()
 	f := &sessionFixture{clock: clock.NewFake(t0), lease: newScriptedLease()}
 	f.lease.set(hang)
 	cfg := Config{Clock: f.clock}.withDefaults()
 	f.elector = &Elector{cfg: cfg, log: cfg.Logger, campaigns: map[string]struct{}{}}
-	s, err := grantSession(t.Context(), f.lease, cfg, &f.wg)
+	life, endLife := context.WithCancel(t.Context())
+	f.endLife = endLife
+	s, err := grantSession(t.Context(), f.lease, cfg, &f.wg, life)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.session = s
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	f.term = &Term{elector: f.elector, session: s, project: "p", queue: "q", started: t0, ctx: ctx, cancel: cancel, log: cfg.Logger}
+	if withCallback {
+		f.term.callbackDone = make(chan struct{})
+	}
 	if err := s.addTerm(f.term); err != nil {
 		t.Fatal(err)
 	}
 	f.waitTimers(t, 2)
 	t.Cleanup(func() {
+		endLife()
 		s.lose(ErrClosed)
+		if withCallback {
+			select {
+			case <-f.term.callbackDone:
+			default:
+				close(f.term.callbackDone)
+			}
+		}
 		f.wg.Wait()
 	})
 	return f
@@ -126,7 +157,7 @@ func waitDone(t *testing.T, done <-chan struct{}, what string) {
 }
 
 func TestWatchdogEndsTermsAtDeadlineMinusMargin(t *testing.T) {
-	f := newSessionFixture(t)
+	f := newSessionFixture(t, false)
 	// The first keepalive (at TTL/3) hangs, as over a partitioned connection.
 	f.clock.Advance(10 * time.Second / 3)
 	f.waitCall(t)
@@ -156,7 +187,7 @@ func TestWatchdogEndsTermsAtDeadlineMinusMargin(t *testing.T) {
 }
 
 func TestKeepAliveMovesDeadlineFromSendTime(t *testing.T) {
-	f := newSessionFixture(t)
+	f := newSessionFixture(t, false)
 	// The keepalive takes 2 s to be answered: the deadline counts from when it was sent.
 	f.lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 		f.clock.Advance(2 * time.Second)
@@ -189,7 +220,7 @@ func TestKeepAliveMovesDeadlineFromSendTime(t *testing.T) {
 }
 
 func TestLeaseNotFoundEndsSessionAtOnce(t *testing.T) {
-	f := newSessionFixture(t)
+	f := newSessionFixture(t, false)
 	f.lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 		return nil, rpctypes.ErrLeaseNotFound
 	})
@@ -204,7 +235,7 @@ func TestLeaseNotFoundEndsSessionAtOnce(t *testing.T) {
 }
 
 func TestTransientKeepAliveErrorsAreRetried(t *testing.T) {
-	f := newSessionFixture(t)
+	f := newSessionFixture(t, false)
 	var mu sync.Mutex
 	failures := 0
 	f.lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
@@ -236,7 +267,7 @@ func TestTransientKeepAliveErrorsAreRetried(t *testing.T) {
 }
 
 func TestLoseEndsEveryTermBeforeCancellingTheSession(t *testing.T) {
-	f := newSessionFixture(t)
+	f := newSessionFixture(t, false)
 	f.session.lose(ErrClosed)
 	if ended, ok := f.term.Ended(); !ok || !ended.Equal(t0) {
 		t.Fatalf("term end must be recorded synchronously, got %v %v", ended, ok)

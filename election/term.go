@@ -30,6 +30,12 @@ type Term struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// callbackDone is closed when the leader callback that Run started for this term has returned. A
+	// lost session waits for it (bounded by its lease deadline) before revoking the lease, so that the
+	// margin before the server's expiry is spent letting the old leader finish, not on a successor.
+	// nil for a term from Campaign: nobody runs under it that this package knows of.
+	callbackDone chan struct{}
+
 	once    sync.Once
 	mu      sync.Mutex
 	endedAt time.Time
@@ -121,10 +127,18 @@ func (t *Term) Confirm(ctx context.Context) error {
 	return err
 }
 
-// Resign ends the term and then deletes its key, so a follower wins at once instead of after the
-// TTL. The term is over before the delete is sent: no successor can start while it is still alive.
+// Resign ends the term (its context is cancelled with ErrResigned) and then deletes its key, so a
+// follower wins at once instead of after the TTL. The term is over before the delete is sent, but
+// Resign does not wait for anything still running under the term's context: a caller of Campaign
+// stops and waits for its own work first. Run does this for OnElected: it ends the term, waits for
+// OnElected to return (bounded by ResignTimeout), and only then deletes the key.
 func (t *Term) Resign(ctx context.Context) error {
 	t.end(ErrResigned)
+	return t.deleteKey(ctx)
+}
+
+// deleteKey deletes the term's key if it is still at the term's revision.
+func (t *Term) deleteKey(ctx context.Context) error {
 	_, err := t.elector.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
 		Then(clientv3.OpDelete(t.key)).
