@@ -8,15 +8,28 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+
+// ttl is the workers' lease TTL. Workers here only stop gracefully (their terms are resigned and the
+// lease revoked), so no wait in these tests is TTL long. A 2 s TTL leaves 1.5 s for a keepalive round
+// trip, which 1,000 campaigns with the race detector on a loaded 2-core machine do not always
+// get: sessions were lost by the hundred and their queues came back only after more losses. 10 s
+// (Baton's default) leaves 7.5 s.
+const ttl = 10 * time.Second
+
+// settleWithin bounds each wait for the fleet to settle. It only ends a wait that has failed anyway: a
+// session lost under load leaves its keys until the TTL, and every campaign of the worker starts over.
+const settleWithin = 3 * time.Minute
 
 // worker is one process: its own client, Elector and Runner, leading some queues.
 type worker struct {
@@ -33,6 +46,7 @@ type fleet struct {
 	cluster *etcdtest.Cluster
 	queues  []string
 	shed    float64
+	keys    *election.Elector // for the layout of the election keys only
 	disable bool
 
 	mu      sync.Mutex
@@ -44,7 +58,7 @@ type fleet struct {
 func (f *fleet) start(id string) *worker {
 	t := f.t
 	cli := etcdtest.Client(t, f.cluster)
-	el, err := election.New(cli, election.Config{TTL: 2 * time.Second, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
+	el, err := election.New(cli, election.Config{TTL: ttl, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +67,11 @@ func (f *fleet) start(id string) *worker {
 		t.Fatal(err)
 	}
 	w := &worker{id: id, runner: r, leading: map[string]int64{}}
+	f.mu.Lock()
+	if f.keys == nil {
+		f.keys = el
+	}
+	f.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -135,6 +154,27 @@ func (f *fleet) checkNoOverlap() {
 	}
 }
 
+// waitCandidates waits until n candidates (leaders and those in line) stand for the fleet's queues,
+// as etcd shows them.
+func (f *fleet) waitCandidates(n int) {
+	f.t.Helper()
+	cli := etcdtest.Client(f.t, f.cluster)
+	testkit.Eventually(f.t, settleWithin, "candidates in line", func() error {
+		total := 0
+		for _, q := range f.queues {
+			resp, err := cli.Get(f.t.Context(), f.keys.ElectionKey("p", q)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return err
+			}
+			total += int(resp.Count)
+		}
+		if total != n {
+			return fmt.Errorf("%d of %d", total, n)
+		}
+		return nil
+	})
+}
+
 func slicesMax(s []int) int {
 	m := 0
 	for _, v := range s {
@@ -159,14 +199,14 @@ func TestLeadershipIsBalanced(t *testing.T) {
 	}
 	// Shedding settles at ShedAbove (1.25) × fair share, well inside the 2× bound.
 	limit := (fair*5 + 3) / 4
-	counts := f.settle(live, limit, 60*time.Second)
+	counts := f.settle(live, limit, settleWithin)
 	t.Logf("after start-up: %v (fair share %d)", counts, fair)
 	for i := range n {
 		live[i].stop()
 		live[i] = f.start(fmt.Sprintf("w%d-r", i))
-		f.settle(live, 2*fair, 60*time.Second)
+		f.settle(live, 2*fair, settleWithin)
 	}
-	counts = f.settle(live, limit, 60*time.Second)
+	counts = f.settle(live, limit, settleWithin)
 	t.Logf("after a rolling restart: %v (fair share %d)", counts, fair)
 }
 
@@ -176,12 +216,13 @@ func TestWithoutBalancingTheFirstTakesAll(t *testing.T) {
 	for i := range 50 {
 		f.queues = append(f.queues, fmt.Sprintf("q%03d", i))
 	}
-	var live []*worker
-	for i := range 3 {
-		live = append(live, f.start(fmt.Sprintf("w%d", i)))
-		time.Sleep(200 * time.Millisecond)
-	}
-	counts := f.settle(live, 50, 30*time.Second)
+	// The first leads all 50 before the others join (a wait on that event, not a guessed pause: under
+	// load its campaigns can take seconds); without balancing, the others never get any.
+	live := []*worker{f.start("w0")}
+	f.settle(live, 50, settleWithin)
+	live = append(live, f.start("w1"), f.start("w2"))
+	f.waitCandidates(3 * 50)
+	counts := f.settle(live, 50, settleWithin)
 	if counts[0] != 50 {
 		t.Fatalf("counts %v: expected the first worker to lead all 50 without balancing", counts)
 	}
