@@ -323,10 +323,18 @@ func TestEvictInBatchesAndPruneIndex(t *testing.T) {
 		if _, err := e.reg.Evict(t.Context(), term, "orders"); err != nil {
 			return err
 		}
-		if n, _ := e.rdb.ZCard(t.Context(), e.reg.IndexKey()).Result(); n != 1 {
-			return fmt.Errorf("index holds %d entries", n)
+		left, err := e.rdb.ZRange(t.Context(), e.reg.IndexKey(), 0, -1).Result()
+		if err != nil || len(left) == 1 {
+			return err
 		}
-		return nil
+		// What is left, and when each record expires: a failure says which entries stay, and why.
+		var entries []string
+		for _, m := range left {
+			q, id, _ := strings.Cut(m, "\x00")
+			pttl, _ := e.rdb.PTTL(t.Context(), e.reg.WorkerKey(q, id)).Result()
+			entries = append(entries, fmt.Sprintf("%s/%s (record pttl %v)", q, id, pttl))
+		}
+		return fmt.Errorf("index holds %d entries: %s", len(left), strings.Join(entries, ", "))
 	})
 	term.ended.Store(true)
 	if _, err := e.reg.Evict(t.Context(), term, "orders"); !errors.Is(err, registry.ErrNotLeader) {

@@ -16,8 +16,9 @@ import (
 // that nothing panics or stops: Get names the key and the field, List skips, Evict still evicts the
 // dead, heartbeats repair what they own.
 func TestGarbageTolerated(t *testing.T) {
-	const interval = 100 * time.Millisecond
-	e := newEnv(t, registry.Config{HeartbeatInterval: interval})
+	// good-1 heartbeats right before Evict and must survive it: EvictAfter is the margin between the
+	// two calls that a loaded machine must not use up.
+	e := newEnv(t, registry.Config{HeartbeatInterval: 100 * time.Millisecond, EvictAfter: 2 * time.Second})
 	ctx := t.Context()
 	const q = "orders"
 	for _, id := range []string{"good-1", "good-2", "bad-counter", "bad-status", "bad-caps", "bad-labels", "bad-pid", "wrong-type"} {
@@ -84,7 +85,8 @@ func TestGarbageTolerated(t *testing.T) {
 
 	// Evict still evicts the dead workers whose records are garbage, and drops garbage entries.
 	e.register(t, worker(q, "good-1")) // fresh
-	for _, id := range []string{"bad-status", "bad-caps", "wrong-type"} {
+	// Every one to be evicted, bad-counter included: its heartbeat above came after the registrations.
+	for _, id := range []string{"good-2", "bad-counter", "bad-status", "bad-caps", "bad-labels", "bad-pid", "wrong-type"} {
 		e.waitStale(t, q, id, e.reg.Config().EvictAfter)
 	}
 	// Keep good-1 fresh: only it heartbeats from now on.
