@@ -31,7 +31,8 @@ const (
 	// CheckFencedAction: a run was started after a successor's term began, terminated by something
 	// other than Baton's run-scoped terminate, or terminated while its owner's term still held.
 	CheckFencedAction = "fenced-action"
-	// CheckRunRecords: a run without a term, or closed by itself.
+	// CheckRunRecords: a run without a term, closed by itself, or continued as new into a run that
+	// is not the next of its chain under the same owner.
 	CheckRunRecords = "run-records"
 	// CheckOneNewRun: a step's affected queue got other than exactly one new dispatcher run.
 	CheckOneNewRun = "one-new-run-per-affected-queue"
@@ -91,11 +92,28 @@ func (t *term) String() string {
 type run struct {
 	Queue  string
 	RunID  string
-	Owner  takeover.Owner
+	Owner  takeover.Owner // from the memo
 	Start  time.Time
 	Close  time.Time // zero while open
 	Status enumspb.WorkflowExecutionStatus
 	Reason string // termination reason
+	// FirstRunID is the first run of the run's continue-as-new chain (the run itself for a chain's
+	// head); NextRunID is the run it continued as new into.
+	FirstRunID string
+	NextRunID  string
+	// InputOwner is the owner a continuation was started with (its input), the owner it acts for.
+	InputOwner takeover.Owner
+}
+
+// continuation tells a run that continued a chain from a chain's head, the run a term started.
+func (r *run) continuation() bool { return r.FirstRunID != "" && r.FirstRunID != r.RunID }
+
+// chain is the first run of r's chain.
+func (r *run) chain() string {
+	if r.FirstRunID == "" {
+		return r.RunID
+	}
+	return r.FirstRunID
 }
 
 // finish settles the fleet one last time, stops every worker with SIGTERM and analyzes.
@@ -281,42 +299,79 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 		}
 	}
 	out := map[string][]*run{}
+	todo := make([][2]string, 0, len(ids))
 	for k := range ids {
-		wid, runID := k[0], k[1]
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := d.tc.DescribeWorkflowExecution(cctx, wid, runID)
-		cancel()
+		todo = append(todo, k)
+	}
+	for len(todo) > 0 {
+		wid, runID := todo[0][0], todo[0][1]
+		todo = todo[1:]
+		r, err := d.fetchRun(ctx, wid, runID)
 		if err != nil {
-			return out, fmt.Errorf("describe %s/%s: %w", wid, runID, err)
+			return out, err
 		}
-		info := resp.GetWorkflowExecutionInfo()
-		r := &run{Queue: queueOf[wid], RunID: runID, Start: info.GetStartTime().AsTime(), Status: info.GetStatus()}
-		if info.GetCloseTime() != nil && info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			r.Close = info.GetCloseTime().AsTime()
-		}
-		if p, ok := info.GetMemo().GetFields()[takeover.MemoKey]; ok {
-			_ = converter.GetDefaultDataConverter().FromPayload(p, &r.Owner)
-		}
-		if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			iter := d.tc.GetWorkflowHistory(cctx, wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
-			for iter.HasNext() {
-				ev, err := iter.Next()
-				if err != nil {
-					break
-				}
-				if a := ev.GetWorkflowExecutionTerminatedEventAttributes(); a != nil {
-					r.Reason = a.GetReason()
-				}
-			}
-			cancel()
-		}
+		r.Queue = queueOf[wid]
 		out[r.Queue] = append(out[r.Queue], r)
+		// Follow a chain to its end: visibility may not list the run it continued into yet.
+		if next := [2]string{wid, r.NextRunID}; r.NextRunID != "" && !ids[next] {
+			ids[next] = true
+			todo = append(todo, next)
+		}
 	}
 	for _, rs := range out {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Start.Before(rs[j].Start) })
 	}
 	return out, nil
+}
+
+// fetchRun reads one run: times, status, chain and owner from its mutable state; from its history, a
+// terminated run's reason, a continued run's successor and a continuation's input owner.
+func (d *Drill) fetchRun(ctx context.Context, wid, runID string) (*run, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	resp, err := d.tc.DescribeWorkflowExecution(cctx, wid, runID)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("describe %s/%s: %w", wid, runID, err)
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	r := &run{RunID: runID, Start: info.GetStartTime().AsTime(), Status: info.GetStatus(), FirstRunID: info.GetFirstRunId()}
+	if info.GetCloseTime() != nil && info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		r.Close = info.GetCloseTime().AsTime()
+	}
+	if p, ok := info.GetMemo().GetFields()[takeover.MemoKey]; ok {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &r.Owner)
+	}
+	if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED || r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		iter := d.tc.GetWorkflowHistory(cctx, wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			if err != nil {
+				break
+			}
+			if a := ev.GetWorkflowExecutionTerminatedEventAttributes(); a != nil {
+				r.Reason = a.GetReason()
+			}
+			if a := ev.GetWorkflowExecutionContinuedAsNewEventAttributes(); a != nil {
+				r.NextRunID = a.GetNewExecutionRunId()
+			}
+		}
+		cancel()
+	}
+	if r.continuation() {
+		// The dispatcher's input starts with the Owner's fields (dispatcher.Input embeds it).
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		iter := d.tc.GetWorkflowHistory(cctx, wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		if iter.HasNext() {
+			if ev, err := iter.Next(); err == nil {
+				if p := ev.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads(); len(p) > 0 {
+					_ = converter.GetDefaultDataConverter().FromPayload(p[0], &r.InputOwner)
+				}
+			}
+		}
+		cancel()
+	}
+	return r, nil
 }
 
 func (d *Drill) allQueues() []string {
@@ -364,7 +419,9 @@ func (d *Drill) checkRuns(terms map[string][]*term, runs map[string][]*run) {
 		}
 		byToken := map[int64][]*run{}
 		for _, r := range rs {
-			byToken[r.Owner.Token] = append(byToken[r.Owner.Token], r)
+			if !r.continuation() {
+				byToken[r.Owner.Token] = append(byToken[r.Owner.Token], r)
+			}
 		}
 		for tok, same := range byToken {
 			if len(same) > 1 {
@@ -390,8 +447,10 @@ func (d *Drill) checkRuns(terms map[string][]*term, runs map[string][]*run) {
 				}
 				continue
 			}
-			if r.Start.After(t.End) {
-				// Started after its term ended: harmful if a successor's term had begun by then.
+			if r.Start.After(t.End) && !r.continuation() {
+				// Started after its term ended: harmful if a successor's term had begun by then. (A
+				// continuation is started by its chain, not by a leader: checkContinuation and the
+				// open-run intervals judge it.)
 				for _, s := range ts {
 					if s.Token > t.Token && s.Start.Before(r.Start) {
 						d.violate(Violation{Check: CheckFencedAction, Queue: q, At: r.Start, Detail: fmt.Sprintf(
@@ -401,7 +460,9 @@ func (d *Drill) checkRuns(terms map[string][]*term, runs map[string][]*run) {
 				}
 			}
 			switch r.Status {
-			case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+			case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+				d.checkContinuation(q, r, t, rs)
 			case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
 				d.checkTermination(q, r, t, ts)
 			default:
@@ -409,6 +470,37 @@ func (d *Drill) checkRuns(terms map[string][]*term, runs map[string][]*run) {
 					"run %s of %s closed by itself: %s", r.RunID, t, r.Status)})
 			}
 		}
+	}
+}
+
+// checkContinuation: a run that continued as new closed normally only if the run it continued into
+// is the next of the same chain and carries the same owner, in its memo and in its input: the chain
+// stays the run of the term that started it. Anything else is a run that handed the dispatcher to
+// someone other than its owner.
+func (d *Drill) checkContinuation(q string, r *run, t *term, rs []*run) {
+	bad := func(format string, args ...any) {
+		d.violate(Violation{Check: CheckRunRecords, Queue: q, At: r.Close, Detail: fmt.Sprintf("run %s of term %s continued as new at %s: ",
+			r.RunID, t, fmtClose(r)) + fmt.Sprintf(format, args...)})
+	}
+	if r.NextRunID == "" {
+		bad("its history names no new run")
+		return
+	}
+	var next *run
+	for _, s := range rs {
+		if s.RunID == r.NextRunID {
+			next = s
+		}
+	}
+	switch {
+	case next == nil:
+		bad("into run %s, which Temporal has no record of", r.NextRunID)
+	case next.chain() != r.chain():
+		bad("into run %s of another chain (first run %s, not %s)", next.RunID, next.chain(), r.chain())
+	case next.Owner.Token != r.Owner.Token || next.Owner.ServerID != r.Owner.ServerID:
+		bad("into run %s owned by %s at token %d", next.RunID, next.Owner.ServerID, next.Owner.Token)
+	case next.InputOwner.Token != r.Owner.Token || next.InputOwner.ServerID != r.Owner.ServerID:
+		bad("into run %s started for %s at token %d", next.RunID, next.InputOwner.ServerID, next.InputOwner.Token)
 	}
 }
 
@@ -474,11 +566,14 @@ func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[s
 			s.End = time.Now()
 		}
 	}
+	// A term's new run is the head of a chain; the runs it continued into are the same dispatcher.
 	runsOf := map[string]map[int64][]*run{}
 	for q, rs := range runs {
 		runsOf[q] = map[int64][]*run{}
 		for _, r := range rs {
-			runsOf[q][r.Owner.Token] = append(runsOf[q][r.Owner.Token], r)
+			if !r.continuation() {
+				runsOf[q][r.Owner.Token] = append(runsOf[q][r.Owner.Token], r)
+			}
 		}
 	}
 	for _, s := range steps {

@@ -37,7 +37,7 @@ func checks(d *Drill) []string {
 	return out
 }
 
-func TestTermsOverlap(t *testing.T) {
+func TestAnalyzeTermsOverlap(t *testing.T) {
 	d := testDrill()
 	a := &proc{id: "a", events: []event{started("q1", "a", 10, 0), ended("q1", 10, 1000)}}
 	b := &proc{id: "b", events: []event{started("q1", "b", 20, 900), ended("q1", 20, 2000)}}
@@ -54,7 +54,7 @@ func TestTermsOverlap(t *testing.T) {
 	}
 }
 
-func TestSIGKILLEndsTermsAtTheKill(t *testing.T) {
+func TestAnalyzeSIGKILLEndsTermsAtTheKill(t *testing.T) {
 	d := testDrill()
 	a := &proc{id: "a", events: []event{started("q1", "a", 10, 0)}, expectExit: "SIGKILL", killedAt: at(500), exitedAt: at(600)}
 	b := &proc{id: "b", events: []event{started("q1", "b", 20, 550), ended("q1", 20, 900)}}
@@ -71,7 +71,7 @@ func TestSIGKILLEndsTermsAtTheKill(t *testing.T) {
 
 // A SIGSTOPped leader logs its term's end only after SIGCONT: the term counts as ended at the stop,
 // unless the process acted for it after SIGCONT.
-func TestSIGSTOPTerm(t *testing.T) {
+func TestAnalyzeSIGSTOPTerm(t *testing.T) {
 	mk := func(extra ...event) []*proc {
 		a := &proc{id: "a", events: append([]event{started("q1", "a", 10, 0), ended("q1", 10, 5100)}, extra...),
 			stops: []stopWindow{{Stop: at(1000), Resume: at(5000)}}}
@@ -92,7 +92,7 @@ func TestSIGSTOPTerm(t *testing.T) {
 	}
 }
 
-func TestRunsOverlapAndFencing(t *testing.T) {
+func TestAnalyzeRunsOverlapAndFencing(t *testing.T) {
 	d := testDrill()
 	terms := map[string][]*term{"q1": {
 		{Election: "q1", Token: 10, Server: "a", Start: at(0), End: at(1000)},
@@ -118,7 +118,7 @@ func TestRunsOverlapAndFencing(t *testing.T) {
 }
 
 // Per step and queue, one new run; a balance handover starts a new segment.
-func TestStepAccounting(t *testing.T) {
+func TestAnalyzeStepAccounting(t *testing.T) {
 	f := &Fault{N: 1, Kind: KindSIGKILL}
 	step := &Step{Fault: f, Name: "kill", At: at(1000)}
 	next := &Step{Name: "shutdown", At: at(10000)}
@@ -146,5 +146,62 @@ func TestStepAccounting(t *testing.T) {
 	d.accountSteps([]*Step{{Fault: f2, Name: "kill", At: at(1000)}, next}, terms, runs)
 	if got := checks(d); len(got) != 1 || got[0] != CheckOneNewRun {
 		t.Fatalf("violations %v, want one %s", got, CheckOneNewRun)
+	}
+}
+
+// A run that continued as new is a normal end only when its successor is the next run of the same
+// chain under the same owner; the chain counts as one new run of its term.
+func TestAnalyzeContinuedAsNewMustStayWithTheOwner(t *testing.T) {
+	terms := map[string][]*term{"q1": {
+		{Election: "q1", Token: 10, Server: "a", Start: at(0), End: at(1000)},
+		{Election: "q1", Token: 20, Server: "b", Start: at(1500), End: at(9000)},
+	}}
+	a, b := takeover.Owner{ServerID: "a", Token: 10}, takeover.Owner{ServerID: "b", Token: 20}
+	mk := func(next *run) map[string][]*run {
+		return map[string][]*run{"q1": {
+			{Queue: "q1", RunID: "r1", FirstRunID: "r1", Owner: a, Start: at(10), Close: at(500),
+				Status: enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, NextRunID: "r2"},
+			next,
+		}}
+	}
+	same := &run{Queue: "q1", RunID: "r2", FirstRunID: "r1", Owner: a, InputOwner: a, Start: at(500), Close: at(1600),
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, Reason: "baton: taken over by b (token 20)"}
+	d := testDrill()
+	d.checkRuns(terms, mk(same))
+	if got := checks(d); len(got) != 0 {
+		t.Fatalf("violations %v for a chain of one owner, want none", got)
+	}
+
+	for _, tc := range []struct {
+		name string
+		next run
+	}{
+		{"another owner's run", run{RunID: "r2", FirstRunID: "r1", Owner: b, InputOwner: b, Start: at(1600)}},
+		{"another chain", run{RunID: "r2", FirstRunID: "r2", Owner: a, InputOwner: a, Start: at(500), Close: at(1600)}},
+		{"another owner in the input", run{RunID: "r2", FirstRunID: "r1", Owner: a, InputOwner: b, Start: at(500), Close: at(1600)}},
+		{"a run Temporal does not know", run{RunID: "r3", FirstRunID: "r1", Owner: a, InputOwner: a, Start: at(500), Close: at(1600)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next := tc.next
+			next.Queue = "q1"
+			if next.Close.IsZero() {
+				next.Status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+			} else {
+				next.Status, next.Reason = enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, "baton: taken over by b (token 20)"
+			}
+			d := testDrill()
+			d.checkRuns(terms, mk(&next))
+			if got := strings.Join(checks(d), ","); !strings.Contains(got, CheckRunRecords) {
+				t.Fatalf("violations %q, want %s", got, CheckRunRecords)
+			}
+		})
+	}
+
+	// Step accounting counts the chain as the term's one new run.
+	f := &Fault{N: 1, Kind: KindSIGKILL}
+	d = testDrill()
+	d.accountSteps([]*Step{{Fault: f, Name: "kill", At: at(0)}, {Name: "shutdown", At: at(1200)}}, terms, mk(same))
+	if got := checks(d); len(got) != 0 || f.NewRuns != 1 {
+		t.Fatalf("violations %v, %d new runs; want none and 1", got, f.NewRuns)
 	}
 }
