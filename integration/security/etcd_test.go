@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap/zaptest"
 
@@ -77,7 +78,15 @@ func TestEtcdTLSAndAuthWithLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := takeover.Owner{ServerID: "secure-a", Token: qa.Token}
+	// The ledger's writes are fenced by the live owner's lease, which B's dispatcher run carries.
+	descB, err := tc.DescribeWorkflowExecution(ctx, qb.WorkflowID, qb.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owner takeover.Owner
+	if err := converter.GetDefaultDataConverter().FromPayload(descB.GetWorkflowExecutionInfo().GetMemo().GetFields()[takeover.MemoKey], &owner); err != nil {
+		t.Fatalf("owner of B's run: %v", err)
+	}
 	if _, err := ledger.Begin(ctx, "k1", owner); err != nil {
 		t.Fatalf("ledger Begin under /baton/dispatch/: %v", err)
 	}
