@@ -35,6 +35,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // EnvEndpoints names the environment variable that makes StartCluster use an
@@ -531,17 +533,27 @@ func (c *Cluster) Close() error {
 	return nil
 }
 
-// Start is StartCluster for tests: t.Fatal on error, Close on cleanup.
+// Start is StartCluster for tests: t.Fatal on error, Close on cleanup. Without opts.Logger, etcd's
+// logs go to a file that is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
+	keepLog := func() {}
+	if opts.Logger == nil && os.Getenv(EnvEndpoints) == "" {
+		var log *testkit.LogFile
+		log, keepLog = testkit.ServerLog(t, "etcd")
+		opts.Logger = log.Logger
+	}
 	c, err := StartCluster(opts)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		keepLog()
+		t.FailNow()
 	}
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Error(err)
 		}
+		keepLog()
 	})
 	return c
 }

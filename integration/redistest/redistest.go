@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Environment variables that point the helpers at a running server instead of starting one.
@@ -318,7 +320,8 @@ func (s *Server) Close() error {
 	return err
 }
 
-// Start is StartServer for tests: t.Fatal on error, Close on cleanup.
+// Start is StartServer for tests: t.Fatal on error, Close on cleanup. When t failed, the server's
+// log is kept (in testkit.EnvLogDir) and named in t's output.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	s, err := StartServer(opts)
@@ -326,11 +329,33 @@ func Start(t testing.TB, opts Options) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() && !s.external {
+			_ = s.Kill() // the log is complete once the process is gone
+			if path, err := s.keepLog(); err != nil {
+				t.Logf("redis-server log not kept: %v", err)
+			} else {
+				t.Logf("redis-server log kept: %s", path)
+			}
+		}
 		if err := s.Close(); err != nil {
 			t.Error(err)
 		}
 	})
 	return s
+}
+
+// keepLog copies the server's log out of its working directory, which Close removes.
+func (s *Server) keepLog() (string, error) {
+	log, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(os.Getenv(testkit.EnvLogDir), "baton-redis-*.log")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(log)
+	return f.Name(), errors.Join(err, f.Close())
 }
 
 // Client returns s.NewClient() for tests, closed on cleanup. On an external server the test's keys

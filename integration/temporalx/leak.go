@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Goroutines left behind by the in-process Temporal server.
@@ -290,12 +292,37 @@ func appendFunc(funcs []string, name string) []string {
 
 // Main is TestMain for packages whose tests share one in-process Temporal server: it starts the server
 // into *srv, runs the tests, stops the server, checks for leaks as VerifyTestMain does, and exits.
+//
+// Without opts.Logger, the server logs to a file that is kept (in testkit.EnvLogDir), and named, when
+// the package fails.
 func Main(m *testing.M, opts Options, srv **Server) {
+	var log *testkit.LogFile
+	if opts.Logger == nil && os.Getenv(EnvAddress) == "" {
+		var err error
+		if log, err = testkit.NewLogFile("temporal"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		opts.Logger = log.Logger
+	}
+	keepLog := func(code int) {
+		if log == nil {
+			return
+		}
+		if code != 0 {
+			fmt.Fprintf(os.Stderr, "temporal server log kept: %s\n", log.Path)
+		}
+		if err := log.Close(code != 0); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
 	s, err := StartServer(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		keepLog(1)
 		os.Exit(1)
 	}
+	s.log = log
 	*srv = s
 	code := m.Run()
 	_ = s.Close()
@@ -305,5 +332,6 @@ func Main(m *testing.M, opts Options, srv **Server) {
 			code = 1
 		}
 	}
+	keepLog(code)
 	os.Exit(code)
 }

@@ -34,6 +34,8 @@ import (
 	"go.temporal.io/server/temporaltest"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // EnvAddress names the environment variable that makes StartServer use an
@@ -83,6 +85,10 @@ type Server struct {
 	namespace string
 	ts        *temporaltest.TestServer // nil once stopped, and for an external server
 	closed    bool
+	log       *testkit.LogFile // where the server logs, when Start or Main chose the file
+	// logOwnedByT: Start's cleanup names the log already; logNamed: the tests Client named it to.
+	logOwnedByT bool
+	logNamed    sync.Map
 }
 
 // StartServer starts a Temporal server in-process, its frontend on a free
@@ -328,22 +334,34 @@ func (s *Server) Close() error {
 	return s.stopLocked()
 }
 
-// Start is StartServer for tests: t.Fatal on error, Close on cleanup.
+// Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.Logger, the
+// server's logs go to a file that is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
+	keepLog := func() {}
+	var log *testkit.LogFile
+	if opts.Logger == nil && os.Getenv(EnvAddress) == "" {
+		log, keepLog = testkit.ServerLog(t, "temporal")
+		opts.Logger = log.Logger
+	}
 	s, err := StartServer(opts)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		keepLog()
+		t.FailNow()
 	}
+	s.log, s.logOwnedByT = log, true
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Error(err)
 		}
+		keepLog()
 	})
 	return s
 }
 
-// Client returns s.NewClient() for tests: t.Fatal on error, closed on cleanup.
+// Client returns s.NewClient() for tests: t.Fatal on error, closed on cleanup. A failing t names the
+// server's log file, if it has one.
 func Client(t testing.TB, s *Server) client.Client {
 	t.Helper()
 	c, err := s.NewClient()
@@ -351,6 +369,13 @@ func Client(t testing.TB, s *Server) client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	if _, named := s.logNamed.LoadOrStore(t, true); !named && s.log != nil && !s.logOwnedByT {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("temporal server log (kept when a test fails): %s", s.log.Path)
+			}
+		})
+	}
 	return c
 }
 
