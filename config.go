@@ -128,6 +128,10 @@ func (c Config) withDefaults() Config {
 	if c.Heartbeat.Interval == 0 {
 		c.Heartbeat.Interval = 10 * time.Second
 	}
+	if c.Takeover.WatchInterval == 0 {
+		// A closed run is noticed within one heartbeat interval, like a dead owner's missing heartbeat.
+		c.Takeover.WatchInterval = c.Heartbeat.Interval
+	}
 	c.Reconciler.Project, c.Reconciler.ServerID, c.Reconciler.Prefix = c.Project, c.ServerID, c.Heartbeat.Prefix
 	if c.Reconciler.Interval == 0 {
 		c.Reconciler.Interval = time.Minute

@@ -230,6 +230,10 @@ func (n *Node) lead(ctx context.Context, queue string, term *election.Term) erro
 	})
 	var evict sync.WaitGroup
 	defer evict.Wait()
+	// The eviction loop ends with this callback, not only with the term: a failed takeover returns
+	// here to resign, and must not wait for the term to end first.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if n.reg != nil {
 		evict.Go(func() { n.evictLoop(ctx, queue, term) })
 	}
@@ -278,11 +282,11 @@ func (n *Node) lead(ctx context.Context, queue string, term *election.Term) erro
 // owner's entry), or the run closes for good (an error wrapping takeover.ErrRunClosed). A run that
 // continues as new is followed: the heartbeat, the status and a step-down name the new current run.
 func (n *Node) supervise(ctx context.Context, queue string, term *election.Term, run takeover.Run) error {
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel: deferred calls run last-in, first-out
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	runs := make(chan takeover.Run, 1)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	wg.Go(func() {
 		if err := n.heartbeat(ctx, term, run, runs); err != nil {
 			// Redis holds a newer owner's entry for this dispatcher: this term must not go on.

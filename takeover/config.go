@@ -69,6 +69,10 @@ type Config struct {
 	// that another candidate can try. Replacements back off like attempts (RetryMin to RetryMax).
 	// Default 5; at least 1.
 	MaxReplacements int
+	// WatchInterval bounds each long poll of Watch on the run's close; a plain read follows it, so a
+	// close is seen within this interval at the latest. Default 10s (a Node uses its heartbeat
+	// interval).
+	WatchInterval time.Duration
 	// AttemptTimeout bounds each Temporal call. Default 5s.
 	AttemptTimeout time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff between attempts (Temporal refuses
@@ -95,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxReplacements == 0 {
 		c.MaxReplacements = 5
+	}
+	if c.WatchInterval == 0 {
+		c.WatchInterval = 10 * time.Second
 	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 5 * time.Second
@@ -136,6 +143,8 @@ func (c Config) Validate() error {
 		return bad("MaxAttempts", "must be at least 1, got %d", c.MaxAttempts)
 	case c.MaxReplacements < 1:
 		return bad("MaxReplacements", "must be at least 1, got %d", c.MaxReplacements)
+	case c.WatchInterval <= 0:
+		return bad("WatchInterval", "must be positive, got %v", c.WatchInterval)
 	case c.AttemptTimeout <= 0:
 		return bad("AttemptTimeout", "must be positive, got %v", c.AttemptTimeout)
 	case c.RetryMin <= 0:

@@ -43,7 +43,8 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 	if s == enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED {
 		return "not_found"
 	}
-	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
+	// The proto enum's name (WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW), not String()'s CamelCase.
+	return strings.ToLower(strings.TrimPrefix(enumspb.WorkflowExecutionStatus_name[int32(s)], "WORKFLOW_EXECUTION_STATUS_"))
 }
 
 // Watch supervises the owner's run for its term. It long-polls Temporal for the close of the chain's
@@ -69,7 +70,20 @@ func (m *Manager) Watch(ctx context.Context, term Term, run Run) (Run, error) {
 		zap.Int64("token", run.Owner.Token), zap.String("workflow_id", run.WorkflowID))
 	backoff := m.cfg.RetryMin
 	for {
-		ev, err := m.closeEvent(ctx, run)
+		// The long poll is bounded and followed by a plain read, so a close is seen within WatchInterval
+		// even when the server's long poll is not woken by it.
+		pctx, stop := context.WithTimeout(ctx, m.cfg.WatchInterval)
+		ev, err := m.closeEvent(pctx, run, true)
+		stop()
+		if ctx.Err() == nil && pctx.Err() != nil {
+			var open bool
+			if open, err = m.isOpen(ctx, run); open {
+				continue
+			}
+			if err == nil {
+				ev, err = m.closeEvent(ctx, run, false)
+			}
+		}
 		if ctx.Err() != nil {
 			return run, context.Cause(ctx)
 		}
@@ -97,9 +111,21 @@ func (m *Manager) Watch(ctx context.Context, term Term, run Run) (Run, error) {
 	}
 }
 
-// closeEvent long-polls the run's history for its close event.
-func (m *Manager) closeEvent(ctx context.Context, run Run) (*historypb.HistoryEvent, error) {
-	iter := m.client.GetWorkflowHistory(ctx, run.WorkflowID, run.RunID, true, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+// isOpen describes the run.
+func (m *Manager) isOpen(ctx context.Context, run Run) (bool, error) {
+	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
+	defer cancel()
+	resp, err := m.client.DescribeWorkflowExecution(actx, run.WorkflowID, run.RunID)
+	if err != nil {
+		return false, err
+	}
+	return resp.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+}
+
+// closeEvent reads the close event of the run, long-polling for it with longPoll; without, the run
+// must be closed already.
+func (m *Manager) closeEvent(ctx context.Context, run Run, longPoll bool) (*historypb.HistoryEvent, error) {
+	iter := m.client.GetWorkflowHistory(ctx, run.WorkflowID, run.RunID, longPoll, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
 	for iter.HasNext() {
 		ev, err := iter.Next()
 		if err != nil {

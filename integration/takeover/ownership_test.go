@@ -12,54 +12,12 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"google.golang.org/grpc"
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
-
-// testDispatcher is a dispatcher whose run ends on request: signal signalClose with "continue"
-// (continue-as-new, same owner), "complete" (returns) or "fail" (fails). It honours cancellation.
-const (
-	testDispatcher = "test.Dispatcher"
-	signalClose    = "test.close"
-)
-
-func testDispatcherWorkflow(ctx workflow.Context, owner takeover.Owner) error {
-	var how string
-	sel := workflow.NewSelector(ctx)
-	sel.AddReceive(workflow.GetSignalChannel(ctx, signalClose), func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &how) })
-	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
-	sel.Select(ctx)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	switch how {
-	case "continue":
-		return workflow.NewContinueAsNewError(ctx, testDispatcher, owner)
-	case "fail":
-		return temporal.NewNonRetryableApplicationError("asked to fail", "test", nil)
-	}
-	return nil
-}
-
-// testWorker runs testDispatcher on queue.
-func (e *env) testWorker(t *testing.T, tc client.Client, queue string) {
-	t.Helper()
-	w := worker.New(tc, queue, worker.Options{})
-	w.RegisterWorkflowWithOptions(testDispatcherWorkflow, workflow.RegisterOptions{Name: testDispatcher})
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		w.Stop()
-		worker.PurgeStickyWorkflowCache()
-	})
-}
 
 // current describes the workflow's current run: its run ID, status and owner (decoded with dc).
 func current(t *testing.T, tc client.Client, dc converter.DataConverter, id string) (string, enumspb.WorkflowExecutionStatus, takeover.Owner) {
@@ -118,7 +76,7 @@ func (h *holdStarts) intercept(ctx context.Context, method string, req, reply an
 func TestDelayedStartOfSupersededLeaderLeavesSuccessorsRun(t *testing.T) {
 	e := newEnv(t)
 	const queue = "delayed"
-	e.testWorker(t, e.tc, queue)
+	testkit.RunClosingDispatcher(t, e.tc, queue)
 	hold := newHoldStarts()
 	slow, err := e.temporal.NewClient(func(o *client.Options) {
 		o.ConnectionOptions.DialOptions = append(o.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(hold.intercept))
@@ -127,7 +85,7 @@ func TestDelayedStartOfSupersededLeaderLeavesSuccessorsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(slow.Close)
-	cfg := takeover.Config{WorkflowType: testDispatcher}
+	cfg := takeover.Config{WorkflowType: testkit.ClosingDispatcher}
 	a := e.nodeOn(t, slow, "node-a", election.Config{}, cfg)
 	b := e.node(t, "node-b", election.Config{}, cfg)
 	operator := etcdClient(t, e)
@@ -171,14 +129,14 @@ func TestDelayedStartOfSupersededLeaderLeavesSuccessorsRun(t *testing.T) {
 func TestStepDownAfterContinueAsNew(t *testing.T) {
 	e := newEnv(t)
 	const queue = "continuing"
-	e.testWorker(t, e.tc, queue)
-	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testDispatcher})
+	testkit.RunClosingDispatcher(t, e.tc, queue)
+	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher})
 	term := a.campaign(t, queue)
 	run, err := a.mgr.Take(t.Context(), term)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.tc.SignalWorkflow(t.Context(), run.WorkflowID, run.RunID, signalClose, "continue"); err != nil {
+	if err := e.tc.SignalWorkflow(t.Context(), run.WorkflowID, run.RunID, testkit.SignalClose, "continue"); err != nil {
 		t.Fatal(err)
 	}
 	var next string
@@ -207,8 +165,8 @@ func TestStepDownAfterContinueAsNew(t *testing.T) {
 func TestWatchReportsOutOfBandCloses(t *testing.T) {
 	e := newEnv(t)
 	const queue = "closes"
-	e.testWorker(t, e.tc, queue)
-	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testDispatcher})
+	testkit.RunClosingDispatcher(t, e.tc, queue)
+	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher})
 	term := a.campaign(t, queue)
 	closers := []struct {
 		want  enumspb.WorkflowExecutionStatus
@@ -221,10 +179,10 @@ func TestWatchReportsOutOfBandCloses(t *testing.T) {
 			return e.tc.CancelWorkflow(t.Context(), r.WorkflowID, r.RunID)
 		}},
 		{enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, func(r takeover.Run) error {
-			return e.tc.SignalWorkflow(t.Context(), r.WorkflowID, r.RunID, signalClose, "complete")
+			return e.tc.SignalWorkflow(t.Context(), r.WorkflowID, r.RunID, testkit.SignalClose, "complete")
 		}},
 		{enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, func(r takeover.Run) error {
-			return e.tc.SignalWorkflow(t.Context(), r.WorkflowID, r.RunID, signalClose, "fail")
+			return e.tc.SignalWorkflow(t.Context(), r.WorkflowID, r.RunID, testkit.SignalClose, "fail")
 		}},
 	}
 	for _, c := range closers {
@@ -260,16 +218,16 @@ func TestWatchReportsOutOfBandCloses(t *testing.T) {
 func TestHigherTokenUnderAConfirmedTermIsReplaced(t *testing.T) {
 	e := newEnv(t)
 	const queue = "restored"
-	e.testWorker(t, e.tc, queue)
+	testkit.RunClosingDispatcher(t, e.tc, queue)
 	id, _ := takeover.WorkflowID(project, queue)
 	future := takeover.Owner{Project: project, Queue: queue, ServerID: "before-restore", Token: 1 << 40}
 	stale, err := e.tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: queue,
-		Memo: map[string]any{takeover.MemoKey: future}}, testDispatcher, future)
+		Memo: map[string]any{takeover.MemoKey: future}}, testkit.ClosingDispatcher, future)
 	if err != nil {
 		t.Fatal(err)
 	}
 	olderThanReuseInterval(e.describe(t, id, stale.GetRunID()).start)
-	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testDispatcher})
+	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher})
 	term := a.campaign(t, queue)
 	run, err := a.mgr.Take(t.Context(), term)
 	if err != nil {
@@ -294,8 +252,8 @@ func TestOwnerMemoReadWithTheClientsConverter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(tc.Close)
-	e.testWorker(t, tc, queue)
-	a := e.nodeOn(t, tc, "node-a", election.Config{}, takeover.Config{WorkflowType: testDispatcher, DataConverter: dc})
+	testkit.RunClosingDispatcher(t, tc, queue)
+	a := e.nodeOn(t, tc, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher, DataConverter: dc})
 	term := a.campaign(t, queue)
 	run, err := a.mgr.Take(t.Context(), term)
 	if err != nil {
@@ -306,7 +264,7 @@ func TestOwnerMemoReadWithTheClientsConverter(t *testing.T) {
 	if err != nil || again.Path != takeover.PathReused || again.RunID != run.RunID {
 		t.Fatalf("second takeover in the same term = %+v, %v; want the term's own run reused", again, err)
 	}
-	blind, err := takeover.New(tc, takeover.Config{WorkflowType: testDispatcher})
+	blind, err := takeover.New(tc, takeover.Config{WorkflowType: testkit.ClosingDispatcher})
 	if err != nil {
 		t.Fatal(err)
 	}
