@@ -24,6 +24,9 @@ const (
 	FieldQueue      = "queue"
 	FieldUpdatedMs  = "updated_ms" // Redis server time of the last write, Unix milliseconds
 	FieldVersion    = "v"
+	// FieldFirstRunID is the first run of the chain that RunID belongs to (RunID itself unless the run
+	// continued as new). Entries written before it existed lack it.
+	FieldFirstRunID = "first_run_id"
 )
 
 // formatVersion is the entry layout written by this package.
@@ -34,6 +37,10 @@ type Entry struct {
 	Key        string
 	WorkflowID string
 	RunID      string
+	// FirstRunID is the first run of RunID's chain; empty in entries written before it was recorded.
+	// A run-scoped action names it as the FirstExecutionRunId, so it reaches the chain's current run
+	// (after continue-as-new) and never a run of another chain.
+	FirstRunID string
 	ServerID   string
 	Project    string
 	Queue      string
@@ -60,6 +67,7 @@ func Decode(prefix, key string, fields map[string]string) (Entry, error) {
 		Key:        key,
 		WorkflowID: fields[FieldWorkflowID],
 		RunID:      fields[FieldRunID],
+		FirstRunID: fields[FieldFirstRunID],
 		ServerID:   fields[FieldServerID],
 		Project:    fields[FieldProject],
 		Queue:      fields[FieldQueue],
@@ -75,6 +83,9 @@ func Decode(prefix, key string, fields map[string]string) (Entry, error) {
 		case strings.ContainsFunc(f.value, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 			return bad(f.name, "contains control characters: %s", names.Quote(f.value))
 		}
+	}
+	if f := e.FirstRunID; len(f) > 1000 || strings.ContainsFunc(f, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return bad(FieldFirstRunID, "must be at most 1000 bytes without control characters: %s", names.Quote(f))
 	}
 	if err := names.Check(e.Project); err != nil {
 		return bad(FieldProject, "%s %v", names.Quote(e.Project), err)

@@ -49,7 +49,8 @@ local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'workflow_id', ARGV[1], 'run_id', ARGV[2], 'server_id', ARGV[3],
-  'token', ARGV[4], 'project', ARGV[5], 'queue', ARGV[6], 'updated_ms', tostring(ms), 'v', ARGV[8])
+  'token', ARGV[4], 'project', ARGV[5], 'queue', ARGV[6], 'updated_ms', tostring(ms), 'v', ARGV[8],
+  'first_run_id', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 return {1, tostring(ms), replaced}
 `)
@@ -125,7 +126,7 @@ func (w *Writer) beat(ctx context.Context, term Term, run takeover.Run) (Entry, 
 	defer cancel()
 	res, err := beatScript.Run(cctx, w.rdb, []string{key},
 		run.WorkflowID, run.RunID, term.LeaderID(), token, run.Owner.Project, run.Owner.Queue,
-		w.cfg.KeyTTL.Milliseconds(), formatVersion).Slice()
+		w.cfg.KeyTTL.Milliseconds(), formatVersion, firstRunID(run)).Slice()
 	if err != nil {
 		return Entry{}, fmt.Errorf("heartbeat: write %s: %w", key, err)
 	}
@@ -145,7 +146,7 @@ func (w *Writer) beat(ctx context.Context, term Term, run takeover.Run) (Entry, 
 		}
 	}
 	return Entry{
-		Key: key, WorkflowID: run.WorkflowID, RunID: run.RunID, ServerID: term.LeaderID(),
+		Key: key, WorkflowID: run.WorkflowID, RunID: run.RunID, FirstRunID: firstRunID(run), ServerID: term.LeaderID(),
 		Project: run.Owner.Project, Queue: run.Owner.Queue, Token: term.Token(),
 		UpdatedAt: time.UnixMilli(ms), UpdatedMs: ms,
 	}, nil
@@ -212,4 +213,12 @@ func validRun(term Term, run takeover.Run) error {
 		return fmt.Errorf("%w: run %s belongs to token %d, not to this term (%d)", ErrNotLeader, run.RunID, run.Owner.Token, term.Token())
 	}
 	return nil
+}
+
+// firstRunID is the first run of run's chain: the run itself when it was never continued.
+func firstRunID(run takeover.Run) string {
+	if run.FirstRunID != "" {
+		return run.FirstRunID
+	}
+	return run.RunID
 }

@@ -23,7 +23,7 @@ import (
 
 // Terminator is the part of the Temporal client the reconciler uses; client.Client satisfies it.
 type Terminator interface {
-	TerminateWorkflow(ctx context.Context, workflowID, runID, reason string, details ...any) error
+	TerminateWorkflowWithOptions(ctx context.Context, options client.TerminateWorkflowOptions) error
 }
 
 var _ Terminator = client.Client(nil)
@@ -440,7 +440,14 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 	reason := fmt.Sprintf("baton: reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
 		term.LeaderID(), term.Token(), e.ServerID, e.Token, e.Age(now).Round(time.Millisecond))
 	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
-	err = r.tc.TerminateWorkflow(cctx, e.WorkflowID, e.RunID, reason)
+	// By the chain's first run when the entry has it: that reaches the chain's current run after a
+	// continue-as-new the entry did not see yet, and the server refuses (NotFound) when the current run
+	// belongs to another chain.
+	opts := client.TerminateWorkflowOptions{WorkflowID: e.WorkflowID, RunID: e.RunID, Reason: reason}
+	if e.FirstRunID != "" {
+		opts.RunID, opts.FirstExecutionRunID = "", e.FirstRunID
+	}
+	err = r.tc.TerminateWorkflowWithOptions(cctx, opts)
 	cancel()
 	var notFound *serviceerror.NotFound
 	switch {

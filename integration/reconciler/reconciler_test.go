@@ -12,11 +12,14 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/takeover"
 )
 
 // terminator observes every terminate the reconciler makes, before passing it to the real client.
@@ -26,12 +29,12 @@ type terminator struct {
 	calls  atomic.Int32
 }
 
-func (o *terminator) TerminateWorkflow(ctx context.Context, workflowID, runID, reason string, details ...any) error {
+func (o *terminator) TerminateWorkflowWithOptions(ctx context.Context, opts client.TerminateWorkflowOptions) error {
 	o.calls.Add(1)
 	if o.before != nil {
-		o.before(workflowID, runID)
+		o.before(opts.WorkflowID, opts.RunID+opts.FirstExecutionRunID)
 	}
-	return o.inner.TerminateWorkflow(ctx, workflowID, runID, reason, details...)
+	return o.inner.TerminateWorkflowWithOptions(ctx, opts)
 }
 
 // leaders runs a hook after each real leader lookup, before the reconciler acts on the answer.
@@ -485,5 +488,46 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 		if !e.exists(t, e.pfx+name) {
 			t.Fatalf("malformed entry %s was deleted; it must be left for an operator", name)
 		}
+	}
+}
+
+// A crashed owner whose run continued as new after its last heartbeat: the entry still names the
+// first run of the chain, which is closed. Cleanup ends the chain's current run (by the chain's first
+// run ID), not only the closed one, so the continued run does not run on without an owner.
+func TestCrashedOwnersContinuedRunIsCleanedUp(t *testing.T) {
+	e := newEnv(t)
+	p := project(t)
+	testkit.RunClosingDispatcher(t, e.tc, "orders")
+	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
+	mgr, err := takeover.New(e.tc, takeover.Config{WorkflowType: testkit.ClosingDispatcher, StepDown: takeover.LeaveRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mgr = mgr
+	runA, key := a.abandon(t, p, "orders")
+	if err := e.tc.SignalWorkflow(t.Context(), runA.WorkflowID, runA.RunID, testkit.SignalClose, "continue"); err != nil {
+		t.Fatal(err)
+	}
+	var continued string
+	eventually(t, 30*time.Second, "the run continues as new", func() error {
+		resp, err := e.tc.DescribeWorkflowExecution(t.Context(), runA.WorkflowID, "")
+		if err != nil {
+			return err
+		}
+		info := resp.GetWorkflowExecutionInfo()
+		if continued = info.GetExecution().GetRunId(); continued == runA.RunID || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return fmt.Errorf("current run %s is %v", continued, info.GetStatus())
+		}
+		return nil
+	})
+	e.reconciler(t, "rec-1", p, reconciler.Config{Interval: 300 * time.Millisecond, StaleAfter: 500 * time.Millisecond}, nil, nil)
+	eventually(t, 30*time.Second, "cleanup", func() error {
+		if e.exists(t, key) {
+			return errors.New("key still exists")
+		}
+		return nil
+	})
+	if st := e.status(t, runA.WorkflowID, continued); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		t.Fatalf("the crashed owner's continued run is %v after cleanup: it runs on with no owner", st)
 	}
 }
