@@ -1,32 +1,70 @@
-// Package takeover makes an election winner the owner of its queue's Temporal dispatcher workflow.
+// Package takeover makes an election winner the owner of its queue's Temporal dispatcher workflow, and
+// keeps it the owner of one open run for its whole term.
 //
 // Every (project, queue) has one dispatcher workflow ID, "dispatcher-<project>-<queue>" (WorkflowID),
-// so every owner addresses the same workflow. Manager.Take, called with a fresh election term:
+// so every owner addresses the same workflow. The run's input and memo (MemoKey) carry the Owner: server
+// ID, fencing token (the etcd create revision of the term's key), the term's election key, and when the
+// takeover started.
 //
-//  1. describes the workflow; an open run that already carries this term's owner is reused, and one
-//     that carries a newer fencing token means this term is stale (ErrSuperseded);
-//  2. confirms the term (locally, then with a guarded etcd read) and terminates the prior run by its
-//     exact run ID, with a reason naming the new owner and token, so the old run's history shows who
-//     replaced it and its close precedes the new run's start;
-//  3. confirms the term again and starts the new run with WorkflowIDConflictPolicy TERMINATE_EXISTING
-//     and WorkflowIDReusePolicy ALLOW_DUPLICATE (never the deprecated TERMINATE_IF_RUNNING reuse
-//     policy); the run's input and memo carry the Owner: server ID, fencing token, takeover start;
-//  4. retries with jittered backoff, bounded by MaxAttempts, while the term lives: Temporal refuses to
-//     start the same ID again within about a second of the previous start, and a server that is down
-//     answers Unavailable. The takeover is abandoned the moment the term ends.
+// # Taking over
 //
-// Legacy servers (before Temporal 1.24, without WorkflowIDConflictPolicy) start first and answer a
-// WorkflowExecutionAlreadyStarted by terminating exactly that run and retrying.
+// Manager.Take, called with a fresh election term, repeats until it succeeds, the term ends or
+// MaxAttempts is used up (jittered backoff between attempts):
+//
+//  1. it describes the workflow; an open run that already carries this term's owner is reused;
+//  2. an open run of an earlier owner is terminated by its exact run ID, with a reason naming the new
+//     owner and token, after confirming the term (locally, then with a guarded etcd read);
+//  3. it confirms the term again and starts a run with WorkflowIDConflictPolicy FAIL and
+//     WorkflowIDReusePolicy ALLOW_DUPLICATE. A run that appeared since the describe (a successor's, or a
+//     superseded leader's late start) makes the start fail with AlreadyStarted, and the next attempt
+//     looks again: a start never ends a run it did not name. TERMINATE_EXISTING is never used: the server
+//     would end whatever run is current when the request arrives, so a superseded leader's start, sent
+//     while its term held and delayed in the network, would kill its successor's run;
+//  4. it confirms the term once more after the start. A run started by a term that ended on the way is
+//     terminated by its own run ID and the takeover reports ErrSuperseded.
+//
+// An open run with a higher token than the term is a newer owner's, and the takeover is superseded,
+// unless etcd still confirms the term: then no newer term can exist, the higher token is a history
+// regression (an etcd restored without --bump-revision, a move to a new cluster), and the run is
+// replaced, logged at error level and counted (baton.takeover.regressions) instead of holding the term
+// without a dispatcher.
+//
+// The owner memo is read with Config.DataConverter, which must be the Temporal client's converter when
+// the application encodes payloads. A memo that cannot be decoded fails the takeover
+// (ErrUnreadableOwner): reading every token as 0 would silently remove the token guard. Failures that
+// retrying cannot fix (namespace not found, permission denied, invalid argument, an unreadable memo)
+// wrap ErrPermanent; a Node then backs off between terms and reports the cause in readiness.
+//
+// In signal-with-start mode the server only signals a run that is already open, so the takeover
+// describes the run the call reached and accepts it only when it carries this owner.
+//
+// # Supervising the run
+//
+// Taking over is the start of the owner's job. Manager.Watch long-polls the run's close (bounded by
+// WatchInterval, then a describe, so a close is seen within that interval):
+//
+//   - a run that continues as new is followed: the chain's current run is the one that heartbeats,
+//     status and step-down name. Run.FirstRunID is the chain's first run; run-scoped actions on a chain
+//     (StepDown, the reconciler's terminate) name it as the FirstExecutionRunId, which reaches the
+//     chain's current run, and the server refuses them when the current run belongs to another chain;
+//   - any other close (an operator's terminate or cancel, a workflow that returned, failed or timed
+//     out) is returned as a *ClosedError; the owner replaces the run within its term, at most
+//     MaxReplacements times, or resigns.
 //
 // On graceful step-down the owner calls StepDown while its term still holds: with TerminateOwnRun it
-// terminates its own run by run ID; with LeaveRunning the successor's takeover does it. A superseded
-// term terminates nothing.
+// terminates its own chain's current run; with LeaveRunning the successor's takeover does it. A
+// superseded term terminates nothing.
 //
-// What fencing cannot cover: the start in step 3 is a Temporal call, not an etcd transaction. A process
-// paused for longer than its lease between its last confirmation and the start's arrival at Temporal
-// could replace a successor's run. Steps 1 and 2 narrow this to a pause of at least TTL - SafetyMargin
-// between the last confirmation and the start, inside one takeover.
+// # What fencing cannot cover
+//
+// A start is a Temporal call, not an etcd transaction. The FAIL policy guarantees that a late start
+// never ends another run; it can still open a run for an ended term when no other run is open. That run
+// is terminated by the successor's takeover (it carries a lower token), by the late starter itself after
+// its post-start check, and its side effects are fenced in the resource: Owner.ElectionKey at create
+// revision Token is an exact-match lease that the dispatcher's ledger compares in the same etcd
+// transaction as every write (see package dispatcher).
 //
 // Metrics (OpenTelemetry, injected MeterProvider): baton.takeover (counter by outcome and path),
-// baton.takeover.latency (seconds from term start to the new run open), baton.takeover.terminations.
+// baton.takeover.latency (seconds from term start to the new run open), baton.takeover.terminations,
+// baton.takeover.regressions and baton.takeover.run_closes (by status).
 package takeover
