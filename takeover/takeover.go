@@ -63,6 +63,10 @@ type Owner struct {
 	Token             int64     `json:"token"`
 	ElectionKey       string    `json:"election_key,omitempty"`
 	TakeoverStartedAt time.Time `json:"takeover_started_at"`
+	// PriorRunID is the workflow's latest run when the takeover started this one (open and then
+	// terminated by it, or already closed): the run whose accepted but unfinished work the new run
+	// carries over. Empty for the workflow's first run.
+	PriorRunID string `json:"prior_run_id,omitempty"`
 }
 
 // MemoKey is the memo field that carries the Owner of a dispatcher run.
@@ -236,6 +240,7 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 	if err := m.fence(ctx, term); err != nil {
 		return Run{}, path, err
 	}
+	owner.PriorRunID = prior.runID
 	started, err := m.start(ctx, id, owner)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {

@@ -50,7 +50,7 @@ func TestRestartReplacesStaleDispatcher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if runB.Attempts != 1 || runB.Path != takeover.PathTerminateFirst {
+			if runB.Attempts != 1 || runB.Path != takeover.PathTerminateFirst || runB.Owner.PriorRunID != runA.RunID {
 				t.Fatalf("want one attempt on the terminate-first path, got %+v", runB)
 			}
 			old := e.describe(t, runA.WorkflowID, runA.RunID)
