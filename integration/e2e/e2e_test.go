@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
@@ -207,8 +208,9 @@ func TestProcessFaults(t *testing.T) {
 		old.signal(syscall.SIGCONT)
 		// For a while after it resumes, the old owner must not act for its old term, and it must
 		// answer: a resumed process that cannot report its state would hide a violation.
+		// At least 3 s and 10 answers; a loaded machine may need longer for the answers (up to 30 s).
 		answered := 0
-		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		for least, end := time.Now().Add(3*time.Second), time.Now().Add(30*time.Second); time.Now().Before(least) || answered < 10 && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 			st, ok := workerproc.Status(old.addr)
 			if ok {
 				answered++
@@ -219,7 +221,7 @@ func TestProcessFaults(t *testing.T) {
 			c.leader("q1") // fails on two leaders
 		}
 		if answered < 10 {
-			t.Fatalf("%s answered /status %d times in the 3 s after SIGCONT", old.id, answered)
+			t.Fatalf("%s answered /status %d times in the 30 s after SIGCONT", old.id, answered)
 		}
 		if st := c.runStatus("q1", qs.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			t.Fatalf("successor's run is %v after the old owner resumed", st)
@@ -261,8 +263,16 @@ func TestProcessFaults(t *testing.T) {
 		if old.Code() != 0 {
 			t.Fatalf("%s exited %d after SIGTERM, want 0", old.id, old.Code())
 		}
-		if handover > ttl {
-			t.Fatalf("graceful handover took %v, longer than the TTL (%v): the term was not resigned", handover, ttl)
+		// A handover by resignation, not by the lease running out. Shown by the old owner's own record,
+		// not by the handover's duration: under load a resigned handover can take longer than the TTL.
+		resigned := false
+		for _, m := range old.logged("leadership ended", stopped) {
+			if m["queue"] == "q1" && m["error"] == election.ErrResigned.Error() {
+				resigned = true
+			}
+		}
+		if failed := old.logged("resign failed; the lease expiry hands over instead", stopped); !resigned || len(failed) > 0 {
+			t.Fatalf("%s did not resign q1 on SIGTERM (handover after %v): resign failures %v", old.id, handover, failed)
 		}
 		if st := c.runStatus("q1", oldQS.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
 			t.Fatalf("stepped-down owner's run is %v", st)
