@@ -22,19 +22,27 @@ deps:
 		for p in $$missing; do ($(SUDO) systemctl disable --now $$p || $(SUDO) service $$p stop) >/dev/null 2>&1 || true; done; \
 	fi
 
-## test: unit tests of the library (race detector on), then the integration tests against real servers.
-test: unit fuzz integration
-
-unit:
-	$(GO) test -race -count=1 -timeout $(RACE_TIMEOUT) ./...
-
-## fuzz: every fuzz target for FUZZTIME (default 10s each, about 70 s) beyond its committed seed corpus.
+## test: unit tests of the library (race detector on), short fuzzing, then the integration tests against
+## real servers; ends with one summary of every failure (gotestsum) and the wall time of each phase.
+## unit, fuzz and integration run one phase each. TEST_FLAGS adds go test flags, e.g. TEST_FLAGS='-run X'.
+## FUZZTIME (default 10s) is per fuzz target, beyond each target's committed seed corpus.
 FUZZTIME ?= 10s
-fuzz:
-	scripts/fuzz-short.sh $(FUZZTIME)
+GOTESTSUM_VERSION ?= v1.13.0
+GOTESTSUM := $(or $(shell $(GO) env GOBIN),$(GOBIN))/gotestsum
+export GO FUZZTIME RACE_TIMEOUT INTEGRATION_TIMEOUT GOTESTSUM
 
-integration: deps
-	cd integration && $(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) ./...
+test: deps $(GOTESTSUM)
+	scripts/test.sh unit fuzz integration
+
+unit fuzz: $(GOTESTSUM)
+	scripts/test.sh $@
+
+integration: deps $(GOTESTSUM)
+	scripts/test.sh integration
+
+# Installed by version into GOPATH/bin, where a fresh machine has nothing: only the Go module proxy is needed.
+$(GOTESTSUM):
+	$(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 
 ## lint: gofmt, go vet, staticcheck (installed with go install when missing) and govulncheck, both modules.
 STATICCHECK_VERSION ?= v0.8.2

@@ -4,12 +4,14 @@
 # `go test ./...`; this adds fresh inputs. A failure leaves the failing input in the package's
 # testdata/fuzz/<Target>/ directory: commit it with the fix, so it stays a regression test.
 #
-# Usage: scripts/fuzz-short.sh [FUZZTIME]     e.g. scripts/fuzz-short.sh 30s
+# Usage: scripts/fuzz-short.sh [FUZZTIME [GO TEST FLAGS...]]     e.g. scripts/fuzz-short.sh 30s
+#        (`make test` adds -json: its progress lines go to stderr, so stdout stays go test's own.)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 FUZZTIME=${1:-${FUZZTIME:-10s}}
+shift || true
 
 # package              target
 targets=(
@@ -23,9 +25,9 @@ targets=(
 failed=()
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"
-	echo "fuzz: $name in $pkg for $FUZZTIME"
+	echo "fuzz: $name in $pkg for $FUZZTIME" >&2
 	# -fuzz takes one target of one package; -run '^$' skips the package's other tests.
-	if ! "$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$pkg"; then
+	if ! "$GO" test "$@" -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$pkg"; then
 		failed+=("$name ($pkg)")
 	fi
 done
@@ -34,4 +36,4 @@ if ((${#failed[@]} > 0)); then
 	echo "fuzz: FAILED: ${failed[*]}" >&2
 	exit 1
 fi
-echo "fuzz: all ${#targets[@]} targets passed ($FUZZTIME each)"
+echo "fuzz: all ${#targets[@]} targets passed ($FUZZTIME each)" >&2

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `make test`: the library's unit tests (race detector on), short fuzzing, then the integration tests
+# against real servers. Every phase runs even when an earlier one failed, and all of them feed one
+# `go test -json` stream to gotestsum, so the run ends with one summary of every failure, whichever
+# phase it came from, followed by what each phase cost.
+#
+# Usage: scripts/test.sh [PHASE...]   phases: unit fuzz integration (default: all three, in that order)
+#
+# Environment: GO, GOTESTSUM (the binary; the Makefile installs it), FUZZTIME (per fuzz target),
+# RACE_TIMEOUT, INTEGRATION_TIMEOUT, TEST_FLAGS (extra go test flags for unit and integration, e.g.
+# "-run TestX"), UNIT_PKGS and INTEGRATION_PKGS (default ./... each), TEST_FORMAT (gotestsum's --format).
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+FUZZTIME=${FUZZTIME:-10s}
+RACE_TIMEOUT=${RACE_TIMEOUT:-10m}
+INTEGRATION_TIMEOUT=${INTEGRATION_TIMEOUT:-25m}
+read -ra extra <<<"${TEST_FLAGS:-}"
+read -ra unit_pkgs <<<"${UNIT_PKGS:-./...}"
+read -ra integration_pkgs <<<"${INTEGRATION_PKGS:-./...}"
+
+# -ldflags=-w: no DWARF in the test binaries. Nothing in a test run reads it (stack traces come from
+# the symbol table, which stays), and linking the integration binaries, each with an in-process
+# Temporal server, is where a warm run spends much of its time.
+common=(-race -count=1 -ldflags=-w "${extra[@]}")
+
+# The phases, run by gotestsum through --raw-command: JSON on stdout. gotestsum reports whatever comes
+# on stderr as errors, so the fuzz script's progress lines and the phase timings go to $TEST_REPORT,
+# printed after gotestsum's summary.
+if [[ ${1:-} == --emit ]]; then
+	shift
+	status=0
+	timings=()
+	for phase in "$@"; do
+		start=$SECONDS
+		case $phase in
+		unit) "$GO" test -json "${common[@]}" -timeout "$RACE_TIMEOUT" "${unit_pkgs[@]}" ;;
+		fuzz) scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT" ;;
+		integration) (cd integration && "$GO" test -json "${common[@]}" -timeout "$INTEGRATION_TIMEOUT" "${integration_pkgs[@]}") ;;
+		*)
+			echo "test.sh: unknown phase $phase (unit, fuzz, integration)" >&2
+			false
+			;;
+		esac
+		rc=$?
+		((rc == 0)) || status=1
+		result=ok
+		((rc == 0)) || result=FAILED
+		timings+=("$(printf '%-12s %-7s %dm%02ds' "$phase" "$result" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)))")
+	done
+	{
+		echo
+		echo "make test phases (wall time, builds included):"
+		printf '  %s\n' "${timings[@]}"
+	} >>"$TEST_REPORT"
+	exit $status
+fi
+
+phases=("$@")
+((${#phases[@]} > 0)) || phases=(unit fuzz integration)
+GOTESTSUM=${GOTESTSUM:-gotestsum}
+format=${TEST_FORMAT:-pkgname}
+TEST_REPORT=$(mktemp)
+json=$(mktemp)
+export TEST_REPORT
+trap 'rm -f "$TEST_REPORT" "$json"' EXIT
+# gotestsum's summary repeats each failed test with its output; the output of passing tests is left out.
+"$GOTESTSUM" --format "$format" --format-hide-empty-pkg --hide-summary skipped --jsonfile "$json" \
+	--raw-command -- "$0" --emit "${phases[@]}"
+status=$?
+cat "$TEST_REPORT"
+# The last word: one line per failed test or package (a package that failed to build, or failed
+# outside its tests: a leak check, a timeout).
+failed=$(grep '"Action":"fail"' "$json" | sed -n 's/.*"Package":"\([^"]*\)"\(,"Test":"\([^"]*\)"\)\{0,1\}.*/\1 \3/p' |
+	awk '$2 != "" { tests[$1] = tests[$1] "  " $1 " " $2 "\n"; next } { pkgs[$1] = 1 }
+		END { for (p in tests) printf "%s", tests[p]; for (p in pkgs) if (!(p in tests)) print "  " p " (build, leak check or timeout)" }' | sort -u)
+if [[ -n $failed ]]; then
+	printf '\nFAILED:\n%s\n' "$failed"
+elif ((status != 0)); then
+	printf '\nFAILED (see the errors above)\n'
+fi
+exit $status
