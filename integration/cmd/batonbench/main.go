@@ -33,6 +33,9 @@ type options struct {
 	only        string
 	takeovers   int
 
+	replacements     int
+	replaceHeartbeat time.Duration
+
 	heartbeats      int
 	reconcileRounds int
 	naiveRounds     int
@@ -49,7 +52,9 @@ func run() error {
 	flag.IntVar(&o.rounds, "rounds", 200, "graceful handovers per implementation")
 	flag.IntVar(&o.crashRounds, "crash-rounds", 100, "crash failovers per implementation")
 	flag.IntVar(&o.parallel, "parallel", 10, "crash failovers measured at once (independent queues)")
-	flag.IntVar(&o.takeovers, "takeovers", 100, "dispatcher takeovers measured")
+	flag.IntVar(&o.takeovers, "takeovers", 100, "dispatcher takeovers measured on each FAIL path")
+	flag.IntVar(&o.replacements, "replacements", 30, "runs terminated behind their leader's back (one queue each)")
+	flag.DurationVar(&o.replaceHeartbeat, "replace-heartbeat", time.Second, "heartbeat (and watch) interval of the replacement figure's Node")
 	flag.IntVar(&o.heartbeats, "heartbeats", 100_000, "heartbeat entries in Redis for the reconcile cycle (1 % stale)")
 	flag.IntVar(&o.reconcileRounds, "reconcile-rounds", 10, "reconcile cycles measured")
 	flag.IntVar(&o.naiveRounds, "naive-rounds", 3, "naive KEYS + HGETALL cycles measured (slow)")
@@ -81,7 +86,8 @@ func run() error {
 	}{
 		{"graceful handover", one(benchGraceful)},
 		{"crash failover", one(benchCrash)},
-		{"takeover", one(benchTakeover)},
+		{"takeover (FAIL path)", benchTakeover},
+		{"replacement after an out-of-band close", benchReplace},
 		{"reconcile", benchReconcile},
 		{"registry", benchRegistry},
 		{"scale", benchScale},
