@@ -69,16 +69,26 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // appOptions wires the worker.
 //
 // Fx runs OnStop hooks in the reverse order of their registration, and a hook is registered when its
-// constructor or invoke runs. fxmodule.Module's invoke builds the Node (registering its hook) and Fx
-// runs the invokes of child modules before the root's, in the order the modules are listed. So the
-// Temporal workers and the HTTP server live in the "demo-worker" module, listed BEFORE
-// fxmodule.Module: their hooks are registered first, start before the Node and stop after it. On a
-// stop the Node resigns every term (a follower takes over in milliseconds) while the dispatcher
-// worker and /metrics are still up, then the workers and the HTTP server stop, then the clients
-// close (registered earlier still: see buildSharedFirst). The routes that need the Node
-// are added by a root invoke, which does not register a hook.
+// constructor or invoke runs. The stop must go:
 //
-// Stop order: Node, HTTP server, Temporal workers, then the meter provider and the clients.
+//  1. The Temporal workers stop polling at once, then finish the tasks they hold (at most their
+//     drain timeout). While they drain, this process still leads its queues; its runs' next tasks go
+//     to the other workers, which poll the same task queues.
+//  2. The Node resigns every term: the step-down ends its own runs and a follower takes over in
+//     milliseconds.
+//  3. The HTTP server, then the meter provider and the clients.
+//
+// The other order strands work. Resigning first lets the successor start its run while this
+// process still polls: the successor's first tasks can land on a worker about to stop, which (on a
+// server that cancels polls on shutdown rather than completing them) takes a task and exits without
+// finishing it, so the new run waits for the workflow task timeout; and the successor's takeover
+// terminates this process's run while its tasks are still draining here. Stopping the pollers
+// first, nothing new reaches this process, and what it drains belongs to runs that are still alive.
+//
+// So the HTTP server (and, through buildSharedFirst, the clients) are registered first, then the
+// Node (fxmodule.Module's invoke builds it), then the Temporal workers, which take the Node as an
+// argument so that they are built after it: they start last and stop first. The routes that need
+// the Node are added by a root invoke, which does not register a hook.
 func appOptions(o runOptions, log *zap.Logger) []fx.Option {
 	return []fx.Option{
 		fx.Supply(o.cfg, o.clients, o),
@@ -94,10 +104,10 @@ func appOptions(o runOptions, log *zap.Logger) []fx.Option {
 		fxmodule.Clients,
 		fx.Module("demo-worker",
 			fx.Provide(newHTTPServer),
-			fx.Invoke(buildSharedFirst, startTemporalWorkers, func(*httpServer) {}),
+			fx.Invoke(buildSharedFirst, func(*httpServer) {}),
 		),
 		fxmodule.Module,
-		fx.Invoke(routeNode),
+		fx.Invoke(startTemporalWorkers, routeNode),
 	}
 }
 

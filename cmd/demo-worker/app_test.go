@@ -26,10 +26,10 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
-// The Temporal workers' hook must be registered before the Node's, so that the workers stop after
-// the Node has resigned. Hooks start in registration order: with Temporal unreachable the workers'
-// start fails, and the Node, registered later, must never have started.
-func TestWorkersHookIsRegisteredBeforeTheNodes(t *testing.T) {
+// The Temporal workers' hook must be registered after the Node's, so that the workers stop polling
+// and drain before the Node resigns (see appOptions). Hooks start in registration order: with
+// Temporal unreachable the workers' start fails, and the Node, registered earlier, has started.
+func TestWorkersHookIsRegisteredAfterTheNodes(t *testing.T) {
 	addr := closedAddr(t)
 	setEnv(t, map[string]string{
 		"BATON_ETCD_ENDPOINTS":   "http://" + addr,
@@ -60,8 +60,8 @@ func TestWorkersHookIsRegisteredBeforeTheNodes(t *testing.T) {
 	if !strings.Contains(err.Error(), "temporal worker for task queue") {
 		t.Errorf("start failed for another reason: %v", err)
 	}
-	if st := node.Status(); st.Started {
-		t.Errorf("the Node started before the Temporal workers: its hook is registered first, so it would stop last\n%s", logs.String())
+	if st := node.Status(); !st.Started {
+		t.Errorf("the Node had not started when the Temporal workers' start failed: its hook is registered after theirs, so it would stop first\n%s", logs.String())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 )
 
@@ -33,6 +34,18 @@ const (
 	defaultShutdownTimeout = 15 * time.Second
 	defaultStartTimeout    = 30 * time.Second
 	defaultStatusTimeout   = 5 * time.Second
+)
+
+// The graceful stop's budget, split between its two waits (see appOptions for their order).
+const (
+	// resignSteps is how many ResignTimeouts the Node's stop may take: the election's handover of a
+	// term (OnResign, the wait for the leader callback, the delete of the key; terms hand over in
+	// parallel) and then the revoke of the session's lease.
+	resignSteps = 4
+	// minDrain is the least time the Temporal workers get to finish the tasks they hold.
+	minDrain = time.Second
+	// stopSlack is kept for the rest of the stop: the HTTP server, the clients, Fx itself.
+	stopSlack = time.Second
 )
 
 // ignoredEnv lists the BATON_* variables baton.LoadEnv must not refuse as unknown.
@@ -207,7 +220,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	c := &o.cfg
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "this process's ID in elections, heartbeats and the registry (BATON_SERVER_ID; default <host>-<pid>-<random>)")
 	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "listen address of /metrics, /healthz, /readyz and /status ("+envHTTPAddr+")")
-	fs.Var(durationValue{&o.shutdownTimeout}, "shutdown-timeout", "bound of the graceful stop ("+envShutdownTimeout+")")
+	fs.Var(durationValue{&o.shutdownTimeout}, "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+envShutdownTimeout+")")
 	fs.Var(durationValue{&o.startTimeout}, "start-timeout", "bound of the start ("+envStartTimeout+")")
 	fs.Var(&o.logLevel, "log-level", "debug, info, warn or error ("+envLogLevel+"; default info)")
 	fs.Var(durationValue{&c.Election.TTL}, "ttl", "etcd lease TTL, whole seconds (BATON_ELECTION_TTL; default 10s)")
@@ -234,7 +247,30 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
 		return o, fmt.Errorf("flag -http (%s): %w", envHTTPAddr, err)
 	}
+	if least := o.nodeStopBudget() + minDrain + stopSlack; o.shutdownTimeout < least {
+		return o, fmt.Errorf("flag -shutdown-timeout (%s) must be at least %v: %v for the Temporal workers to drain, "+
+			"%v for the Node's graceful handover (%d × the election's ResignTimeout of %v) and %v for the rest; got %v",
+			envShutdownTimeout, least, minDrain, o.nodeStopBudget(), resignSteps, o.resignTimeout(), stopSlack, o.shutdownTimeout)
+	}
 	return o, nil
+}
+
+// resignTimeout is the election's effective ResignTimeout.
+func (o runOptions) resignTimeout() time.Duration {
+	if t := o.cfg.Election.ResignTimeout; t > 0 {
+		return t
+	}
+	return election.DefaultConfig().ResignTimeout
+}
+
+// nodeStopBudget is the time the Node's stop is left: a graceful handover of every term that a
+// shorter stop would cut into, leaving the queues to the lease expiry (a TTL without a leader).
+func (o runOptions) nodeStopBudget() time.Duration { return resignSteps * o.resignTimeout() }
+
+// drainTimeout is the Temporal workers' share of the stop (their WorkerStopTimeout): what is left
+// of -shutdown-timeout once the Node's handover and the rest of the stop are set aside.
+func (o runOptions) drainTimeout() time.Duration {
+	return o.shutdownTimeout - o.nodeStopBudget() - stopSlack
 }
 
 // parseStatus reads the environment and the flags of `demo-worker status` and validates them.

@@ -84,6 +84,7 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 		{name: "bad duration flag", args: []string{"-ttl=ten"}, want: "-ttl"},
 		{name: "negative duration flag", args: []string{"-heartbeat-interval", "-1s"}, want: "-heartbeat-interval"},
 		{name: "zero shutdown timeout", args: []string{"-shutdown-timeout=0s"}, want: "-shutdown-timeout"},
+		{name: "shutdown timeout below the handover", args: []string{"-shutdown-timeout=9s"}, want: "-shutdown-timeout (BATON_SHUTDOWN_TIMEOUT) must be at least 10s"},
 		{name: "bad duration env", env: map[string]string{"BATON_ELECTION_TTL": "ten"}, want: "BATON_ELECTION_TTL"},
 		{name: "bad demo duration env", env: map[string]string{"BATON_SHUTDOWN_TIMEOUT": "soon"}, want: "BATON_SHUTDOWN_TIMEOUT"},
 		{name: "TTL not whole seconds", args: []string{"-ttl=2500ms"}, want: "TTL"},
@@ -201,7 +202,7 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 		"-project=p2", "-queues", "a, b", "-server-id=w9", "-http=127.0.0.1:9100", "-ttl=3s",
 		"-heartbeat-interval=2s", "-reconcile-interval=20s", "-stale-after=6s", "-registry-heartbeat-interval=1s",
 		"-etcd-endpoints=http://e1:2379,http://e2:2379", "-temporal-namespace=flag-ns", "-redis-addr=flag:6379",
-		"-redis-password-file=" + pw, "-shutdown-timeout=7s", "-log-level=warn",
+		"-redis-password-file=" + pw, "-shutdown-timeout=17s", "-log-level=warn",
 	}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +226,7 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 		{"redis", cl.RedisAddr, "flag:6379"},
 		{"redis password", cl.RedisPassword, "file-s3cret"},
 		{"etcd password (env)", cl.EtcdPassword, "etcd-s3cret"},
-		{"shutdown", o.shutdownTimeout.String(), "7s"},
+		{"shutdown", o.shutdownTimeout.String(), "17s"},
 		{"log level", o.logLevel, zapcore.WarnLevel},
 	} {
 		if chk.got != chk.want {

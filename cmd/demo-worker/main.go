@@ -12,9 +12,11 @@
 // would show in ps. Everything is validated before any connection is made.
 //
 // HTTP (default :8080): /metrics (Prometheus), /healthz (liveness), /readyz (readiness), /status
-// (the Node's status as JSON). SIGTERM or SIGINT stops the worker within -shutdown-timeout: the Node
-// resigns every term first, so another worker takes over in milliseconds, then the Temporal workers
-// and the HTTP server stop.
+// (the Node's status as JSON). SIGTERM or SIGINT stops the worker within -shutdown-timeout: the
+// Temporal workers stop polling and finish the tasks they hold first, then the Node resigns every
+// term, so another worker takes over in milliseconds, then the HTTP server stops. The Node's share of
+// the timeout is four times the election's ResignTimeout; the workers' drain gets the rest but one
+// second.
 //
 // # demo-worker status
 //

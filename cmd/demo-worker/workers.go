@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.temporal.io/sdk/client"
@@ -11,12 +12,13 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/takeover"
 )
 
-// workerParams are what the Temporal workers need. They ask for neither the Node nor anything that
-// needs it: see appOptions for why the workers' hook must be registered before the Node's.
+// workerParams are what the Temporal workers need. They take the Node only to be built after it: see
+// appOptions for why the workers' hook must be registered after the Node's.
 type workerParams struct {
 	fx.In
 	Lifecycle fx.Lifecycle
@@ -24,6 +26,7 @@ type workerParams struct {
 	Temporal  client.Client
 	Etcd      *clientv3.Client
 	Logger    *zap.Logger
+	Node      *baton.Node
 }
 
 // startTemporalWorkers runs the reference dispatcher on a Temporal worker per task queue: the queue
@@ -40,12 +43,13 @@ func startTemporalWorkers(p workerParams) error {
 	}
 	log := p.Logger.Named("dispatch")
 	acts := &dispatcher.Activities{Ledger: ledger, Handler: logDispatch(log)}
+	drain := p.Options.drainTimeout()
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range queues {
 		workers[i] = worker.New(p.Temporal, q, worker.Options{
 			Identity: cfg.ServerID + "@" + q,
-			// Running dispatches get a third of the stop budget to finish.
-			WorkerStopTimeout: p.Options.shutdownTimeout / 3,
+			// Stop stops polling at once, then waits this long for the tasks the worker holds.
+			WorkerStopTimeout: drain,
 		})
 		dispatcher.Register(workers[i], acts)
 	}
@@ -61,14 +65,21 @@ func startTemporalWorkers(p workerParams) error {
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
+			// The SDK's Stop is bounded by WorkerStopTimeout plus its goodbye to the server. The Node
+			// stops after this hook and needs its own budget, so the wait ends at the drain and
+			// the slack even when Stop does not: the process is exiting, and the handover matters
+			// more than a worker that cannot say goodbye.
+			ctx, cancel := context.WithTimeout(ctx, drain+stopSlack)
+			defer cancel()
+			began := time.Now()
 			done := make(chan struct{})
 			go func() { stopAll(workers); close(done) }()
 			select {
 			case <-done:
-				p.Logger.Info("temporal workers stopped", zap.Strings("task_queues", queues))
+				p.Logger.Info("temporal workers stopped", zap.Strings("task_queues", queues), zap.Duration("took", time.Since(began)))
 				return nil
 			case <-ctx.Done():
-				return fmt.Errorf("temporal workers still stopping: %w", ctx.Err())
+				return fmt.Errorf("temporal workers still stopping after %v: %w", time.Since(began).Round(time.Millisecond), ctx.Err())
 			}
 		},
 	})
