@@ -133,6 +133,10 @@ func (c Config) withDefaults() Config {
 		c.Takeover.WatchInterval = c.Heartbeat.Interval
 	}
 	c.Reconciler.Project, c.Reconciler.ServerID, c.Reconciler.Prefix = c.Project, c.ServerID, c.Heartbeat.Prefix
+	if c.Reconciler.DataConverter == nil {
+		// Both read the owner memo of the same runs.
+		c.Reconciler.DataConverter = c.Takeover.DataConverter
+	}
 	if c.Reconciler.Interval == 0 {
 		c.Reconciler.Interval = time.Minute
 	}

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
@@ -45,6 +46,14 @@ type Config struct {
 	Workers int
 	// CallTimeout bounds each Redis, etcd and Temporal call. Default 5s.
 	CallTimeout time.Duration
+	// MaxFailedCycles is how many cycles in a row may fail (Redis or Temporal unreachable from this
+	// process) before the reconciler leader resigns, so that a healthy candidate takes the job; it also
+	// resigns when no cycle succeeded for StaleAfter + Interval. It stands again only once Redis and
+	// Temporal answer it, after a backoff. Default 3; at least 1.
+	MaxFailedCycles int
+	// DataConverter reads the owner memo of the open runs the sweep lists; the Temporal client's data
+	// converter when the application sets one. Default: the SDK's default data converter.
+	DataConverter converter.DataConverter
 	// Logger receives cycle summaries and every termination. Default: no-op.
 	Logger *zap.Logger
 	// MeterProvider receives the dispatcher.* and baton.reconcile.* metrics. Default: no-op.
@@ -78,6 +87,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 5 * time.Second
+	}
+	if c.MaxFailedCycles == 0 {
+		c.MaxFailedCycles = 3
+	}
+	if c.DataConverter == nil {
+		c.DataConverter = converter.GetDefaultDataConverter()
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -120,6 +135,8 @@ func (c Config) Validate() error {
 		return bad("Workers", "must be between 1 and 64, got %d", c.Workers)
 	case c.CallTimeout <= 0:
 		return bad("CallTimeout", "must be positive, got %v", c.CallTimeout)
+	case c.MaxFailedCycles < 1:
+		return bad("MaxFailedCycles", "must be at least 1, got %d", c.MaxFailedCycles)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -18,22 +19,37 @@ const (
 	MetricCleanupErrors = "dispatcher.cleanup_errors"
 	MetricCycleDuration = "baton.reconcile.cycle.duration"
 	MetricCycles        = "baton.reconcile.cycles"
+	// MetricLastSuccessAge is the time since this process's last successful cycle (since its reconciler
+	// started, before the first), reported by every process that runs a reconciler: the project's
+	// minimum over processes says how long cleanup has been silent.
+	MetricLastSuccessAge = "baton.reconcile.last_success.age"
 )
 
 type metrics struct {
 	project       attribute.KeyValue
 	leading       atomic.Bool  // only the reconciler leader reports the gauges
 	active, stale atomic.Int64 // as of the last successful cycle
+	lastSuccess   atomic.Int64 // Unix nanoseconds of the last successful cycle, or of the start
 	terminations  metric.Int64Counter
 	cleanupErrors metric.Int64Counter
 	duration      metric.Float64Histogram
 	cycles        metric.Int64Counter
 }
 
-func newMetrics(mp metric.MeterProvider, project string) (*metrics, error) {
+func newMetrics(mp metric.MeterProvider, project string, now func() time.Time) (*metrics, error) {
 	meter := mp.Meter("github.com/baton-run/baton/reconciler")
 	m := &metrics{project: attribute.String("project", project)}
+	m.lastSuccess.Store(now().UnixNano())
 	var err error
+	_, err = meter.Float64ObservableGauge(MetricLastSuccessAge, metric.WithUnit("s"),
+		metric.WithDescription("Seconds since this process's last successful reconcile cycle (since its reconciler started, before the first)."),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			o.Observe(now().Sub(time.Unix(0, m.lastSuccess.Load())).Seconds(), metric.WithAttributes(m.project))
+			return nil
+		}))
+	if err != nil {
+		return nil, err
+	}
 	active, err := meter.Int64ObservableGauge(MetricActive,
 		metric.WithDescription("Dispatcher heartbeats of the project that were fresh at the last reconcile cycle; reported by the reconciler leader only."))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -19,14 +20,18 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/takeover"
 )
 
-// Terminator is the part of the Temporal client the reconciler uses; client.Client satisfies it.
-type Terminator interface {
+// Temporal is the part of the Temporal client the reconciler uses; client.Client satisfies it.
+type Temporal interface {
 	TerminateWorkflowWithOptions(ctx context.Context, options client.TerminateWorkflowOptions) error
+	// ListWorkflow lists the project's open dispatcher runs (the sweep) and probes visibility before
+	// the reconciler stands again after resigning.
+	ListWorkflow(ctx context.Context, request *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
 }
 
-var _ Terminator = client.Client(nil)
+var _ Temporal = client.Client(nil)
 
 // Leaders tells who leads a queue; the queues' *election.Elector satisfies it. It returns an error
 // wrapping election.ErrNoLeader when nobody does.
@@ -83,20 +88,31 @@ type Report struct {
 	// CleanupErrors counts entries whose cleanup failed (and malformed ones); they are tried again next
 	// cycle.
 	CleanupErrors int `json:"cleanup_errors"`
-	// RedisCalls counts round trips to Redis (a pipeline is one).
-	RedisCalls int `json:"redis_calls"`
+	// Open counts the project's open dispatcher runs that Temporal visibility listed with a readable
+	// owner; Orphans those of them terminated because their queue had no leader, or a leader with a
+	// newer token; Undecided the listed runs whose owner could not be decided (no readable owner, an
+	// owner that does not match the workflow ID, a leader older than the run): left alone.
+	Open      int `json:"open"`
+	Orphans   int `json:"orphans"`
+	Undecided int `json:"undecided"`
+	// RedisCalls counts round trips to Redis (a pipeline is one); TemporalCalls the visibility pages
+	// and terminations of the sweep.
+	RedisCalls    int `json:"redis_calls"`
+	TemporalCalls int `json:"temporal_calls"`
 	// RedisTime is the Redis server time the entries' ages were judged at.
 	RedisTime time.Time `json:"redis_time,omitzero"`
 	// Err is why the cycle stopped early, if it did; Error is its text, for JSON.
 	Err   error  `json:"-"`
 	Error string `json:"error,omitempty"`
+
+	judged map[string]bool // runs whose heartbeat entry this cycle read: the Redis path decides them
 }
 
 // Reconciler removes what crashed dispatcher owners left behind: their runs and heartbeat entries.
 // Only the project's reconciler leader runs cycles.
 type Reconciler struct {
 	rdb     redis.UniversalClient
-	tc      Terminator
+	tc      Temporal
 	leaders Leaders
 	cfg     Config
 	log     *zap.Logger
@@ -111,7 +127,7 @@ type Reconciler struct {
 
 // New returns a Reconciler. rdb must be a single-node or failover client: SCAN on a Redis Cluster
 // client sees one node only, so a *redis.ClusterClient is refused.
-func New(cfg Config, rdb redis.UniversalClient, tc Terminator, leaders Leaders) (*Reconciler, error) {
+func New(cfg Config, rdb redis.UniversalClient, tc Temporal, leaders Leaders) (*Reconciler, error) {
 	switch {
 	case rdb == nil:
 		return nil, fmt.Errorf("%w: Redis client must not be nil", ErrInvalidConfig)
@@ -127,7 +143,7 @@ func New(cfg Config, rdb redis.UniversalClient, tc Terminator, leaders Leaders) 
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	m, err := newMetrics(cfg.MeterProvider, cfg.Project)
+	m, err := newMetrics(cfg.MeterProvider, cfg.Project, cfg.Clock.Now)
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: metrics: %w", err)
 	}
@@ -153,26 +169,90 @@ func (r *Reconciler) Last() (Report, int, bool) {
 // other than the queue elections', conventionally DefaultElectionPrefix) and, while leading, runs a
 // cycle at once and then every Interval (jittered by ±10 %). It stops cycling the moment the term
 // ends, and returns when ctx ends (resigning the term, so another process takes over at once).
+//
+// A leader that cannot do the job -- MaxFailedCycles cycles in a row failed, or no cycle succeeded for
+// StaleAfter + Interval, because Redis or Temporal does not answer this process -- resigns, so that a
+// healthy candidate takes over within an interval instead of cleanup going silent for the whole
+// project. It stands again after a backoff, and only once Redis and Temporal answer it.
 func (r *Reconciler) Run(ctx context.Context, el *election.Elector) error {
 	if el == nil {
 		return fmt.Errorf("%w: Elector must not be nil", ErrInvalidConfig)
 	}
-	return el.Run(ctx, r.cfg.Project, ElectionQueue, r.cfg.ServerID, election.Callbacks{
-		OnElected: func(ctx context.Context, term *election.Term) error {
-			r.log.Info("reconciler leadership started", zap.Int64("token", term.Token()))
-			r.metrics.leading.Store(true)
-			defer r.metrics.leading.Store(false)
-			for {
-				_, _ = r.Cycle(ctx, term)
-				if !clock.Sleep(ctx, r.cfg.Clock, jitter(r.cfg.Interval)) {
-					return nil
+	backoff := time.Second
+	for {
+		standCtx, resign := context.WithCancelCause(ctx)
+		err := el.Run(standCtx, r.cfg.Project, ElectionQueue, r.cfg.ServerID, election.Callbacks{
+			OnElected: func(tctx context.Context, term *election.Term) error {
+				if err := r.lead(tctx, term); err != nil {
+					resign(err)
 				}
+				return nil
+			},
+			OnStepDown: func(term *election.Term, cause error) {
+				r.log.Info("reconciler leadership ended", zap.Int64("token", term.Token()), zap.Error(cause))
+			},
+		})
+		unhealthy := context.Cause(standCtx)
+		resign(nil)
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		r.log.Warn("reconciler resigned: it cannot complete its cycles; standing again once Redis and Temporal answer",
+			zap.Error(unhealthy), zap.Duration("backoff", backoff))
+		for {
+			if !clock.Sleep(ctx, r.cfg.Clock, clock.Jitter(backoff)) {
+				return nil
 			}
-		},
-		OnStepDown: func(term *election.Term, cause error) {
-			r.log.Info("reconciler leadership ended", zap.Int64("token", term.Token()), zap.Error(cause))
-		},
-	})
+			backoff = min(2*backoff, max(r.cfg.Interval, time.Second))
+			if err := r.probe(ctx); err == nil {
+				break
+			} else {
+				r.log.Info("reconciler not standing yet", zap.Error(err))
+			}
+		}
+	}
+}
+
+// errUnhealthy is why a reconciler leader resigns on its own.
+var errUnhealthy = errors.New("reconciler: cycles keep failing")
+
+// lead runs cycles while term holds. It returns an error wrapping errUnhealthy when this process
+// cannot complete its cycles, nil when the term ended.
+func (r *Reconciler) lead(ctx context.Context, term *election.Term) error {
+	r.log.Info("reconciler leadership started", zap.Int64("token", term.Token()))
+	r.metrics.leading.Store(true)
+	defer r.metrics.leading.Store(false)
+	failed, lastOK := 0, r.cfg.Clock.Now()
+	for {
+		_, err := r.Cycle(ctx, term)
+		switch {
+		case err == nil:
+			failed, lastOK = 0, r.cfg.Clock.Now()
+		case !errors.Is(err, ErrNotLeader) && ctx.Err() == nil:
+			failed++
+			if since := r.cfg.Clock.Now().Sub(lastOK); failed >= r.cfg.MaxFailedCycles || since > r.cfg.StaleAfter+r.cfg.Interval {
+				return fmt.Errorf("%w: %d in a row, none succeeded for %v: %w", errUnhealthy, failed, since.Round(time.Millisecond), err)
+			}
+		}
+		if !clock.Sleep(ctx, r.cfg.Clock, jitter(r.cfg.Interval)) {
+			return nil
+		}
+	}
+}
+
+// probe tells whether this process can reach Redis and Temporal visibility.
+func (r *Reconciler) probe(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	if err := r.rdb.Ping(cctx).Err(); err != nil {
+		return fmt.Errorf("reconciler: redis PING: %w", err)
+	}
+	_, err := r.tc.ListWorkflow(cctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1,
+		Query: fmt.Sprintf("WorkflowId STARTS_WITH %s", strconv.Quote(takeover.WorkflowIDPrefix(r.cfg.Project)))})
+	if err != nil {
+		return fmt.Errorf("reconciler: temporal visibility: %w", err)
+	}
+	return nil
 }
 
 // jitter spreads d by up to a tenth either way.
@@ -185,10 +265,20 @@ func jitter(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
 // never acted on. It returns the report and the error that stopped it early, if any: a Redis failure
 // or ErrNotLeader.
 func (r *Reconciler) Cycle(ctx context.Context, term Term) (Report, error) {
-	rep := Report{Started: r.cfg.Clock.Now(), ServerID: term.LeaderID(), Token: term.Token()}
+	rep := Report{Started: r.cfg.Clock.Now(), ServerID: term.LeaderID(), Token: term.Token(), judged: map[string]bool{}}
 	stale, err := r.classify(ctx, term, &rep)
 	if err == nil && len(stale) > 0 {
 		err = r.cleanAll(ctx, term, stale, &rep)
+	}
+	// Redis is not the only source of truth: the sweep runs even when Redis failed.
+	if !errors.Is(err, ErrNotLeader) {
+		if serr := r.sweep(ctx, term, &rep); serr != nil {
+			if errors.Is(serr, ErrNotLeader) {
+				err = serr
+			} else {
+				err = errors.Join(err, serr)
+			}
+		}
 	}
 	rep.Duration = r.cfg.Clock.Now().Sub(rep.Started)
 	rep.Err = err
@@ -216,6 +306,9 @@ func (r *Reconciler) Cycle(ctx context.Context, term Term) (Report, error) {
 			zap.Int("redis_calls", rep.RedisCalls), zap.Duration("duration", rep.Duration))
 	}
 	r.metrics.cycle(ctx, rep, result)
+	if err == nil {
+		r.metrics.lastSuccess.Store(r.cfg.Clock.Now().UnixNano())
+	}
 	r.mu.Lock()
 	r.last, r.runs = rep, r.runs+1
 	r.mu.Unlock()
@@ -304,6 +397,7 @@ func (r *Reconciler) read(ctx context.Context, keys []string, now time.Time, rep
 		if e.Project != r.cfg.Project {
 			continue
 		}
+		rep.judged[e.RunID] = true
 		if e.Age(now) > r.cfg.StaleAfter {
 			rep.Stale++
 			stale = append(stale, e)
@@ -337,7 +431,7 @@ func (r *Reconciler) cleanAll(ctx context.Context, term Term, stale []heartbeat.
 	for range min(r.cfg.Workers, len(stale)) {
 		wg.Go(func() {
 			for e := range next {
-				var d Report
+				d := Report{judged: map[string]bool{}}
 				err := r.clean(ctx, term, e, rep.RedisTime, &d)
 				mu.Lock()
 				rep.add(d)
@@ -424,18 +518,11 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 		return nil
 	}
 
-	// Fence: only a reconciler whose term etcd still confirms terminates anything.
-	if err := r.check(term); err != nil {
-		return err
-	}
-	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
-	err = term.Confirm(cctx)
-	cancel()
-	if err != nil {
-		if errors.Is(err, election.ErrNotLeader) {
-			return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	if err := r.confirm(ctx, term); err != nil {
+		if errors.Is(err, ErrNotLeader) {
+			return err
 		}
-		return fail("terminate", fmt.Errorf("confirm reconciler term: %w", err))
+		return fail("terminate", err)
 	}
 	reason := fmt.Sprintf("baton: reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
 		term.LeaderID(), term.Token(), e.ServerID, e.Token, e.Age(now).Round(time.Millisecond))
@@ -475,6 +562,23 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 	default:
 		rep.Refreshed++
 		log.Info("stale entry was written again before its delete; kept")
+	}
+	return nil
+}
+
+// confirm fences an irreversible action: only a reconciler whose term etcd still confirms terminates
+// anything. A lost term wraps ErrNotLeader (the cycle stops); etcd not answering is an error of its own.
+func (r *Reconciler) confirm(ctx context.Context, term Term) error {
+	if err := r.check(term); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	if err := term.Confirm(cctx); err != nil {
+		if errors.Is(err, election.ErrNotLeader) {
+			return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		return fmt.Errorf("reconciler: confirm term: %w", err)
 	}
 	return nil
 }

@@ -47,3 +47,18 @@ func WorkflowID(project, queue string) (string, error) {
 	}
 	return head + suffix, nil
 }
+
+// WorkflowIDPrefix returns a prefix that every dispatcher workflow ID of project starts with, for a
+// visibility query (WorkflowId STARTS_WITH). Other projects' IDs may share it ("a" and "a-b"):
+// callers tell them apart by the run's Owner.
+func WorkflowIDPrefix(project string) string {
+	prefix := idPrefix + project + "-"
+	// A hashed ID keeps at least MaxIDLength minus its suffix ('/' and 32 hex digits) of the plain form.
+	if limit := MaxIDLength - 33; len(prefix) > limit {
+		for limit > 0 && !utf8.RuneStart(prefix[limit]) {
+			limit--
+		}
+		prefix = prefix[:limit]
+	}
+	return prefix
+}

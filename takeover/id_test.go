@@ -121,3 +121,17 @@ func checkWorkflowID(t *testing.T, project, queue string) string {
 	}
 	return id
 }
+
+func TestWorkflowIDPrefix(t *testing.T) {
+	for _, tc := range []struct{ project, queue string }{
+		{"billing", "orders"}, {"a-b", "c"}, {strings.Repeat("p", 200), strings.Repeat("q", 200)}, {strings.Repeat("é", 100), "q"},
+	} {
+		id, err := WorkflowID(tc.project, tc.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := WorkflowIDPrefix(tc.project); !strings.HasPrefix(id, p) || !utf8.ValidString(p) {
+			t.Errorf("WorkflowID(%.20q, %q) = %.40q does not start with its project prefix %.40q", tc.project, tc.queue, id, p)
+		}
+	}
+}

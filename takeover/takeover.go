@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
@@ -319,16 +320,30 @@ func (m *Manager) describe(ctx context.Context, id string) (priorRun, error) {
 // is there but cannot be decoded (the application encrypts payloads and Config.DataConverter is not
 // its converter) is an error: the token guard must not silently disappear.
 func (m *Manager) ownerOf(memo *commonpb.Memo, id, runID string) (Owner, error) {
-	var owner Owner
-	p, ok := memo.GetFields()[MemoKey]
-	if !ok {
-		return owner, nil
-	}
-	if err := m.cfg.DataConverter.FromPayload(p, &owner); err != nil {
-		return Owner{}, fmt.Errorf("%w: %w: %s run %s: memo %s: %w (set takeover.Config.DataConverter to the Temporal client's data converter)",
-			ErrPermanent, ErrUnreadableOwner, id, runID, MemoKey, err)
+	owner, _, err := DecodeOwner(m.cfg.DataConverter, memo)
+	if err != nil {
+		return Owner{}, fmt.Errorf("%w: %s run %s: %w", ErrPermanent, id, runID, err)
 	}
 	return owner, nil
+}
+
+// DecodeOwner reads the Owner from a dispatcher run's memo with dc, the Temporal client's data
+// converter (nil means the SDK's default). found is false when the memo has no owner (a run that
+// Baton did not start); an owner that is there but cannot be decoded is an error wrapping
+// ErrUnreadableOwner, never a zero Owner.
+func DecodeOwner(dc converter.DataConverter, memo *commonpb.Memo) (owner Owner, found bool, err error) {
+	p, ok := memo.GetFields()[MemoKey]
+	if !ok {
+		return Owner{}, false, nil
+	}
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
+	if err := dc.FromPayload(p, &owner); err != nil {
+		return Owner{}, true, fmt.Errorf("%w: memo %s: %w (set the Temporal client's data converter in Baton's config)",
+			ErrUnreadableOwner, MemoKey, err)
+	}
+	return owner, true, nil
 }
 
 // terminate ends exactly one run after confirming the term: runID, or, with firstRunID, the current

@@ -142,7 +142,13 @@ type reconcilerNode struct {
 	cycle []reconciler.Report
 }
 
-func (e *env) reconciler(t *testing.T, id, project string, cfg reconciler.Config, tc reconciler.Terminator, leaders reconciler.Leaders) *reconcilerNode {
+func (e *env) reconciler(t *testing.T, id, project string, cfg reconciler.Config, tc reconciler.Temporal, leaders reconciler.Leaders) *reconcilerNode {
+	t.Helper()
+	return e.reconcilerOn(t, e.rdb, id, project, cfg, tc, leaders)
+}
+
+// reconcilerOn is reconciler with its own Redis client (one behind a proxy that a test cuts).
+func (e *env) reconcilerOn(t *testing.T, rdb redis.UniversalClient, id, project string, cfg reconciler.Config, tc reconciler.Temporal, leaders reconciler.Leaders) *reconcilerNode {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(id)
 	cli := etcdtest.Client(t, e.etcd)
@@ -163,7 +169,7 @@ func (e *env) reconciler(t *testing.T, id, project string, cfg reconciler.Config
 		tc = e.tc
 	}
 	cfg.Project, cfg.ServerID, cfg.Prefix, cfg.Logger = project, id, e.pfx, log
-	rec, err := reconciler.New(cfg, e.rdb, tc, leaders)
+	rec, err := reconciler.New(cfg, rdb, tc, leaders)
 	if err != nil {
 		t.Fatal(err)
 	}
