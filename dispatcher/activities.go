@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/baton-run/baton/takeover"
@@ -48,6 +50,16 @@ type Handler func(ctx context.Context, key string, req Request, owner takeover.O
 type Activities struct {
 	Ledger  Ledger
 	Handler Handler
+	// History reads the runs a new run carries over (Backlog); the worker's Temporal client. Without
+	// it, a run that took over from another cannot collect what that run accepted: its Backlog
+	// activity fails, and is retried until a worker that has a History picks it up.
+	History HistoryReader
+	// DataConverter decodes the payloads of those histories. Default: the SDK's default data
+	// converter; set it to the client's when the application encodes payloads.
+	DataConverter converter.DataConverter
+
+	mu    sync.Mutex
+	cache []cachedRun // the last runs Backlog read, oldest first
 }
 
 // Dispatch dispatches a request once per dispatch key, only while task.Owner's term holds: the

@@ -16,6 +16,9 @@ var (
 	// ErrBadRecord wraps a ledger record that is not in the documented format. The ledger refuses to
 	// guess whether such a key was dispatched.
 	ErrBadRecord = errors.New("dispatcher: unreadable ledger record")
+	// ErrPermanent wraps a Temporal refusal of a Producer's call that retrying cannot fix (invalid
+	// argument, namespace not found, permission denied).
+	ErrPermanent = errors.New("dispatcher: permanent failure")
 )
 
 // Types of the Dispatch activity's non-retryable failures, as temporal.ApplicationError.Type()
@@ -25,4 +28,15 @@ const (
 	ErrTypeInvalidOwner   = "baton.InvalidOwner"    // ErrInvalidOwner
 	ErrTypeSuperseded     = "baton.Superseded"      // ErrSuperseded
 	ErrTypeBadRecord      = "baton.BadLedgerRecord" // ErrBadRecord
+)
+
+// Types of the failures an UpdateDispatch update ends with besides the ones above. A Producer sends
+// the request again for both.
+const (
+	// ErrTypeContinuing rejects an update while the run prepares to continue as new; the next run of
+	// the chain takes it.
+	ErrTypeContinuing = "baton.ContinuingAsNew"
+	// ErrTypeDispatchFailed is a dispatch that failed in this run for a reason without a type of its
+	// own (a cancelled run, say).
+	ErrTypeDispatchFailed = "baton.DispatchFailed"
 )

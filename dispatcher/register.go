@@ -16,6 +16,11 @@ const (
 	// MaxRecentKeys bounds RecentKeys: the keys travel in the continue-as-new input, and 10,000 of them
 	// are about 700 KB, well under Temporal's default payload limit of 2 MB.
 	MaxRecentKeys = 10000
+
+	DefaultMaxConcurrent = 32 // requests a run handles at a time
+	MaxMaxConcurrent     = 1000
+	DefaultBacklogPage   = 500 // requests read back from earlier runs per Backlog activity
+	MaxBacklogPage       = 5000
 )
 
 // RegisterOptions tune the reference dispatcher on one worker. A run's Input overrides them field by
@@ -29,6 +34,14 @@ type RegisterOptions struct {
 	// answer a duplicate without asking the ledger. Default DefaultRecentKeys; from 0 to
 	// MaxRecentKeys.
 	RecentKeys int
+	// MaxConcurrent bounds the Dispatch activities a run has in flight, so one queue keeps up with
+	// its producers while the ledger and the handler take their round trips. Default
+	// DefaultMaxConcurrent; from 0 to MaxMaxConcurrent. 1 handles requests one at a time, in order.
+	MaxConcurrent int
+	// BacklogPage is the most requests one Backlog activity returns when a run carries over what
+	// its predecessor accepted; the next page is read once fewer than that wait. Default
+	// DefaultBacklogPage; from 0 to MaxBacklogPage.
+	BacklogPage int
 }
 
 // Validate returns an error naming the first field that breaks its rule.
@@ -40,6 +53,10 @@ func (o RegisterOptions) Validate() error {
 		return fmt.Errorf("dispatcher: RecentKeys must not be negative (0 means %d), got %d", DefaultRecentKeys, o.RecentKeys)
 	case o.RecentKeys > MaxRecentKeys:
 		return fmt.Errorf("dispatcher: RecentKeys must be at most %d (they are carried across continue-as-new), got %d", MaxRecentKeys, o.RecentKeys)
+	case o.MaxConcurrent < 0 || o.MaxConcurrent > MaxMaxConcurrent:
+		return fmt.Errorf("dispatcher: MaxConcurrent must be from 0 (meaning %d) to %d, got %d", DefaultMaxConcurrent, MaxMaxConcurrent, o.MaxConcurrent)
+	case o.BacklogPage < 0 || o.BacklogPage > MaxBacklogPage:
+		return fmt.Errorf("dispatcher: BacklogPage must be from 0 (meaning %d) to %d, got %d", DefaultBacklogPage, MaxBacklogPage, o.BacklogPage)
 	}
 	return nil
 }
@@ -51,11 +68,17 @@ func (o RegisterOptions) withDefaults() RegisterOptions {
 	if o.RecentKeys == 0 {
 		o.RecentKeys = DefaultRecentKeys
 	}
+	if o.MaxConcurrent == 0 {
+		o.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if o.BacklogPage == 0 {
+		o.BacklogPage = DefaultBacklogPage
+	}
 	return o
 }
 
-// Register registers the reference dispatcher workflow, with the default tuning, and its activity on
-// a Temporal worker.
+// Register registers the reference dispatcher workflow, with the default tuning, and its activities
+// on a Temporal worker.
 func Register(w worker.Registry, a *Activities) {
 	register(w, a, RegisterOptions{})
 }
@@ -79,4 +102,5 @@ func register(w worker.Registry, a *Activities, opts RegisterOptions) {
 	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in Input) error { return run(ctx, in, opts) },
 		workflow.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.Dispatch, activity.RegisterOptions{Name: ActivityDispatch})
+	w.RegisterActivityWithOptions(a.Backlog, activity.RegisterOptions{Name: ActivityBacklog})
 }

@@ -1,18 +1,25 @@
 package dispatcher
 
 import (
+	"errors"
+	"slices"
+	"strings"
 	"time"
 
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/baton-run/baton/takeover"
 )
 
-// Names under which the workflow, its signals and its query are registered.
+// Names under which the workflow, its signals, its update and its query are registered.
 const (
 	WorkflowName   = takeover.DefaultWorkflowType
 	SignalDispatch = "baton.dispatch"
+	// UpdateDispatch is the workflow Update a Producer sends: the same request as SignalDispatch, with
+	// the dispatch key as the update ID, completed once the request is recorded handled.
+	UpdateDispatch = "baton.dispatch"
 	SignalTakeover = "baton.takeover"
 	QueryState     = "baton.state"
 )
@@ -21,14 +28,21 @@ const (
 // their history; runs started before it was introduced replay with the defaults they ran with.
 const tuningChange = "baton.dispatcher.tuning"
 
+// maxCarryBytes bounds the requests a run carries in its continue-as-new input (their estimated
+// JSON size), well under Temporal's 2 MB payload limit together with MaxRecentKeys keys. A run with
+// more waiting handles them before it continues as new.
+const maxCarryBytes = 512 << 10
+
 // Input is the workflow's argument: the Owner a takeover starts it with, and the State a previous run
 // of the same owner carried across continue-as-new. Zero tuning fields take the worker's
 // RegisterOptions.
 type Input struct {
 	takeover.Owner
-	Carry        *State `json:"carry,omitempty"`
-	HistoryLimit int    `json:"history_limit,omitempty"`
-	RecentKeys   int    `json:"recent_keys,omitempty"`
+	Carry         *State `json:"carry,omitempty"`
+	HistoryLimit  int    `json:"history_limit,omitempty"`
+	RecentKeys    int    `json:"recent_keys,omitempty"`
+	MaxConcurrent int    `json:"max_concurrent,omitempty"`
+	BacklogPage   int    `json:"backlog_page,omitempty"`
 }
 
 // State is what the workflow knows and carries across continue-as-new.
@@ -37,11 +51,20 @@ type State struct {
 	Dispatched int64          `json:"dispatched"`
 	Duplicates int64          `json:"duplicates"`
 	Rejected   int64          `json:"rejected"`
-	Recent     []string       `json:"recent"` // most recent dispatch keys, oldest first
-	Generation int            `json:"generation"`
-	// Unhandled lists the requests a cancelled run accepted but did not see through: those still in
-	// the signal channel, and the one whose dispatch was in flight (its attempt may still finish; the
-	// ledger knows). Nothing else carries them: they need sending again to the next run.
+	// CarriedOver counts the requests read back from earlier runs' histories (Owner.PriorRunID and
+	// what it had not finished reading itself).
+	CarriedOver int64    `json:"carried_over"`
+	Recent      []string `json:"recent"` // most recent dispatch keys, oldest first
+	Generation  int      `json:"generation"`
+	// Pending are requests accepted and not yet handled. A run fills it only for continue-as-new:
+	// the next run of the chain handles them first.
+	Pending []Request `json:"pending,omitempty"`
+	// Backlog are the earlier runs whose accepted requests are still to be read back and handled
+	// (see Activities.Backlog); empty once the carry-over is complete.
+	Backlog []Source `json:"backlog,omitempty"`
+	// Unhandled lists the requests a cancelled run accepted but did not see through: those waiting,
+	// and those whose dispatch was in flight (an attempt may still finish; the ledger knows). The
+	// next owner's run carries them over from this run's history.
 	Unhandled []Request `json:"unhandled,omitempty"`
 }
 
@@ -62,30 +85,202 @@ func (s *State) seen(key string) bool {
 }
 
 // Workflow is the reference dispatcher with the default tuning; Register and RegisterWithOptions
-// register it with the worker's tuning. It is long-running and signal-driven. Each dispatch signal is
-// handled by the Dispatch activity, which dedupes by the request's dispatch key in a ledger outside
-// the run, so a duplicate is a no-op also after a takeover terminated the run that first saw it; the
-// ledger refuses a superseded owner. It continues as new before its history grows large, carrying
-// its Owner and State, and ends as Canceled when cancelled.
+// register it with the worker's tuning. It is long-running; requests arrive as SignalDispatch
+// signals, UpdateDispatch updates and, for a run that took over, from its predecessors' histories.
+// Each is handled by the Dispatch activity, at most MaxConcurrent at a time, which dedupes by the
+// request's dispatch key in a ledger outside the run, so a repeat is a no-op also after a takeover
+// terminated the run that first saw it; the ledger refuses a superseded owner. It continues as new
+// before its history grows large, carrying its Owner, State and unhandled requests, and ends as
+// Canceled when cancelled.
 func Workflow(ctx workflow.Context, in Input) error { return run(ctx, in, RegisterOptions{}) }
+
+// entry is one request the run accepted: waiting in the queue, in flight, or done.
+type entry struct {
+	req     Request
+	key     string
+	waiters int // update handlers waiting for the outcome
+	started bool
+	done    bool
+	res     Result
+	err     error
+}
+
+// dispatcher is one run's request handling. Workflow code runs one coroutine at a time, so its
+// fields need no locks; every decision depends only on the history, so a replay takes the same ones.
+type dispatcher struct {
+	ctx   workflow.Context // with the Dispatch activity options
+	log   log.Logger
+	state *State
+	tune  RegisterOptions
+
+	queue    []*entry          // accepted, not started, oldest first
+	byKey    map[string]*entry // queued or in flight, so a request sent twice is handled once
+	inFlight int
+	fetching bool // a Backlog activity is in flight
+	draining bool // continue-as-new is due: no new updates, only their requests are started
+}
+
+// add accepts a request from any source and returns its entry: a new one, the one already queued or
+// in flight for its key, or a finished one for an invalid request or a key this chain handled.
+func (d *dispatcher) add(req Request) *entry {
+	if err := req.Validate(); err != nil {
+		d.state.Rejected++
+		d.log.Warn("dispatch request rejected", "error", err)
+		return &entry{req: req, done: true, err: temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidRequest, nil)}
+	}
+	key := req.Key()
+	if e, ok := d.byKey[key]; ok {
+		return e
+	}
+	if d.state.seen(key) {
+		d.state.Duplicates++
+		return &entry{req: req, key: key, done: true, res: Result{Duplicate: true}}
+	}
+	e := &entry{req: req, key: key}
+	d.byKey[key] = e
+	d.queue = append(d.queue, e)
+	return e
+}
+
+// fits says whether the waiting requests fit a continue-as-new input.
+func (d *dispatcher) fits() bool {
+	size := 0
+	for _, e := range d.queue {
+		size += requestSize(e.req)
+	}
+	return size <= maxCarryBytes
+}
+
+// next returns the index of the next queued request to start, or -1. Normally the oldest; while
+// draining only one an update waits for, unless the queue is too large to carry.
+func (d *dispatcher) next() int {
+	if d.inFlight >= d.tune.MaxConcurrent || len(d.queue) == 0 {
+		return -1
+	}
+	if !d.draining || !d.fits() {
+		return 0
+	}
+	for i, e := range d.queue {
+		if e.waiters > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// start runs the Dispatch activity for queue[i] in its own coroutine.
+func (d *dispatcher) start(i int) {
+	e := d.queue[i]
+	d.queue = append(d.queue[:i], d.queue[i+1:]...)
+	e.started = true
+	d.inFlight++
+	f := workflow.ExecuteActivity(d.ctx, ActivityDispatch, Task{Key: e.key, Request: e.req, Owner: d.state.Owner})
+	workflow.Go(d.ctx, func(ctx workflow.Context) {
+		var res Result
+		err := f.Get(ctx, &res)
+		d.inFlight--
+		d.finish(e, res, err)
+	})
+}
+
+func (d *dispatcher) finish(e *entry, res Result, err error) {
+	e.done = true
+	if err != nil && d.ctx.Err() != nil {
+		// Cancelled while in flight: the attempt may still finish on its worker; the ledger then
+		// says done (a resend is a duplicate) or pending (the next owner takes it over). The entry
+		// stays listed for cancelled.
+		e.err = err
+		return
+	}
+	delete(d.byKey, e.key)
+	switch {
+	case err != nil:
+		// Not handled in this run: an update's sender retries, and the next owner's run carries the
+		// request over from this run's history (its dispatch did not complete here).
+		d.log.Warn("dispatch failed", "key", e.key, "error", err)
+		e.err = updateError(err)
+	default:
+		d.state.remember(e.key, d.tune.RecentKeys)
+		e.res = res
+		if res.Duplicate {
+			d.state.Duplicates++
+		} else {
+			d.state.Dispatched++
+		}
+	}
+}
+
+// updateError is what an update handler returns for a failed dispatch: an application error with
+// the activity's failure type, so a Producer tells a permanent failure from one the next run fixes.
+func updateError(err error) error {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return temporal.NewNonRetryableApplicationError(app.Error(), app.Type(), nil)
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeDispatchFailed, nil)
+}
+
+// wantBacklog says whether to read the next page of the predecessors' backlog: only when little is
+// waiting, so a huge backlog is read as it is handled and never held (or carried) all at once.
+func (d *dispatcher) wantBacklog() bool {
+	return len(d.state.Backlog) > 0 && !d.fetching && !d.draining && len(d.queue) < d.tune.BacklogPage
+}
+
+// fetchBacklog reads one page of the backlog in its own coroutine and queues its requests.
+func (d *dispatcher) fetchBacklog(ctx workflow.Context) {
+	d.fetching = true
+	f := workflow.ExecuteActivity(ctx, ActivityBacklog, BacklogInput{Sources: d.state.Backlog, Max: d.tune.BacklogPage})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var page BacklogPage
+		err := f.Get(ctx, &page)
+		if err != nil {
+			// The backlog stays where it was: this run tries again later, or carries it on.
+			if ctx.Err() == nil {
+				d.log.Warn("dispatcher backlog unreadable; retrying", "error", err)
+				_ = workflow.Sleep(ctx, time.Minute)
+			}
+			d.fetching = false
+			return
+		}
+		d.state.CarriedOver += int64(len(page.Requests))
+		for _, r := range page.Requests {
+			d.add(r)
+		}
+		d.state.Backlog = page.Next
+		d.fetching = false
+	})
+}
+
+// pendingUpdates counts the update handlers still waiting for a request.
+func (d *dispatcher) pendingUpdates() int {
+	n := 0
+	for _, e := range d.byKey {
+		n += e.waiters
+	}
+	return n
+}
 
 func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 	log := workflow.GetLogger(ctx)
-	limit, recent := tuning(ctx, in, opts)
+	tune := tuning(ctx, in, opts)
 	state := State{Owner: in.Owner}
 	if in.Carry != nil {
 		state = *in.Carry
 		state.Owner = in.Owner
 		state.Generation++
 	}
+	state.Backlog = startSources(workflow.GetInfo(ctx).WorkflowExecution.ID, in)
+	carried := state.Pending
+	state.Pending = nil
 	if err := ValidateOwner(in.Owner); err != nil {
 		log.Error("dispatcher run cannot be fenced; every dispatch will be refused", "error", err,
 			"server_id", in.ServerID, "token", in.Token)
 	}
+	d := &dispatcher{log: log, state: &state, tune: tune, byKey: map[string]*entry{}}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (State, error) { return state, nil }); err != nil {
 		return err
 	}
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	d.ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        200 * time.Millisecond,
@@ -93,111 +288,150 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 			NonRetryableErrorTypes: []string{ErrTypeInvalidRequest, ErrTypeInvalidOwner, ErrTypeSuperseded, ErrTypeBadRecord},
 		},
 	})
+	backlogCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		// A history of Temporal's maximum size is read in one attempt; heartbeats show it progressing.
+		StartToCloseTimeout: 10 * time.Minute,
+		HeartbeatTimeout:    time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: time.Minute},
+	})
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDispatch,
+		func(ctx workflow.Context, req Request) (Result, error) {
+			e := d.add(req)
+			e.waiters++
+			defer func() { e.waiters-- }()
+			if err := workflow.Await(ctx, func() bool { return e.done }); err != nil {
+				return Result{}, err
+			}
+			return e.res, e.err
+		},
+		workflow.UpdateHandlerOptions{Validator: func(req Request) error {
+			if err := req.Validate(); err != nil {
+				// Rejected before it is accepted: no event in the history, and the sender learns at once.
+				return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidRequest, nil)
+			}
+			if d.draining {
+				return temporal.NewApplicationError("dispatcher run is continuing as new; send the request again",
+					ErrTypeContinuing)
+			}
+			return nil
+		}})
+	if err != nil {
+		return err
+	}
+	for _, r := range carried {
+		d.add(r)
+	}
 	dispatches := workflow.GetSignalChannel(ctx, SignalDispatch)
 	takeovers := workflow.GetSignalChannel(ctx, SignalTakeover)
-
-	handle := func(req Request) {
-		if err := req.Validate(); err != nil {
-			state.Rejected++
-			log.Warn("dispatch request rejected", "error", err)
-			return
-		}
-		key := req.Key()
-		if state.seen(key) {
-			state.Duplicates++
-			return
-		}
-		var res Result
-		err := workflow.ExecuteActivity(ctx, ActivityDispatch, Task{Key: key, Request: req, Owner: state.Owner}).Get(ctx, &res)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			// Cancelled while in flight: the attempt may still finish on its worker; the ledger then
-			// says done (a resend is a duplicate) or pending (the next owner takes it over).
-			state.Unhandled = append(state.Unhandled, req)
-			return
-		case err != nil:
-			// The request stays undispatched in this run; a resend retries it.
-			log.Error("dispatch failed", "key", key, "error", err)
-			return
-		}
-		state.remember(key, recent)
-		if res.Duplicate {
-			state.Duplicates++
-		} else {
-			state.Dispatched++
-		}
-	}
-	// cancelled ends a run an operator (or a parent) cancelled. Requests accepted but not handled are
-	// not carried anywhere: they are listed in the State and logged, for a resend to the next run.
-	cancelled := func() error {
+	receive := func() {
 		for {
 			var req Request
 			if !dispatches.ReceiveAsync(&req) {
 				break
 			}
-			state.Unhandled = append(state.Unhandled, req)
+			d.add(req)
 		}
-		if n := len(state.Unhandled); n > 0 {
-			keys := make([]string, 0, n)
-			for _, r := range state.Unhandled {
-				keys = append(keys, r.Key())
+		for {
+			var owner takeover.Owner
+			if !takeovers.ReceiveAsync(&owner) {
+				break
 			}
-			log.Warn("dispatcher run cancelled with requests it did not see through", "unhandled", n, "keys", keys)
+			log.Info("dispatcher run owned", "server_id", owner.ServerID, "token", owner.Token)
 		}
-		return ctx.Err()
+	}
+	due := func() bool {
+		info := workflow.GetInfo(ctx)
+		return info.GetCurrentHistoryLength() >= tune.HistoryLimit || info.GetContinueAsNewSuggested()
+	}
+	// quiet says whether the run can continue as new: nothing in flight, no update waiting, and
+	// what waits fits the next run's input.
+	quiet := func() bool {
+		return d.inFlight == 0 && !d.fetching && d.pendingUpdates() == 0 && workflow.AllHandlersFinished(ctx) && d.fits()
 	}
 
 	for {
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(dispatches, func(c workflow.ReceiveChannel, _ bool) {
-			var req Request
-			c.Receive(ctx, &req)
-			handle(req)
+		err := workflow.Await(ctx, func() bool {
+			return dispatches.Len() > 0 || takeovers.Len() > 0 || d.next() >= 0 || d.wantBacklog() ||
+				(!d.draining && due()) || (d.draining && quiet())
 		})
-		sel.AddReceive(takeovers, func(c workflow.ReceiveChannel, _ bool) {
-			var owner takeover.Owner
-			c.Receive(ctx, &owner)
-			log.Info("dispatcher run owned", "server_id", owner.ServerID, "token", owner.Token)
-		})
-		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
-		sel.Select(ctx)
-		if ctx.Err() != nil {
-			return cancelled()
+		if err != nil {
+			return d.cancelled(dispatches)
 		}
-		info := workflow.GetInfo(ctx)
-		if info.GetCurrentHistoryLength() < limit && !info.GetContinueAsNewSuggested() {
+		receive()
+		for i := d.next(); i >= 0; i = d.next() {
+			d.start(i)
+		}
+		if d.wantBacklog() {
+			d.fetchBacklog(backlogCtx)
+		}
+		if !d.draining && due() {
+			// From here no update is accepted (its sender retries on the next run), and only requests
+			// that updates wait for are started; the rest travel in the next run's input.
+			d.draining = true
+		}
+		if !d.draining || !quiet() {
 			continue
 		}
-		// Hand every signal already received to this run before continuing as new: a signal left in
-		// the channel would be lost with the run.
-		for ctx.Err() == nil {
-			var req Request
-			if !dispatches.ReceiveAsync(&req) {
-				break
-			}
-			handle(req)
+		// Every signal already delivered goes into the input: one left in the channel would be lost
+		// with the run.
+		receive()
+		if !d.fits() {
+			continue
 		}
-		if ctx.Err() != nil {
-			return cancelled()
-		}
-		for takeovers.ReceiveAsync(nil) {
+		carry := state
+		carry.Pending = make([]Request, 0, len(d.queue))
+		for _, e := range d.queue {
+			carry.Pending = append(carry.Pending, e.req)
 		}
 		// The next run of the chain belongs to the same owner: its input carries this run's Owner
 		// (and Temporal copies the memo).
-		carry := state
 		return workflow.NewContinueAsNewError(ctx, WorkflowName, Input{Owner: in.Owner, Carry: &carry,
-			HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys})
+			HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys, MaxConcurrent: in.MaxConcurrent, BacklogPage: in.BacklogPage})
 	}
 }
 
-// tuning returns the run's history limit and recent-keys memory: the Input's, else the worker's
-// options, else the defaults. Workers of one queue can be tuned differently for a while (a rolling
-// change), and a replay must take the decisions of the original run, so a value taken from the
-// worker's options is recorded in the history.
-func tuning(ctx workflow.Context, in Input, opts RegisterOptions) (limit, recent int) {
-	limit, recent = in.HistoryLimit, in.RecentKeys
-	if limit > 0 && recent > 0 {
-		return limit, recent
+// cancelled ends a run an operator (or a parent) cancelled. Requests accepted but not handled are
+// listed in the State and logged; the next owner's run carries them over from this run's history.
+func (d *dispatcher) cancelled(dispatches workflow.ReceiveChannel) error {
+	var inFlight []*entry
+	for _, e := range d.byKey {
+		if e.started {
+			inFlight = append(inFlight, e)
+		}
+	}
+	slices.SortFunc(inFlight, func(a, b *entry) int { return strings.Compare(a.key, b.key) }) // map order is random
+	for _, e := range inFlight {
+		d.state.Unhandled = append(d.state.Unhandled, e.req)
+	}
+	for _, e := range d.queue {
+		d.state.Unhandled = append(d.state.Unhandled, e.req)
+	}
+	d.queue = nil
+	for {
+		var req Request
+		if !dispatches.ReceiveAsync(&req) {
+			break
+		}
+		d.state.Unhandled = append(d.state.Unhandled, req)
+	}
+	if n := len(d.state.Unhandled); n > 0 {
+		keys := make([]string, 0, n)
+		for _, r := range d.state.Unhandled {
+			keys = append(keys, r.Key())
+		}
+		d.log.Warn("dispatcher run cancelled with requests it did not see through", "unhandled", n, "keys", keys)
+	}
+	return d.ctx.Err()
+}
+
+// tuning returns the run's tuning: the Input's fields, else the worker's options, else the
+// defaults. Workers of one queue can be tuned differently for a while (a rolling change), and a
+// replay must take the decisions of the original run, so a value taken from the worker's options is
+// recorded in the history.
+func tuning(ctx workflow.Context, in Input, opts RegisterOptions) RegisterOptions {
+	t := RegisterOptions{HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys, MaxConcurrent: in.MaxConcurrent, BacklogPage: in.BacklogPage}
+	if t.HistoryLimit > 0 && t.RecentKeys > 0 && t.MaxConcurrent > 0 && t.BacklogPage > 0 {
+		return t
 	}
 	var o RegisterOptions
 	if workflow.GetVersion(ctx, tuningChange, workflow.DefaultVersion, 1) == 1 {
@@ -207,11 +441,17 @@ func tuning(ctx workflow.Context, in Input, opts RegisterOptions) (limit, recent
 		}
 	}
 	o = o.withDefaults()
-	if limit <= 0 {
-		limit = o.HistoryLimit
+	if t.HistoryLimit <= 0 {
+		t.HistoryLimit = o.HistoryLimit
 	}
-	if recent <= 0 {
-		recent = o.RecentKeys
+	if t.RecentKeys <= 0 {
+		t.RecentKeys = o.RecentKeys
 	}
-	return limit, recent
+	if t.MaxConcurrent <= 0 {
+		t.MaxConcurrent = o.MaxConcurrent
+	}
+	if t.BacklogPage <= 0 {
+		t.BacklogPage = o.BacklogPage
+	}
+	return t
 }

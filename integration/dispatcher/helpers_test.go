@@ -95,13 +95,18 @@ type call struct {
 	owner takeover.Owner
 }
 
-// handled records the dispatcher's handler calls.
+// handled records the dispatcher's handler calls. block, when set, is called first (outside the
+// lock) and may hold the call.
 type handled struct {
 	mu    sync.Mutex
 	calls []call
+	block func(ctx context.Context, key string, owner takeover.Owner)
 }
 
-func (h *handled) handle(_ context.Context, key string, _ dispatcher.Request, owner takeover.Owner) error {
+func (h *handled) handle(ctx context.Context, key string, _ dispatcher.Request, owner takeover.Owner) error {
+	if h.block != nil {
+		h.block(ctx, key, owner)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, call{key, owner})
@@ -114,23 +119,123 @@ func (h *handled) snapshot() []call {
 	return append([]call(nil), h.calls...)
 }
 
+// perKey counts the handler calls per dispatch key.
+func (h *handled) perKey() map[string]int {
+	out := map[string]int{}
+	for _, c := range h.snapshot() {
+		out[c.key]++
+	}
+	return out
+}
+
 // worker runs the reference dispatcher on the test's task queue with the etcd ledger.
 func (e *env) worker(t *testing.T) *handled {
 	t.Helper()
 	h := &handled{}
+	e.workerWith(t, h, dispatcher.RegisterOptions{})
+	return h
+}
+
+// workerWith runs the reference dispatcher with h and opts (and the Temporal client as its history
+// reader, as a real worker has) until the returned stop is called or the test ends.
+func (e *env) workerWith(t *testing.T, h *handled, opts dispatcher.RegisterOptions) (stop func()) {
+	t.Helper()
 	w := worker.New(e.tc, e.queue, worker.Options{})
-	if err := dispatcher.RegisterWithOptions(w, &dispatcher.Activities{Ledger: e.ledger(t), Handler: h.handle}, dispatcher.RegisterOptions{}); err != nil {
+	acts := &dispatcher.Activities{Ledger: e.ledger(t), Handler: h.handle, History: e.tc}
+	if err := dispatcher.RegisterWithOptions(w, acts, opts); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			w.Stop()
+			// The SDK keeps cached workflow runs (and their goroutines) process-wide after a worker stops.
+			worker.PurgeStickyWorkflowCache()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// manager returns a takeover Manager for serverID on the test's Temporal client, as a node has.
+func (e *env) manager(t *testing.T, serverID string) *takeover.Manager {
+	t.Helper()
+	m, err := takeover.New(e.tc, takeover.Config{Logger: zaptest.NewLogger(t).Named(serverID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// take campaigns as serverID and takes the dispatcher over with a real term, as a node does: the
+// prior run is terminated by its run ID and the new run names it as its PriorRunID.
+func (e *env) take(t *testing.T, serverID string) (takeover.Run, *election.Term) {
+	t.Helper()
+	_, term := e.ownerOf(t, serverID)
+	run, err := e.manager(t, serverID).Take(t.Context(), term)
+	if err != nil {
+		t.Fatalf("%s: take over: %v", serverID, err)
+	}
 	t.Cleanup(func() {
-		w.Stop()
-		// The SDK keeps cached workflow runs (and their goroutines) process-wide after a worker stops.
-		worker.PurgeStickyWorkflowCache()
+		_ = e.tc.TerminateWorkflow(context.WithoutCancel(t.Context()), run.WorkflowID, run.RunID, "test over")
 	})
-	return h
+	return run, term
+}
+
+// runOf returns a handle on run (on the chain's current run when run.RunID is empty).
+func (e *env) runOf(t *testing.T, run takeover.Run) client.WorkflowRun {
+	t.Helper()
+	return e.tc.GetWorkflow(t.Context(), run.WorkflowID, run.RunID)
+}
+
+// signal sends req to the queue's dispatcher, fire-and-forget, to whichever run is current.
+func (e *env) signal(t *testing.T, req dispatcher.Request) {
+	t.Helper()
+	id, err := takeover.WorkflowID(project, e.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tc.SignalWorkflow(t.Context(), id, "", dispatcher.SignalDispatch, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitDone waits until the ledger has every key in keys done, and returns the records.
+func (e *env) waitDone(t *testing.T, keys []string) map[string]string {
+	t.Helper()
+	var recs map[string]string
+	testkit.Eventually(t, 2*time.Minute, fmt.Sprintf("%d ledger records done", len(keys)), func() error {
+		recs = e.records(t)
+		missing := 0
+		for _, k := range keys {
+			if !strings.HasPrefix(recs[k], "done ") {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d not done", missing, len(keys))
+		}
+		return nil
+	})
+	return recs
+}
+
+// onceEach fails the test unless the handler ran exactly once for every key in keys, and for no
+// other key.
+func onceEach(t *testing.T, h *handled, keys []string) {
+	t.Helper()
+	got := h.perKey()
+	for _, k := range keys {
+		if got[k] != 1 {
+			t.Errorf("key %s handled %d times, want once", k, got[k])
+		}
+	}
+	if len(got) != len(keys) {
+		t.Errorf("handler saw %d keys, want %d", len(got), len(keys))
+	}
 }
 
 // start starts a dispatcher run for owner directly, as a takeover would (input and memo), and

@@ -11,4 +11,9 @@ import (
 var temporalServer *temporalx.Server
 
 // Every test stops what it started; temporalx tells the server's own goroutines apart.
-func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalServer) }
+func TestMain(m *testing.M) {
+	temporalx.Main(m, temporalx.Options{DynamicConfig: map[string]any{
+		"matching.numTaskqueueReadPartitions":  1,
+		"matching.numTaskqueueWritePartitions": 1,
+	}}, &temporalServer)
+}

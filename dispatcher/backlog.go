@@ -1,0 +1,285 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+)
+
+// ActivityBacklog is the registered name of Activities.Backlog.
+const ActivityBacklog = "baton.Backlog"
+
+// HistoryReader reads a workflow run's history; client.Client satisfies it. The Backlog activity
+// reads closed dispatcher runs with it, page by page (the iterator pages the server's responses).
+type HistoryReader interface {
+	GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
+		filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
+}
+
+var _ HistoryReader = client.Client(nil)
+
+// Source is an earlier run of a dispatcher chain whose accepted requests are still to be handed to
+// the current run: RunID's backlog from position Offset on.
+type Source struct {
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	// Offset counts the requests of the run's backlog (see Activities.Backlog) already handed over.
+	Offset int `json:"offset"`
+}
+
+// BacklogInput is the Backlog activity's input: where to read, and the page size.
+type BacklogInput struct {
+	Sources []Source `json:"sources"`
+	Max     int      `json:"max"`
+}
+
+// BacklogPage is the Backlog activity's output: at most Max requests, and where the next page
+// starts (empty when the backlog is read to the end).
+type BacklogPage struct {
+	Requests []Request `json:"requests,omitempty"`
+	Next     []Source  `json:"next,omitempty"`
+	// Skipped counts what could not be handed over: payloads that do not decode as a Request, or
+	// requests that break its rules (the run that accepted them rejected them too).
+	Skipped int `json:"skipped,omitempty"`
+}
+
+// maxPageBytes bounds a page's estimated size, whatever Max says: an activity result must stay well
+// under Temporal's 2 MB payload limit.
+const maxPageBytes = 512 << 10
+
+// requestSize estimates a request's JSON size.
+func requestSize(r Request) int {
+	return len(r.Type) + len(r.TaskID) + len(r.PayloadSHA256) + len(r.Parent) + 64
+}
+
+// runBacklog is what a closed run leaves to its successor: the requests it accepted whose dispatch
+// did not complete in it, and the earlier runs it had not finished reading itself.
+type runBacklog struct {
+	requests []Request
+	sources  []Source
+	skipped  int
+}
+
+// Backlog returns the next page of the requests that earlier runs accepted and did not see
+// through. A run's backlog, in history order and each dispatch key once, is what it was handed (its
+// continue-as-new input's pending requests, the pages its own Backlog activities returned) and what
+// it accepted (SignalDispatch signals, accepted UpdateDispatch updates), minus the requests whose
+// Dispatch activity completed in that run (the ledger has them done) and minus invalid ones. The
+// earlier runs that run had not finished reading follow its own backlog in Next. Nothing else is
+// subtracted: a request handled in an even earlier run is dispatched again, and the ledger makes it a
+// duplicate, or finishes it when its record stayed pending.
+//
+// The history of a run is immutable once it closed, so the page is the same whenever it is read; a
+// run that is still open is an error (retried), and a run whose history is gone (past the
+// namespace's retention) is logged and skipped, as there is nothing left to read.
+func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (BacklogPage, error) {
+	if a.History == nil {
+		// Retried: a worker built with a history reader can pick the activity up.
+		return BacklogPage{}, errors.New("dispatcher: Activities.History must be set to carry over a prior run's requests")
+	}
+	max := in.Max
+	if max <= 0 {
+		max = DefaultBacklogPage
+	}
+	log := activity.GetLogger(ctx)
+	page := BacklogPage{Next: append([]Source(nil), in.Sources...)}
+	size := 0
+	expanded := map[string]bool{}
+	for len(page.Next) > 0 && len(page.Requests) < max && size < maxPageBytes {
+		src := page.Next[0]
+		b, err := a.readRun(ctx, src)
+		var notFound *serviceerror.NotFound
+		switch {
+		case errors.As(err, &notFound):
+			log.Error("dispatcher run's history is gone; its unhandled requests cannot be carried over",
+				"workflow_id", src.WorkflowID, "run_id", src.RunID, "error", err)
+			page.Next = page.Next[1:]
+			continue
+		case err != nil:
+			return BacklogPage{}, err
+		}
+		reqs := b.requests[min(src.Offset, len(b.requests)):]
+		n := 0
+		for n < len(reqs) && len(page.Requests) < max && size < maxPageBytes {
+			page.Requests = append(page.Requests, reqs[n])
+			size += requestSize(reqs[n])
+			n++
+		}
+		if src.Offset == 0 {
+			page.Skipped += b.skipped
+		}
+		if n < len(reqs) {
+			page.Next[0].Offset = src.Offset + n
+			break
+		}
+		// This run is handed over: what it had not read itself comes next. Histories only point at
+		// earlier runs; the guard keeps a malformed input from making a loop.
+		expanded[src.RunID] = true
+		rest := page.Next[1:]
+		page.Next = nil
+		for _, s := range b.sources {
+			if !expanded[s.RunID] {
+				page.Next = append(page.Next, s)
+			}
+		}
+		page.Next = append(page.Next, rest...)
+	}
+	if len(page.Next) == 0 {
+		page.Next = nil
+	}
+	return page, nil
+}
+
+// readRun reads one closed run's backlog, from a small cache: its pages are read one after another.
+func (a *Activities) readRun(ctx context.Context, src Source) (runBacklog, error) {
+	id := src.WorkflowID + "\x00" + src.RunID
+	a.mu.Lock()
+	for _, c := range a.cache {
+		if c.id == id {
+			a.mu.Unlock()
+			return c.backlog, nil
+		}
+	}
+	a.mu.Unlock()
+	b, err := a.read(ctx, src)
+	if err != nil {
+		return runBacklog{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cache = append(a.cache, cachedRun{id: id, backlog: b})
+	if len(a.cache) > backlogCacheRuns {
+		a.cache = a.cache[1:]
+	}
+	return b, nil
+}
+
+// backlogCacheRuns is how many runs' backlogs a worker keeps between pages.
+const backlogCacheRuns = 4
+
+type cachedRun struct {
+	id      string
+	backlog runBacklog
+}
+
+func (a *Activities) read(ctx context.Context, src Source) (runBacklog, error) {
+	dc := a.DataConverter
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
+	var (
+		b         runBacklog
+		accepted  []Request
+		kinds     = map[int64]string{} // scheduled event ID -> activity type, for our activities
+		keys      = map[int64]string{} // scheduled event ID -> dispatch key
+		completed = map[string]bool{}  // dispatch keys whose activity completed
+		closed    bool
+		events    int
+	)
+	decode := func(what string, p *commonpb.Payloads, v any) bool {
+		if err := dc.FromPayloads(p, v); err != nil {
+			activity.GetLogger(ctx).Warn("dispatcher history payload unreadable; skipped", "workflow_id", src.WorkflowID,
+				"run_id", src.RunID, "what", what, "error", err)
+			b.skipped++
+			return false
+		}
+		return true
+	}
+	iter := a.History.GetWorkflowHistory(ctx, src.WorkflowID, src.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			return runBacklog{}, fmt.Errorf("dispatcher: history of %s run %s: %w", src.WorkflowID, src.RunID, err)
+		}
+		if events++; events%1000 == 0 {
+			activity.RecordHeartbeat(ctx, events)
+		}
+		closed = false
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			var in Input
+			if !decode("input", ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in) {
+				continue
+			}
+			b.sources = startSources(src.WorkflowID, in)
+			if in.Carry != nil {
+				accepted = append(accepted, in.Carry.Pending...)
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+			attrs := ev.GetWorkflowExecutionSignaledEventAttributes()
+			var r Request
+			if attrs.GetSignalName() == SignalDispatch && decode("signal", attrs.GetInput(), &r) {
+				accepted = append(accepted, r)
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+			in := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
+			var r Request
+			if in.GetName() == UpdateDispatch && decode("update", in.GetArgs(), &r) {
+				accepted = append(accepted, r)
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			attrs := ev.GetActivityTaskScheduledEventAttributes()
+			switch attrs.GetActivityType().GetName() {
+			case ActivityBacklog:
+				kinds[ev.GetEventId()] = ActivityBacklog
+			case ActivityDispatch:
+				var t Task
+				if dc.FromPayloads(attrs.GetInput(), &t) == nil {
+					keys[ev.GetEventId()] = t.Key
+				}
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+			attrs := ev.GetActivityTaskCompletedEventAttributes()
+			if key, ok := keys[attrs.GetScheduledEventId()]; ok {
+				completed[key] = true
+			} else if kinds[attrs.GetScheduledEventId()] == ActivityBacklog {
+				var p BacklogPage
+				if decode("backlog page", attrs.GetResult(), &p) {
+					accepted = append(accepted, p.Requests...)
+					b.sources = p.Next
+				}
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+			closed = true
+		}
+	}
+	if !closed {
+		// Its history could still grow: reading it now could miss a request. Retried until it closed.
+		return runBacklog{}, fmt.Errorf("dispatcher: %s run %s is still open; its backlog is read once it closed", src.WorkflowID, src.RunID)
+	}
+	seen := map[string]bool{}
+	for _, r := range accepted {
+		if r.Validate() != nil {
+			b.skipped++
+			continue
+		}
+		k := r.Key()
+		if completed[k] || seen[k] {
+			continue
+		}
+		seen[k] = true
+		b.requests = append(b.requests, r)
+	}
+	return b, nil
+}
+
+// startSources returns the earlier runs a run started with in must read back: those its
+// continue-as-new input says are still unread, or, for a run a takeover started, the prior run.
+func startSources(workflowID string, in Input) []Source {
+	if in.Carry != nil {
+		return append([]Source(nil), in.Carry.Backlog...)
+	}
+	if in.PriorRunID != "" {
+		return []Source{{WorkflowID: workflowID, RunID: in.PriorRunID}}
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/takeover"
+)
+
+// Defaults of ProducerConfig.
+const (
+	DefaultProducerRetryMin = 50 * time.Millisecond
+	DefaultProducerRetryMax = 2 * time.Second
+)
+
+// ProducerConfig tunes a Producer. The zero value of every field means its documented default.
+type ProducerConfig struct {
+	// RetryMin and RetryMax bound the jittered exponential backoff between attempts of one Dispatch.
+	// A graceful handover leaves a gap of milliseconds; a crashed owner's run is replaced after its
+	// election TTL. Defaults DefaultProducerRetryMin and DefaultProducerRetryMax; RetryMin
+	// positive when set, RetryMax at least RetryMin.
+	RetryMin, RetryMax time.Duration
+	// Logger receives one debug line per retried attempt. Default: no logging.
+	Logger *zap.Logger
+}
+
+// Validate returns an error naming the first field that breaks its rule.
+func (c ProducerConfig) Validate() error {
+	switch {
+	case c.RetryMin < 0:
+		return fmt.Errorf("dispatcher: ProducerConfig.RetryMin must not be negative (0 means %v), got %v", DefaultProducerRetryMin, c.RetryMin)
+	case c.RetryMax < 0:
+		return fmt.Errorf("dispatcher: ProducerConfig.RetryMax must not be negative (0 means %v), got %v", DefaultProducerRetryMax, c.RetryMax)
+	}
+	d := c.withDefaults()
+	if d.RetryMax < d.RetryMin {
+		return fmt.Errorf("dispatcher: ProducerConfig.RetryMax (%v) must be at least RetryMin (%v)", d.RetryMax, d.RetryMin)
+	}
+	return nil
+}
+
+func (c ProducerConfig) withDefaults() ProducerConfig {
+	if c.RetryMin == 0 {
+		c.RetryMin = DefaultProducerRetryMin
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = max(DefaultProducerRetryMax, c.RetryMin)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Producer sends dispatch requests to a queue's dispatcher and tells its caller when each one is
+// safe: handled, exactly once in effect. It is safe for concurrent use.
+type Producer struct {
+	client client.Client
+	cfg    ProducerConfig
+}
+
+// NewProducer returns a Producer over a Temporal client (of the dispatchers' namespace).
+func NewProducer(c client.Client, cfg ProducerConfig) (*Producer, error) {
+	if c == nil {
+		return nil, errors.New("dispatcher: NewProducer: client must not be nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Producer{client: c, cfg: cfg.withDefaults()}, nil
+}
+
+// Dispatch sends req to the dispatcher of (project, queue) and returns once it is recorded handled
+// (Result.Duplicate when it had been handled before, by this run or an earlier one). It sends a
+// workflow Update named UpdateDispatch to the workflow ID takeover.WorkflowID(project, queue) with no
+// run ID, so it reaches whichever run is current, with the dispatch key as the update ID, so sending
+// the same request again (also concurrently) joins the same update instead of starting another.
+//
+// Across a handover it retries with jittered backoff until ctx ends: while no run is open
+// (NotFound), when the run closed with the update admitted or accepted (the server aborts it), when
+// the run continues as new, when too many updates are in flight, and when the run's owner was
+// superseded. What it returns:
+//
+//   - an error wrapping ErrInvalidRequest (at once, nothing sent) for a request Validate rejects,
+//     and for one the dispatcher's validator rejects;
+//   - an error wrapping takeover.ErrInvalidName for an invalid project or queue;
+//   - an error wrapping ErrBadRecord when the ledger cannot tell whether the key was dispatched;
+//   - an error wrapping ErrPermanent when Temporal refuses the call for a reason retrying cannot fix
+//     (invalid argument, namespace not found, permission denied);
+//   - ctx's error (errors.Is(err, context.DeadlineExceeded) or context.Canceled) when ctx ends
+//     first; the message names the last attempt's error. The request may still be handled later:
+//     the run accepted it, or will carry it over.
+func (p *Producer) Dispatch(ctx context.Context, project, queue string, req Request) (Result, error) {
+	if err := req.Validate(); err != nil {
+		return Result{}, err
+	}
+	id, err := takeover.WorkflowID(project, queue)
+	if err != nil {
+		return Result{}, err
+	}
+	key := req.Key()
+	log := p.cfg.Logger.With(zap.String("workflow_id", id), zap.String("key", key))
+	backoff := p.cfg.RetryMin
+	for attempt := 1; ; attempt++ {
+		res, err := p.once(ctx, id, key, req)
+		if err == nil {
+			return res, nil
+		}
+		if err := permanent(err); err != nil {
+			return Result{}, fmt.Errorf("dispatcher: dispatch %s to %s: %w", key, id, err)
+		}
+		if ctx.Err() != nil {
+			return Result{}, fmt.Errorf("dispatcher: dispatch %s to %s: %w (after %d attempt(s); last: %v)", key, id, ctx.Err(), attempt, err)
+		}
+		log.Debug("dispatch not yet handled; retrying", zap.Int("attempt", attempt), zap.Error(err))
+		if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+			return Result{}, fmt.Errorf("dispatcher: dispatch %s to %s: %w (after %d attempt(s); last: %v)", key, id, ctx.Err(), attempt, err)
+		}
+		backoff = min(2*backoff, p.cfg.RetryMax)
+	}
+}
+
+func (p *Producer) once(ctx context.Context, id, key string, req Request) (Result, error) {
+	h, err := p.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
+		UpdateID:     key,
+		UpdateName:   UpdateDispatch,
+		Args:         []any{req},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	if err := h.Get(ctx, &res); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// permanent returns the error Dispatch ends with for err, or nil when the next attempt may succeed.
+//
+// What Temporal (1.32) answers across a handover, all retried: NotFound "workflow execution already
+// completed" or "not found" while no run is open; NotFound "workflow update was aborted by closing
+// workflow" for an update the closing run had admitted but not accepted; an update failure of type
+// AcceptedUpdateCompletedWorkflow for one it had accepted (the next run carries it over and the
+// retry joins it); ResourceExhausted when the run continues as new with the update admitted, or
+// holds its maximum of in-flight updates (history.maxInFlightUpdates, default 10);
+// FailedPrecondition once a run received history.maxTotalUpdates (the workflow continues as new
+// before that); and the dispatcher's own ErrTypeContinuing, ErrTypeSuperseded, ErrTypeInvalidOwner
+// and ErrTypeDispatchFailed failures.
+func permanent(err error) error {
+	var (
+		app        *temporal.ApplicationError
+		invalid    *serviceerror.InvalidArgument
+		nsNotFound *serviceerror.NamespaceNotFound
+		denied     *serviceerror.PermissionDenied
+	)
+	switch {
+	case errors.As(err, &app) && app.Type() == ErrTypeInvalidRequest:
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	case errors.As(err, &app) && app.Type() == ErrTypeBadRecord:
+		return fmt.Errorf("%w: %v", ErrBadRecord, err)
+	case errors.As(err, &invalid), errors.As(err, &nsNotFound), errors.As(err, &denied):
+		return fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/takeover"
+)
+
+// A run terminated by a takeover with a backlog of signalled requests it never handled (no worker
+// ran its tasks, as when its owner's process died) hands them to the successor's run: every one is
+// handled exactly once, by the successor.
+func TestTakeoverCarriesOverSignalledBacklog(t *testing.T) {
+	e := newEnv(t)
+	const n = 40
+	runA, termA := e.take(t, "node-a")
+	var keys []string
+	for i := range n {
+		r := request(fmt.Sprintf("backlog-%d", i))
+		keys = append(keys, r.Key())
+		e.signal(t, r)
+	}
+	// node-a goes away; node-b wins and takes over, terminating run A with its backlog.
+	if err := termA.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	runB, _ := e.take(t, "node-b")
+	if runB.Owner.PriorRunID != runA.RunID || runB.Path != takeover.PathTerminateFirst {
+		t.Fatalf("run B = %+v, want it to have terminated run A %s", runB, runA.RunID)
+	}
+	// A small page, so the backlog is read in several Backlog activities.
+	h := &handled{}
+	e.workerWith(t, h, dispatcher.RegisterOptions{BacklogPage: 7})
+
+	recs := e.waitDone(t, keys)
+	st := e.state(t, e.runOf(t, runB), func(s dispatcher.State) bool { return s.Dispatched == n && len(s.Backlog) == 0 })
+	if st.CarriedOver != n {
+		t.Errorf("state %+v, want %d carried over", st, n)
+	}
+	onceEach(t, h, keys)
+	for _, c := range h.snapshot() {
+		if c.owner.Token != runB.Owner.Token {
+			t.Errorf("key %s handled by %s at token %d, want node-b's run", c.key, c.owner.ServerID, c.owner.Token)
+		}
+	}
+	for _, k := range keys {
+		if recs[k] != record("done", runB.Owner) {
+			t.Errorf("record %s = %q, want done by node-b", k, recs[k])
+		}
+	}
+}
+
+// A dispatch whose ledger record stayed pending because its run was terminated mid-activity is
+// finished by the next owner's run, which carries the request over: the key ends done by the next
+// owner, and the old owner's late attempt writes nothing.
+func TestPendingDispatchOfTerminatedRunIsFinished(t *testing.T) {
+	e := newEnv(t)
+	req := request("mid-activity")
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h := &handled{block: func(ctx context.Context, _ string, o takeover.Owner) {
+		if o.ServerID != "node-a" {
+			return
+		}
+		once.Do(func() { close(started) })
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}}
+	e.workerWith(t, h, dispatcher.RegisterOptions{})
+	runA, termA := e.take(t, "node-a")
+	e.signal(t, req)
+	select {
+	case <-started:
+	case <-t.Context().Done():
+		t.Fatal("node-a's dispatch never started")
+	}
+	if got := e.records(t)[req.Key()]; got != record("pending", runA.Owner) {
+		t.Fatalf("record %q, want pending for node-a", got)
+	}
+	if err := termA.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	runB, _ := e.take(t, "node-b")
+
+	recs := e.waitDone(t, []string{req.Key()})
+	if recs[req.Key()] != record("done", runB.Owner) {
+		t.Fatalf("record %q, want done by node-b", recs[req.Key()])
+	}
+	// node-a's attempt finishes late: its Complete is refused, the record stays node-b's.
+	close(release)
+	e.state(t, e.runOf(t, runB), func(s dispatcher.State) bool { return s.Dispatched == 1 })
+	if got := e.records(t)[req.Key()]; got != record("done", runB.Owner) {
+		t.Fatalf("record %q after node-a's late attempt, want done by node-b", got)
+	}
+	var byB int
+	for _, c := range h.snapshot() {
+		if c.owner.Token == runB.Owner.Token {
+			byB++
+		}
+	}
+	if byB != 1 {
+		t.Fatalf("node-b handled the key %d times, want once; calls %+v", byB, h.snapshot())
+	}
+}
+
+// A run that continues as new while requests arrive faster than it hands them out carries what
+// waits to the next run of its chain: every request is handled once.
+func TestContinueAsNewWithBacklog(t *testing.T) {
+	e := newEnv(t)
+	const n = 120
+	run, _ := e.take(t, "node-a")
+	var keys []string
+	for i := range n {
+		r := request(fmt.Sprintf("can-%d", i))
+		keys = append(keys, r.Key())
+		e.signal(t, r)
+	}
+	// The backlog is there before the worker starts; a small history limit makes the chain continue
+	// as new several times while most of it still waits.
+	h := &handled{}
+	e.workerWith(t, h, dispatcher.RegisterOptions{HistoryLimit: 60, MaxConcurrent: 4})
+	e.waitDone(t, keys)
+	onceEach(t, h, keys)
+	// The chain's current run (no run ID) carries the chain's counts.
+	st := e.state(t, e.runOf(t, takeover.Run{WorkflowID: run.WorkflowID}), func(s dispatcher.State) bool { return s.Dispatched == n })
+	if st.Generation == 0 {
+		t.Fatalf("state %+v: the chain never continued as new", st)
+	}
+}

@@ -1,0 +1,95 @@
+package dispatcher_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/testkit"
+)
+
+// drain sends n requests to the queue's run while no worker runs, starts a worker, and returns how
+// long the run took to have every one handled (ledger done), and the handler.
+func drain(t testing.TB, e *env, n int, opts dispatcher.RegisterOptions, tag string) (time.Duration, *handled, []string) {
+	keys := make([]string, n)
+	var wg sync.WaitGroup
+	const senders = 8
+	for s := range senders {
+		wg.Go(func() {
+			for i := s; i < n; i += senders {
+				r := request(fmt.Sprintf("%s-%d", tag, i))
+				keys[i] = r.Key()
+				e.signal(t.(*testing.T), r)
+			}
+		})
+	}
+	wg.Wait()
+	h := &handled{}
+	begin := time.Now()
+	e.workerWith(t.(*testing.T), h, opts)
+	testkit.Eventually(t, 5*time.Minute, fmt.Sprintf("%d requests handled", n), func() error {
+		if done := countDone(e.records(t.(*testing.T))); done < n {
+			return fmt.Errorf("%d of %d done", done, n)
+		}
+		return nil
+	})
+	return time.Since(begin), h, keys
+}
+
+func countDone(recs map[string]string) int {
+	n := 0
+	for _, v := range recs {
+		if strings.HasPrefix(v, "done ") {
+			n++
+		}
+	}
+	return n
+}
+
+// One queue's run hands out a backlog concurrently, each request once, with the etcd ledger in
+// place. The rate is logged, not asserted (the machine may be loaded); issue 13's target is 200
+// requests per second.
+func TestDispatchThroughput(t *testing.T) {
+	e := newEnv(t)
+	e.take(t, "node-a")
+	const n = 600
+	took, h, keys := drain(t, e, n, dispatcher.RegisterOptions{}, "rate")
+	onceEach(t, h, keys)
+	t.Logf("handled %d requests in %v: %.0f requests/s (MaxConcurrent %d, etcd ledger)", n, took.Round(time.Millisecond),
+		float64(n)/took.Seconds(), dispatcher.DefaultMaxConcurrent)
+}
+
+// Producers waiting for each request to be handled: the rate of Dispatch calls that returned.
+func TestProducerThroughput(t *testing.T) {
+	e := newEnv(t)
+	e.worker(t)
+	e.take(t, "node-a")
+	p := e.producer(t)
+	const n, producers = 400, 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	begin := time.Now()
+	for s := range producers {
+		wg.Go(func() {
+			for i := s; i < n; i += producers {
+				if _, err := p.Dispatch(t.Context(), project, e.queue, request(fmt.Sprintf("prod-%d", i))); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(begin)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if done := countDone(e.records(t)); done != n {
+		t.Fatalf("%d of %d recorded done", done, n)
+	}
+	t.Logf("%d producers: %d Dispatch calls returned handled in %v: %.0f requests/s", producers, n, took.Round(time.Millisecond),
+		float64(n)/took.Seconds())
+}
