@@ -26,12 +26,25 @@
 // A source that cannot be read shows "?" in its columns and a warning after the table. -json prints
 // the same as JSON.
 //
+// # demo-worker load
+//
+// Produces dispatch requests for a drill: to the dispatcher of every queue (-queues), -rate per
+// second per queue on average, at random (Poisson) times, each with its own dispatch key. -mode
+// signal sends each with SignalWorkflow and retries a failed send until Temporal accepts it, as
+// fire-and-forget producers do. A summary line every -interval (sent, accepted, retried sends, and
+// arrivals that waited for one of the -in-flight slots) and a final line. With -etcd-endpoints it
+// reads the dispatch ledger back at the end, waiting up to -settle, and adds how many accepted
+// requests were handled, never handled (not_handled) and handled more than once (handled_twice).
+// It sends for -duration, or until SIGTERM or SIGINT.
+//
 // # Exit codes
 //
-//	0  run: stopped cleanly after a signal; status: etcd answered (other sources may show "?")
-//	1  run: the stop failed or timed out; status: etcd could not be read
+//	0  run: stopped cleanly after a signal; status: etcd answered (other sources may show "?");
+//	   load: done (the final line says what was lost)
+//	1  run: the stop failed or timed out; status: etcd could not be read; load: the ledger could
+//	   not be read
 //	2  invalid configuration or usage (the message names the field, flag or variable)
-//	3  run: the start failed (a busy HTTP port, Temporal unreachable, etcd or Redis refusing the
+//	3  run, load: the start failed (a busy HTTP port, Temporal unreachable, etcd or Redis refusing the
 //	   credentials or the TLS connection, an Fx error)
 package main
 
@@ -71,11 +84,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runWorker(ctx, args, stdout, stderr)
 	case "status":
 		return runStatus(ctx, args, stdout, stderr)
+	case "load":
+		return runLoad(ctx, args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: demo-worker [run] [flags] | demo-worker status [flags]   (-h for the flags of each)")
+		fmt.Fprintln(stdout, "usage: demo-worker [run] [flags] | demo-worker status [flags] | demo-worker load [flags]   (-h for the flags of each)")
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "demo-worker: unknown command %q (want run or status)\n", cmd)
+		fmt.Fprintf(stderr, "demo-worker: unknown command %q (want run, status or load)\n", cmd)
 		return exitConfig
 	}
 }

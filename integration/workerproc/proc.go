@@ -87,8 +87,18 @@ func Start(bin, id string, env []string, args ...string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	return start(bin, id, addr, env, append([]string{"run", "-server-id", id, "-http", addr}, args...))
+}
+
+// StartLoad runs `bin load args...` (a producer of dispatch requests) with env appended to this
+// process's environment; id names it in logs. It has no HTTP address.
+func StartLoad(bin, id string, env []string, args ...string) (*Proc, error) {
+	return start(bin, id, "", env, append([]string{"load"}, args...))
+}
+
+func start(bin, id, addr string, env, argv []string) (*Proc, error) {
 	p := &Proc{ID: id, Addr: addr, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"run", "-server-id", id, "-http", addr}, args...)...)
+	p.cmd = exec.Command(bin, argv...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := p.cmd.StderrPipe()
@@ -119,6 +129,18 @@ func Start(bin, id string, env []string, args ...string) (*Proc, error) {
 func StartT(t testing.TB, bin, id string, env []string, args ...string) *Proc {
 	t.Helper()
 	p, err := Start(bin, id, env, args...)
+	return cleanupT(t, p, err)
+}
+
+// StartLoadT is StartLoad for tests, as StartT is for Start.
+func StartLoadT(t testing.TB, bin, id string, env []string, args ...string) *Proc {
+	t.Helper()
+	p, err := StartLoad(bin, id, env, args...)
+	return cleanupT(t, p, err)
+}
+
+func cleanupT(t testing.TB, p *Proc, err error) *Proc {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}

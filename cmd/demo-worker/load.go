@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/takeover"
+)
+
+// Load modes.
+const (
+	// modeSignal sends each request with SignalWorkflow and retries a failed send until Temporal
+	// accepts it, as fire-and-forget producers do; whether it was handled only the ledger knows.
+	modeSignal = "signal"
+)
+
+// Defaults and bounds of `demo-worker load`.
+const (
+	defaultLoadRate     = 10.0
+	defaultLoadInterval = time.Second
+	defaultLoadSettle   = 30 * time.Second
+	defaultInFlight     = 256
+	maxLoadRate         = 10000.0
+	sendRetryMin        = 10 * time.Millisecond
+	sendRetryMax        = time.Second
+)
+
+// loadOptions is the configuration of `demo-worker load`.
+type loadOptions struct {
+	common
+	mode     string
+	rate     float64       // requests per second per queue
+	duration time.Duration // 0: until the process is asked to stop
+	interval time.Duration // between summary lines
+	settle   time.Duration // how long the ledger may take to show every accepted request handled
+	inFlight int           // sends in flight per queue at most
+	run      string        // distinguishes this run's requests from every other run's
+	ledger   string        // ledger prefix; read back when etcd endpoints are set
+}
+
+// parseLoad reads the environment and the flags of `demo-worker load` and validates them.
+func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
+	var o loadOptions
+	var err error
+	if o.common, err = loadCommon(); err != nil {
+		return o, err
+	}
+	o.mode, o.rate, o.interval, o.settle, o.inFlight, o.ledger = modeSignal, defaultLoadRate, defaultLoadInterval, defaultLoadSettle, defaultInFlight, dispatcher.DefaultLedgerPrefix
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	o.addFlags(fs)
+	fs.StringVar(&o.mode, "mode", o.mode, "how requests are sent: signal (SignalWorkflow, each failed send retried until accepted)")
+	fs.Float64Var(&o.rate, "rate", o.rate, "dispatch requests per second per queue, at random (Poisson) times")
+	fs.DurationVar(&o.duration, "duration", 0, "how long to send (0: until SIGTERM or SIGINT)")
+	fs.Var(durationValue{&o.interval}, "interval", "time between summary lines")
+	fs.Var(durationValue{&o.settle}, "settle", "after sending, how long to wait for the ledger to show every accepted request handled")
+	fs.IntVar(&o.inFlight, "in-flight", o.inFlight, "sends in flight per queue at most; arrivals wait beyond it")
+	fs.StringVar(&o.run, "run-id", "", "prefix of this run's task IDs, so that runs never share a dispatch key (default: random)")
+	fs.StringVar(&o.ledger, "ledger-prefix", o.ledger, "etcd prefix of the dispatch ledger, read back at the end when -etcd-endpoints is set")
+	if err := parse(fs, args, stdout); err != nil {
+		return o, err
+	}
+	if err := o.readSecrets(); err != nil {
+		return o, err
+	}
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	if o.run == "" {
+		o.run = "load-" + rand.Text()[:10]
+	}
+	return o, nil
+}
+
+func (o loadOptions) validate() error {
+	switch {
+	case o.mode != modeSignal:
+		return fmt.Errorf("flag -mode must be %s, got %q", modeSignal, o.mode)
+	case math.IsNaN(o.rate) || o.rate <= 0 || o.rate > maxLoadRate:
+		return fmt.Errorf("flag -rate must be above 0 and at most %v requests per second per queue, got %v", maxLoadRate, o.rate)
+	case o.duration < 0:
+		return fmt.Errorf("flag -duration must not be negative, got %v", o.duration)
+	case o.inFlight < 1:
+		return fmt.Errorf("flag -in-flight must be at least 1, got %d", o.inFlight)
+	case strings.ContainsRune(o.run, 0):
+		return fmt.Errorf("flag -run-id must not contain NUL")
+	case !strings.HasPrefix(o.ledger, "/") || strings.HasSuffix(o.ledger, "/"):
+		return fmt.Errorf("flag -ledger-prefix must start with / and not end with /, got %q", o.ledger)
+	}
+	check := o.cfg
+	if err := check.Validate(); err != nil {
+		return err
+	}
+	clients := o.clients
+	if len(clients.EtcdEndpoints) == 0 {
+		clients.EtcdEndpoints = []string{"placeholder:2379"} // etcd is optional: without it the ledger is not read
+	}
+	return clients.Validate()
+}
+
+// loadCounts are the totals of a load run, updated by its senders.
+type loadCounts struct {
+	sent, accepted, retries, waited atomic.Int64
+}
+
+func (c *loadCounts) line(prefix string) string {
+	return fmt.Sprintf("%s sent=%d accepted=%d retries=%d waited=%d", prefix, c.sent.Load(), c.accepted.Load(), c.retries.Load(), c.waited.Load())
+}
+
+// runLoad is `demo-worker load`.
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseLoad(args, stdout)
+	switch {
+	case errors.Is(err, errHelp):
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "demo-worker load: %v\n", err)
+		return exitConfig
+	}
+	var lc hooks
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultStatusTimeout)
+		defer cancel()
+		lc.stop(sctx)
+	}()
+	params := fxmodule.ClientParams{Config: o.clients, Lifecycle: &lc}
+	tc, err := fxmodule.NewTemporalClient(params)
+	if err != nil {
+		fmt.Fprintf(stderr, "demo-worker load: temporal: %v\n", err)
+		return exitStartError
+	}
+	var ledger *ledgerReader
+	if len(o.clients.EtcdEndpoints) > 0 {
+		etcd, err := fxmodule.NewEtcdClient(params)
+		if err != nil {
+			fmt.Fprintf(stderr, "demo-worker load: etcd: %v\n", err)
+			return exitStartError
+		}
+		if ledger, err = startLedgerReader(ctx, etcd, o.ledger); err != nil {
+			fmt.Fprintf(stderr, "demo-worker load: etcd: %v\n", err)
+			return exitStartError
+		}
+	}
+
+	sendCtx := ctx
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		sendCtx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	fmt.Fprintf(stdout, "load: mode=%s rate=%v/s per queue queues=%s project=%s run=%s\n", o.mode, o.rate, strings.Join(o.cfg.Queues, ","), o.cfg.Project, o.run)
+	var counts loadCounts
+	var mu sync.Mutex
+	var keys []string // accepted dispatch keys
+	var wg sync.WaitGroup
+	for _, q := range o.cfg.Queues {
+		wg.Go(func() {
+			produce(sendCtx, tc, o, q, &counts, func(key string) {
+				mu.Lock()
+				keys = append(keys, key)
+				mu.Unlock()
+			})
+		})
+	}
+	began := time.Now()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	for sending := true; sending; {
+		select {
+		case <-tick.C:
+			fmt.Fprintln(stdout, counts.line(fmt.Sprintf("load: %6.1fs", time.Since(began).Seconds())))
+		case <-done:
+			sending = false
+		}
+	}
+	total := counts.line("load total:")
+	if ledger == nil {
+		fmt.Fprintln(stdout, total, "ledger=unread")
+		return exitOK
+	}
+	// The ledger is read even after a stop signal: what happened to the accepted requests is the point.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.settle+defaultStatusTimeout)
+	defer cancel()
+	rep, err := ledger.settle(rctx, keys, o.settle, func(r ledgerReport) {
+		fmt.Fprintf(stdout, "load: settling: %s\n", r)
+	})
+	if err != nil {
+		fmt.Fprintf(stdout, "%s ledger=error\n", total)
+		fmt.Fprintf(stderr, "demo-worker load: reading the ledger: %v\n", err)
+		return exitUnclean
+	}
+	fmt.Fprintf(stdout, "%s %s\n", total, rep)
+	return exitOK
+}
+
+// produce sends requests for queue at random times, rate per second on average, until ctx ends; each
+// is sent (and retried) in its own goroutine, at most o.inFlight at once, all waited for.
+func produce(ctx context.Context, tc client.Client, o loadOptions, queue string, counts *loadCounts, accepted func(key string)) {
+	wfID, err := takeover.WorkflowID(o.cfg.Project, queue)
+	if err != nil {
+		return // Validate checked the names
+	}
+	slots := make(chan struct{}, o.inFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	next := time.Now()
+	for i := 0; ; i++ {
+		next = next.Add(time.Duration(mrand.ExpFloat64() / o.rate * float64(time.Second)))
+		if !sleepUntil(ctx, next) {
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			counts.waited.Add(1)
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		req := loadRequest(o.run, queue, i)
+		counts.sent.Add(1)
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if sendSignal(ctx, tc, wfID, req, counts) {
+				counts.accepted.Add(1)
+				accepted(req.Key())
+			}
+		})
+	}
+}
+
+// loadRequest is the i-th request of a run for queue: a distinct dispatch key for every (run, queue, i).
+func loadRequest(run, queue string, i int) dispatcher.Request {
+	id := fmt.Sprintf("%s/%s/%d", run, queue, i)
+	sum := sha256.Sum256([]byte(id))
+	return dispatcher.Request{Type: "demo.load", TaskID: id, PayloadSHA256: hex.EncodeToString(sum[:])}
+}
+
+// sendSignal signals req until Temporal accepts it, backing off between attempts (a takeover's gap
+// between two runs answers NotFound); false once ctx ends first.
+func sendSignal(ctx context.Context, tc client.Client, wfID string, req dispatcher.Request, counts *loadCounts) bool {
+	wait := sendRetryMin
+	for {
+		if tc.SignalWorkflow(ctx, wfID, "", dispatcher.SignalDispatch, req) == nil {
+			return true
+		}
+		counts.retries.Add(1)
+		if !sleepUntil(ctx, time.Now().Add(wait)) {
+			return false
+		}
+		wait = min(2*wait, sendRetryMax)
+	}
+}
+
+// sleepUntil waits until t; false if ctx ends first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/baton-run/baton/dispatcher"
+)
+
+func TestLoadRejectsBadFlagsNamingTheFlagAndRule(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // in the one-line message
+	}{
+		{name: "unknown mode", args: []string{"-mode=carrier-pigeon"}, want: `flag -mode must be signal, got "carrier-pigeon"`},
+		{name: "zero rate", args: []string{"-rate=0"}, want: "flag -rate must be above 0"},
+		{name: "negative rate", args: []string{"-rate=-3"}, want: "flag -rate must be above 0"},
+		{name: "rate too high", args: []string{"-rate=1e6"}, want: "at most 10000 requests per second per queue"},
+		{name: "NaN rate", args: []string{"-rate=NaN"}, want: "flag -rate"},
+		{name: "negative duration", args: []string{"-duration=-1s"}, want: "flag -duration must not be negative"},
+		{name: "zero interval", args: []string{"-interval=0s"}, want: "-interval"},
+		{name: "zero in flight", args: []string{"-in-flight=0"}, want: "flag -in-flight must be at least 1"},
+		{name: "relative ledger prefix", args: []string{"-ledger-prefix=baton"}, want: "flag -ledger-prefix must start with /"},
+		{name: "ledger prefix ending in a slash", args: []string{"-ledger-prefix=/baton/"}, want: "not end with /"},
+		{name: "no queues", env: map[string]string{"BATON_QUEUES": ""}, want: "Queues"},
+		{name: "no project", args: []string{"-project="}, want: "Project"},
+		{name: "stray argument", args: []string{"now"}, want: `unexpected argument "now"`},
+		{name: "secret on the command line", args: []string{"-etcd-password=x"}, want: "flag -etcd-password is not accepted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			setEnv(t, tc.env)
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), append([]string{"load"}, tc.args...), &stdout, &stderr)
+			if code != exitConfig {
+				t.Fatalf("exit %d, want %d; stderr %q", code, exitConfig, stderr.String())
+			}
+			msg := strings.TrimSpace(stderr.String())
+			if strings.Count(msg, "\n") != 0 || !strings.HasPrefix(msg, "demo-worker load: ") || !strings.Contains(msg, tc.want) {
+				t.Errorf("message %q, want one line naming %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadDefaultsAndEtcdIsOptional(t *testing.T) {
+	setEnv(t, map[string]string{"BATON_ETCD_ENDPOINTS": "", "BATON_ETCD_USERNAME": "", "BATON_ETCD_PASSWORD": ""})
+	o, err := parseLoad([]string{"-rate=2.5", "-duration=1m"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeSignal || o.rate != 2.5 || o.interval != defaultLoadInterval || o.inFlight != defaultInFlight || o.ledger != dispatcher.DefaultLedgerPrefix {
+		t.Errorf("options %+v", o)
+	}
+	if !strings.HasPrefix(o.run, "load-") || len(o.clients.EtcdEndpoints) != 0 {
+		t.Errorf("run %q, etcd endpoints %v", o.run, o.clients.EtcdEndpoints)
+	}
+}
+
+// Every request of a run has its own dispatch key, and runs never share one.
+func TestLoadRequestsAreValidAndDistinct(t *testing.T) {
+	seen := map[string]bool{}
+	for _, run := range []string{"load-a", "load-b"} {
+		for _, q := range []string{"q1", "q2"} {
+			for i := range 100 {
+				r := loadRequest(run, q, i)
+				if err := r.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				if seen[r.Key()] {
+					t.Fatalf("key of %s repeated", r.TaskID)
+				}
+				seen[r.Key()] = true
+			}
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package e2e_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-run/baton/integration/workerproc"
+)
+
+// `demo-worker load` through a crash of the leader of q1: requests flow to both queues, the leader is
+// SIGKILLed, a successor takes over, and the load's own read-back of the etcd ledger says what
+// happened to every request Temporal accepted. Nothing is ever handled twice. A request the killed
+// owner's run accepted but did not handle is lost until the dispatcher carries the terminated run's
+// backlog over to the next run; the test logs that figure rather than asserting it.
+func TestLoadThroughALeaderKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real worker processes")
+	}
+	c := newCluster(t, "q1", "q2")
+	for i := 1; i <= 3; i++ {
+		c.start(fmt.Sprintf("l%d-0", i))
+	}
+	c.waitReady(60 * time.Second)
+	c.checkOneDispatcherPerQueue()
+
+	load := workerproc.StartLoadT(t, c.bin, "load", c.env, "-rate=20", "-duration=8s", "-interval=1s", "-settle=30s")
+	waitLine(t, load, "load:  ", 30*time.Second) // the first summary: requests are flowing
+
+	old, _ := c.waitLeader("q1", takeoverSLA, nil)
+	killed := time.Now()
+	old.signal(syscall.SIGKILL)
+	next, qs := c.waitLeader("q1", takeoverSLA, old)
+	t.Logf("SIGKILL of %s: %s leads q1 (token %d) %v later", old.id, next.id, qs.Token, time.Since(killed).Round(time.Millisecond))
+
+	select {
+	case <-load.Done():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("load did not finish")
+	}
+	if load.Code() != 0 {
+		t.Fatalf("load exited %d", load.Code())
+	}
+	final := waitLine(t, load, "load total:", 0)
+	t.Log(final)
+	v := fields(final)
+	if v["sent"] == 0 || v["accepted"] == 0 || v["ledger_accepted"] != v["accepted"] {
+		t.Fatalf("load sent nothing or the ledger report does not cover every accepted request: %s", final)
+	}
+	if v["handled_twice"] != 0 {
+		t.Errorf("%d requests handled twice: %s", v["handled_twice"], final)
+	}
+	if v["ledger_handled"]+v["not_handled"] != v["accepted"] {
+		t.Errorf("handled %d + not handled %d != accepted %d", v["ledger_handled"], v["not_handled"], v["accepted"])
+	}
+	t.Logf("accepted but never handled across the kill: %d of %d (%.1f %%)", v["not_handled"], v["accepted"],
+		100*float64(v["not_handled"])/float64(v["accepted"]))
+}
+
+// waitLine returns the first output line of p that starts with prefix, waiting up to d for it.
+func waitLine(t *testing.T, p *workerproc.Proc, prefix string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		for _, l := range strings.Split(p.Output(), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) || p.Exited() && d > 0 {
+			t.Fatalf("%s wrote no line starting %q:\n%s", p.ID, prefix, p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fields parses the key=value counts of a load line.
+func fields(line string) map[string]int {
+	v := map[string]int{}
+	for _, f := range strings.Fields(line) {
+		if k, s, ok := strings.Cut(f, "="); ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				v[k] = n
+			}
+		}
+	}
+	return v
+}
