@@ -33,8 +33,8 @@ type options struct {
 	only        string
 	takeovers   int
 
-	replacements     int
-	replaceHeartbeat time.Duration
+	replacements      int
+	replaceHeartbeats []time.Duration
 
 	heartbeats      int
 	reconcileRounds int
@@ -54,7 +54,8 @@ func run() error {
 	flag.IntVar(&o.parallel, "parallel", 10, "crash failovers measured at once (independent queues)")
 	flag.IntVar(&o.takeovers, "takeovers", 100, "dispatcher takeovers measured on each FAIL path")
 	flag.IntVar(&o.replacements, "replacements", 30, "runs terminated behind their leader's back (one queue each)")
-	flag.DurationVar(&o.replaceHeartbeat, "replace-heartbeat", time.Second, "heartbeat (and watch) interval of the replacement figure's Node")
+	replaceHeartbeats := flag.String("replace-heartbeats", "0s,1s",
+		"heartbeat (and watch) intervals of the replacement figures' Nodes, one round each; 0s is the Node's default")
 	flag.IntVar(&o.heartbeats, "heartbeats", 100_000, "heartbeat entries in Redis for the reconcile cycle (1 % stale)")
 	flag.IntVar(&o.reconcileRounds, "reconcile-rounds", 10, "reconcile cycles measured")
 	flag.IntVar(&o.naiveRounds, "naive-rounds", 3, "naive KEYS + HGETALL cycles measured (slow)")
@@ -66,6 +67,13 @@ func run() error {
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
+	for _, f := range strings.Split(*replaceHeartbeats, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return fmt.Errorf("-replace-heartbeats: %q is not a duration >= 0", f)
+		}
+		o.replaceHeartbeats = append(o.replaceHeartbeats, d)
+	}
 
 	began := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
