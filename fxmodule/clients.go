@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 )
@@ -254,9 +255,12 @@ func (c ClientConfig) Validate() error {
 // ClientParams are what the client providers consume.
 type ClientParams struct {
 	fx.In
-	Config    ClientConfig
-	Logger    *zap.Logger `optional:"true"`
-	Lifecycle fx.Lifecycle
+	Config ClientConfig
+	Logger *zap.Logger `optional:"true"`
+	// DataConverter, when the app provides one, is the Temporal client's data converter (NodeParams
+	// gives Baton the same one).
+	DataConverter converter.DataConverter `optional:"true"`
+	Lifecycle     fx.Lifecycle
 }
 
 // NewEtcdClient builds an etcd client from the ClientConfig and closes it when the app stops. With
@@ -288,12 +292,14 @@ func NewEtcdClient(p ClientParams) (*clientv3.Client, error) {
 }
 
 // NewTemporalClient connects a Temporal client (lazily: an unreachable server does not fail the start,
-// the takeover retries) and closes it when the app stops.
+// the takeover retries) with the app's data converter when it provides one, and closes it when the
+// app stops.
 func NewTemporalClient(p ClientParams) (client.Client, error) {
 	opts, err := temporalOptions(p.Config, p.Logger)
 	if err != nil {
 		return nil, err
 	}
+	opts.DataConverter = p.DataConverter
 	tc, err := client.NewLazyClient(opts)
 	if err != nil {
 		return nil, fmt.Errorf("fxmodule: Temporal client for %s: %w", opts.HostPort, err)

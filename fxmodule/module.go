@@ -1,8 +1,14 @@
 // Package fxmodule adds Baton to an Uber Fx application as one option.
 //
 // The application provides its etcd client (*clientv3.Client), Temporal client (client.Client), Redis
-// client (redis.UniversalClient) and a baton.Config; a *zap.Logger and a metric.MeterProvider are used
-// when provided. Applications without clients of their own add Clients and supply a ClientConfig.
+// client (redis.UniversalClient) and a baton.Config; a *zap.Logger, a metric.MeterProvider and a
+// converter.DataConverter are used when provided. Applications without clients of their own add
+// Clients and supply a ClientConfig.
+//
+// An application whose Temporal client has a data converter of its own (a codec that encrypts or
+// compresses payloads) provides that converter too: Baton reads and writes each dispatcher run's
+// owner memo with it, and a memo it cannot decode fails the takeover (takeover.ErrUnreadableOwner)
+// instead of being read as token 0.
 //
 //	fx.New(
 //		fx.Supply(baton.Config{Project: "billing", Queues: []string{"orders"}}),
@@ -22,6 +28,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
@@ -46,11 +53,13 @@ type NodeParams struct {
 	Redis         redis.UniversalClient
 	Logger        *zap.Logger          `optional:"true"`
 	MeterProvider metric.MeterProvider `optional:"true"`
+	// DataConverter is the Temporal client's data converter, when the app has one of its own.
+	DataConverter converter.DataConverter `optional:"true"`
 	Lifecycle     fx.Lifecycle
 }
 
-// NewNode builds the Node (the app's logger and meter provider fill in the Config's when it has
-// none) and appends its Start and Stop to the lifecycle.
+// NewNode builds the Node (the app's logger, meter provider and data converter fill in the Config's
+// when it has none) and appends its Start and Stop to the lifecycle.
 func NewNode(p NodeParams) (*baton.Node, error) {
 	cfg := p.Config
 	if cfg.Logger == nil {
@@ -58,6 +67,9 @@ func NewNode(p NodeParams) (*baton.Node, error) {
 	}
 	if cfg.MeterProvider == nil {
 		cfg.MeterProvider = p.MeterProvider
+	}
+	if cfg.Takeover.DataConverter == nil {
+		cfg.Takeover.DataConverter = p.DataConverter
 	}
 	node, err := baton.New(cfg, p.Etcd, p.Temporal, p.Redis)
 	if err != nil {
