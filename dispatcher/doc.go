@@ -25,22 +25,74 @@
 //
 // A Request's identity fields decide its dispatch key (Request.Key, a SHA-256 over the fields joined
 // with NUL), so the same request sent twice, or sent again to the next owner's run, has the same key.
-// The workflow handles each dispatch signal with the Dispatch activity, which asks the Ledger to
-// Begin the key for the run's owner, calls the application's Handler, and Completes the key. A key
-// already completed is a duplicate and is not handled again. The handler is at-least-once between
-// Begin and Complete: a run terminated or superseded in between leaves the key pending, and the next
-// owner handles it again, so handlers must be idempotent by key. The activity fails without retrying,
+// The workflow handles each request with the Dispatch activity, which asks the Ledger to Begin the
+// key for the run's owner, calls the application's Handler, and Completes the key. A key already
+// completed is a duplicate and is not handled again. The handler is at-least-once between Begin and
+// Complete: a run terminated or superseded in between leaves the key pending, and the next owner
+// handles it again, so handlers must be idempotent by key. The activity fails without retrying,
 // with the ApplicationError types ErrTypeSuperseded, ErrTypeInvalidOwner, ErrTypeInvalidRequest and
 // ErrTypeBadRecord, when retrying cannot help.
 //
-// A run cancelled (for example by an operator) ends as Canceled at once. The dispatch in flight at
-// that moment may still finish on its worker: the ledger then records it done, or leaves it pending
-// for the next owner. Requests the run had accepted but not handled are listed in its State
-// (Unhandled, readable with QueryState after the close) and logged; nothing carries them to the next
-// run by itself.
+// A run handles up to RegisterOptions.MaxConcurrent requests at a time (default 32): a request's
+// round trips (ledger, handler, Temporal) no longer bound the queue's rate. The same key queued or in
+// flight twice is handled once.
 //
-// RegisterWithOptions tunes, per worker, when runs continue as new (HistoryLimit) and how many keys
-// they remember without asking the ledger (RecentKeys); a run's Input overrides both.
+// # Nothing accepted is lost
+//
+// A request reaches a run in three ways: a SignalDispatch signal (fire and forget), an
+// UpdateDispatch update (Producer.Dispatch), or the carry-over below. Whatever a run accepted
+// survives its end:
+//
+//   - Takeover. A takeover terminates the prior run by its run ID and names it in the new run's
+//     Owner.PriorRunID. The new run first reads that run's history with the Backlog activity (the
+//     worker's Temporal client, Activities.History) and re-dispatches every request the run accepted
+//     whose Dispatch activity did not complete in it: signals, accepted updates, what it carried in
+//     its own input and what it read back itself, followed by what that run had not finished
+//     reading of its own predecessors. Nothing cleverer is subtracted; the ledger makes a handled
+//     one a duplicate and finishes one left pending by a run terminated mid-activity. The backlog
+//     is paged (at most RegisterOptions.BacklogPage requests and 512 KB per activity, the next page
+//     read once fewer than a page wait), so a backlog of any size is handed over in parts, never
+//     truncated. The same holds after a crash (the reconciler or the successor terminated the run)
+//     and after a graceful step-down (the owner terminated its own run).
+//   - Continue-as-new. When the history reaches HistoryLimit (or Temporal suggests it), the run stops
+//     accepting updates (they are rejected with ErrTypeContinuing before they are accepted, and a
+//     Producer sends them again to the next run), waits for the dispatches in flight and the
+//     updates it accepted, and passes the requests still waiting, and the backlog it has not read,
+//     in the next run's input (State.Pending, State.Backlog). A queue too large for one input
+//     (512 KB) is handled down first.
+//   - Cancel. A run cancelled (for example by an operator) ends as Canceled at once. The dispatch in
+//     flight at that moment may still finish on its worker: the ledger then records it done, or
+//     leaves it pending. Requests it had accepted but not handled are listed in its State
+//     (Unhandled, readable with QueryState after the close) and logged; the next owner's takeover
+//     carries them over from its history.
+//
+// # The producer API: Update, not signal
+//
+// Producer.Dispatch sends a workflow Update with the dispatch key as the update ID to the workflow ID
+// (no run ID, so whichever run is current) and waits for its completion, which the workflow sends
+// once the request is recorded handled. An Update was chosen over a signal because:
+//
+//   - it answers: a signal is acknowledged when Temporal stored it, which says nothing about whether
+//     it will be handled; an Update's completion is the handling itself (Result.Duplicate says the
+//     key had been handled before), so the caller knows when a request is safe;
+//   - a validator rejects an invalid request before it is accepted: no history event, and the
+//     caller gets ErrInvalidRequest at once instead of a request silently counted as rejected;
+//   - the update ID deduplicates in the run: the same request sent twice (a retry after a lost
+//     response) joins the first update;
+//   - failures across a handover are explicit (the run closed with the update admitted or accepted,
+//     no run is open), so the Producer retries exactly those until its context ends. An update the
+//     closing run had accepted is also carried over from its history, and the retry joins it in the
+//     next run.
+//
+// Temporal bounds Updates per run (history.maxInFlightUpdates, default 10 in flight, and
+// history.maxTotalUpdates, default 2000); past them the server answers ResourceExhausted or
+// FailedPrecondition, which the Producer retries, and the workflow continues as new when Temporal
+// suggests it. Fire-and-forget SignalDispatch senders keep working, and the carry-over covers them
+// too, but only Dispatch tells the sender when its request is safe.
+//
+// RegisterWithOptions tunes, per worker, when runs continue as new (HistoryLimit), how many keys
+// they remember without asking the ledger (RecentKeys), how many requests they handle at a time
+// (MaxConcurrent) and the carry-over page (BacklogPage); a run's Input overrides each.
 //
 // # The etcd ledger
 //
