@@ -28,6 +28,9 @@ const (
 	// modeSignal sends each request with SignalWorkflow and retries a failed send until Temporal
 	// accepts it, as fire-and-forget producers do; whether it was handled only the ledger knows.
 	modeSignal = "signal"
+	// modeDispatch sends each request with dispatcher.Producer.Dispatch, which returns once the
+	// request is recorded handled, retrying across a handover by itself.
+	modeDispatch = "dispatch"
 )
 
 // Defaults and bounds of `demo-worker load`.
@@ -64,11 +67,11 @@ func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 	o.mode, o.rate, o.interval, o.settle, o.inFlight, o.ledger = modeSignal, defaultLoadRate, defaultLoadInterval, defaultLoadSettle, defaultInFlight, dispatcher.DefaultLedgerPrefix
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	o.addFlags(fs)
-	fs.StringVar(&o.mode, "mode", o.mode, "how requests are sent: signal (SignalWorkflow, each failed send retried until accepted)")
+	fs.StringVar(&o.mode, "mode", o.mode, "how requests are sent: signal (SignalWorkflow, each failed send retried until accepted) or dispatch (dispatcher.Producer, returns once handled)")
 	fs.Float64Var(&o.rate, "rate", o.rate, "dispatch requests per second per queue, at random (Poisson) times")
 	fs.DurationVar(&o.duration, "duration", 0, "how long to send (0: until SIGTERM or SIGINT)")
 	fs.Var(durationValue{&o.interval}, "interval", "time between summary lines")
-	fs.Var(durationValue{&o.settle}, "settle", "after sending, how long to wait for the ledger to show every accepted request handled")
+	fs.Var(durationValue{&o.settle}, "settle", "how long the ledger may take, after the sending, to show every accepted request handled; in dispatch mode also the bound of each Dispatch")
 	fs.IntVar(&o.inFlight, "in-flight", o.inFlight, "sends in flight per queue at most; arrivals wait beyond it")
 	fs.StringVar(&o.run, "run-id", "", "prefix of this run's task IDs, so that runs never share a dispatch key (default: random)")
 	fs.StringVar(&o.ledger, "ledger-prefix", o.ledger, "etcd prefix of the dispatch ledger, read back at the end when -etcd-endpoints is set")
@@ -89,8 +92,8 @@ func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 
 func (o loadOptions) validate() error {
 	switch {
-	case o.mode != modeSignal:
-		return fmt.Errorf("flag -mode must be %s, got %q", modeSignal, o.mode)
+	case o.mode != modeSignal && o.mode != modeDispatch:
+		return fmt.Errorf("flag -mode must be %s or %s, got %q", modeSignal, modeDispatch, o.mode)
 	case math.IsNaN(o.rate) || o.rate <= 0 || o.rate > maxLoadRate:
 		return fmt.Errorf("flag -rate must be above 0 and at most %v requests per second per queue, got %v", maxLoadRate, o.rate)
 	case o.duration < 0:
@@ -116,10 +119,51 @@ func (o loadOptions) validate() error {
 // loadCounts are the totals of a load run, updated by its senders.
 type loadCounts struct {
 	sent, accepted, retries, waited atomic.Int64
+	// dispatch mode only: handled as Dispatch reported, rejected (ErrInvalidRequest), and
+	// failed (any other error, ctx's included).
+	handled, rejected, failed atomic.Int64
 }
 
-func (c *loadCounts) line(prefix string) string {
-	return fmt.Sprintf("%s sent=%d accepted=%d retries=%d waited=%d", prefix, c.sent.Load(), c.accepted.Load(), c.retries.Load(), c.waited.Load())
+func (c *loadCounts) line(prefix, mode string) string {
+	l := fmt.Sprintf("%s sent=%d accepted=%d", prefix, c.sent.Load(), c.accepted.Load())
+	if mode == modeDispatch {
+		return l + fmt.Sprintf(" handled=%d rejected=%d errors=%d waited=%d", c.handled.Load(), c.rejected.Load(), c.failed.Load(), c.waited.Load())
+	}
+	return l + fmt.Sprintf(" retries=%d waited=%d", c.retries.Load(), c.waited.Load())
+}
+
+// sender sends one request; accepted is true once Temporal took it (in dispatch mode: once it was
+// recorded handled).
+type sender func(ctx context.Context, queue string, req dispatcher.Request, counts *loadCounts) (accepted bool)
+
+// newSender returns the sender of o's mode.
+func newSender(tc client.Client, o loadOptions) (sender, error) {
+	if o.mode == modeSignal {
+		return func(ctx context.Context, queue string, req dispatcher.Request, counts *loadCounts) bool {
+			wfID, err := takeover.WorkflowID(o.cfg.Project, queue)
+			return err == nil && sendSignal(ctx, tc, wfID, req, counts)
+		}, nil
+	}
+	p, err := dispatcher.NewProducer(tc, dispatcher.ProducerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, queue string, req dispatcher.Request, counts *loadCounts) bool {
+		// Dispatch retries across a handover by itself; the bound is the settle time, not the sending.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.settle)
+		defer cancel()
+		_, err := p.Dispatch(dctx, o.cfg.Project, queue, req)
+		switch {
+		case err == nil:
+			counts.handled.Add(1)
+			return true
+		case errors.Is(err, dispatcher.ErrInvalidRequest):
+			counts.rejected.Add(1)
+		default:
+			counts.failed.Add(1)
+		}
+		return false
+	}, nil
 }
 
 // runLoad is `demo-worker load`.
@@ -157,6 +201,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	send, err := newSender(tc, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "demo-worker load: %v\n", err)
+		return exitStartError
+	}
 	sendCtx := ctx
 	if o.duration > 0 {
 		var cancel context.CancelFunc
@@ -170,7 +219,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var wg sync.WaitGroup
 	for _, q := range o.cfg.Queues {
 		wg.Go(func() {
-			produce(sendCtx, tc, o, q, &counts, func(key string) {
+			produce(sendCtx, send, o, q, &counts, func(key string) {
 				mu.Lock()
 				keys = append(keys, key)
 				mu.Unlock()
@@ -185,12 +234,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for sending := true; sending; {
 		select {
 		case <-tick.C:
-			fmt.Fprintln(stdout, counts.line(fmt.Sprintf("load: %6.1fs", time.Since(began).Seconds())))
+			fmt.Fprintln(stdout, counts.line(fmt.Sprintf("load: %6.1fs", time.Since(began).Seconds()), o.mode))
 		case <-done:
 			sending = false
 		}
 	}
-	total := counts.line("load total:")
+	total := counts.line("load total:", o.mode)
 	if ledger == nil {
 		fmt.Fprintln(stdout, total, "ledger=unread")
 		return exitOK
@@ -212,11 +261,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // produce sends requests for queue at random times, rate per second on average, until ctx ends; each
 // is sent (and retried) in its own goroutine, at most o.inFlight at once, all waited for.
-func produce(ctx context.Context, tc client.Client, o loadOptions, queue string, counts *loadCounts, accepted func(key string)) {
-	wfID, err := takeover.WorkflowID(o.cfg.Project, queue)
-	if err != nil {
-		return // Validate checked the names
-	}
+func produce(ctx context.Context, send sender, o loadOptions, queue string, counts *loadCounts, accepted func(key string)) {
 	slots := make(chan struct{}, o.inFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -240,7 +285,7 @@ func produce(ctx context.Context, tc client.Client, o loadOptions, queue string,
 		counts.sent.Add(1)
 		wg.Go(func() {
 			defer func() { <-slots }()
-			if sendSignal(ctx, tc, wfID, req, counts) {
+			if send(ctx, queue, req, counts) {
 				counts.accepted.Add(1)
 				accepted(req.Key())
 			}

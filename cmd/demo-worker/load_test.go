@@ -16,7 +16,7 @@ func TestLoadRejectsBadFlagsNamingTheFlagAndRule(t *testing.T) {
 		args []string
 		want string // in the one-line message
 	}{
-		{name: "unknown mode", args: []string{"-mode=carrier-pigeon"}, want: `flag -mode must be signal, got "carrier-pigeon"`},
+		{name: "unknown mode", args: []string{"-mode=carrier-pigeon"}, want: `flag -mode must be signal or dispatch, got "carrier-pigeon"`},
 		{name: "zero rate", args: []string{"-rate=0"}, want: "flag -rate must be above 0"},
 		{name: "negative rate", args: []string{"-rate=-3"}, want: "flag -rate must be above 0"},
 		{name: "rate too high", args: []string{"-rate=1e6"}, want: "at most 10000 requests per second per queue"},

@@ -31,8 +31,10 @@
 // Produces dispatch requests for a drill: to the dispatcher of every queue (-queues), -rate per
 // second per queue on average, at random (Poisson) times, each with its own dispatch key. -mode
 // signal sends each with SignalWorkflow and retries a failed send until Temporal accepts it, as
-// fire-and-forget producers do. A summary line every -interval (sent, accepted, retried sends, and
-// arrivals that waited for one of the -in-flight slots) and a final line. With -etcd-endpoints it
+// fire-and-forget producers do; -mode dispatch uses dispatcher.Producer, whose Dispatch returns once
+// the request is recorded handled (each bounded by -settle). A summary line every -interval (sent, accepted, retried sends, and
+// arrivals that waited for one of the -in-flight slots; in dispatch mode handled, rejected and
+// errors instead of retries) and a final line. With -etcd-endpoints it
 // reads the dispatch ledger back at the end, waiting up to -settle, and adds how many accepted
 // requests were handled, never handled (not_handled) and handled more than once (handled_twice).
 // It sends for -duration, or until SIGTERM or SIGINT.

@@ -27,7 +27,18 @@ func TestLoadThroughALeaderKill(t *testing.T) {
 	c.waitReady(60 * time.Second)
 	c.checkOneDispatcherPerQueue()
 
-	load := workerproc.StartLoadT(t, c.bin, "load", c.env, "-rate=20", "-duration=8s", "-interval=1s", "-settle=30s")
+	for _, mode := range []string{"signal", "dispatch"} {
+		t.Run(mode, func(t *testing.T) {
+			defer c.useT(t)()
+			loadThroughAKill(t, c, mode)
+		})
+	}
+}
+
+// loadThroughAKill runs the load in mode while the leader of q1 is SIGKILLed, then checks the load's
+// ledger report.
+func loadThroughAKill(t *testing.T, c *cluster, mode string) {
+	load := workerproc.StartLoadT(t, c.bin, "load-"+mode, c.env, "-mode="+mode, "-rate=20", "-duration=8s", "-interval=1s", "-settle=30s")
 	waitLine(t, load, "load:  ", 30*time.Second) // the first summary: requests are flowing
 
 	old, _ := c.waitLeader("q1", takeoverSLA, nil)
@@ -56,8 +67,14 @@ func TestLoadThroughALeaderKill(t *testing.T) {
 	if v["ledger_handled"]+v["not_handled"] != v["accepted"] {
 		t.Errorf("handled %d + not handled %d != accepted %d", v["ledger_handled"], v["not_handled"], v["accepted"])
 	}
-	t.Logf("accepted but never handled across the kill: %d of %d (%.1f %%)", v["not_handled"], v["accepted"],
+	t.Logf("%s: accepted but never handled across the kill: %d of %d (%.1f %%)", mode, v["not_handled"], v["accepted"],
 		100*float64(v["not_handled"])/float64(v["accepted"]))
+	if mode == "dispatch" && v["not_handled"] > 0 {
+		t.Errorf("Dispatch returned for %d requests the ledger never shows handled", v["not_handled"])
+	}
+	c.gen++
+	c.start(fmt.Sprintf("l%d-%d", c.gen, c.gen))
+	c.waitReady(60 * time.Second)
 }
 
 // waitLine returns the first output line of p that starts with prefix, waiting up to d for it.
