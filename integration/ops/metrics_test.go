@@ -24,11 +24,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
 )
@@ -201,8 +203,9 @@ func usedMetrics(t *testing.T, root string) map[string][]string {
 
 // TestMetricNamesExist starts a real demo worker against real etcd, Temporal and Redis, makes it lead
 // its queues, run reconcile cycles, evict a dead worker, clean up a stale dispatcher, meet malformed
-// entries and lose a leadership term, then checks that every metric the dashboard and the alert rules
-// use is in its /metrics, and that every Baton metric it exports is on the dashboard.
+// entries, lose a leadership term, replace a run an operator terminated and a run that carries a
+// higher token than its term (a history regression), then checks that every metric the dashboard and
+// the alert rules use is in its /metrics, and that every Baton metric it exports is on the dashboard.
 //
 // Counters of the OpenTelemetry exporter appear only once they have been incremented, hence the events.
 func TestMetricNamesExist(t *testing.T) {
@@ -222,7 +225,7 @@ func TestMetricNamesExist(t *testing.T) {
 	// A heartbeat prefix of this test's own: the malformed entry below must not reach other
 	// reconcilers sharing the Redis (a compose stack, when BATON_REDIS_ADDR points at one).
 	hbPrefix := "opstest:" + project + ":heartbeat:"
-	queues := []string{"orders", "refunds"}
+	queues := []string{"orders", "refunds", "restored"}
 	env := []string{
 		"BATON_PROJECT=" + project, "BATON_QUEUES=" + strings.Join(queues, ","),
 		"BATON_ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints(), ","),
@@ -248,6 +251,22 @@ func TestMetricNamesExist(t *testing.T) {
 			}
 		}
 	})
+	// A run of "restored" left by an owner whose token is far above anything this etcd has issued, as
+	// after a restore without --bump-revision: the worker's takeover counts a regression and replaces
+	// it. Its task queue has no worker, so it stays open until then.
+	tc := temporalx.Client(t, temporalServer)
+	restoredID, err := takeover.WorkflowID(project, "restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := takeover.Owner{Project: project, Queue: "restored", ServerID: "pre-restore-worker", Token: 1 << 40,
+		ElectionKey: "/baton/election/" + project + "/restored/0", TakeoverStartedAt: time.Now()}
+	preRun, err := tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: restoredID, TaskQueue: "ops-nobody-polls",
+		Memo: map[string]any{takeover.MemoKey: pre}}, takeover.DefaultWorkflowType, pre)
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	addr := freeAddr(t)
 	startWorker(t, bin, "ops-1", addr, env)
 
@@ -276,6 +295,20 @@ func TestMetricNamesExist(t *testing.T) {
 		return true
 	})
 	ctx := t.Context()
+	if s, _ := leads("restored"); s.RunID == preRun.GetRunID() || s.Token >= pre.Token {
+		t.Fatalf("restored: leading with token %d and run %s; want the pre-restore run %s replaced", s.Token, s.RunID, preRun.GetRunID())
+	}
+
+	// An operator terminates the dispatcher run of orders: the leader sees the close and replaces the
+	// run within its term (run closes, status terminated).
+	ordersBefore, _ := leads("orders")
+	if err := tc.TerminateWorkflow(ctx, ordersBefore.WorkflowID, ordersBefore.RunID, "ops test: an operator's terminate"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "orders' terminated run is replaced in the same term", func() bool {
+		s, ok := leads("orders")
+		return ok && s.Token == ordersBefore.Token && s.RunID != ordersBefore.RunID && s.DispatcherOpen && s.Replacements >= 1
+	})
 
 	// A worker that registered and died: the leader of orders evicts it (registry evictions), and a
 	// heartbeat entry that is not a server ID (registry malformed).
