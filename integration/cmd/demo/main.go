@@ -136,7 +136,11 @@ func (d *demo) script(ctx context.Context) error {
 	d.step("The operator's view, `demo-worker status`, read straight from etcd, Temporal and Redis:")
 	d.statusCommand(ctx)
 
-	// A crash.
+	// A crash, with requests flowing.
+	load, err := d.startLoad(ctx, "orders")
+	if err != nil {
+		return err
+	}
 	victim, qs := d.leaderOf("orders")
 	d.step("Crash: killing %s (SIGKILL), the leader of orders. It gets no chance to clean up.", victim.id)
 	say("  Its etcd lease now runs out (TTL %s); until then nobody else may lead its queues.", d.env["BATON_ELECTION_TTL"])
@@ -151,6 +155,8 @@ func (d *demo) script(ctx context.Context) error {
 		next.id, time.Since(killed).Round(time.Millisecond), nqs.TakeoverLatency.Round(time.Millisecond))
 	d.explainRun(ctx, nqs.WorkflowID, qs.RunID, "the crashed leader's run")
 	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
+	say("  Requests to orders through the crash (demo-worker load -mode dispatch, read back from the ledger):")
+	say("  %s", load.wait())
 
 	// A graceful stop.
 	if err := d.waitAllLed(ctx, 30*time.Second); err != nil {
@@ -248,6 +254,35 @@ func (d *demo) workerEnv() []string {
 	return append(env, "BATON_PROJECT="+project, "BATON_QUEUES="+strings.Join(queues, ","),
 		"BATON_HEARTBEAT_INTERVAL=1s", "BATON_RECONCILE_INTERVAL=5s", "BATON_RECONCILE_STALE_AFTER=3s",
 		"BATON_REGISTRY_HEARTBEAT_INTERVAL=1s")
+}
+
+// loadRun is a `demo-worker load` process whose final line is kept.
+type loadRun struct {
+	out  strings.Builder
+	done chan struct{}
+}
+
+// startLoad sends dispatch requests to queue for 10 s with the Producer, which returns each once it
+// is handled, so the final line tells whether any was lost in the takeover.
+func (d *demo) startLoad(ctx context.Context, queue string) (*loadRun, error) {
+	l := &loadRun{done: make(chan struct{})}
+	cmd := exec.CommandContext(ctx, filepath.Join(d.o.bin, "demo-worker"), "load", "-mode=dispatch", "-queues="+queue,
+		"-rate=10", "-duration=10s", "-interval=1h")
+	cmd.Env = d.workerEnv()
+	cmd.Stdout = &l.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start demo-worker load: %w", err)
+	}
+	go func() { _ = cmd.Wait(); close(l.done) }()
+	return l, nil
+}
+
+// wait waits for the load to finish and returns its final line.
+func (l *loadRun) wait() string {
+	<-l.done
+	lines := strings.Split(strings.TrimSpace(l.out.String()), "\n")
+	return lines[len(lines)-1]
 }
 
 func (d *demo) startWorker(id string) (*worker, error) {
