@@ -226,7 +226,8 @@ func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callba
 // process can try.
 func (n *Node) lead(ctx context.Context, queue string, term *election.Term) error {
 	n.update(queue, func(s *queueState) {
-		s.term, s.run, s.open, s.lastErr, s.noRunSince = term, takeover.Run{}, false, nil, time.Now()
+		s.term, s.run, s.open, s.lastErr, s.noRunSince, s.hbErr = term, takeover.Run{}, false, nil, time.Now(), nil
+		s.handingOver = false
 	})
 	var evict sync.WaitGroup
 	defer evict.Wait()
@@ -263,9 +264,16 @@ func (n *Node) lead(ctx context.Context, queue string, term *election.Term) erro
 			}
 			return nil
 		}
+		var handingOver bool
 		n.update(queue, func(s *queueState) {
-			s.open, s.lastErr, s.noRunSince, s.replaced = false, err, time.Now(), s.replaced+1
+			if handingOver = s.handingOver; !handingOver {
+				s.open, s.lastErr, s.noRunSince, s.replaced = false, err, time.Now(), s.replaced+1
+			}
 		})
+		if handingOver {
+			// The close is this owner's own step-down: the term is about to end.
+			return nil
+		}
 		if replaced >= tcfg.MaxReplacements {
 			return fmt.Errorf("baton: %d dispatcher runs closed behind this owner's back in one term; resigning: %w", replaced+1, err)
 		}
@@ -312,13 +320,28 @@ func (n *Node) supervise(ctx context.Context, queue string, term *election.Term,
 	}
 }
 
+// heartbeatResult records the result of a dispatcher heartbeat write of term.
+func (n *Node) heartbeatResult(term *election.Term, err error) {
+	n.update(term.Queue(), func(s *queueState) {
+		switch {
+		case s.term != term:
+		case err == nil:
+			s.hbErr = nil
+		case s.hbErr == nil:
+			s.hbErr, s.hbFailingSince, s.lastErr = err, time.Now(), err
+		default:
+			s.hbErr, s.lastErr = err, err
+		}
+	})
+}
+
 // heartbeat writes the heartbeats of the chain's current run, switching to the run that each value
 // of runs names.
 func (n *Node) heartbeat(ctx context.Context, term *election.Term, run takeover.Run, runs <-chan takeover.Run) error {
 	for {
 		hctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- n.hb.Run(hctx, term, run) }()
+		go func() { done <- n.hb.RunReporting(hctx, term, run, func(err error) { n.heartbeatResult(term, err) }) }()
 		select {
 		case run = <-runs:
 			stop()
@@ -337,6 +360,7 @@ func (n *Node) handOver(ctx context.Context, queue string, term *election.Term) 
 	s := n.state[queue]
 	run := s.run
 	owned := s.term == term && run.RunID != ""
+	s.handingOver = owned // the run's close that follows is ours: supervision must not replace it
 	n.mu.Unlock()
 	if !owned {
 		return

@@ -14,17 +14,20 @@ import (
 )
 
 type queueState struct {
-	leader     election.Leader // as etcd shows it (advisory)
-	term       *election.Term  // this process's live term, if it leads
-	run        takeover.Run
-	open       bool      // run is open, as far as Watch knows
-	noRunSince time.Time // when the term last had no open run (its start, or a close)
-	takeovers  int
-	replaced   int
-	lastErr    error
-	permanent  error // a takeover failure that retrying cannot fix, until a takeover succeeds
-	lastCause  error
-	workers    map[registry.Status]int // counted by this process while it leads the queue
+	leader         election.Leader // as etcd shows it (advisory)
+	term           *election.Term  // this process's live term, if it leads
+	run            takeover.Run
+	open           bool      // run is open, as far as Watch knows
+	noRunSince     time.Time // when the term last had no open run (its start, or a close)
+	takeovers      int
+	replaced       int
+	lastErr        error
+	permanent      error     // a takeover failure that retrying cannot fix, until a takeover succeeds
+	hbErr          error     // the last dispatcher heartbeat write failed with it (nil after a success)
+	hbFailingSince time.Time // since when the writes fail
+	handingOver    bool      // a graceful step-down of this term is ending its run
+	lastCause      error
+	workers        map[registry.Status]int // counted by this process while it leads the queue
 }
 
 type workerState struct {
@@ -184,6 +187,10 @@ var (
 	// ErrNoDispatcher fails readiness while this process leads a queue without an open dispatcher run
 	// for longer than one heartbeat interval (the run closed and could not be replaced yet).
 	ErrNoDispatcher = errors.New("baton: leading without an open dispatcher run")
+	// ErrHeartbeatFailing fails readiness while the dispatcher heartbeat of a queue this process leads
+	// has failed for longer than one heartbeat interval (Redis unreachable, or refusing the write: an
+	// ACL without a command, a read-only replica). The reconciler would take the run for a dead owner's.
+	ErrHeartbeatFailing = errors.New("baton: dispatcher heartbeats failing")
 )
 
 // wedgedAfter is how long past its deadline a term may take to end before the process counts as
@@ -230,6 +237,9 @@ func (n *Node) Ready() error {
 		s := n.state[q]
 		if s.permanent != nil {
 			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.permanent)
+		}
+		if s.term != nil && s.term.Err() == nil && s.hbErr != nil && time.Since(s.hbFailingSince) > n.cfg.Heartbeat.Interval {
+			return fmt.Errorf("%w: queue %s for %v: %w", ErrHeartbeatFailing, q, time.Since(s.hbFailingSince).Round(time.Millisecond), s.hbErr)
 		}
 		if s.term != nil && s.term.Err() == nil && !s.open && time.Since(s.noRunSince) > n.cfg.Heartbeat.Interval {
 			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, time.Since(s.noRunSince).Round(time.Millisecond), s.lastErr)

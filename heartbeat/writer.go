@@ -156,6 +156,13 @@ func (w *Writer) beat(ctx context.Context, term Term, run takeover.Run) (Entry, 
 // (it returns nil then). A failed write is logged, counted and tried again at the next tick; a refusal
 // because a higher token is stored returns ErrSuperseded, since this process is no longer the owner.
 func (w *Writer) Run(ctx context.Context, term Term, run takeover.Run) error {
+	return w.RunReporting(ctx, term, run, nil)
+}
+
+// RunReporting is Run that also tells report the result of every write (nil for a success), so the
+// owner can show a write that Redis keeps refusing (an ACL without a command, a read-only replica) in
+// its status and readiness.
+func (w *Writer) RunReporting(ctx context.Context, term Term, run takeover.Run, report func(error)) error {
 	if err := validRun(term, run); err != nil {
 		return err
 	}
@@ -169,6 +176,9 @@ func (w *Writer) Run(ctx context.Context, term Term, run takeover.Run) error {
 	failing := false
 	for {
 		_, err := w.Beat(ctx, term, run)
+		if report != nil && ctx.Err() == nil {
+			report(err)
+		}
 		switch {
 		case ctx.Err() != nil || errors.Is(err, ErrNotLeader):
 			return nil

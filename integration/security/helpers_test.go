@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -142,11 +143,16 @@ func (s *secureEtcd) clientConfig(user, password string, withCert bool) fxmodule
 	return cc
 }
 
-// batonACL is a Redis ACL rule for Baton's user: its own key patterns, every command but the
-// dangerous ones (KEYS, FLUSHALL, CONFIG, DEBUG, ...).
-func batonACL(user, password string) []string {
-	return []string{"--user", user, "on", ">" + password, "~" + heartbeat.DefaultPrefix + "*", "~" + registry.DefaultPrefix + "*",
-		"resetchannels", "+@all", "-@dangerous"}
+// batonACL is the Redis ACL of Baton's user as the library ships it (Config.RedisACLRules): its own
+// key patterns and exactly the commands Baton sends, less the commands in without.
+func batonACL(user, password string, without ...string) []string {
+	args := []string{"--user", user, "on", ">" + password}
+	for _, rule := range (baton.Config{}).RedisACLRules() {
+		if !slices.Contains(without, rule) {
+			args = append(args, rule)
+		}
+	}
+	return args
 }
 
 // withTemporal fills in the in-process Temporal server and the test namespace.

@@ -2,6 +2,8 @@ package security_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,6 +57,13 @@ func TestRedisACLUser(t *testing.T) {
 			return errString("worker not registered: " + st.LastError)
 		}
 		return nil
+	})
+
+	eventually(t, 20*time.Second, "a reconcile cycle and ready as user baton", func() error {
+		if last := node.Status().Reconciler.Last; last == nil || last.Error != "" {
+			return fmt.Errorf("last reconcile cycle %+v", last)
+		}
+		return node.Ready()
 	})
 
 	rdb, err := fxmodule.NewRedisClient(fxmodule.ClientParams{Config: cc, Lifecycle: fxtest.NewLifecycle(t)})
@@ -262,3 +271,28 @@ func redisStats(t *testing.T, c *redis.Client) map[string]int64 {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// A heartbeat write that Redis refuses (here the ACL lacks HSET, as an incomplete command list would)
+// shows: readiness fails naming the heartbeat and the queue's last error says why, instead of a leader
+// that looks healthy while the reconciler takes its run for a dead owner's.
+func TestRefusedHeartbeatShowsInReadiness(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{Password: redisAdminPassword, Args: batonACL("baton", redisPassword, "+hset")})
+	redistest.SkipExternal(t, rs)
+	etcd := etcdtest.Start(t, etcdtest.Options{})
+	cc := withRedis(withTemporal(fxmodule.ClientConfig{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", redisPassword)
+	a, node := app(t, fast(project(), "acl-a", "orders"), cc)
+	a.RequireStart()
+	eventually(t, 30*time.Second, "readiness names the refused heartbeat", func() error {
+		err := node.Ready()
+		if !errors.Is(err, baton.ErrHeartbeatFailing) || !strings.Contains(err.Error(), "can't run this command") {
+			return fmt.Errorf("Ready = %v", err)
+		}
+		for _, q := range node.Status().Queues {
+			if q.Queue == "orders" && strings.Contains(q.LastError, "can't run this command") {
+				return nil
+			}
+		}
+		return fmt.Errorf("status %+v", node.Status().Queues)
+	})
+	a.RequireStop()
+}
