@@ -108,3 +108,66 @@ func classify(err error) error {
 	}
 	return temporal.NewNonRetryableApplicationError(err.Error(), typ, err)
 }
+
+// ActivityDispatchBatch is the registered name of Activities.DispatchBatch.
+const ActivityDispatchBatch = "baton.DispatchBatch"
+
+// Batch is the DispatchBatch activity's input: requests of one owner, each with its key.
+type Batch struct {
+	Owner takeover.Owner `json:"owner"`
+	Items []BatchItem    `json:"items"`
+}
+
+// BatchItem is one request of a Batch.
+type BatchItem struct {
+	Key     string  `json:"key"`
+	Request Request `json:"request"`
+}
+
+// BatchResult is the DispatchBatch activity's output, one ItemResult per item, in order.
+type BatchResult struct {
+	Results []ItemResult `json:"results"`
+}
+
+// ItemResult is one item's outcome: its Result, or the type and message of a failure that concerns
+// that key alone (ErrTypeBadRecord, ErrTypeInvalidRequest).
+type ItemResult struct {
+	Result
+	ErrorType string `json:"error_type,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// DispatchBatch dispatches the items concurrently, each as Dispatch does. One Temporal activity for
+// several requests is what lets a queue's single workflow keep up with hundreds of requests a
+// second: the server's cost is per activity, not per request. A failure that concerns the owner
+// (ErrTypeSuperseded, ErrTypeInvalidOwner) fails the whole batch without retrying, as it would fail
+// every item; any retryable failure fails the batch for a retry, in which the items already done are
+// duplicates and those left pending by this owner are dispatched again.
+func (a *Activities) DispatchBatch(ctx context.Context, b Batch) (BatchResult, error) {
+	results := make([]ItemResult, len(b.Items))
+	errs := make([]error, len(b.Items))
+	var wg sync.WaitGroup
+	for i, it := range b.Items {
+		wg.Go(func() {
+			results[i].Result, errs[i] = a.Dispatch(ctx, Task{Key: it.Key, Request: it.Request, Owner: b.Owner})
+		})
+	}
+	wg.Wait()
+	var retry error
+	for i, err := range errs {
+		var app *temporal.ApplicationError
+		switch {
+		case err == nil:
+		case errors.As(err, &app) && (app.Type() == ErrTypeSuperseded || app.Type() == ErrTypeInvalidOwner):
+			return BatchResult{}, err
+		case errors.As(err, &app) && app.NonRetryable():
+			results[i].ErrorType, results[i].Error = app.Type(), err.Error()
+		case retry == nil:
+			retry = err
+		}
+	}
+	if retry != nil {
+		return BatchResult{}, fmt.Errorf("dispatcher: batch of %d: %w", len(b.Items), retry)
+	}
+	return BatchResult{Results: results}, nil
+}

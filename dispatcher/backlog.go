@@ -177,9 +177,9 @@ func (a *Activities) read(ctx context.Context, src Source) (runBacklog, error) {
 	var (
 		b         runBacklog
 		accepted  []Request
-		kinds     = map[int64]string{} // scheduled event ID -> activity type, for our activities
-		keys      = map[int64]string{} // scheduled event ID -> dispatch key
-		completed = map[string]bool{}  // dispatch keys whose activity completed
+		kinds     = map[int64]string{}   // scheduled event ID -> activity type, for our activities
+		keys      = map[int64][]string{} // scheduled event ID -> dispatch keys
+		completed = map[string]bool{}    // dispatch keys whose activity completed
 		closed    bool
 		events    int
 	)
@@ -232,18 +232,40 @@ func (a *Activities) read(ctx context.Context, src Source) (runBacklog, error) {
 			case ActivityDispatch:
 				var t Task
 				if dc.FromPayloads(attrs.GetInput(), &t) == nil {
-					keys[ev.GetEventId()] = t.Key
+					keys[ev.GetEventId()] = []string{t.Key}
+				}
+			case ActivityDispatchBatch:
+				var b Batch
+				if dc.FromPayloads(attrs.GetInput(), &b) == nil {
+					kinds[ev.GetEventId()] = ActivityDispatchBatch
+					for _, it := range b.Items {
+						keys[ev.GetEventId()] = append(keys[ev.GetEventId()], it.Key)
+					}
 				}
 			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
 			attrs := ev.GetActivityTaskCompletedEventAttributes()
-			if key, ok := keys[attrs.GetScheduledEventId()]; ok {
-				completed[key] = true
-			} else if kinds[attrs.GetScheduledEventId()] == ActivityBacklog {
+			id := attrs.GetScheduledEventId()
+			switch kinds[id] {
+			case ActivityDispatchBatch:
+				// Items that failed on their own (a bad ledger record) did not complete.
+				var r BatchResult
+				if dc.FromPayloads(attrs.GetResult(), &r) == nil && len(r.Results) == len(keys[id]) {
+					for i, k := range keys[id] {
+						if r.Results[i].ErrorType == "" {
+							completed[k] = true
+						}
+					}
+				}
+			case ActivityBacklog:
 				var p BacklogPage
 				if decode("backlog page", attrs.GetResult(), &p) {
 					accepted = append(accepted, p.Requests...)
 					b.sources = p.Next
+				}
+			default:
+				for _, k := range keys[id] {
+					completed[k] = true
 				}
 			}
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,

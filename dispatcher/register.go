@@ -102,5 +102,6 @@ func register(w worker.Registry, a *Activities, opts RegisterOptions) {
 	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in Input) error { return run(ctx, in, opts) },
 		workflow.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.Dispatch, activity.RegisterOptions{Name: ActivityDispatch})
+	w.RegisterActivityWithOptions(a.DispatchBatch, activity.RegisterOptions{Name: ActivityDispatchBatch})
 	w.RegisterActivityWithOptions(a.Backlog, activity.RegisterOptions{Name: ActivityBacklog})
 }

@@ -168,18 +168,52 @@ func (d *dispatcher) next() int {
 	return -1
 }
 
-// start runs the Dispatch activity for queue[i] in its own coroutine.
-func (d *dispatcher) start(i int) {
-	e := d.queue[i]
-	d.queue = append(d.queue[:i], d.queue[i+1:]...)
-	e.started = true
-	d.inFlight++
-	f := workflow.ExecuteActivity(d.ctx, ActivityDispatch, Task{Key: e.key, Request: e.req, Owner: d.state.Owner})
+// batchSize is how many requests one DispatchBatch activity carries: a quarter of the bound, so
+// several batches are in flight and one slow request holds back only its own batch.
+func (d *dispatcher) batchSize() int { return max(1, d.tune.MaxConcurrent/4) }
+
+// startAll starts every request the bound allows, in batches.
+func (d *dispatcher) startAll() {
+	var batch []*entry
+	for i := d.next(); i >= 0; i = d.next() {
+		e := d.queue[i]
+		d.queue = append(d.queue[:i], d.queue[i+1:]...)
+		e.started = true
+		d.inFlight++
+		if batch = append(batch, e); len(batch) == d.batchSize() {
+			d.start(batch)
+			batch = nil
+		}
+	}
+	if len(batch) > 0 {
+		d.start(batch)
+	}
+}
+
+// start runs the DispatchBatch activity for batch in its own coroutine.
+func (d *dispatcher) start(batch []*entry) {
+	in := Batch{Owner: d.state.Owner, Items: make([]BatchItem, len(batch))}
+	for i, e := range batch {
+		in.Items[i] = BatchItem{Key: e.key, Request: e.req}
+	}
+	f := workflow.ExecuteActivity(d.ctx, ActivityDispatchBatch, in)
 	workflow.Go(d.ctx, func(ctx workflow.Context) {
-		var res Result
+		var res BatchResult
 		err := f.Get(ctx, &res)
-		d.inFlight--
-		d.finish(e, res, err)
+		d.inFlight -= len(batch)
+		if err == nil && len(res.Results) != len(batch) {
+			err = temporal.NewNonRetryableApplicationError("dispatcher: batch result does not match its items", ErrTypeDispatchFailed, nil)
+		}
+		for i, e := range batch {
+			switch {
+			case err != nil:
+				d.finish(e, Result{}, err)
+			case res.Results[i].ErrorType != "":
+				d.finish(e, Result{}, temporal.NewNonRetryableApplicationError(res.Results[i].Error, res.Results[i].ErrorType, nil))
+			default:
+				d.finish(e, res.Results[i].Result, nil)
+			}
+		}
 	})
 }
 
@@ -358,9 +392,7 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 			return d.cancelled(dispatches)
 		}
 		receive()
-		for i := d.next(); i >= 0; i = d.next() {
-			d.start(i)
-		}
+		d.startAll()
 		if d.wantBacklog() {
 			d.fetchBacklog(backlogCtx)
 		}

@@ -93,6 +93,7 @@ func (e *env) records(t *testing.T) map[string]string {
 type call struct {
 	key   string
 	owner takeover.Owner
+	at    time.Time
 }
 
 // handled records the dispatcher's handler calls. block, when set, is called first (outside the
@@ -109,7 +110,7 @@ func (h *handled) handle(ctx context.Context, key string, _ dispatcher.Request, 
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.calls = append(h.calls, call{key, owner})
+	h.calls = append(h.calls, call{key, owner, time.Now()})
 	return nil
 }
 
