@@ -25,17 +25,19 @@
 //
 // A Request's identity fields decide its dispatch key (Request.Key, a SHA-256 over the fields joined
 // with NUL), so the same request sent twice, or sent again to the next owner's run, has the same key.
-// The workflow handles each request with the Dispatch activity, which asks the Ledger to Begin the
-// key for the run's owner, calls the application's Handler, and Completes the key. A key already
+// The workflow handles each request as the Dispatch activity does (the DispatchBatch activity runs
+// it for several requests at once): it asks the Ledger to Begin the key for the run's owner, calls
+// the application's Handler, and Completes the key. A key already
 // completed is a duplicate and is not handled again. The handler is at-least-once between Begin and
 // Complete: a run terminated or superseded in between leaves the key pending, and the next owner
 // handles it again, so handlers must be idempotent by key. The activity fails without retrying,
 // with the ApplicationError types ErrTypeSuperseded, ErrTypeInvalidOwner, ErrTypeInvalidRequest and
 // ErrTypeBadRecord, when retrying cannot help.
 //
-// A run handles up to RegisterOptions.MaxConcurrent requests at a time (default 32): a request's
-// round trips (ledger, handler, Temporal) no longer bound the queue's rate. The same key queued or in
-// flight twice is handled once.
+// A run handles up to RegisterOptions.MaxConcurrent requests at a time (default 32), in
+// DispatchBatch activities of a quarter of that each: a request's round trips (ledger, handler) no
+// longer bound the queue's rate, and Temporal's cost, which is per activity, is shared by a batch.
+// The same key queued or in flight twice is handled once.
 //
 // # Nothing accepted is lost
 //
