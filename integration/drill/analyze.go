@@ -385,7 +385,10 @@ func (d *Drill) allQueues() []string {
 var (
 	reTakenOver = regexp.MustCompile(`^baton: taken over by (\S+) \(token (\d+)\)$`)
 	reSteppedDn = regexp.MustCompile(`^baton: (\S+) stepped down \(token (\d+)\)$`)
-	reReconcile = regexp.MustCompile(`^baton: reconciler (\S+) \(token (\d+)\): heartbeat of (\S+) \(token (\d+)\) stale`)
+	// The reconciler ends a stale heartbeat's run, or an open run its sweep found without a live owner.
+	reReconcile = regexp.MustCompile(`^baton: reconciler (\S+) \(token (\d+)\): (?:heartbeat|run) of (\S+) \(token (\d+)\) (?:stale|has no live owner)`)
+	// A takeover whose term ended while its start was on the way ends the run it started.
+	reLateStart = regexp.MustCompile(`^baton: started by (\S+) at token (\d+) after its term ended$`)
 )
 
 // checkRuns checks Temporal's records of the runs against each other and against the terms.
@@ -533,6 +536,15 @@ func (d *Drill) checkTermination(q string, r *run, t *term, ts []*term) {
 	if m := reReconcile.FindStringSubmatch(r.Reason); m != nil {
 		if tok, _ := strconv.ParseInt(m[4], 10, 64); tok != t.Token {
 			bad("the reconciler named another owner token")
+		}
+		if t.End.After(r.Close) {
+			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
+		}
+		return
+	}
+	if m := reLateStart.FindStringSubmatch(r.Reason); m != nil {
+		if tok, _ := strconv.ParseInt(m[2], 10, 64); tok != t.Token {
+			bad("a late start's own terminate named another token")
 		}
 		if t.End.After(r.Close) {
 			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
