@@ -140,8 +140,12 @@ type sender func(ctx context.Context, queue string, req dispatcher.Request, coun
 func newSender(tc client.Client, o loadOptions) (sender, error) {
 	if o.mode == modeSignal {
 		return func(ctx context.Context, queue string, req dispatcher.Request, counts *loadCounts) bool {
+			// A send keeps retrying after -duration ends (for at most the settle time): a request
+			// sent is one its producer insists on.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.settle)
+			defer cancel()
 			wfID, err := takeover.WorkflowID(o.cfg.Project, queue)
-			return err == nil && sendSignal(ctx, tc, wfID, req, counts)
+			return err == nil && sendSignal(sctx, tc, wfID, req, counts)
 		}, nil
 	}
 	p, err := dispatcher.NewProducer(tc, dispatcher.ProducerConfig{})
