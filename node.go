@@ -240,8 +240,9 @@ func (n *Node) lead(ctx context.Context, queue string, term *election.Term) erro
 	}
 	tcfg := n.takeover.Config()
 	backoff := tcfg.RetryMin
-	for replaced := 0; ; replaced++ {
-		run, err := n.takeover.Take(ctx, term)
+	take := n.takeover.Take
+	for replaced := 0; ; replaced, take = replaced+1, n.takeover.Replace {
+		run, err := take(ctx, term)
 		if err != nil {
 			n.update(queue, func(s *queueState) {
 				s.lastErr = err

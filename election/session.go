@@ -125,9 +125,12 @@ func (s *session) keepAliveLoop() {
 			return
 		case <-timer.C():
 		}
+		sent := s.cfg.Clock.Now()
 		if s.keepAliveOnce() {
 			retry = s.cfg.RetryMin
-			timer.Reset(s.cfg.KeepAliveInterval)
+			// Paced from the send, not the answer: on a loaded machine a slow answer must not push every
+			// later keepalive back and eat the safety margin.
+			timer.Reset(max(0, s.cfg.KeepAliveInterval-s.cfg.Clock.Now().Sub(sent)))
 			continue
 		}
 		if s.ctx.Err() != nil {

@@ -143,6 +143,16 @@ func (m *Manager) Config() Config { return m.cfg }
 // gives up after MaxAttempts with ErrFailed; a failure that retrying cannot fix (namespace not found,
 // permission denied, invalid argument, an owner memo it cannot read) also wraps ErrPermanent.
 func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
+	return m.take(ctx, term, term.Started())
+}
+
+// Replace is Take for a run that closed during the term: the same takeover, its latency measured
+// from the call rather than from the term's start.
+func (m *Manager) Replace(ctx context.Context, term Term) (Run, error) {
+	return m.take(ctx, term, m.cfg.Clock.Now())
+}
+
+func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, error) {
 	id, err := WorkflowID(term.Project(), term.Queue())
 	if err != nil {
 		m.metrics.takeover(ctx, term.Project(), term.Queue(), "invalid", PathStart)
@@ -172,7 +182,7 @@ func (m *Manager) Take(ctx context.Context, term Term) (Run, error) {
 		run, next, err := m.attempt(ctx, term, id, owner, path, log)
 		if err == nil {
 			run.Attempts = attempts
-			run.Latency = m.cfg.Clock.Now().Sub(term.Started())
+			run.Latency = m.cfg.Clock.Now().Sub(since)
 			m.metrics.takeover(ctx, owner.Project, owner.Queue, "started", run.Path)
 			m.metrics.latency(ctx, owner.Project, owner.Queue, run.Latency, run.Path)
 			log.Info("dispatcher taken over", zap.String("run_id", run.RunID), zap.String("path", string(run.Path)),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -71,9 +72,13 @@ func (m *Manager) Watch(ctx context.Context, term Term, run Run) (Run, error) {
 	backoff := m.cfg.RetryMin
 	for {
 		// The long poll is bounded and followed by a plain read, so a close is seen within WatchInterval
-		// even when the server's long poll is not woken by it.
-		pctx, stop := context.WithTimeout(ctx, m.cfg.WatchInterval)
+		// even when the server's long poll is not woken by it. It is cut by a timer, not a deadline: the
+		// server answers a long poll an instant before its caller's deadline, and the SDK re-polls every
+		// empty answer, which would spin for the deadline's last second.
+		pctx, stop := context.WithCancel(ctx)
+		timer := time.AfterFunc(m.cfg.WatchInterval, stop)
 		ev, err := m.closeEvent(pctx, run, true)
+		timer.Stop()
 		stop()
 		if ctx.Err() == nil && pctx.Err() != nil {
 			var open bool
