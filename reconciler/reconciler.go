@@ -99,7 +99,9 @@ type Report struct {
 	// and terminations of the sweep.
 	RedisCalls    int `json:"redis_calls"`
 	TemporalCalls int `json:"temporal_calls"`
-	// RedisTime is the Redis server time the entries' ages were judged at.
+	// RedisTime is the Redis server time the entries' ages were judged at. On Redis Cluster each
+	// master's entries are judged at that master's time (the heartbeat wrote them with it); this is
+	// the first master's, by address.
 	RedisTime time.Time `json:"redis_time,omitzero"`
 	// Err is why the cycle stopped early, if it did; Error is its text, for JSON.
 	Err   error  `json:"-"`
@@ -125,8 +127,8 @@ type Reconciler struct {
 	runs int
 }
 
-// New returns a Reconciler. rdb must be a single-node or failover client: SCAN on a Redis Cluster
-// client sees one node only, so a *redis.ClusterClient is refused.
+// New returns a Reconciler. rdb is a single-node, failover or Redis Cluster client; on a cluster
+// every master is scanned.
 func New(cfg Config, rdb redis.UniversalClient, tc Temporal, leaders Leaders) (*Reconciler, error) {
 	switch {
 	case rdb == nil:
@@ -135,9 +137,6 @@ func New(cfg Config, rdb redis.UniversalClient, tc Temporal, leaders Leaders) (*
 		return nil, fmt.Errorf("%w: Temporal client must not be nil", ErrInvalidConfig)
 	case leaders == nil:
 		return nil, fmt.Errorf("%w: Leaders must not be nil", ErrInvalidConfig)
-	}
-	if _, ok := rdb.(*redis.ClusterClient); ok {
-		return nil, fmt.Errorf("%w: Redis Cluster clients are not supported (SCAN would see one node); use a single-node or failover client", ErrInvalidConfig)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -325,89 +324,6 @@ func (r *Reconciler) check(term Term) error {
 	return nil
 }
 
-// classify scans the heartbeat keys in batches of ScanCount, each read with one pipeline, and returns
-// the project's stale entries.
-func (r *Reconciler) classify(ctx context.Context, term Term, rep *Report) ([]heartbeat.Entry, error) {
-	if err := r.check(term); err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-	now, err := r.rdb.Time(cctx).Result()
-	cancel()
-	rep.RedisCalls++
-	if err != nil {
-		return nil, fmt.Errorf("reconciler: redis TIME: %w", err)
-	}
-	rep.RedisTime = now
-	var stale []heartbeat.Entry
-	var cursor uint64
-	for {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		keys, next, err := r.rdb.Scan(cctx, cursor, r.cfg.Prefix+"*", int64(r.cfg.ScanCount)).Result()
-		rep.RedisCalls++
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("reconciler: redis SCAN: %w", err)
-		}
-		if len(keys) > 0 {
-			batch, err := r.read(cctx, keys, now, rep)
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			stale = append(stale, batch...)
-		}
-		cancel()
-		if cursor = next; cursor == 0 {
-			return stale, nil
-		}
-		if err := r.check(term); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// read fetches keys with one pipeline and classifies them.
-func (r *Reconciler) read(ctx context.Context, keys []string, now time.Time, rep *Report) ([]heartbeat.Entry, error) {
-	pipe := r.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = pipe.HGetAll(ctx, k)
-	}
-	_, _ = pipe.Exec(ctx) // errors are per command, below
-	rep.RedisCalls++
-	var stale []heartbeat.Entry
-	for i, cmd := range cmds {
-		rep.Scanned++
-		fields, err := cmd.Result()
-		switch {
-		case err != nil && isWrongType(err):
-			r.malformed(ctx, rep, keys[i], fmt.Errorf("%w: key %s is not a hash", heartbeat.ErrMalformed, keys[i]))
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("reconciler: redis HGETALL: %w", err)
-		case len(fields) == 0:
-			continue // deleted since the SCAN
-		}
-		e, err := heartbeat.Decode(r.cfg.Prefix, keys[i], fields)
-		if err != nil {
-			r.malformed(ctx, rep, keys[i], err)
-			continue
-		}
-		if e.Project != r.cfg.Project {
-			continue
-		}
-		rep.judged[e.RunID] = true
-		if e.Age(now) > r.cfg.StaleAfter {
-			rep.Stale++
-			stale = append(stale, e)
-		} else {
-			rep.Active++
-		}
-	}
-	return stale, nil
-}
-
 func (r *Reconciler) malformed(ctx context.Context, rep *Report, key string, err error) {
 	rep.Malformed++
 	rep.CleanupErrors++
@@ -419,7 +335,7 @@ func isWrongType(err error) bool { return strings.HasPrefix(err.Error(), "WRONGT
 
 // cleanAll cleans the stale entries with up to Workers at once (terminations stay bounded by the
 // rate limiter) and adds what happened to rep. The first error that must stop the cycle stops the rest.
-func (r *Reconciler) cleanAll(ctx context.Context, term Term, stale []heartbeat.Entry, rep *Report) error {
+func (r *Reconciler) cleanAll(ctx context.Context, term Term, stale []staleEntry, rep *Report) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -427,12 +343,12 @@ func (r *Reconciler) cleanAll(ctx context.Context, term Term, stale []heartbeat.
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	next := make(chan heartbeat.Entry)
+	next := make(chan staleEntry)
 	for range min(r.cfg.Workers, len(stale)) {
 		wg.Go(func() {
 			for e := range next {
 				d := Report{judged: map[string]bool{}}
-				err := r.clean(ctx, term, e, rep.RedisTime, &d)
+				err := r.clean(ctx, term, e.Entry, e.now, &d)
 				mu.Lock()
 				rep.add(d)
 				if err != nil && firstErr == nil {

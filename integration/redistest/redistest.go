@@ -1,6 +1,6 @@
 // Package redistest runs a real redis-server process on a free loopback port for integration tests,
 // benchmarks and the demo: one server per call, with its own working directory, stoppable, killable,
-// pausable and restartable on the same port.
+// pausable and restartable on the same port. StartCluster runs a Redis Cluster of such servers.
 //
 // When BATON_REDIS_ADDR is set (host:port), StartServer starts nothing and uses that server (with
 // BATON_REDIS_PASSWORD, if set); Stop, Kill, Pause and Restart then return ErrExternal and tests that
@@ -58,6 +58,8 @@ type Options struct {
 	// TLS, when set, makes the server accept TLS connections only, on the port it is given. It needs
 	// a redis-server built with TLS (Debian's is).
 	TLS *TLS
+
+	cluster bool // a Redis Cluster node (StartCluster): cluster mode, with a bus port of its own
 }
 
 // TLS configures a TLS-only server.
@@ -80,6 +82,7 @@ type Server struct {
 	password string
 	bin      string
 	dir      string
+	busPort  int // the cluster bus port of a cluster node
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -110,6 +113,11 @@ func StartServer(opts Options) (*Server, error) {
 		}
 		return s, nil
 	}
+	return startLocal(opts)
+}
+
+// startLocal starts a redis-server process, whatever the environment says.
+func startLocal(opts Options) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -126,6 +134,13 @@ func StartServer(opts Options) (*Server, error) {
 			continue
 		}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if opts.cluster {
+			// Set explicitly: the default, port+10000, may be taken or past 65535.
+			if s.busPort, perr = freePort(); perr != nil {
+				err = perr
+				continue
+			}
+		}
 		if err = s.start(); err == nil {
 			return s, nil
 		}
@@ -157,6 +172,10 @@ func (s *Server) args() []string {
 	}
 	if s.opts.Password != "" {
 		args = append(args, "--requirepass", s.opts.Password)
+	}
+	if s.opts.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(s.busPort))
 	}
 	return append(args, s.opts.Args...)
 }
@@ -328,20 +347,23 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() && !s.external {
-			_ = s.Kill() // the log is complete once the process is gone
-			if path, err := s.keepLog(); err != nil {
-				t.Logf("redis-server log not kept: %v", err)
-			} else {
-				t.Logf("redis-server log kept: %s", path)
-			}
-		}
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	t.Cleanup(func() { s.cleanup(t) })
 	return s
+}
+
+// cleanup closes s at the end of t, keeping its log when t failed.
+func (s *Server) cleanup(t testing.TB) {
+	if t.Failed() && !s.external {
+		_ = s.Kill() // the log is complete once the process is gone
+		if path, err := s.keepLog(); err != nil {
+			t.Logf("redis-server %s log not kept: %v", s.addr, err)
+		} else {
+			t.Logf("redis-server %s log kept: %s", s.addr, path)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Error(err)
+	}
 }
 
 // keepLog copies the server's log out of its working directory, which Close removes.

@@ -1,0 +1,212 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvClusterAddrs names the environment variable (comma-separated host:port seeds) that makes
+// StartClusterServers use a running Redis Cluster instead of starting one; BATON_REDIS_PASSWORD
+// applies to it too.
+const EnvClusterAddrs = "BATON_REDIS_CLUSTER_ADDRS"
+
+// ClusterOptions configures StartClusterServers.
+type ClusterOptions struct {
+	// Masters is the number of masters, each a redis-server process with a third of the slots (for
+	// three). Default 3, the fewest redis-cli accepts.
+	Masters int
+	// Password, when set, is required of every client.
+	Password string
+}
+
+// Cluster is a Redis Cluster of masters without replicas on loopback (or an external cluster).
+type Cluster struct {
+	external bool
+	addrs    []string
+	password string
+	servers  []*Server
+}
+
+// CLIBinary returns the path of redis-cli (Debian's redis-tools, which redis-server depends on).
+func CLIBinary() (string, error) {
+	if p, err := exec.LookPath("redis-cli"); err == nil {
+		return p, nil
+	}
+	if bin, err := Binary(); err == nil {
+		p := filepath.Join(filepath.Dir(bin), "redis-cli")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("redistest: redis-cli not found (apt-get install redis-tools)")
+}
+
+// StartClusterServers starts opts.Masters cluster-mode redis-servers on free loopback ports, joins
+// them with redis-cli --cluster create, and returns once every node reports cluster_state:ok and
+// knows every other.
+func StartClusterServers(opts ClusterOptions) (*Cluster, error) {
+	if v := strings.TrimSpace(os.Getenv(EnvClusterAddrs)); v != "" {
+		c := &Cluster{external: true, addrs: strings.Split(v, ","), password: os.Getenv(EnvPassword)}
+		return c, c.waitOK(time.Now().Add(DefaultTimeout), 0)
+	}
+	if opts.Masters == 0 {
+		opts.Masters = 3
+	}
+	if opts.Masters < 3 {
+		return nil, fmt.Errorf("redistest: ClusterOptions.Masters must be at least 3 (redis-cli --cluster create), got %d", opts.Masters)
+	}
+	cli, err := CLIBinary()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{password: opts.Password}
+	for range opts.Masters {
+		s, err := startLocal(Options{Password: opts.Password, cluster: true})
+		if err != nil {
+			return nil, errors.Join(err, c.Close())
+		}
+		c.servers = append(c.servers, s)
+		c.addrs = append(c.addrs, s.Addr())
+	}
+	args := append([]string{"--cluster", "create"}, c.addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if opts.Password != "" {
+		args = append(args, "-a", opts.Password, "--no-auth-warning")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultTimeout)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		return nil, errors.Join(fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, tail(string(out), 2000)), c.Close())
+	}
+	if err := c.waitOK(time.Now().Add(2*DefaultTimeout), opts.Masters); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+// waitOK waits until every node says cluster_state:ok and, when nodes > 0, knows that many nodes.
+func (c *Cluster) waitOK(deadline time.Time, nodes int) error {
+	var err error
+	for _, addr := range c.addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Password: c.password, Protocol: 2, DisableIdentity: true,
+			MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			var info string
+			info, err = rdb.ClusterInfo(ctx).Result()
+			cancel()
+			if err == nil {
+				err = clusterReady(info, nodes)
+			}
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		rdb.Close()
+		if err != nil {
+			return fmt.Errorf("redistest: cluster node %s not ready: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+func clusterReady(info string, nodes int) error {
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	switch {
+	case fields["cluster_state"] != "ok":
+		return fmt.Errorf("cluster_state:%s", fields["cluster_state"])
+	case fields["cluster_slots_ok"] != "16384":
+		return fmt.Errorf("cluster_slots_ok:%s", fields["cluster_slots_ok"])
+	case nodes > 0 && fields["cluster_known_nodes"] != fmt.Sprint(nodes):
+		return fmt.Errorf("cluster_known_nodes:%s, want %d", fields["cluster_known_nodes"], nodes)
+	}
+	return nil
+}
+
+// External reports whether the cluster was started elsewhere (BATON_REDIS_CLUSTER_ADDRS).
+func (c *Cluster) External() bool { return c.external }
+
+// Addrs returns the masters' host:port (the seeds, for an external cluster).
+func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
+
+// Servers returns the masters' processes (none for an external cluster).
+func (c *Cluster) Servers() []*Server { return append([]*Server(nil), c.servers...) }
+
+// ClientOptions returns cluster client options; Protocol 2 as for a single server.
+func (c *Cluster) ClientOptions() *redis.ClusterOptions {
+	return &redis.ClusterOptions{Addrs: c.Addrs(), Password: c.password, Protocol: 2, DisableIdentity: true}
+}
+
+// NewClient returns a go-redis cluster client for the cluster.
+func (c *Cluster) NewClient() *redis.ClusterClient { return redis.NewClusterClient(c.ClientOptions()) }
+
+// Close stops every server and removes their working directories.
+func (c *Cluster) Close() error {
+	var errs []error
+	for _, s := range c.servers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// StartCluster is StartClusterServers for tests: t.Fatal on error; on cleanup every server is
+// stopped, and when t failed their logs are kept (in testkit.EnvLogDir) and named in t's output.
+func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	c, err := StartClusterServers(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range c.servers {
+			s.cleanup(t)
+		}
+	})
+	return c
+}
+
+// ClusterClient returns c.NewClient() for tests, closed on cleanup. On an external cluster the
+// test's keys are not isolated: tests use key prefixes of their own (see Prefix).
+func ClusterClient(t testing.TB, c *Cluster) *redis.ClusterClient {
+	t.Helper()
+	cc := c.NewClient()
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// SpreadKeys returns n indexes i, each the first whose key(i) a master holds that none of the
+// earlier ones does: keys spread over n masters, for tests that must reach every master.
+func SpreadKeys(t testing.TB, cc *redis.ClusterClient, n int, key func(i int) string) []int {
+	t.Helper()
+	seen := map[string]bool{}
+	var idx []int
+	for i := 0; len(idx) < n; i++ {
+		if i == 10_000 {
+			t.Fatalf("redistest: the first %d keys are on %d masters, want %d", i, len(seen), n)
+		}
+		m, err := cc.MasterForKey(t.Context(), key(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr := m.Options().Addr; !seen[addr] {
+			seen[addr] = true
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
