@@ -38,7 +38,7 @@ func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalSe
 type env struct {
 	etcd  *etcdtest.Cluster
 	redis *redistest.Server
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	tc    client.Client
 	cc    fxmodule.ClientConfig
 }
