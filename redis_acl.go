@@ -4,11 +4,11 @@ import "github.com/baton-run/baton/registry"
 
 // redisCommands are the Redis commands a Node sends, its scripts' calls included (Redis checks those
 // against the ACL too): the client handshake, the heartbeat and registry scripts, the reconciler's
-// scan and reads, and the cluster topology reads of a cluster client. go-redis also sends CLIENT
+// scan and reads, and the cluster topology and command table reads of a cluster client. go-redis also sends CLIENT
 // SETINFO on connect and ignores its refusal; Redis 7.0 does not know it, so naming it in an ACL
 // would make that server refuse the whole rule.
 var redisCommands = []string{
-	"ping", "hello", "auth", "client|setname", "readonly", "cluster|slots", "cluster|shards",
+	"ping", "hello", "auth", "client|setname", "readonly", "cluster|slots", "cluster|shards", "command",
 	"time", "scan", "type", "exists", "get", "set", "del", "pexpire", "pttl",
 	"hget", "hgetall", "hmget", "hset", "hdel", "hincrby",
 	"zadd", "zrem", "zrange", "zscore",

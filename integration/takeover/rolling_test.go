@@ -2,6 +2,8 @@ package takeover_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,7 +72,13 @@ func TestRollingRestartsKeepOneDispatcherPerQueue(t *testing.T) {
 						run := mine
 						held.Unlock()
 						if run.RunID != "" {
-							if err := n.mgr.StepDown(ctx, term, run); err != nil {
+							err := n.mgr.StepDown(ctx, term, run)
+							switch {
+							case errors.Is(err, context.DeadlineExceeded):
+								// A loaded machine can use up ResignTimeout; the successor's takeover then
+								// ends the run, which the checks below still hold to one open run.
+								t.Logf("%s: step-down of %s: %v", id, q, err)
+							case err != nil:
 								t.Errorf("%s: step-down of %s: %v", id, q, err)
 							}
 						}
@@ -131,11 +139,22 @@ func TestRollingRestartsKeepOneDispatcherPerQueue(t *testing.T) {
 	for _, s := range snapshot() {
 		perQueue[s.queue]++
 	}
+	recorded := map[string]bool{}
+	for _, s := range snapshot() {
+		recorded[s.run.RunID] = true
+	}
 	for _, q := range queues {
 		id, _ := takeover.WorkflowID(project, q)
-		got := len(e.runsOf(t, id, perQueue[q]))
-		if got != perQueue[q] {
-			t.Errorf("queue %s: %d takeovers but %d runs in Temporal", q, perQueue[q], got)
+		// Every run in Temporal is a takeover's, except a run started by a term that ended while its
+		// start was on the way: the takeover reports it superseded and ends it itself.
+		for _, runID := range e.runsOf(t, id, perQueue[q]) {
+			if recorded[runID] {
+				continue
+			}
+			reason := e.closeEvent(t, id, runID).GetWorkflowExecutionTerminatedEventAttributes().GetReason()
+			if !strings.HasPrefix(reason, "baton: started by ") || !strings.HasSuffix(reason, "after its term ended") {
+				t.Errorf("queue %s: run %s is no takeover's and was not ended as a late start (reason %q)", q, runID, reason)
+			}
 		}
 	}
 	t.Logf("%d samples, %d violations, takeovers per queue %v", samples, violations, perQueue)
