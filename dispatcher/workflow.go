@@ -377,10 +377,11 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 		info := workflow.GetInfo(ctx)
 		return info.GetCurrentHistoryLength() >= tune.HistoryLimit || info.GetContinueAsNewSuggested()
 	}
-	// quiet says whether the run can continue as new: nothing in flight, no update waiting, and
-	// what waits fits the next run's input.
+	// quiet says whether the run can continue as new: no dispatch in flight, no update waiting, and
+	// what waits fits the next run's input. A Backlog activity in flight is not waited for: the next
+	// run reads the same page again from the State.Backlog it is handed.
 	quiet := func() bool {
-		return d.inFlight == 0 && !d.fetching && d.pendingUpdates() == 0 && workflow.AllHandlersFinished(ctx) && d.fits()
+		return d.inFlight == 0 && d.pendingUpdates() == 0 && workflow.AllHandlersFinished(ctx) && d.fits()
 	}
 
 	for {
