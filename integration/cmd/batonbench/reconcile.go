@@ -15,7 +15,6 @@ import (
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
-	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/takeover"
 )
@@ -29,28 +28,12 @@ const benchProject = "bench"
 // KEYS, then one HGETALL per key, then terminate and DEL per stale entry. The termination rate limit is
 // lifted: the figure is the cycle's own cost (with the default 20/s, a 1,000-run backlog drains in 50 s).
 func benchReconcile(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	rs, err := redistest.StartServer(redistest.Options{})
+	s, err := startServers(cluster, need{redis: true, temporal: true, etcd: true})
 	if err != nil {
 		return nil, err
 	}
-	defer rs.Close()
-	rdb := rs.NewClient()
-	defer rdb.Close()
-	srv, err := temporalx.StartServer(temporalx.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Close()
-	tc, err := srv.NewClient()
-	if err != nil {
-		return nil, err
-	}
-	defer tc.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
+	defer s.Close()
+	cli, tc, rdb := s.etcd, s.tc, s.rdb
 	closeEl := func(el *election.Elector) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

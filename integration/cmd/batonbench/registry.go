@@ -8,20 +8,18 @@ import (
 	"github.com/baton-run/baton/integration/benchregistry"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/redistest"
 )
 
 // benchRegistry measures registry heartbeats of o.workers registered workers on a real redis-server,
 // beside the same measurement with a tenth of the workers in the same run: the latency should barely
 // move and the Redis commands per heartbeat must not move at all.
-func benchRegistry(ctx context.Context, _ *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	rs, err := redistest.StartServer(redistest.Options{})
+func benchRegistry(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+	s, err := startServers(cluster, need{redis: true})
 	if err != nil {
 		return nil, err
 	}
-	defer rs.Close()
-	rdb := rs.NewClient()
-	defer rdb.Close()
+	defer s.Close()
+	rdb := s.rdb
 	small, err := benchregistry.Run(ctx, rdb, o.workers/10, 3)
 	if err != nil {
 		return nil, err

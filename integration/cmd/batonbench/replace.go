@@ -16,7 +16,6 @@ import (
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/takeover"
 )
@@ -39,28 +38,12 @@ func benchReplace(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]
 	if o.replacements < 1 {
 		return nil, fmt.Errorf("-replacements must be at least 1, got %d", o.replacements)
 	}
-	rs, err := redistest.StartServer(redistest.Options{})
+	s, err := startServers(cluster, need{redis: true, temporal: true, etcd: true})
 	if err != nil {
 		return nil, err
 	}
-	defer rs.Close()
-	rdb := rs.NewClient()
-	defer rdb.Close()
-	srv, err := temporalx.StartServer(temporalx.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Close()
-	tc, err := srv.NewClient()
-	if err != nil {
-		return nil, err
-	}
-	defer tc.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
+	defer s.Close()
+	cli, srv, tc, rdb := s.etcd, s.temporal, s.tc, s.rdb
 	var figures []benchreport.Figure
 	for round, hb := range o.replaceHeartbeats {
 		f, err := replaceRound(ctx, cli, srv, tc, rdb, fmt.Sprintf("%s-replace-%d", benchProject, round), hb, o.replacements)

@@ -12,7 +12,6 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -32,16 +31,12 @@ const takeoverTarget = 100 // ms, p95
 // terminate-first path node-a's run is terminated. The baseline is a bare StartWorkflow of a fresh
 // workflow ID on the same server, measured between the two.
 func benchTakeover(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	srv, err := temporalx.StartServer(temporalx.Options{})
+	s, err := startServers(cluster, need{temporal: true})
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Close()
-	tc, err := srv.NewClient()
-	if err != nil {
-		return nil, err
-	}
-	defer tc.Close()
+	defer s.Close()
+	tc := s.tc
 
 	type node struct {
 		el  *election.Elector
