@@ -130,6 +130,7 @@ func (d *dispatcher) add(req Request) *entry {
 	}
 	key := req.Key()
 	if e, ok := d.byKey[key]; ok {
+		d.state.Duplicates++ // sent again while the first is queued or in flight: handled once
 		return e
 	}
 	if d.state.seen(key) {

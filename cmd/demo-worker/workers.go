@@ -42,7 +42,7 @@ func startTemporalWorkers(p workerParams) error {
 		return err
 	}
 	log := p.Logger.Named("dispatch")
-	acts := &dispatcher.Activities{Ledger: ledger, Handler: logDispatch(log)}
+	acts := &dispatcher.Activities{Ledger: ledger, Handler: logDispatch(log), History: p.Temporal}
 	drain := p.Options.drainTimeout()
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range queues {
