@@ -280,6 +280,10 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		run.FirstRunID = mine.firstRunID
 	}
 	if err := m.fence(ctx, term); err != nil {
+		if !errors.Is(err, ErrSuperseded) {
+			// etcd did not answer: the next attempt finds this run open with our owner and reuses it.
+			return Run{}, path, err
+		}
 		// Started by a term that ended on the way: the run is ours alone, so ending it by its own run ID
 		// cannot touch a successor's. If this fails, the successor's takeover replaces it.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
