@@ -29,8 +29,9 @@ func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalSe
 const ttl = 2 * time.Second
 
 // takeoverSLA bounds every takeover after a fault: the lease TTL (a crash is noticed by etcd only
-// then) plus ample room for a loaded 2-core machine. The PRD asks for less than 30 s.
-const takeoverSLA = ttl + 8*time.Second
+// then) plus ample room for a loaded 2-core machine (a takeover there can retry its starts for
+// seconds while producers press on the old run). The PRD asks for less than 30 s.
+const takeoverSLA = ttl + 25*time.Second
 
 type cluster struct {
 	t      *testing.T
