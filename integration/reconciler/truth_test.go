@@ -29,19 +29,20 @@ func TestOrphanWithoutHeartbeatEntryIsTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: 300 * time.Millisecond, StaleAfter: 500 * time.Millisecond}, nil, nil)
-	eventually(t, 30*time.Second, "the orphan terminated", func() error {
+	eventually(t, 30*time.Second, "the orphan terminated and counted", func() error {
 		if st := e.status(t, orphan.WorkflowID, orphan.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
 			return fmt.Errorf("orphan is %v", st)
 		}
+		// A cycle's report is recorded after its sweep, a moment after the terminate it did.
+		orphans := 0
+		for _, r := range rn.reports() {
+			orphans += r.Orphans
+		}
+		if orphans != 1 {
+			return fmt.Errorf("the sweep counted %d orphans, want 1", orphans)
+		}
 		return nil
 	})
-	orphans := 0
-	for _, r := range rn.reports() {
-		orphans += r.Orphans
-	}
-	if orphans != 1 {
-		t.Fatalf("the sweep counted %d orphans, want 1", orphans)
-	}
 	if st := e.status(t, live.WorkflowID, live.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		t.Fatalf("the live leader's run is %v", st)
 	}
