@@ -1,9 +1,7 @@
 package dispatcher_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/baton-run/baton/dispatcher"
@@ -59,18 +57,7 @@ func TestTakeoverCarriesOverSignalledBacklog(t *testing.T) {
 func TestPendingDispatchOfTerminatedRunIsFinished(t *testing.T) {
 	e := newEnv(t)
 	req := request("mid-activity")
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	h := &handled{block: func(ctx context.Context, _ string, o takeover.Owner) {
-		if o.ServerID != "node-a" {
-			return
-		}
-		once.Do(func() { close(started) })
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}}
+	h, started, release := holdNodeA()
 	e.workerWith(t, h, dispatcher.RegisterOptions{})
 	runA, termA := e.take(t, "node-a")
 	e.signal(t, req)

@@ -98,6 +98,24 @@ type call struct {
 
 // handled records the dispatcher's handler calls. block, when set, is called first (outside the
 // lock) and may hold the call.
+// holdNodeA returns a handler whose dispatches by node-a are held until release is closed (or
+// their context ends), and a channel closed when the first of them started.
+func holdNodeA() (h *handled, started <-chan struct{}, release chan struct{}) {
+	first, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h = &handled{block: func(ctx context.Context, _ string, o takeover.Owner) {
+		if o.ServerID != "node-a" {
+			return
+		}
+		once.Do(func() { close(first) })
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}}
+	return h, first, release
+}
+
 type handled struct {
 	mu    sync.Mutex
 	calls []call

@@ -3,7 +3,6 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/baton-run/baton/dispatcher"
-	"github.com/baton-run/baton/takeover"
 )
 
 func (e *env) producer(t *testing.T) *dispatcher.Producer {
@@ -51,18 +49,7 @@ func TestDispatchReturnsWhenHandled(t *testing.T) {
 func TestDispatchAcrossTakeover(t *testing.T) {
 	e := newEnv(t)
 	req := request("across")
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	h := &handled{block: func(ctx context.Context, _ string, o takeover.Owner) {
-		if o.ServerID != "node-a" {
-			return
-		}
-		once.Do(func() { close(started) })
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}}
+	h, started, release := holdNodeA()
 	e.workerWith(t, h, dispatcher.RegisterOptions{})
 	defer close(release)
 	_, termA := e.take(t, "node-a")
