@@ -9,14 +9,15 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Metric names. With the OpenTelemetry Prometheus exporter they read dispatcher_active,
-// dispatcher_stale, dispatcher_terminations_total, dispatcher_cleanup_errors_total,
+// Metric names: the PRD's dispatcher.active, dispatcher.stale, ... under Baton's prefix, like every
+// other Baton series. With the OpenTelemetry Prometheus exporter they read baton_dispatcher_active,
+// baton_dispatcher_stale, baton_dispatcher_terminations_total, baton_dispatcher_cleanup_errors_total,
 // baton_reconcile_cycle_duration_seconds and baton_reconcile_cycles_total.
 const (
-	MetricActive        = "dispatcher.active"
-	MetricStale         = "dispatcher.stale"
-	MetricTerminations  = "dispatcher.terminations"
-	MetricCleanupErrors = "dispatcher.cleanup_errors"
+	MetricActive        = "baton.dispatcher.active"
+	MetricStale         = "baton.dispatcher.stale"
+	MetricTerminations  = "baton.dispatcher.terminations"
+	MetricCleanupErrors = "baton.dispatcher.cleanup_errors"
 	MetricCycleDuration = "baton.reconcile.cycle.duration"
 	MetricCycles        = "baton.reconcile.cycles"
 	// MetricLastSuccessAge is the time since this process's last successful cycle (since its reconciler

@@ -211,8 +211,8 @@ func stripStrings(expr string) string { return quoted.ReplaceAllString(expr, `""
 func TestMetricNamesParser(t *testing.T) {
 	records := map[string]string{"baton:x:increase10m": `increase(baton_stepdowns_total{cause!~"baton_fake"}[10m])`}
 	got := metricNames(`histogram_quantile(0.95, sum by (le) (rate(baton_takeover_latency_seconds_bucket[5m])))
-		/ on (project) dispatcher_stale{queue="baton_nope"} + baton:x:increase10m + baton:undefined`, records)
-	want := []string{"baton:undefined", "baton_stepdowns_total", "baton_takeover_latency_seconds_bucket", "dispatcher_stale"}
+		/ on (project) baton_dispatcher_stale{queue="baton_nope"} + baton:x:increase10m + baton:undefined`, records)
+	want := []string{"baton:undefined", "baton_dispatcher_stale", "baton_stepdowns_total", "baton_takeover_latency_seconds_bucket"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("metricNames = %v, want %v", got, want)
 	}
