@@ -33,10 +33,14 @@ type Temporal interface {
 
 var _ Temporal = client.Client(nil)
 
-// Leaders tells who leads a queue; the queues' *election.Elector satisfies it. It returns an error
-// wrapping election.ErrNoLeader when nobody does.
+// Leaders tells who leads the queues; the queues' *election.Elector satisfies it.
 type Leaders interface {
+	// Leader returns the leader of one queue, or an error wrapping election.ErrNoLeader when nobody
+	// leads it; a stale entry's cleanup asks it right before acting.
 	Leader(ctx context.Context, project, queue string) (election.Leader, error)
+	// Leaders returns the leader of every queue of project that has one, from one read: the sweep
+	// decides all the open runs it listed with a single answer, however many there are.
+	Leaders(ctx context.Context, project string) (map[string]election.Leader, error)
 }
 
 var _ Leaders = (*election.Elector)(nil)

@@ -56,6 +56,14 @@ func (l *leaders) Leader(ctx context.Context, project, queue string) (election.L
 	return ld, err
 }
 
+func (l *leaders) Leaders(ctx context.Context, project string) (map[string]election.Leader, error) {
+	ls, err := l.inner.Leaders(ctx, project)
+	if l.after != nil {
+		l.after()
+	}
+	return ls, err
+}
+
 func firstReport(reports []reconciler.Report, from int, ok func(reconciler.Report) bool) (int, bool) {
 	for i := from; i < len(reports); i++ {
 		if ok(reports[i]) {

@@ -1,18 +1,25 @@
 package reconciler_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/takeover"
 )
 
 // Redis is not the only source of truth: after FLUSHALL (or a restart without persistence, a failover
@@ -96,6 +103,115 @@ func TestReconcilerCutOffFromRedisHandsOver(t *testing.T) {
 		}
 		if failedInARow++; failedInARow > 3 {
 			t.Fatalf("rec-sick ran %d failing cycles in a row without resigning", failedInARow)
+		}
+	}
+}
+
+// The sweep decides every open run it lists from one etcd read of the project's queue leaders: the
+// leader lookups of a cycle do not grow with the number of open runs (one per run would be 13 reads
+// below). Live leaders' runs are left alone; runs whose owner resigned are terminated.
+func TestSweepReadsLeadersOncePerCycle(t *testing.T) {
+	e := newEnv(t)
+	p := project(t)
+	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{})
+	// The reconciler's queue Elector on a client of its own whose range requests are counted.
+	var ranges atomic.Int64
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Range" {
+					ranges.Add(1)
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named("rec-1")
+	qel, err := election.New(cli, election.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeElector(t, qel) })
+	recEl, err := election.New(e.ecli, election.Config{Prefix: reconciler.DefaultElectionPrefix, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeElector(t, recEl) })
+	term, err := recEl.Campaign(t.Context(), p, reconciler.ElectionQueue, "rec-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconciler.New(reconciler.Config{Project: p, ServerID: "rec-1", Prefix: e.pfx, Logger: log}, e.rdb, e.tc, qel)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// take starts a dispatcher run of queue by node-a's takeover, without heartbeats; with resign the
+	// term ends at once and leaves the run behind.
+	take := func(queue string, resign bool) takeover.Run {
+		qt, err := a.el.Campaign(t.Context(), p, queue, a.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := a.mgr.Take(t.Context(), qt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resign {
+			if err := qt.Resign(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return run
+	}
+	var live, orphans []takeover.Run
+	// cycles runs cycles until one lists want open runs, and checks that no cycle read the leaders more
+	// than once.
+	cycles := func(want int) {
+		t.Helper()
+		eventually(t, 30*time.Second, fmt.Sprintf("a cycle that lists %d open runs", want), func() error {
+			ranges.Store(0)
+			rep, err := rec.Cycle(t.Context(), term)
+			if err != nil {
+				t.Fatalf("cycle: %v", err)
+			}
+			if n := ranges.Load(); n > 1 {
+				t.Fatalf("a cycle over %d open runs read the queue leaders %d times, want once", rep.Open, n)
+			}
+			if rep.Open < want {
+				return fmt.Errorf("the cycle listed %d open runs (visibility lags)", rep.Open)
+			}
+			return nil
+		})
+	}
+
+	for i := range 2 {
+		live = append(live, take(fmt.Sprintf("live%02d", i), false))
+	}
+	orphans = append(orphans, take("gone0", true))
+	cycles(3)
+	for i := 2; i < 12; i++ {
+		live = append(live, take(fmt.Sprintf("live%02d", i), false))
+	}
+	orphans = append(orphans, take("gone1", true))
+	cycles(13)
+
+	for _, run := range orphans {
+		eventually(t, 30*time.Second, "the orphan is terminated", func() error {
+			if st := e.status(t, run.WorkflowID, run.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+				if _, err := rec.Cycle(t.Context(), term); err != nil {
+					t.Fatalf("cycle: %v", err)
+				}
+				return fmt.Errorf("orphan %s is %v", run.WorkflowID, st)
+			}
+			return nil
+		})
+	}
+	for _, run := range live {
+		if st := e.status(t, run.WorkflowID, run.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			t.Fatalf("live leader's run %s is %v", run.WorkflowID, st)
 		}
 	}
 }

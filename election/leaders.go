@@ -1,0 +1,39 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Leaders returns the leader of every queue of project that has a candidate, keyed by queue, from one
+// linearizable etcd range read of the project's election keys: its cost does not grow with the number
+// of callers' questions, only with the number of candidate keys. Queues nobody stands for are absent.
+// Like Leader it is advisory (etcd#7815); the reconciler uses it to decide which open dispatcher runs
+// have no live owner, one read per cycle instead of one per run.
+func (e *Elector) Leaders(ctx context.Context, project string) (map[string]Leader, error) {
+	if err := ValidateName("project", project); err != nil {
+		return nil, err
+	}
+	// Every queue election of project lives under ElectionKey(project, queue): with an empty queue
+	// that is the project's own prefix, "<Prefix>/<project>/".
+	prefix := e.ElectionKey(project, "")
+	resp, err := e.client.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("election: leaders of %s: %w", prefix, err)
+	}
+	out := make(map[string]Leader)
+	for _, kv := range resp.Kvs {
+		queue, lease, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if !ok || lease == "" || strings.Contains(lease, "/") || ValidateName("queue", queue) != nil {
+			continue // not a candidate key: nothing Baton wrote
+		}
+		if cur, ok := out[queue]; ok && cur.Token <= kv.CreateRevision {
+			continue
+		}
+		out[queue] = Leader{ID: string(kv.Value), Token: kv.CreateRevision, Key: string(kv.Key)}
+	}
+	return out, nil
+}
