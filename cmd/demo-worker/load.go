@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	mrand "math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,9 @@ type loadOptions struct {
 	inFlight int           // sends in flight per queue at most
 	run      string        // distinguishes this run's requests from every other run's
 	ledger   string        // ledger prefix; read back when etcd endpoints are set
+	// acceptedOut, when set, receives one line per accepted request: "<key> <queue> <sent_unix_ns>
+	// <accepted_unix_ns>", so that a drill can judge every request from the ledger itself.
+	acceptedOut string
 }
 
 // parseLoad reads the environment and the flags of `demo-worker load` and validates them.
@@ -75,6 +79,7 @@ func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 	fs.IntVar(&o.inFlight, "in-flight", o.inFlight, "sends in flight per queue at most; arrivals wait beyond it")
 	fs.StringVar(&o.run, "run-id", "", "prefix of this run's task IDs, so that runs never share a dispatch key (default: random)")
 	fs.StringVar(&o.ledger, "ledger-prefix", o.ledger, "etcd prefix of the dispatch ledger, read back at the end when -etcd-endpoints is set")
+	fs.StringVar(&o.acceptedOut, "accepted-out", "", "write every accepted request to this file at the end, one line each: <dispatch key> <queue> <sent unix ns> <accepted unix ns>")
 	if err := parse(fs, args, stdout); err != nil {
 		return o, err
 	}
@@ -220,12 +225,16 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var counts loadCounts
 	var mu sync.Mutex
 	var keys []string // accepted dispatch keys
+	var out strings.Builder
 	var wg sync.WaitGroup
 	for _, q := range o.cfg.Queues {
 		wg.Go(func() {
-			produce(sendCtx, send, o, q, &counts, func(key string) {
+			produce(sendCtx, send, o, q, &counts, func(key string, sent time.Time) {
 				mu.Lock()
 				keys = append(keys, key)
+				if o.acceptedOut != "" {
+					fmt.Fprintf(&out, "%s %s %d %d\n", key, q, sent.UnixNano(), time.Now().UnixNano())
+				}
 				mu.Unlock()
 			})
 		})
@@ -244,6 +253,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	total := counts.line("load total:", o.mode)
+	if o.acceptedOut != "" {
+		if err := os.WriteFile(o.acceptedOut, []byte(out.String()), 0o644); err != nil {
+			fmt.Fprintf(stderr, "demo-worker load: -accepted-out: %v\n", err)
+			return exitUnclean
+		}
+	}
 	if ledger == nil {
 		fmt.Fprintln(stdout, total, "ledger=unread")
 		return exitOK
@@ -265,7 +280,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // produce sends requests for queue at random times, rate per second on average, until ctx ends; each
 // is sent (and retried) in its own goroutine, at most o.inFlight at once, all waited for.
-func produce(ctx context.Context, send sender, o loadOptions, queue string, counts *loadCounts, accepted func(key string)) {
+func produce(ctx context.Context, send sender, o loadOptions, queue string, counts *loadCounts, accepted func(key string, sent time.Time)) {
 	slots := make(chan struct{}, o.inFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -287,11 +302,12 @@ func produce(ctx context.Context, send sender, o loadOptions, queue string, coun
 		}
 		req := loadRequest(o.run, queue, i)
 		counts.sent.Add(1)
+		sent := time.Now()
 		wg.Go(func() {
 			defer func() { <-slots }()
 			if send(ctx, queue, req, counts) {
 				counts.accepted.Add(1)
-				accepted(req.Key())
+				accepted(req.Key(), sent)
 			}
 		})
 	}
