@@ -16,6 +16,20 @@
 //		fxmodule.Module,
 //	)
 //
+// The Redis client may be a redis.UniversalClient, a *redis.Client or a *redis.ClusterClient, and the
+// meter provider a metric.MeterProvider or the SDK's *sdkmetric.MeterProvider, as constructors
+// usually return the concrete types. Without a meter provider Baton says once, at warn level, that
+// its metrics are off.
+//
+// An application whose unnamed clients serve something else (a Redis used as a cache, another etcd)
+// gives Baton its own under the name "baton"; a named client is used in place of the unnamed one of
+// its kind:
+//
+//	fx.Provide(
+//		newCacheRedis, // *redis.Client, the app's
+//		fx.Annotate(newBatonRedis, fx.ResultTags(`name:"baton"`)), // Baton's
+//	)
+//
 // The Node starts with the app (Start returns at once) and stops with it: every term is resigned
 // first so that another worker takes over in milliseconds, then every loop is stopped and waited for,
 // within the app's stop timeout.
@@ -23,10 +37,14 @@ package fxmodule
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx"
@@ -37,41 +55,119 @@ import (
 
 // Module provides the *baton.Node and ties it to the app's lifecycle.
 var Module = fx.Module("baton",
-	fx.Provide(NewNode),
-	// Validation comes first: a bad configuration fails the app before any client is built, so
-	// nothing is left running (Fx does not close what constructors made when a later one fails).
-	fx.Invoke(func(c baton.Config) error { return c.Validate() }),
-	fx.Invoke(func(*baton.Node) {}), // the Node runs even when nothing else asks for it
+	fx.Provide(ValidateConfig, NewNode),
+	fx.Invoke(runNode),
 )
 
-// NodeParams are what NewNode consumes.
+// runNode asks for the Node, so that it runs even when nothing else does; named, so that an error
+// building the Node says where it came from.
+func runNode(*baton.Node) {}
+
+// ValidConfig is the app's baton.Config once ValidateConfig accepted it.
+type ValidConfig struct{ baton.Config }
+
+// ValidateConfig checks the app's baton.Config. NewNode consumes its result before any client, so a
+// bad configuration fails the app before a client is built and nothing is left running (Fx does not
+// close what constructors made when a later one fails); the error names this function.
+func ValidateConfig(c baton.Config) (ValidConfig, error) {
+	if err := c.Validate(); err != nil {
+		return ValidConfig{}, err
+	}
+	return ValidConfig{c}, nil
+}
+
+// NodeParams are what NewNode consumes. Each client is taken from the value named "baton" when the
+// app provides one, else from the unnamed one; the Redis client may be given as any of its types.
 type NodeParams struct {
 	fx.In
-	Config        baton.Config
-	Etcd          *clientv3.Client
-	Temporal      client.Client
-	Redis         redis.UniversalClient
+	// Config comes first: Fx builds the parameters in order, so the configuration is checked before
+	// the clients are built.
+	Config ValidConfig
+
+	Etcd          *clientv3.Client      `optional:"true"`
+	BatonEtcd     *clientv3.Client      `name:"baton" optional:"true"`
+	Temporal      client.Client         `optional:"true"`
+	BatonTemporal client.Client         `name:"baton" optional:"true"`
+	Redis         redis.UniversalClient `optional:"true"`
+	RedisClient   *redis.Client         `optional:"true"`
+	RedisCluster  *redis.ClusterClient  `optional:"true"`
+	BatonRedis    redis.UniversalClient `name:"baton" optional:"true"`
+
 	Logger        *zap.Logger          `optional:"true"`
 	MeterProvider metric.MeterProvider `optional:"true"`
+	// SDKMeterProvider is taken when the app provides the SDK's concrete type and no
+	// metric.MeterProvider: Fx matches types exactly, and that is what most apps provide.
+	SDKMeterProvider *sdkmetric.MeterProvider `optional:"true"`
 	// DataConverter is the Temporal client's data converter, when the app has one of its own.
 	DataConverter converter.DataConverter `optional:"true"`
 	Lifecycle     fx.Lifecycle
 }
 
+// ErrMissingClient is returned by NewNode when the app provides no client of a kind Baton needs.
+var ErrMissingClient = errors.New("fxmodule: missing client")
+
+// clients returns the clients Baton uses: the named ones first.
+func (p NodeParams) clients() (*clientv3.Client, client.Client, redis.UniversalClient, error) {
+	etcd := p.BatonEtcd
+	if etcd == nil {
+		etcd = p.Etcd
+	}
+	temporal := p.BatonTemporal
+	if temporal == nil {
+		temporal = p.Temporal
+	}
+	var rdb redis.UniversalClient
+	switch {
+	case p.BatonRedis != nil:
+		rdb = p.BatonRedis
+	case p.Redis != nil:
+		rdb = p.Redis
+	case p.RedisClient != nil:
+		rdb = p.RedisClient
+	case p.RedisCluster != nil:
+		rdb = p.RedisCluster
+	}
+	var missing []string
+	if etcd == nil {
+		missing = append(missing, "an etcd client (*clientv3.Client)")
+	}
+	if temporal == nil {
+		missing = append(missing, "a Temporal client (client.Client)")
+	}
+	if rdb == nil {
+		missing = append(missing, "a Redis client (redis.UniversalClient, *redis.Client or *redis.ClusterClient)")
+	}
+	if len(missing) > 0 {
+		return nil, nil, nil, fmt.Errorf("%w: provide %s, unnamed or named \"baton\" (or add fxmodule.Clients)",
+			ErrMissingClient, strings.Join(missing, ", "))
+	}
+	return etcd, temporal, rdb, nil
+}
+
 // NewNode builds the Node (the app's logger, meter provider and data converter fill in the Config's
 // when it has none) and appends its Start and Stop to the lifecycle.
 func NewNode(p NodeParams) (*baton.Node, error) {
-	cfg := p.Config
+	etcd, temporal, rdb, err := p.clients()
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.Config.Config
 	if cfg.Logger == nil {
 		cfg.Logger = p.Logger
 	}
-	if cfg.MeterProvider == nil {
+	if cfg.MeterProvider == nil && p.MeterProvider != nil {
 		cfg.MeterProvider = p.MeterProvider
+	}
+	if cfg.MeterProvider == nil && p.SDKMeterProvider != nil {
+		cfg.MeterProvider = p.SDKMeterProvider
+	}
+	if cfg.MeterProvider == nil && cfg.Logger != nil {
+		cfg.Logger.Warn("baton metrics are off: the app provides no metric.MeterProvider (or *sdkmetric.MeterProvider) and Config.MeterProvider is unset")
 	}
 	if cfg.Takeover.DataConverter == nil {
 		cfg.Takeover.DataConverter = p.DataConverter
 	}
-	node, err := baton.New(cfg, p.Etcd, p.Temporal, p.Redis)
+	node, err := baton.New(cfg, etcd, temporal, rdb)
 	if err != nil {
 		return nil, err
 	}
