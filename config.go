@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,7 +53,7 @@ type Config struct {
 	Election election.Config
 	// Balance spreads queue leadership over the workers (see package balance): a worker at its fair
 	// share stops standing for more queues, and one above 1.25 × its share hands queues over.
-	// Project, ServerID and Queues are the Node's.
+	// Project, ServerID and Queues are set by the Node: leave them empty.
 	Balance balance.Config
 	// Takeover tunes the dispatcher takeover (workflow type, task queue, start mode, step-down policy).
 	Takeover takeover.Config
@@ -60,7 +61,7 @@ type Config struct {
 	// larger of 1h and twice the reconciler's cleanup horizon).
 	Heartbeat heartbeat.Config
 	// Reconciler tunes the project's reconciler (interval default 1m, stale after 30s). Project,
-	// ServerID and Prefix are the Node's.
+	// ServerID and Prefix are set by the Node (Prefix from Heartbeat.Prefix): leave them empty.
 	Reconciler reconciler.Config
 	// ReconcilerElectionPrefix is the etcd prefix of the reconciler election. Default
 	// "/baton/reconciler"; it must differ from Election.Prefix.
@@ -68,7 +69,7 @@ type Config struct {
 	// DisableReconciler keeps this process out of the reconciler election (another deployment runs it).
 	DisableReconciler bool
 	// Registry tunes the worker registry (worker heartbeat default 10s, eviction after 3 × that).
-	// Project is the Node's.
+	// Project is set by the Node: leave it empty.
 	Registry registry.Config
 	// DisableRegistry keeps this process out of the worker registry, and its queue leaders from
 	// evicting dead workers.
@@ -191,6 +192,7 @@ func hostname() string {
 // Validate checks the configuration after defaults are applied, including the rules that span
 // components, and returns an error wrapping ErrInvalidConfig that names the field and the rule.
 func (c Config) Validate() error {
+	raw := c
 	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
@@ -199,7 +201,12 @@ func (c Config) Validate() error {
 		if err == nil {
 			return nil
 		}
-		return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)
+		return subError(field, err)
+	}
+	for _, f := range nodeOwned {
+		if f.conflicts(raw, c) {
+			return bad(f.path, "is set by the Node from %s; leave it empty", f.from)
+		}
 	}
 	if err := names.Check(c.Project); err != nil {
 		return bad("Project", "%s %v", names.Quote(c.Project), err)
@@ -251,7 +258,8 @@ func (c Config) Validate() error {
 		}
 		reg := registry.Registration{ServerID: c.ServerID, Queue: c.Queues[0], PID: 1, Version: c.Version,
 			Capabilities: c.Capabilities, Labels: c.Labels, MaxConcurrency: c.MaxConcurrency}
-		if err := sub("registration", reg.Validate()); err != nil {
+		// The registration's fields are the Config's own: Version, Capabilities, Labels, ...
+		if err := sub("", reg.Validate()); err != nil {
 			return err
 		}
 	}
@@ -273,3 +281,58 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// nodeOwned lists the sub-configuration fields the Node sets itself: a value of the application's
+// own there would be overwritten, so Validate refuses one that differs from the Node's (the Node's
+// own value, as Node.Config reports it, is accepted back).
+var nodeOwned = []struct {
+	path, from string
+	conflicts  func(raw, c Config) bool // c has the defaults applied
+}{
+	{"Balance.Project", "Project", func(r, c Config) bool { return r.Balance.Project != "" && r.Balance.Project != c.Project }},
+	{"Balance.ServerID", "ServerID", func(r, c Config) bool { return r.Balance.ServerID != "" && r.Balance.ServerID != c.ServerID }},
+	{"Balance.Queues", "Queues", func(r, c Config) bool { return r.Balance.Queues != nil && !slices.Equal(r.Balance.Queues, c.Queues) }},
+	{"Reconciler.Project", "Project", func(r, c Config) bool { return r.Reconciler.Project != "" && r.Reconciler.Project != c.Project }},
+	{"Reconciler.ServerID", "ServerID", func(r, c Config) bool {
+		return r.Reconciler.ServerID != "" && r.Reconciler.ServerID != c.ServerID
+	}},
+	{"Reconciler.Prefix", "Heartbeat.Prefix", func(r, c Config) bool {
+		return r.Reconciler.Prefix != "" && r.Reconciler.Prefix != c.Heartbeat.Prefix
+	}},
+	{"Registry.Project", "Project", func(r, c Config) bool { return r.Registry.Project != "" && r.Registry.Project != c.Project }},
+}
+
+// subError reports a sub-configuration's error under one field path of the Config
+// ("baton: invalid config: Election.TTL must ..."), not under both packages' prefixes; a field the
+// Node sets is reported under the Config field it comes from ("Project", not "Registry.Project").
+// The error still matches ErrInvalidConfig and the sub-package's own error with errors.Is.
+func subError(field string, err error) error {
+	rest := err.Error()
+	// Every package's validation error reads "<package>: invalid <what>: <Field> <rule>".
+	if i := strings.Index(rest, ": invalid "); i >= 0 {
+		if j := strings.Index(rest[i+len(": invalid "):], ": "); j >= 0 {
+			rest = rest[i+len(": invalid ")+j+2:]
+		}
+	}
+	path := rest
+	if field != "" {
+		path = field + "." + rest
+		for _, f := range nodeOwned {
+			if name := strings.TrimPrefix(f.path, field+"."); name != f.path && strings.HasPrefix(rest, name+" ") {
+				path = f.from + rest[len(name):]
+				break
+			}
+		}
+	}
+	return &configError{msg: ErrInvalidConfig.Error() + ": " + path, err: err}
+}
+
+// configError is a configuration error with its own message that wraps ErrInvalidConfig and the
+// error it was made from.
+type configError struct {
+	msg string
+	err error
+}
+
+func (e *configError) Error() string   { return e.msg }
+func (e *configError) Unwrap() []error { return []error{ErrInvalidConfig, e.err} }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -62,14 +63,24 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"duplicate queue", with(func(c *Config) { c.Queues = []string{"a", "a"} }), "Queues[1]", "twice"},
 		{"bad server id", with(func(c *Config) { c.ServerID = "x\ny" }), "ServerID", "control"},
 		{"max concurrency", with(func(c *Config) { c.MaxConcurrency = -1 }), "MaxConcurrency", "at least 1"},
-		{"election ttl", with(func(c *Config) { c.Election.TTL = time.Second }), "Election", "TTL must be at least 2s"},
-		{"takeover attempts", with(func(c *Config) { c.Takeover.MaxAttempts = -1 }), "Takeover", "MaxAttempts"},
-		{"heartbeat interval", with(func(c *Config) { c.Heartbeat.Interval = time.Millisecond }), "Heartbeat", "Interval must be at least 100ms"},
-		{"reconciler rate", with(func(c *Config) { c.Reconciler.TerminateRate = -1 }), "Reconciler", "TerminateRate"},
-		{"registry evict", with(func(c *Config) { c.Registry.EvictAfter = time.Second }), "Registry", "EvictAfter"},
-		{"empty capability", with(func(c *Config) { c.Capabilities = []string{""} }), "registration", "Capabilities"},
+		{"election ttl", with(func(c *Config) { c.Election.TTL = time.Second }), "Election.TTL", "must be at least 2s"},
+		{"takeover attempts", with(func(c *Config) { c.Takeover.MaxAttempts = -1 }), "Takeover.MaxAttempts", "must"},
+		{"heartbeat interval", with(func(c *Config) { c.Heartbeat.Interval = time.Millisecond }), "Heartbeat.Interval", "must be at least 100ms"},
+		{"reconciler rate", with(func(c *Config) { c.Reconciler.TerminateRate = -1 }), "Reconciler.TerminateRate", "must"},
+		{"registry evict", with(func(c *Config) { c.Registry.EvictAfter = time.Second }), "Registry.EvictAfter", "must"},
+		{"empty capability", with(func(c *Config) { c.Capabilities = []string{""} }), "Capabilities[0]", "must not be empty"},
 		{"same election prefixes", with(func(c *Config) { c.ReconcilerElectionPrefix = "/baton/election" }), "ReconcilerElectionPrefix", "must differ"},
 		{"stale below two heartbeats", with(func(c *Config) { c.Reconciler.StaleAfter = 15 * time.Second }), "Reconciler.StaleAfter", "2 × Heartbeat.Interval"},
+		// A project the registry cannot use is the Project's fault, not the Registry's.
+		{"project with a hash tag", with(func(c *Config) { c.Project = "a{b}" }), "Project", "hash tag"},
+		// Fields the Node sets itself are refused rather than silently overwritten.
+		{"balance queues", with(func(c *Config) { c.Balance.Queues = []string{"other"} }), "Balance.Queues", "set by the Node from Queues"},
+		{"balance project", with(func(c *Config) { c.Balance.Project = "other" }), "Balance.Project", "set by the Node from Project"},
+		{"balance server id", with(func(c *Config) { c.Balance.ServerID = "other" }), "Balance.ServerID", "set by the Node from ServerID"},
+		{"reconciler project", with(func(c *Config) { c.Reconciler.Project = "other" }), "Reconciler.Project", "set by the Node from Project"},
+		{"reconciler server id", with(func(c *Config) { c.Reconciler.ServerID = "other" }), "Reconciler.ServerID", "set by the Node from ServerID"},
+		{"reconciler prefix", with(func(c *Config) { c.Reconciler.Prefix = "x:" }), "Reconciler.Prefix", "set by the Node from Heartbeat.Prefix"},
+		{"registry project", with(func(c *Config) { c.Registry.Project = "other" }), "Registry.Project", "set by the Node from Project"},
 		{"key ttl too short", with(func(c *Config) { c.Heartbeat.KeyTTL = 2 * time.Minute }), "Heartbeat.KeyTTL", "must exceed"},
 	}
 	for _, tc := range cases {
@@ -78,10 +89,21 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 			if !errors.Is(err, ErrInvalidConfig) {
 				t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
 			}
-			if !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), tc.rule) {
-				t.Fatalf("Validate() = %q, want it to name %s and %q", err, tc.field, tc.rule)
+			// One field path, one prefix: "baton: invalid config: Election.TTL must ...".
+			msg := err.Error()
+			if !strings.HasPrefix(msg, ErrInvalidConfig.Error()+": "+tc.field+" ") || !strings.Contains(msg, tc.rule) ||
+				strings.Count(msg, "invalid") != 1 {
+				t.Fatalf("Validate() = %q, want %q followed by %s and %q", err, ErrInvalidConfig.Error()+": ", tc.field, tc.rule)
 			}
 		})
+	}
+	// What Node.Config reports, the Node's own values in its fields included, is accepted back.
+	if err := valid().withDefaults().Validate(); err != nil {
+		t.Fatalf("a Config with its defaults applied must validate: %v", err)
+	}
+	// A sub-package's error still matches its own sentinel.
+	if err := with(func(c *Config) { c.Election.TTL = time.Second }).Validate(); !errors.Is(err, election.ErrInvalidConfig) {
+		t.Fatalf("Validate() = %v, want it to match election.ErrInvalidConfig", err)
 	}
 	// Disabled components are not validated.
 	c := with(func(c *Config) { c.Reconciler.TerminateRate = -1; c.DisableReconciler = true })
