@@ -247,58 +247,28 @@ func TestProxy(t *testing.T) {
 	mustGet(t, cli, "px", "1")
 
 	p.Blackhole()
-	start := time.Now()
 	_, err := cli.Get(ctxT(t, time.Second), "px")
 	if !isDeadline(err) {
 		t.Fatalf("get through blackhole: err = %v, want deadline exceeded", err)
 	}
-	t.Logf("get through blackhole failed after %v: %v", time.Since(start), err)
-
 	p.Heal()
-	start = time.Now()
 	eventually(t, 15*time.Second, "get after heal", func() error {
 		_, err := cli.Get(ctxT(t, time.Second), "px")
 		return err
 	})
-	t.Logf("client recovered %v after Heal", time.Since(start))
 
+	// A lower bound only: load can make a request slower, never faster.
 	p.SetDelay(300 * time.Millisecond)
-	start = time.Now()
+	start := time.Now()
 	mustGet(t, cli, "px", "1")
 	if d := time.Since(start); d < 600*time.Millisecond {
-		t.Fatalf("get with 300ms delay took %v, want >= 600ms", d)
-	} else {
-		t.Logf("get with 300ms delay: %v", d)
-	}
-	// The delay does not serialize: concurrent requests overlap.
-	start = time.Now()
-	errc := make(chan error, 5)
-	for i := 0; i < 5; i++ {
-		go func() {
-			_, err := cli.Get(context.Background(), "px")
-			errc <- err
-		}()
-	}
-	for i := 0; i < 5; i++ {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if d := time.Since(start); d < 600*time.Millisecond || d > 2500*time.Millisecond {
-		t.Fatalf("5 concurrent gets with 300ms delay took %v", d)
-	} else {
-		t.Logf("5 concurrent gets with 300ms delay: %v", d)
+		t.Fatalf("get with 300ms delay each way took %v, want >= 600ms", d)
 	}
 	p.SetDelay(0)
-	time.Sleep(400 * time.Millisecond) // chunks read before SetDelay(0) keep their delay
-	start = time.Now()
 	mustGet(t, cli, "px", "1")
-	if d := time.Since(start); d > 300*time.Millisecond {
-		t.Fatalf("get without delay took %v", d)
-	}
 }
 
-// TestProxyTCP checks the blackhole semantics on a plain echo server.
+// TestProxyTCP checks the partition and delay semantics on a plain echo server.
 func TestProxyTCP(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -318,71 +288,66 @@ func TestProxyTCP(t *testing.T) {
 	defer func() { l.Close(); <-done }()
 
 	p := NewTestProxy(t, l.Addr().String())
+	var conns []net.Conn
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", p.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Close() })
+		conns = append(conns, c)
 		return c
 	}
-	echo := func(c net.Conn, msg string) error {
-		c.SetDeadline(time.Now().Add(300 * time.Millisecond))
-		defer c.SetDeadline(time.Time{})
-		if _, err := c.Write([]byte(msg)); err != nil {
-			return err
+	defer func() { // before the proxy's Close, which waits for its connections
+		for _, c := range conns {
+			c.Close()
 		}
-		buf := make([]byte, len(msg))
+	}()
+	read := func(c net.Conn, want string, within time.Duration) error {
+		c.SetReadDeadline(time.Now().Add(within))
+		defer c.SetReadDeadline(time.Time{})
+		buf := make([]byte, len(want))
 		if _, err := io.ReadFull(c, buf); err != nil {
 			return err
 		}
-		if string(buf) != msg {
+		if string(buf) != want {
 			return errors.New("echo mismatch: " + string(buf))
 		}
 		return nil
 	}
+	echo := func(c net.Conn, msg string, within time.Duration) error {
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		return read(c, msg, within)
+	}
 	old := dial()
-	if err := echo(old, "hello"); err != nil {
+	if err := echo(old, "hello", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p.Blackhole()
 	fresh := dial() // accepted, but nothing gets through
 	for _, c := range []net.Conn{old, fresh} {
-		err := echo(c, "lost")
-		var ne net.Error
-		if !errors.As(err, &ne) || !ne.Timeout() {
+		if err := echo(c, "held", 300*time.Millisecond); !isTimeout(err) {
 			t.Fatalf("echo through blackhole: %v, want a timeout (open connection, no data)", err)
 		}
 	}
 	p.Heal()
-	for _, c := range []net.Conn{old, fresh} { // closed by Heal
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
-			t.Fatalf("blackholed connection not closed by Heal: %v", err)
+	for _, c := range []net.Conn{old, fresh} { // what was sent during the partition arrives
+		if err := read(c, "held", 10*time.Second); err != nil {
+			t.Fatalf("bytes held by the partition after Heal: %v", err)
 		}
 	}
-	if err := echo(dial(), "healed"); err != nil {
+	if err := echo(dial(), "healed", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p.SetDelay(100 * time.Millisecond)
-	c := dial()
 	start := time.Now()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	for i := 0; i < 3; i++ { // back-to-back writes are not serialized by the delay
-		if _, err := c.Write([]byte("abc")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := io.ReadFull(c, make([]byte, 9)); err != nil {
+	if err := echo(dial(), "abc", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond || d > time.Second {
-		t.Fatalf("delayed echo took %v, want ~200ms", d)
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("delayed echo took %v, want >= 200ms", d)
 	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p.Close()
 }
 
 func isTimeout(err error) bool {
