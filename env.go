@@ -14,6 +14,18 @@ import (
 // EnvPrefix starts every environment variable LoadEnv reads.
 const EnvPrefix = "BATON_"
 
+// ClientEnvPrefixes returns the namespaces of the BATON_* variables that say how to reach the
+// servers: fxmodule.LoadClientEnv reads them, and refuses unknown ones. LoadEnv leaves them alone, and
+// the dev stack's own (BATON_DEVSTACK_*) too, so that one environment, or the dev stack's env file,
+// serves both loaders.
+func ClientEnvPrefixes() []string {
+	return []string{"BATON_ETCD_", "BATON_TEMPORAL_", "BATON_REDIS_"}
+}
+
+// devstackEnvPrefix names what integration/cmd/devstack writes into its env file beside the client
+// variables.
+const devstackEnvPrefix = "BATON_DEVSTACK_"
+
 // The environment variables LoadEnv reads, and the Config field each sets. Durations use Go's
 // syntax (10s, 1m30s); lists are comma-separated; labels are key=value pairs, comma-separated.
 var envVars = []envVar{
@@ -86,8 +98,9 @@ func EnvVars() [][2]string {
 // LoadEnv applies the BATON_* environment variables to base and returns the result. It does not
 // validate the whole configuration (Validate does); a value that cannot be parsed returns an error
 // wrapping ErrInvalidConfig that names the variable, the field and the rule. Unknown BATON_*
-// variables are refused too, so a typo does not silently leave a default in force; variables of
-// other parts of Baton (endpoints and credentials) are listed in ignore.
+// variables are refused too, so a typo does not silently leave a default in force, except in the
+// namespaces of ClientEnvPrefixes (endpoints and credentials) and the names listed in ignore (an
+// application's own BATON_* settings).
 func LoadEnv(base Config, ignore ...string) (Config, error) {
 	return loadEnv(base, os.LookupEnv, os.Environ(), ignore)
 }
@@ -109,7 +122,7 @@ func loadEnv(c Config, lookup func(string) (string, bool), environ []string, ign
 	}
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix) && !known[name] {
+		if strings.HasPrefix(name, EnvPrefix) && !known[name] && !clientEnv(name) {
 			// Quoted: a name is any bytes but '=' and NUL, and an error must not forge log lines.
 			return c, fmt.Errorf("%w: %s is not a Baton setting (see baton.EnvVars)", ErrInvalidConfig, names.Quote(name))
 		}
@@ -184,4 +197,13 @@ func boolVar(field func(*Config) *bool) func(*Config, string) error {
 		*field(c) = b
 		return nil
 	}
+}
+
+func clientEnv(name string) bool {
+	for _, prefix := range append(ClientEnvPrefixes(), devstackEnvPrefix) {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+
+	"github.com/baton-run/baton"
 )
 
 // ErrInvalidClientConfig wraps every client configuration error; the message names the field (and
@@ -158,8 +161,25 @@ func ClientEnvVars() []string {
 
 // LoadClientEnv applies the BATON_ETCD_*, BATON_TEMPORAL_* and BATON_REDIS_* variables to base. An
 // error wraps ErrInvalidClientConfig and names the variable; it never holds a secret's value.
+// Unknown variables in those namespaces are refused, so a typo does not leave a default in force
+// (baton.LoadEnv leaves the namespaces to this function).
 func LoadClientEnv(base ClientConfig) (ClientConfig, error) {
+	if err := unknownClientEnv(os.Environ()); err != nil {
+		return base, err
+	}
 	return loadClientEnv(base, os.LookupEnv)
+}
+
+func unknownClientEnv(environ []string) error {
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(baton.ClientEnvPrefixes(), func(p string) bool { return strings.HasPrefix(name, p) }) ||
+			slices.Contains(ClientEnvVars(), name) {
+			continue
+		}
+		return fmt.Errorf("%w: %q is not a client setting (see fxmodule.ClientEnvVars)", ErrInvalidClientConfig, name)
+	}
+	return nil
 }
 
 func loadClientEnv(base ClientConfig, lookup func(string) (string, bool)) (ClientConfig, error) {
