@@ -1,16 +1,10 @@
 package temporalx
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"regexp"
-	"runtime"
 	"runtime/pprof"
-	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,32 +16,12 @@ import (
 
 // Goroutines left behind by the in-process Temporal server.
 //
-// temporal.Server.Stop (v1.32.1) does not end all goroutines the server has
-// started; these never end (checked 60s after Close):
-//
-//   - SDK workers of the worker service's scanner (task queue scavenger,
-//     history scanner, ...) and parent close policy processor: started, never
-//     stopped ("TODO: Nothing is gracefully stopping these workers" in
-//     service/worker/scanner/scanner.go). Their pollers retry against the
-//     closed frontend port forever (SDK backoff).
-//   - the gRPC client connections of the server's internal clients (system
-//     SDK client, history/matching/frontend clients), never closed: grpc
-//     CallbackSerializer and addrConn reconnect goroutines, the SDK's
-//     sharedNamespaceWorker of the system client.
-//   - ringpop's stat tickers (for range ticker.C after ticker.Stop), one pair
-//     per service.
-//   - the Prometheus metrics HTTP server (tally) and the pprof HTTP server,
-//     still listening on their ports, tally's report loop.
-//   - the SQLite database's database/sql connection opener (DB not closed).
-//   - go-metrics' global meter arbiter (one per process, by design).
-//
-// And one that ends late: ringpop membership heartbeat loops sleep up to
-// ~15s before they notice the stop.
-//
-// Every goroutine started by StartServer/Stop carries a pprof label
-// (serverLabels; children inherit labels), which VerifyTestMain uses to
-// ignore exactly these goroutines and nothing else: a gRPC connection or an
-// SDK worker that the code under test forgets to close is still a leak.
+// temporal.Server.Stop (v1.32.1) does not end all goroutines the server has started; some never
+// end (the worker service's scanner SDK workers, never-closed internal gRPC clients, ringpop and
+// tally tickers, the metrics and pprof HTTP servers, the SQLite opener), and ringpop's heartbeat
+// loops end up to ~15s late. Every goroutine started by StartServer/Stop carries a pprof label
+// (children inherit labels), and VerifyTestMain ignores exactly the goroutines that carry it: a
+// gRPC connection or an SDK worker that the code under test forgets to close is still a leak.
 var serverLabels = pprof.Labels(labelKey, labelValue)
 
 const (
@@ -55,16 +29,14 @@ const (
 	labelValue = "server"
 )
 
-// LeakGrace is how long VerifyTestMain waits for goroutines to exit. It
-// covers the ringpop heartbeat loops of a stopped server (they sleep up to
-// ~15s) and etcdtest.LeakGrace (10s), so that packages using both can use
-// temporalx.VerifyTestMain.
+// LeakGrace is how long VerifyTestMain waits for goroutines to exit. It covers the ringpop
+// heartbeat loops of a stopped server (they sleep up to ~15s) and etcdtest.LeakGrace (10s), so that
+// packages using both can use temporalx.VerifyTestMain.
 const LeakGrace = 20 * time.Second
 
-// VerifyTestMain is goleak.VerifyTestMain for packages that use temporalx: it
-// runs the tests and, if they passed, checks with goleak.Find (options
-// passed through) that no goroutine is left, ignoring goroutines of the
-// in-process Temporal servers (see FindLeaks), polling up to LeakGrace.
+// VerifyTestMain is goleak.VerifyTestMain for packages that use temporalx: it runs the tests and, if
+// they passed, checks with FindLeaks (options passed to goleak) that no goroutine is left but the
+// in-process Temporal servers'.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
 	if code == 0 {
@@ -76,21 +48,23 @@ func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	os.Exit(code)
 }
 
-// FindLeaks polls goleak.Find(opts...) up to grace and returns an error if
-// goroutines are left that were not started by an in-process Temporal server
-// of this package. A server's goroutines are recognized by the pprof label
-// that StartServer and Stop set: the goroutine profile gives, per stack, how
-// many goroutines carry it; a stack that goleak reports more often than
-// that is a leak. (A goroutine that shares its stack with server goroutines,
-// e.g. a grpc ClientConn's, is told apart by the counts.)
+// FindLeaks polls goleak.Find(opts...) up to grace and returns an error naming the goroutines left
+// that no in-process Temporal server of this package started.
 func FindLeaks(grace time.Duration, opts ...goleak.Option) error {
+	// Go 1.26's tracebacklabels=1 prints each goroutine's pprof labels in its stack header, which
+	// goleak's error quotes: the server's goroutines are told apart one by one.
+	godebug, had := os.LookupEnv("GODEBUG")
+	os.Setenv("GODEBUG", strings.TrimPrefix(godebug+",tracebacklabels=1", ","))
+	defer func() {
+		if had {
+			os.Setenv("GODEBUG", godebug)
+		} else {
+			os.Unsetenv("GODEBUG")
+		}
+	}()
 	deadline := time.Now().Add(grace)
 	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return nil
-		}
-		err = withoutServerGoroutines(err)
+		err := withoutServerGoroutines(goleak.Find(opts...))
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
@@ -98,196 +72,35 @@ func FindLeaks(grace time.Duration, opts ...goleak.Option) error {
 	}
 }
 
-// LeakOptions returns goleak options that ignore what a stopped in-process
-// Temporal server leaves behind, for plain goleak.VerifyTestMain/VerifyNone
-// (or etcdtest.VerifyTestMain). They match by function, so they are coarse:
-// they also hide the same kind of goroutine when the code under test leaks
-// it (a gRPC ClientConn or SDK client/worker not closed, a database/sql DB
-// not closed). Prefer VerifyTestMain, which needs none of them. The ringpop
-// heartbeat loops end within ~15s: use a grace period (not included here).
-func LeakOptions() []goleak.Option {
-	var o []goleak.Option
-	for _, f := range leakTopFunctions {
-		o = append(o, goleak.IgnoreTopFunction(f))
-	}
-	for _, f := range leakAnyFunctions {
-		o = append(o, goleak.IgnoreAnyFunction(f))
-	}
-	return o
-}
+// leakHeader matches goleak's line before each goroutine's stack, which quotes its state and labels.
+var leakHeader = regexp.MustCompile(`Goroutine \d+ in state [^\n]*`)
 
-var leakTopFunctions = []string{
-	// Never-closed gRPC ClientConns (server-internal clients).
-	"google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run",
-	// SQLite DB never closed.
-	"database/sql.(*DB).connectionOpener",
-	// Ringpop stat tickers, tally report loop, go-metrics arbiter.
-	"github.com/temporalio/ringpop-go.(*Ringpop).startTimers.func1",
-	"github.com/temporalio/ringpop-go.(*Ringpop).startTimers.func2",
-	"github.com/uber-go/tally/v4.(*scope).reportLoop",
-	"github.com/rcrowley/go-metrics.(*meterArbiter).tick",
-}
-
-var leakAnyFunctions = []string{
-	// Never-closed gRPC ClientConns reconnecting.
-	"google.golang.org/grpc.(*addrConn).resetTransportAndUnlock",
-	// Never-stopped SDK workers (scanner, parent close policy) and the
-	// heartbeat worker of the never-closed system SDK client.
-	"go.temporal.io/sdk/internal.(*baseWorker).runPoller",
-	"go.temporal.io/sdk/internal.(*baseWorker).runTaskDispatcher",
-	"go.temporal.io/sdk/internal.(*baseWorker).runEagerTaskDispatcher",
-	"go.temporal.io/sdk/internal.(*baseWorker).Start.func2",
-	"go.temporal.io/sdk/internal.(*sharedNamespaceWorker).run",
-	// Metrics and pprof HTTP servers (top: internal/poll.runtime_pollWait).
-	"github.com/uber-go/tally/v4/prometheus.Configuration.NewReporter.func5",
-	"go.temporal.io/server/common/pprof.(*PProfInitializerImpl).Start.func1",
-}
-
-var goroutineIDRE = regexp.MustCompile(`Goroutine (\d+) in state`)
-
-// withoutServerGoroutines takes a goleak.Find error and returns nil if all
-// goroutines it lists are server goroutines, else an error with the others.
+// withoutServerGoroutines returns leakErr (of goleak.Find) without the goroutines that carry the
+// server label, or nil if no other is left.
 func withoutServerGoroutines(leakErr error) error {
-	var ids []int
-	for _, m := range goroutineIDRE.FindAllStringSubmatch(leakErr.Error(), -1) {
-		id, _ := strconv.Atoi(m[1])
-		ids = append(ids, id)
+	if leakErr == nil {
+		return nil
 	}
-	if len(ids) == 0 {
+	msg := leakErr.Error()
+	at := leakHeader.FindAllStringIndex(msg, -1)
+	if len(at) == 0 {
 		return leakErr // unknown format: report as is
 	}
-	stacks := allStacks()
-	labeled := labeledStackCounts()
-	perSig := map[string][]int{}
-	for _, id := range ids {
-		st, ok := stacks[id]
-		if !ok {
-			continue // ended meanwhile
+	label := fmt.Sprintf("%q: %q", labelKey, labelValue)
+	var left []string
+	for i, loc := range at {
+		end := len(msg)
+		if i+1 < len(at) {
+			end = at[i+1][0]
 		}
-		perSig[st.sig] = append(perSig[st.sig], id)
-	}
-	var leaked []int
-	for sig, gids := range perSig {
-		if n := len(gids) - labeled[sig]; n > 0 {
-			sort.Ints(gids)
-			leaked = append(leaked, gids[:n]...)
+		if !strings.Contains(msg[loc[0]:loc[1]], label) {
+			left = append(left, msg[loc[0]:end])
 		}
 	}
-	if len(leaked) == 0 {
+	if len(left) == 0 {
 		return nil
 	}
-	sort.Ints(leaked)
-	var b strings.Builder
-	fmt.Fprintf(&b, "found %d unexpected goroutines (not started by a temporalx server):\n", len(leaked))
-	for _, id := range leaked {
-		b.WriteString(stacks[id].text)
-		b.WriteString("\n")
-	}
-	return errors.New(b.String())
-}
-
-type goroutineStack struct {
-	sig  string // function names, top first, runtime.* left out
-	text string
-}
-
-// allStacks parses runtime.Stack(all) into goroutine id -> stack.
-func allStacks() map[int]goroutineStack {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := map[int]goroutineStack{}
-	for _, block := range strings.Split(string(buf), "\n\n") {
-		lines := strings.Split(strings.TrimSpace(block), "\n")
-		if len(lines) == 0 || !strings.HasPrefix(lines[0], "goroutine ") {
-			continue
-		}
-		f := strings.Fields(lines[0])
-		if len(f) < 2 {
-			continue
-		}
-		id, err := strconv.Atoi(f[1])
-		if err != nil {
-			continue
-		}
-		var funcs []string
-		for _, l := range lines[1:] {
-			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "created by ") || strings.HasPrefix(l, "...") {
-				continue
-			}
-			if i := strings.LastIndex(l, "("); i > 0 {
-				l = l[:i]
-			}
-			funcs = appendFunc(funcs, l)
-		}
-		out[id] = goroutineStack{sig: strings.Join(funcs, "\n"), text: block}
-	}
-	return out
-}
-
-// labeledStackCounts parses the goroutine profile (debug=1: stacks with
-// counts and labels) into stack signature -> number of goroutines with the
-// server label.
-func labeledStackCounts() map[string]int {
-	var buf bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
-		return nil
-	}
-	want := fmt.Sprintf("%q:%q", labelKey, labelValue)
-	out := map[string]int{}
-	sc := bufio.NewScanner(&buf)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	var (
-		count   int
-		labeled bool
-		funcs   []string
-	)
-	flush := func() {
-		if labeled && count > 0 {
-			out[strings.Join(funcs, "\n")] += count
-		}
-		count, labeled, funcs = 0, false, nil
-	}
-	for sc.Scan() {
-		l := sc.Text()
-		switch {
-		case l == "":
-			flush()
-		case strings.HasPrefix(l, "# labels: "):
-			labeled = strings.Contains(l, want)
-		case strings.HasPrefix(l, "#\t"):
-			// "#\t0x4c89f0\tpkg.func+0xb0\tfile:line"
-			f := strings.Split(l, "\t")
-			if len(f) >= 3 {
-				name := f[2]
-				if i := strings.LastIndex(name, "+0x"); i > 0 {
-					name = name[:i]
-				}
-				funcs = appendFunc(funcs, name)
-			}
-		case !strings.HasPrefix(l, "#"):
-			// "N @ 0x... 0x..."
-			if i := strings.Index(l, " @ "); i > 0 {
-				count, _ = strconv.Atoi(l[:i])
-			}
-		}
-	}
-	flush()
-	return out
-}
-
-func appendFunc(funcs []string, name string) []string {
-	name = strings.TrimSpace(name)
-	if name == "" || strings.HasPrefix(name, "runtime.") {
-		return funcs
-	}
-	return append(funcs, name)
+	return fmt.Errorf("found %d unexpected goroutines (not started by a temporalx server):\n%s", len(left), strings.Join(left, "\n"))
 }
 
 // Main is TestMain for packages whose tests share one in-process Temporal server: it starts the server

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -540,37 +541,24 @@ func TestExternal(t *testing.T) {
 	}
 }
 
-// TestLeakOptions checks that LeakOptions covers what a closed server
-// leaves behind (for plain goleak users; VerifyTestMain does not need it).
-func TestLeakOptions(t *testing.T) {
-	skipExternal(t)
-	if testing.Short() {
-		t.Skip("waits for the server's goroutines (~15s)")
-	}
+// TestFindLeaksIgnoresOnlyServerGoroutines: a goroutine with the server's label is ignored, one
+// without it, blocked in the same place, is a leak.
+func TestFindLeaksIgnoresOnlyServerGoroutines(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	s, err := StartServer(Options{})
-	if err != nil {
-		t.Fatal(err)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(release); wg.Wait() }()
+	started := make(chan struct{}, 2)
+	park := func() { started <- struct{}{}; <-release }
+	pprof.Do(context.Background(), serverLabels, func(context.Context) { wg.Go(park) })
+	<-started
+	if err := FindLeaks(0, before); err != nil {
+		t.Fatalf("a server goroutine counted as a leak: %v", err)
 	}
-	c, err := s.NewClient()
-	if err != nil {
-		t.Fatal(err)
+	wg.Go(park)
+	<-started
+	err := FindLeaks(0, before)
+	if err == nil || strings.Count(err.Error(), "Goroutine ") != 1 || !strings.Contains(err.Error(), "TestFindLeaksIgnoresOnlyServerGoroutines") {
+		t.Fatalf("want exactly the unlabeled goroutine reported, got %v", err)
 	}
-	c.Close()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	opts := append(LeakOptions(), before)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			break
-		}
-		if time.Since(t0) > LeakGrace {
-			t.Fatalf("after %v: %v", time.Since(t0), err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Logf("goleak.Find(LeakOptions()...) clean %v after Close", time.Since(t0))
 }
