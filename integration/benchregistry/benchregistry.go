@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/registry"
 )
 
@@ -127,8 +127,7 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 	res.ServerCommandsPerHeartbeat = float64(after-before-1) / float64(res.Heartbeats)
 	res.ClientCommandsPerHeartbeat = float64(counter.n.Load()) / float64(res.Heartbeats)
 	res.PerSecond = float64(res.Heartbeats) / res.Elapsed.Seconds()
-	slices.Sort(latencies)
-	res.P50, res.P95, res.P99 = percentile(latencies, 50), percentile(latencies, 95), percentile(latencies, 99)
+	res.P50, res.P95, res.P99 = benchreport.Percentile(latencies, 50), benchreport.Percentile(latencies, 95), benchreport.Percentile(latencies, 99)
 	return res, nil
 }
 
@@ -169,15 +168,6 @@ func parallel(ctx context.Context, n, conc int, f func(ctx context.Context, i in
 		return err
 	}
 	return ctx.Err()
-}
-
-// percentile is the nearest-rank percentile of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(p/100*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
 // totalCommands reads total_commands_processed from INFO stats.

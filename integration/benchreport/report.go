@@ -31,7 +31,7 @@ type Figure struct {
 }
 
 // Percentile returns the p-th percentile (0..100) of samples by the nearest-rank method.
-func Percentile(samples []float64, p float64) float64 {
+func Percentile[T ~int64 | ~float64](samples []T, p float64) T {
 	if len(samples) == 0 {
 		return 0
 	}

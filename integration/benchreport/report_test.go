@@ -16,7 +16,7 @@ func TestPercentileNearestRank(t *testing.T) {
 			t.Errorf("p%v = %v, want %v", p, got, want)
 		}
 	}
-	if Percentile(nil, 50) != 0 {
+	if Percentile[float64](nil, 50) != 0 {
 		t.Error("empty samples must give 0")
 	}
 }

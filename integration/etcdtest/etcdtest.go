@@ -181,7 +181,7 @@ func memberDir(root string, i int) string { return filepath.Join(root, fmt.Sprin
 // On failure it stops what it started and wipes the data dirs.
 func (c *Cluster) startNew() error {
 	n := c.opts.Members
-	ports, err := pickPorts(2 * n)
+	ports, err := testkit.PickPorts(2 * n)
 	if err != nil {
 		return err
 	}
@@ -569,60 +569,8 @@ func Client(t testing.TB, c *Cluster, endpoints ...string) *clientv3.Client {
 	return cli
 }
 
-// Ports.
-
-var (
-	portsMu   sync.Mutex
-	portsUsed = map[int]bool{} // never hand out a port twice in this process
-)
-
-// PickPorts returns n distinct ports free on 127.0.0.1, never handed out before by this process,
-// preferably below the kernel's ephemeral range so that an outgoing connection cannot take one while
-// its server is down (a member or server restarting on the same port).
-func PickPorts(n int) ([]int, error) { return pickPorts(n) }
-
-// pickPorts returns n distinct ports free on 127.0.0.1. It prefers ports
-// below the kernel's ephemeral range, so that outgoing connections cannot
-// take a stopped member's port before it restarts.
-func pickPorts(n int) ([]int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	lo, hi := 20000, ephemeralLow()
-	ports := make([]int, 0, n)
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			return nil, errors.New("etcdtest: no free port found")
-		}
-		addr := "127.0.0.1:0"
-		if hi-lo >= 1000 {
-			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !portsUsed[p] {
-			portsUsed[p] = true
-			ports = append(ports, p)
-		}
-	}
-	return ports, nil
-}
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0
-	}
-	p, _ := strconv.Atoi(f[0])
-	return p
-}
+// PickPorts is testkit.PickPorts, for callers that predate it.
+func PickPorts(n int) ([]int, error) { return testkit.PickPorts(n) }
 
 // Client connection tracking: gRPC transport credentials (insecure) that
 // remember every accepted connection, so that a member stop can cut them at

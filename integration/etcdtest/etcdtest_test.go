@@ -11,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -38,29 +40,6 @@ func mustGet(t *testing.T, cli *clientv3.Client, k, want string) {
 	}
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != want {
 		t.Fatalf("get %s: got %v, want %q", k, resp.Kvs, want)
-	}
-}
-
-// eventually retries f until it succeeds or d has passed.
-func eventually(t *testing.T, d time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var first error
-	for i := 0; ; i++ {
-		err := f()
-		if err == nil {
-			if i > 0 {
-				t.Logf("%s: ok after %d failed attempts (%v)", what, i, first)
-			}
-			return
-		}
-		if first == nil {
-			first = err
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %v: %v", what, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -129,7 +108,7 @@ func TestThreeMembersStopRestart(t *testing.T) {
 	if _, err := cli0.Get(ctxT(t, time.Second), "k0"); err == nil {
 		t.Fatal("get via stopped member succeeded")
 	}
-	eventually(t, 15*time.Second, "put with member 0 down", func() error {
+	testkit.Eventually(t, 15*time.Second, "put with member 0 down", func() error {
 		_, err := cli.Put(ctxT(t, 3*time.Second), "k1", "while-down")
 		return err
 	})
@@ -158,7 +137,7 @@ func TestThreeMembersStopRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("StopMember(leader=%d): %v", lead, time.Since(start))
-	eventually(t, 15*time.Second, "put with leader down", func() error {
+	testkit.Eventually(t, 15*time.Second, "put with leader down", func() error {
 		_, err := cli.Put(ctxT(t, 3*time.Second), "k2", "leader-down")
 		return err
 	})
@@ -181,7 +160,7 @@ func TestThreeMembersStopRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Restart(3 members): %v", time.Since(start))
-	eventually(t, 10*time.Second, "get after full restart", func() error {
+	testkit.Eventually(t, 10*time.Second, "get after full restart", func() error {
 		_, err := cli.Get(ctxT(t, 2*time.Second), "k2")
 		return err
 	})
@@ -203,7 +182,7 @@ func TestRestartKeepsData(t *testing.T) {
 		t.Fatalf("endpoint changed: %v -> %v", eps, got)
 	}
 	// The old client reconnects to the same port.
-	eventually(t, 10*time.Second, "get after restart", func() error {
+	testkit.Eventually(t, 10*time.Second, "get after restart", func() error {
 		resp, err := cli.Get(ctxT(t, 2*time.Second), "persist")
 		if err != nil {
 			return err
@@ -252,7 +231,7 @@ func TestProxy(t *testing.T) {
 		t.Fatalf("get through blackhole: err = %v, want deadline exceeded", err)
 	}
 	p.Heal()
-	eventually(t, 15*time.Second, "get after heal", func() error {
+	testkit.Eventually(t, 15*time.Second, "get after heal", func() error {
 		_, err := cli.Get(ctxT(t, time.Second), "px")
 		return err
 	})

@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Proxy is etcd's own fault-injecting TCP proxy (go.etcd.io/etcd/pkg/v3/proxy, the one etcd's
@@ -41,7 +43,7 @@ func NewProxy(target string) (*Proxy, error) {
 	}
 	// etcd's proxy needs its port up front; one picked as free can be taken before it binds.
 	for attempt := 0; ; attempt++ {
-		ports, err := pickPorts(1)
+		ports, err := testkit.PickPorts(1)
 		if err != nil {
 			return nil, fmt.Errorf("etcdtest: proxy: %w", err)
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // EnvClusterAddrs names the environment variable (comma-separated host:port seeds) that makes
@@ -85,7 +87,7 @@ func StartClusterServers(opts ClusterOptions) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultTimeout)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		return nil, errors.Join(fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, tail(string(out), 2000)), c.Close())
+		return nil, errors.Join(fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, testkit.Tail(string(out), 2000)), c.Close())
 	}
 	if err := c.waitOK(time.Now().Add(2*DefaultTimeout), opts.Masters); err != nil {
 		return nil, errors.Join(err, c.Close())

@@ -128,19 +128,13 @@ func startLocal(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, bin: bin, dir: dir, password: opts.Password}
 	for attempt := 0; attempt < 5; attempt++ {
-		port, perr := freePort()
+		// A cluster node's bus port is set explicitly: the default, port+10000, may be taken or past 65535.
+		ports, perr := testkit.PickPorts(2)
 		if perr != nil {
 			err = perr
 			continue
 		}
-		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if opts.cluster {
-			// Set explicitly: the default, port+10000, may be taken or past 65535.
-			if s.busPort, perr = freePort(); perr != nil {
-				err = perr
-				continue
-			}
-		}
+		s.addr, s.busPort = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), ports[1]
 		if err = s.start(); err == nil {
 			return s, nil
 		}
@@ -198,7 +192,7 @@ func (s *Server) start() error {
 		_ = cmd.Process.Kill()
 		<-exited
 		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, tail(string(log), 2000))
+		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, testkit.Tail(string(log), 2000))
 	}
 	return nil
 }
@@ -401,20 +395,4 @@ func SkipExternal(t testing.TB, s *Server) {
 	if s.External() {
 		t.Skip("the Redis server is external (" + EnvAddr + "): this test needs to control the process")
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redistest: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -4,7 +4,12 @@ package testkit
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,4 +85,69 @@ func ServerLog(t testing.TB, name string) (*LogFile, func()) {
 			t.Error(err)
 		}
 	}
+}
+
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{} // never hand out a port twice in this process
+)
+
+// PickPorts returns n distinct ports free on 127.0.0.1, never handed out before by this process,
+// preferably below the kernel's ephemeral range so that an outgoing connection cannot take one while
+// its server is down (a member or server restarting on the same port).
+func PickPorts(n int) ([]int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	lo, hi := 20000, ephemeralLow()
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("testkit: no free port found")
+		}
+		addr := "127.0.0.1:0"
+		if hi-lo >= 1000 {
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsUsed[p] {
+			portsUsed[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+// FreeAddr returns "127.0.0.1:PORT" with a port of PickPorts.
+func FreeAddr() (string, error) {
+	ports, err := PickPorts(1)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
+}
+
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	p, _ := strconv.Atoi(f[0])
+	return p
+}
+
+// Tail returns the last n bytes of s, for quoting a server's output in an error.
+func Tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }

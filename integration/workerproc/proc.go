@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 var (
@@ -70,20 +71,10 @@ type Proc struct {
 	raw  bytes.Buffer
 }
 
-// FreeAddr returns a free loopback host:port.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // Start runs `bin run -server-id id -http <free port> args...` with env appended to this process's
 // environment. The process is killed if this process dies (Pdeathsig).
 func Start(bin, id string, env []string, args ...string) (*Proc, error) {
-	addr, err := FreeAddr()
+	addr, err := testkit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +138,7 @@ func cleanupT(t testing.TB, p *Proc, err error) *Proc {
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
-			t.Logf("%s output:\n%s", p.ID, tail(p.Output(), 6000))
+			t.Logf("%s output:\n%s", p.ID, testkit.Tail(p.Output(), 6000))
 		}
 	})
 	return p
@@ -221,11 +212,4 @@ func (p *Proc) Logged(msg string, since time.Time) []map[string]any {
 		}
 	}
 	return out
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
