@@ -17,6 +17,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
@@ -88,6 +90,19 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 		if !strings.Contains(stdout.String(), "# "+server) || !strings.Contains(stdout.String(), "ready in") {
 			t.Errorf("stdout lacks the human line of %s:\n%s", server, stdout.String())
 		}
+	}
+
+	// Sourced beside an app's Baton settings, the env file loads with both loaders as it is.
+	for name, value := range env {
+		t.Setenv(name, value)
+	}
+	t.Setenv("BATON_PROJECT", "billing")
+	t.Setenv("BATON_QUEUES", "orders")
+	if _, err := baton.LoadEnv(baton.Config{}); err != nil {
+		t.Errorf("baton.LoadEnv with the env file: %v", err)
+	}
+	if _, err := fxmodule.LoadClientEnv(fxmodule.ClientConfig{}); err != nil {
+		t.Errorf("fxmodule.LoadClientEnv with the env file: %v", err)
 	}
 
 	checkEtcd(t, strings.Split(env["BATON_ETCD_ENDPOINTS"], ","))
