@@ -96,6 +96,16 @@
 // they remember without asking the ledger (RecentKeys), how many requests they handle at a time
 // (MaxConcurrent) and the carry-over page (BacklogPage); a run's Input overrides each.
 //
+// # Upgrading from the one-request-at-a-time dispatcher
+//
+// Runs started by the previous release (signals handled one at a time by the Dispatch activity)
+// carry no version marker; a worker of this release that picks up one of their workflow tasks
+// replays and continues them with that release's code, command for command, until they continue as
+// new into this one (workflow.GetVersion, see legacy.go). Their Owner has no ElectionKey, so the
+// fenced ledger refuses their dispatches: what they accept waits in their history until the next
+// owner's takeover terminates them and carries it over. testdata holds histories recorded by both
+// releases; the replay test must pass for each before a change to the workflow's commands ships.
+//
 // # The etcd ledger
 //
 // EtcdLedger keeps one record per dispatch key, under a prefix (default DefaultLedgerPrefix):

@@ -296,6 +296,9 @@ func (d *dispatcher) pendingUpdates() int {
 }
 
 func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
+	if startedByPreviousRelease(ctx, in) {
+		return legacyRun(ctx, in)
+	}
 	log := workflow.GetLogger(ctx)
 	tune := tuning(ctx, in, opts)
 	state := State{Owner: in.Owner}
