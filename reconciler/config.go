@@ -56,7 +56,7 @@ type Config struct {
 	DataConverter converter.DataConverter
 	// Logger receives cycle summaries and every termination. Default: no-op.
 	Logger *zap.Logger
-	// MeterProvider receives the dispatcher.* and baton.reconcile.* metrics. Default: no-op.
+	// MeterProvider receives the baton.dispatcher.* and baton.reconcile.* metrics. Default: no-op.
 	MeterProvider metric.MeterProvider
 	// Clock paces cycles and measures their duration. Default: the real clock. Staleness is always
 	// judged by Redis server time.

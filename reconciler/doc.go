@@ -1,0 +1,37 @@
+// Package reconciler cleans up what crashed dispatcher owners leave behind: their dispatcher runs in
+// Temporal and their heartbeat entries in Redis, within the cleanup SLA (about StaleAfter + Interval
+// after the last heartbeat: 30s + 1m with the defaults).
+//
+// # One cleaner per project
+//
+// Every process of a project runs a Reconciler, but only the winner of the project's reconciler
+// election (an Elector of its own, under DefaultElectionPrefix) runs cycles: at once when it wins,
+// then every Interval, jittered. Each irreversible action is fenced: before it terminates a run, the
+// leader confirms its term in etcd, so a reconciler that lost its term mid-cycle stops instead of
+// acting on a stale view. A leader that cannot complete its cycles (Redis or Temporal unreachable
+// from it) resigns, so that a healthy candidate takes the job instead of cleanup going silent.
+//
+// # A cycle
+//
+// It SCANs the heartbeat keys (never KEYS; every master of a Redis Cluster), classifies each entry
+// as active or stale by Redis server time, so that no host's clock is trusted, and for each stale
+// entry whose queue has no leader at the same or a newer token: terminates exactly the entry's run,
+// by its run ID (a run already closed or gone counts as done), then deletes the entry with a
+// compare-and-delete that spares it if it was written again meanwhile. Terminations are rate limited.
+// Entries Baton did not write are counted and logged, never acted on.
+//
+// Redis is not the only source of truth: it can lose keys. Each cycle also lists the project's open
+// dispatcher runs from Temporal visibility and terminates, by run ID, those whose queue has no
+// leader or whose leader holds a newer token. A run whose owner cannot be decided is left alone and
+// counted.
+//
+// # Observability
+//
+// Report says what a cycle saw and did (Last, OnCycle). The metrics are baton.dispatcher.active,
+// baton.dispatcher.stale, baton.dispatcher.terminations and baton.dispatcher.cleanup_errors (the
+// PRD's names under Baton's prefix), baton.reconcile.cycle.duration, baton.reconcile.cycles and
+// baton.reconcile.last_success.age, whose alert says that cleanup has gone silent.
+//
+// Applications rarely use this package directly: baton.Node runs it unless
+// Config.DisableReconciler is set.
+package reconciler
