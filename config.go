@@ -48,6 +48,10 @@ type Config struct {
 	Labels map[string]string
 	// MaxConcurrency the worker registers with. Default 100.
 	MaxConcurrency int
+	// Load, when set, is called at each registry heartbeat for each queue: the worker's load it
+	// returns is shown in the registry (Worker.Active, TotalCompleted, TotalFailed) and in
+	// Status().Worker.Load. It must return quickly. Default: none (the registry shows 0).
+	Load func(queue string) WorkerLoad
 
 	// Election tunes the queue elections (Prefix default "/baton/election", TTL default 10s, ...).
 	Election election.Config
@@ -74,6 +78,11 @@ type Config struct {
 	// DisableRegistry keeps this process out of the worker registry, and its queue leaders from
 	// evicting dead workers.
 	DisableRegistry bool
+
+	// WaitForSession makes Start wait until this process holds an etcd session, so that an app
+	// reports started only once Baton can campaign (Fx bounds the wait by its start timeout).
+	// Default false: Start returns at once and the session follows.
+	WaitForSession bool
 
 	// Logger receives every component's events. Default: no-op.
 	Logger *zap.Logger

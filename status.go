@@ -3,6 +3,7 @@ package baton
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"time"
@@ -32,6 +33,7 @@ type queueState struct {
 
 type workerState struct {
 	status map[string]registry.Status
+	load   map[string]WorkerLoad
 	last   time.Time
 	err    error
 }
@@ -104,6 +106,8 @@ type WorkerStatus struct {
 	Status        map[string]registry.Status `json:"status,omitempty"`
 	LastHeartbeat time.Time                  `json:"last_heartbeat,omitzero"`
 	LastError     string                     `json:"last_error,omitempty"`
+	// Load is what Config.Load last reported per queue, as the registry took it.
+	Load map[string]WorkerLoad `json:"load,omitempty"`
 }
 
 // Status returns what this process knows now; it makes no network call.
@@ -146,6 +150,9 @@ func (n *Node) Status() Status {
 			for q, s := range n.worker.status {
 				st.Worker.Status[q] = s
 			}
+		}
+		if len(n.worker.load) > 0 {
+			st.Worker.Load = maps.Clone(n.worker.load)
 		}
 	}
 	return st
