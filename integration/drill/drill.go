@@ -11,6 +11,7 @@
 // Temporal and named by its Redis heartbeat key). The kinds, cycled in a seeded order:
 //
 //	sigkill           SIGKILL of a worker that leads queues; later a new incarnation (new server ID)
+//	sigterm           SIGTERM of a worker that leads queues (a clean stop); later a new incarnation
 //	sigstop           SIGSTOP of a leader for longer than the TTL, then SIGCONT
 //	partition         the worker's connections to etcd blackholed (its own proxies), then healed
 //	rolling           SIGTERM of every worker in turn, each replaced by a new incarnation
@@ -49,6 +50,10 @@
 //   - per step: each queue whose leadership changed got exactly one new run (see accountSteps for the
 //     balancer's handovers) (one-new-run-per-affected-queue); the takeover latency is from the
 //     injection to the start of that run.
+//
+// With LoadRate set, a producer sends dispatch requests through all of it and the dispatch ledger
+// says what became of each one Temporal accepted (load-lost, load-double, load-pending): see
+// load.go.
 package drill
 
 import (
@@ -79,6 +84,7 @@ type Kind string
 // The fault kinds.
 const (
 	KindSIGKILL         Kind = "sigkill"
+	KindSIGTERM         Kind = "sigterm"
 	KindSIGSTOP         Kind = "sigstop"
 	KindPartition       Kind = "partition"
 	KindRolling         Kind = "rolling"
@@ -89,7 +95,7 @@ const (
 )
 
 // AllKinds lists every fault kind in its default order.
-var AllKinds = []Kind{KindSIGKILL, KindSIGSTOP, KindPartition, KindRolling, KindEtcdMember, KindRedisRestart,
+var AllKinds = []Kind{KindSIGKILL, KindSIGTERM, KindSIGSTOP, KindPartition, KindRolling, KindEtcdMember, KindRedisRestart,
 	KindTemporalRestart, KindOrphan}
 
 // ParseKinds parses a comma-separated list of kinds ("all" or empty: every kind).
@@ -135,6 +141,17 @@ type Config struct {
 	CleanupSLA time.Duration
 	// The workers' heartbeat and reconciler settings; defaults 1s, 6s and 10s.
 	HeartbeatInterval, StaleAfter, ReconcileInterval time.Duration
+	// LoadRate, when positive, runs the load phase: that many dispatch requests per second per loaded
+	// queue, sent with SignalWorkflow while the faults run; 0: no load.
+	LoadRate float64
+	// LoadQueues is how many of the queues (the first ones) get the load; default all.
+	LoadQueues int
+	// LoadBin is the demo-worker binary that runs `load` (or a directory holding it); default the
+	// workers' binary. A drill of an older worker build uses today's producer this way.
+	LoadBin string
+	// LoadSettle bounds, after the last send, the wait for the ledger to show every accepted request
+	// handled and no record pending; default 60s.
+	LoadSettle time.Duration
 	// PollInterval is the period of each worker's /status poll; default 150ms.
 	PollInterval time.Duration
 	// Bin is the demo-worker binary (or a directory holding it); empty: built into the work dir.
@@ -174,6 +191,7 @@ func (c Config) withDefaults() Config {
 	def(&c.StaleAfter, 6*time.Second)
 	def(&c.ReconcileInterval, 10*time.Second)
 	def(&c.PollInterval, 150*time.Millisecond)
+	def(&c.LoadSettle, time.Minute)
 	if len(c.Kinds) == 0 {
 		c.Kinds = append([]Kind(nil), AllKinds...)
 	}
@@ -223,6 +241,8 @@ type Drill struct {
 	termCount  int
 	runCount   int
 	stuck      map[string]time.Time // queues reported without an owner, until they have one again
+	load       *loadPhase           // nil without LoadRate
+	loadStats  *LoadStats
 }
 
 // Run runs a drill and returns its report. An error means the drill could not run (a server did not
@@ -240,11 +260,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := d.setup(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.LoadRate > 0 {
+		if err := d.startLoad(ctx); err != nil {
+			return nil, err
+		}
+	}
 	d.faultPhase(ctx)
 	if err := ctx.Err(); err != nil {
 		return d.report(false), fmt.Errorf("drill interrupted: %w", err)
 	}
+	if d.load != nil {
+		d.endLoad(ctx)
+	}
 	d.finish(ctx)
+	d.countRedispatches()
 	if err := ctx.Err(); err != nil {
 		return d.report(false), fmt.Errorf("drill interrupted: %w", err)
 	}
@@ -407,6 +436,14 @@ func (d *Drill) teardown() {
 	d.mu.Unlock()
 	for _, p := range procs {
 		p.forceKill()
+	}
+	if d.load != nil && d.load.cmd.Process != nil {
+		select {
+		case <-d.load.done:
+		default:
+			_ = d.load.cmd.Process.Kill()
+			<-d.load.done
+		}
 	}
 	d.bgWG.Wait()
 	if d.tc != nil {

@@ -20,9 +20,13 @@ func TestMain(m *testing.M) {
 }
 
 // budget is the hard bound of the short drill, start-up and checks included.
-const budget = 3 * time.Minute
+const budget = 4 * time.Minute
 
-// TestDrillShort is the short drill of `make test`: 3 workers over 6 queues, every fault kind once.
+// TestDrillShort is the short drill of `make test`: 3 workers over 6 queues, every fault kind once
+// (SIGKILL, SIGTERM, SIGSTOP past the TTL, a rolling restart, an etcd member kill on the 3-member
+// etcd, ...), while a fire-and-forget producer sends 2 dispatch requests per second to each of two
+// queues with SignalWorkflow: every request Temporal accepted must be recorded handled in the etcd
+// ledger, none completed twice, no record left pending (issue #13's chaos proof, in short).
 // With BATON_ETCD_ENDPOINTS, BATON_TEMPORAL_ADDRESS or BATON_REDIS_ADDR set, the faults that need to
 // control that server (etcd member kill, Temporal restart, Redis restart) are skipped; the drill then
 // uses a project name of its own so that it does not meet another run's dispatchers.
@@ -42,10 +46,14 @@ func TestDrillShort(t *testing.T) {
 	logs := t.TempDir()
 	rep, err := drill.Run(ctx, drill.Config{
 		Workers: 3, Queues: 6, Project: project, Cycles: 1,
-		// Every kind once takes about 70 s here; Duration only guards against a slow machine.
-		Duration: 100 * time.Second,
-		LogDir:   logs,
-		Out:      testWriter{t},
+		// Every kind once takes about 100 s here; Duration only guards against a slow machine.
+		Duration: 150 * time.Second,
+		// 2 per second per queue, not the issue's 10: the Temporal server here is this race-built
+		// test binary, several times slower, sharing two cores with the other integration packages;
+		// the verdict is as strict at any rate. `make drill` runs the issue's rate.
+		LoadRate: 2, LoadQueues: 2, LoadSettle: time.Minute,
+		LogDir: logs,
+		Out:    testWriter{t},
 	})
 	if rep != nil {
 		var buf bytes.Buffer
@@ -62,6 +70,12 @@ func TestDrillShort(t *testing.T) {
 	if !rep.OK() {
 		dumpLogs(t, logs)
 		t.Fatalf("%d violations of Baton's invariants (see the table above)", len(rep.Violations))
+	}
+	if l := rep.Load; l == nil || l.Accepted == 0 || l.Handled != l.Accepted {
+		t.Errorf("the load phase did not account for every accepted request: %+v", l)
+	} else {
+		t.Logf("load: accepted %d, handled %d, lost %d, double %d, pending %d, handler re-runs %d; send -> handled p99 %v",
+			l.Accepted, l.Handled, l.Lost, l.Double, l.Pending, l.Redispatched, l.P99)
 	}
 	if want := len(drill.AllKinds) - len(rep.Skipped); len(rep.Faults) < want {
 		t.Errorf("%d faults injected, want every kind that can run here (%d)", len(rep.Faults), want)

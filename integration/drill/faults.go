@@ -78,7 +78,7 @@ func (d *Drill) step(f *Fault, name string, at time.Time) *Step {
 	defer d.mu.Unlock()
 	s := &Step{Fault: f, Name: name, At: at}
 	switch {
-	case name == "restart" && f.Kind == KindSIGKILL, name == "resume", name == "heal", strings.HasPrefix(name, "start"):
+	case name == "restart" && (f.Kind == KindSIGKILL || f.Kind == KindSIGTERM), name == "resume", name == "heal", strings.HasPrefix(name, "start"):
 		s.Recovery = true
 	}
 	f.Steps = append(f.Steps, s)
@@ -122,6 +122,8 @@ func (d *Drill) inject(ctx context.Context, k Kind) {
 	switch k {
 	case KindSIGKILL:
 		err = d.faultSIGKILL(ctx)
+	case KindSIGTERM:
+		err = d.faultSIGTERM(ctx)
 	case KindSIGSTOP:
 		err = d.faultSIGSTOP(ctx)
 	case KindPartition:
@@ -191,6 +193,47 @@ func (d *Drill) faultSIGKILL(ctx context.Context) error {
 	killed := p.kill()
 	d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
 	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, killed.Add(restartDelay)) {
+		return ctx.Err()
+	}
+	s = d.step(f, "restart", time.Now())
+	np, err := d.startSlot(ctx, p.slot)
+	if err != nil {
+		return err
+	}
+	f.Notes = append(f.Notes, "restarted as "+np.id)
+	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
+	return nil
+}
+
+// faultSIGTERM stops a leader cleanly: it must hand its queues over (drain its Temporal workers,
+// resign) and exit 0; later a new incarnation starts.
+func (d *Drill) faultSIGTERM(ctx context.Context) error {
+	p := d.pickLeader()
+	if p == nil {
+		return errors.New("no live worker")
+	}
+	f := d.newFault(KindSIGTERM, p.id)
+	d.logf("fault #%d: SIGTERM %s (leads %d queues)", f.N, p.id, d.leadCounts()[p])
+	s := d.step(f, "sigterm", time.Now())
+	p.term()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		d.violate(Violation{Check: CheckUncleanStop, Fault: f.N, At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
+		p.kill()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	code, exited, took := p.code, p.exitedAt, p.exitedAt.Sub(p.termAt)
+	p.mu.Unlock()
+	if code != 0 {
+		d.violate(Violation{Check: CheckUncleanStop, Fault: f.N, At: time.Now(), Detail: fmt.Sprintf(
+			"%s exited with code %d after SIGTERM (took %v): %s", p.id, code, took.Round(time.Millisecond), tailFile(p.logPath, 600))})
+	}
+	f.Notes = append(f.Notes, fmt.Sprintf("exited %v after SIGTERM", took.Round(time.Millisecond)))
+	d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
+	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, exited.Add(restartDelay)) {
 		return ctx.Err()
 	}
 	s = d.step(f, "restart", time.Now())

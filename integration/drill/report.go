@@ -16,14 +16,17 @@ type Report struct {
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"duration_ns"`
 	// Complete is false when the drill was interrupted before its checks ran.
-	Complete   bool         `json:"complete"`
-	Config     ReportConfig `json:"config"`
-	Servers    Servers      `json:"servers"`
-	Skipped    []string     `json:"skipped_kinds,omitempty"`
-	Faults     []*Fault     `json:"faults"`
-	Kinds      []KindStats  `json:"latency_by_kind"`
-	Checks     CheckStats   `json:"checks"`
-	Violations []Violation  `json:"violations"`
+	Complete bool         `json:"complete"`
+	Config   ReportConfig `json:"config"`
+	Servers  Servers      `json:"servers"`
+	Skipped  []string     `json:"skipped_kinds,omitempty"`
+	Faults   []*Fault     `json:"faults"`
+	Kinds    []KindStats  `json:"latency_by_kind"`
+	Checks   CheckStats   `json:"checks"`
+	// Load is what became of the load phase's requests (nil without LoadRate, or when the producer
+	// did not get to the end).
+	Load       *LoadStats  `json:"load,omitempty"`
+	Violations []Violation `json:"violations"`
 	// Logs is the directory holding every process's log, when it outlives the drill.
 	Logs string `json:"logs,omitempty"`
 }
@@ -92,6 +95,7 @@ func (d *Drill) report(complete bool) *Report {
 			TakeoverSLA: d.cfg.TakeoverSLA, CleanupSLA: d.cfg.CleanupSLA, HeartbeatInterval: d.cfg.HeartbeatInterval,
 			StaleAfter: d.cfg.StaleAfter, ReconcileInterval: d.cfg.ReconcileInterval},
 		Skipped:    d.skipped,
+		Load:       d.loadStats,
 		Faults:     d.faults,
 		Violations: append([]Violation{}, d.violations...),
 		Checks: CheckStats{Terms: d.termCount, Runs: d.runCount, StatusSamples: d.samples, OrphanChecks: d.orphans.Checks,
@@ -185,6 +189,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	c := r.Checks
 	fmt.Fprintf(w, "\nChecked: %d terms, %d dispatcher runs, %d /status samples, %d orphan checks (%d transient episodes, longest %s), %d worker processes.\n",
 		c.Terms, c.Runs, c.StatusSamples, c.OrphanChecks, c.OrphanEpisodes, fmtDur(c.MaxOrphanAge), c.Processes)
+	if l := r.Load; l != nil {
+		fmt.Fprintf(w, "Load (SignalWorkflow, %v/s per queue on %s): sent %d, accepted %d (%d sends retried), handled %d, lost %d, "+
+			"double %d, pending %d; handler re-runs %d (allowed); send -> handled p50 %s p99 %s max %s; ledger settled %s after the last send.\n",
+			l.Rate, strings.Join(l.Queues, ","), l.Sent, l.Accepted, l.Retries, l.Handled, l.Lost, l.Double, l.Pending, l.Redispatched,
+			fmtDur(l.P50), fmtDur(l.P99), fmtDur(l.Max), fmtDur(l.SettledAfter))
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "Skipped: %s\n", s)
 	}

@@ -2,8 +2,10 @@
 // Temporal server (a child process on a SQLite file, so that it can be restarted with its state),
 // redis-server, and N demo workers over M queues; injects faults one at a time for a bounded time
 // (SIGKILL, SIGSTOP past the TTL, rolling SIGTERM restarts, etcd member kills including the raft
-// leader, Redis and Temporal restarts, client-to-etcd partitions, a sole owner's crash); checks
-// Baton's invariants against Temporal's, Redis's and the workers' own records; prints a
+// leader, Redis and Temporal restarts, client-to-etcd partitions, a sole owner's crash) while a
+// producer sends dispatch requests with SignalWorkflow (-load-rate); checks Baton's invariants
+// against Temporal's, Redis's and the workers' own records, and every accepted request against the
+// etcd dispatch ledger (lost, completed twice, left pending); prints a
 // fault-by-fault table and the takeover latency per fault kind; and exits non-zero on any violation.
 // See package github.com/baton-run/baton/integration/drill for what is checked and how.
 //
@@ -38,13 +40,17 @@ func run() int {
 	flag.IntVar(&cfg.Cycles, "cycles", 0, "stop after this many rounds of every fault kind (0: only -duration bounds it)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault order and targets (0: from the clock; the report shows it)")
 	flag.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "election lease TTL of the workers (2s or more, whole seconds)")
-	flag.StringVar(&kinds, "faults", "all", "comma-separated fault kinds: sigkill,sigstop,partition,rolling,etcd-member,redis-restart,temporal-restart,orphan")
+	flag.StringVar(&kinds, "faults", "all", "comma-separated fault kinds: sigkill,sigterm,sigstop,partition,rolling,etcd-member,redis-restart,temporal-restart,orphan")
 	flag.DurationVar(&cfg.Settle, "settle", 2*time.Second, "pause between faults once the fleet has settled")
 	flag.DurationVar(&cfg.TakeoverSLA, "takeover-sla", 30*time.Second, "bound for every queue to be owned again after a step")
 	flag.DurationVar(&cfg.CleanupSLA, "cleanup-sla", 2*time.Minute, "bound for an orphaned run or heartbeat key to be cleaned up")
 	flag.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "workers' BATON_HEARTBEAT_INTERVAL")
 	flag.DurationVar(&cfg.StaleAfter, "stale-after", 6*time.Second, "workers' BATON_RECONCILE_STALE_AFTER")
 	flag.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 10*time.Second, "workers' BATON_RECONCILE_INTERVAL")
+	flag.Float64Var(&cfg.LoadRate, "load-rate", 10, "dispatch requests per second per loaded queue, sent with SignalWorkflow while the faults run (0: no load)")
+	flag.IntVar(&cfg.LoadQueues, "load-queues", 2, "how many of the queues get the load (0: all)")
+	flag.StringVar(&cfg.LoadBin, "load-bin", "", "demo-worker binary that runs the load (default: the workers' -bin), e.g. today's producer against an older worker build")
+	flag.DurationVar(&cfg.LoadSettle, "load-settle", time.Minute, "bound for the ledger to show every accepted request handled after the last send")
 	flag.StringVar(&cfg.Bin, "bin", "", "prebuilt demo-worker binary or its directory (default: go build ./cmd/demo-worker)")
 	flag.StringVar(&cfg.LogDir, "logs", "", "keep every process's log in this directory (default: a temporary one, kept only on violations)")
 	flag.StringVar(&out, "out", "", "write the JSON report to this file")

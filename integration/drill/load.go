@@ -1,0 +1,520 @@
+package drill
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/dispatcher"
+)
+
+// The load phase (Config.LoadRate > 0): while the faults run, `demo-worker load -mode=signal`
+// sends distinct dispatch requests to the dispatcher of each loaded queue with SignalWorkflow, a
+// fire-and-forget producer that retries a failed send until Temporal accepts it, and lists what
+// Temporal accepted (-accepted-out). The drill watches the dispatch ledger from before the first
+// send, and judges every accepted request from etcd's records, not from the producer's or the
+// workers' word:
+//
+//   - handled: its record is done once the ledger has settled (LoadSettle after the last send);
+//   - lost: accepted but never done (load-lost);
+//   - double: its record became done more than once (load-double). The ledger writes done only in a
+//     transaction fenced by the owner's election key and by the record being that owner's pending
+//     one (or absent), and never rewrites a done record, so each done put in etcd's history is one
+//     completion of the dispatch: a second one is a second execution that ran to completion;
+//   - pending: a record of any key still pending at the end (load-pending): a run terminated
+//     mid-dispatch left it, and no successor finished it.
+//
+// The handler's own runs (the demo's "dispatched" log lines) are counted as well: a handler that
+// ran again for a key whose record a terminated run left pending is what the ledger allows
+// (at-least-once between Begin and Complete) and is reported, not a violation.
+
+// The load checks a violation can name.
+const (
+	// CheckLoadLost: a request Temporal accepted was never recorded handled in the ledger.
+	CheckLoadLost = "load-lost"
+	// CheckLoadDouble: a request's ledger record became done more than once.
+	CheckLoadDouble = "load-double"
+	// CheckLoadPending: a ledger record was still pending when the ledger had settled.
+	CheckLoadPending = "load-pending"
+	// CheckLoadFailed: the producer did not run, accepted nothing, or the ledger could not be read.
+	CheckLoadFailed = "load-failed"
+)
+
+// LoadStats is what the load phase found.
+type LoadStats struct {
+	Rate   float64  `json:"rate_per_queue"`
+	Queues []string `json:"queues"`
+	// Sent and Accepted are the producer's counts (Accepted: Temporal took the signal).
+	Sent     int `json:"sent"`
+	Accepted int `json:"accepted"`
+	// Retries counts failed sends that were sent again (a handover's gap answers NotFound).
+	Retries int `json:"retries"`
+	// From the ledger: accepted requests done, lost (never done), done twice; records left pending.
+	Handled int `json:"handled"`
+	Lost    int `json:"lost"`
+	Double  int `json:"double"`
+	Pending int `json:"pending"`
+	// Redispatched counts keys whose handler ran more than once (at-least-once between Begin and
+	// Complete; not a violation).
+	Redispatched int `json:"redispatched"`
+	// Send -> handled: from the producer's send to the drill's sight of the done record.
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
+	// SettledAfter is how long after the last send the ledger showed every accepted request done.
+	SettledAfter time.Duration `json:"settled_after_ns"`
+}
+
+// loadPhase is the producer process and the drill's watch of the ledger.
+type loadPhase struct {
+	cmd      *exec.Cmd
+	done     chan struct{}
+	code     int
+	logPath  string
+	keysPath string
+	queues   []string
+	startRev int64
+
+	mu       sync.Mutex
+	watchRev int64                  // every event up to this revision has been seen
+	watchErr error                  // the watch failed: the double count cannot be trusted
+	dones    map[string][]time.Time // key -> when each done put was seen
+	values   map[string][]string    // key -> the done values (owner and token), for the evidence
+	touched  map[string]bool        // every key written since the load began
+}
+
+// loadQueues are the queues the load phase sends to.
+func (d *Drill) loadQueues() []string {
+	n := d.cfg.LoadQueues
+	if n <= 0 || n > len(d.queues) {
+		n = len(d.queues)
+	}
+	return d.queues[:n]
+}
+
+// startLoad starts the ledger watch and the producer, and waits for the producer's first summary
+// line (requests are flowing).
+func (d *Drill) startLoad(ctx context.Context) error {
+	l := &loadPhase{done: make(chan struct{}), queues: d.loadQueues(), dones: map[string][]time.Time{}, values: map[string][]string{}, touched: map[string]bool{},
+		logPath: filepath.Join(d.dir, "load.log"), keysPath: filepath.Join(d.dir, "load-accepted.txt")}
+	resp, err := d.ec.Get(ctx, dispatcher.DefaultLedgerPrefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("load: reading the ledger's revision: %w", err)
+	}
+	l.startRev = resp.Header.Revision + 1
+	l.watchRev = resp.Header.Revision
+	d.load = l
+	d.bgWG.Go(func() { d.watchLedger(l) })
+
+	logf, err := os.Create(l.logPath)
+	if err != nil {
+		return err
+	}
+	bin := d.bin
+	if d.cfg.LoadBin != "" {
+		bin = d.cfg.LoadBin
+		if st, err := os.Stat(bin); err == nil && st.IsDir() {
+			bin = filepath.Join(bin, "demo-worker")
+		}
+	}
+	l.cmd = exec.Command(bin, "load", "-mode=signal", "-rate="+strconv.FormatFloat(d.cfg.LoadRate, 'f', -1, 64),
+		// -settle bounds both the retries of a send in flight at the stop and the producer's own
+		// read-back of the ledger (a cross-check in load.log); the drill's wait comes after it.
+		"-interval=5s", "-settle="+min(d.cfg.LoadSettle, 30*time.Second).String(), "-accepted-out="+l.keysPath,
+		fmt.Sprintf("-run-id=drill-%d", d.cfg.Seed))
+	l.cmd.Env = append(cleanEnv(),
+		"BATON_PROJECT="+d.cfg.Project,
+		"BATON_QUEUES="+strings.Join(l.queues, ","),
+		"BATON_ETCD_ENDPOINTS="+strings.Join(d.etcd.Endpoints(), ","),
+		"BATON_TEMPORAL_ADDRESS="+d.temporal.hostPort,
+		"BATON_TEMPORAL_NAMESPACE="+d.temporal.namespace,
+		"BATON_LOG_LEVEL=warn",
+	)
+	l.cmd.Stdout, l.cmd.Stderr = logf, logf
+	l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := l.cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start the load: %w", err)
+	}
+	go func() {
+		_ = l.cmd.Wait()
+		logf.Close()
+		l.code = l.cmd.ProcessState.ExitCode()
+		close(l.done)
+	}()
+	d.logf("load: %v requests/s per queue on %s (demo-worker load -mode=signal)", d.cfg.LoadRate, strings.Join(l.queues, ","))
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if b, _ := os.ReadFile(l.logPath); bytes.Contains(b, []byte("load: ")) && bytes.Contains(b, []byte("accepted=")) {
+			return nil
+		}
+		select {
+		case <-l.done:
+			return fmt.Errorf("the load exited (code %d) before sending: %s", l.code, tailFile(l.logPath, 1500))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the load wrote no summary within 60s: %s", tailFile(l.logPath, 1500))
+		}
+	}
+}
+
+// watchLedger records every done put of the ledger from the load's start, with the instant the drill
+// saw it, until the drill ends. etcd's watch resumes on another member after a member is killed.
+func (d *Drill) watchLedger(l *loadPhase) {
+	w := d.ec.Watch(d.bg, dispatcher.DefaultLedgerPrefix+"/", clientv3.WithPrefix(), clientv3.WithRev(l.startRev),
+		clientv3.WithProgressNotify())
+	for wr := range w {
+		now := time.Now()
+		l.mu.Lock()
+		if err := wr.Err(); err != nil {
+			if l.watchErr == nil && d.bg.Err() == nil {
+				l.watchErr = err
+			}
+			l.mu.Unlock()
+			continue
+		}
+		for _, ev := range wr.Events {
+			k := strings.TrimPrefix(string(ev.Kv.Key), dispatcher.DefaultLedgerPrefix+"/")
+			if ev.Type != mvccpb.PUT {
+				continue
+			}
+			l.touched[k] = true
+			if !bytes.HasPrefix(ev.Kv.Value, []byte("done ")) {
+				continue
+			}
+			l.dones[k] = append(l.dones[k], now)
+			l.values[k] = append(l.values[k], fmt.Sprintf("%s@rev%d", ev.Kv.Value, ev.Kv.ModRevision))
+		}
+		if n := len(wr.Events); n > 0 {
+			l.watchRev = max(l.watchRev, wr.Events[n-1].Kv.ModRevision)
+		}
+		if wr.IsProgressNotify() {
+			l.watchRev = max(l.watchRev, wr.Header.Revision)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// acceptedReq is one line of the producer's -accepted-out file.
+type acceptedReq struct {
+	key, queue string
+	sent       time.Time
+}
+
+// endLoad stops the producer (SIGTERM: it stops sending, insists on the sends in flight, lists what
+// was accepted), waits for the ledger to settle, and judges every accepted request.
+func (d *Drill) endLoad(ctx context.Context) {
+	l := d.load
+	stopped := time.Now()
+	d.logf("load: stopping the producer (SIGTERM)")
+	if l.cmd.Process != nil {
+		_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-l.done:
+	case <-time.After(2 * time.Minute):
+		_ = l.cmd.Process.Kill()
+		<-l.done
+	case <-ctx.Done():
+		return
+	}
+	st := &LoadStats{Rate: d.cfg.LoadRate, Queues: l.queues}
+	d.loadStats = st
+	failed := func(format string, args ...any) {
+		d.violate(Violation{Check: CheckLoadFailed, At: time.Now(), Detail: fmt.Sprintf(format, args...)})
+	}
+	total := lastLine(l.logPath, "load total:")
+	v := countFields(total)
+	st.Sent, st.Retries = v["sent"], v["retries"]
+	reqs, err := readAccepted(l.keysPath)
+	switch {
+	case l.code != 0:
+		failed("the producer exited with code %d: %s", l.code, tailFile(l.logPath, 1500))
+		return
+	case err != nil:
+		failed("the producer's accepted requests: %v", err)
+		return
+	case len(reqs) != v["accepted"]:
+		failed("the producer counted %d accepted requests and listed %d", v["accepted"], len(reqs))
+	}
+	st.Accepted = len(reqs)
+	if st.Accepted == 0 {
+		failed("Temporal accepted no request: %s", total)
+		return
+	}
+	d.logf("load: %s; waiting up to %v for the ledger to show every accepted request handled", total, d.cfg.LoadSettle)
+
+	// The ledger settles: every accepted request done and no record pending, or the bound passed.
+	var states map[string]record
+	var rev int64
+	deadline := time.Now().Add(d.cfg.LoadSettle)
+	for {
+		states, rev, err = d.ledgerStates(ctx)
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			notDone, pending := 0, 0
+			for _, r := range reqs {
+				if states[r.key].state != "done" {
+					notDone++
+				}
+			}
+			// Every pending record, the watch's or not yet: a settled ledger has none of the load's.
+			for _, rec := range states {
+				if rec.state == "pending" {
+					pending++
+				}
+			}
+			if notDone == 0 && pending == 0 {
+				st.SettledAfter = time.Since(stopped)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				failed("reading the ledger: %v", err)
+				return
+			}
+			break
+		}
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return
+		}
+	}
+	// The watch must have seen every put up to the revision the verdict is read at.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		l.mu.Lock()
+		seen, werr := l.watchRev, l.watchErr
+		l.mu.Unlock()
+		if werr != nil {
+			failed("the ledger watch failed, so a second completion could go unseen: %v", werr)
+			return
+		}
+		if seen >= rev {
+			break
+		}
+		if time.Now().After(deadline) {
+			failed("the ledger watch saw revision %d, not %d, 30s after the ledger settled", seen, rev)
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = d.ec.RequestProgress(pctx)
+		cancel()
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var lost, double, pending []string
+	var lat []time.Duration
+	for _, r := range reqs {
+		rec := states[r.key]
+		if rec.state == "done" {
+			st.Handled++
+		} else {
+			desc := "no record"
+			if rec.state != "" {
+				desc = rec.raw
+			}
+			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", short(r.key), r.queue, r.sent.Format(tsFormat), desc))
+		}
+		if ds := l.dones[r.key]; len(ds) > 0 {
+			lat = append(lat, ds[0].Sub(r.sent))
+		}
+	}
+	for k, ds := range l.dones {
+		if len(ds) > 1 {
+			double = append(double, fmt.Sprintf("%s: %s", short(k), strings.Join(l.values[k], ", ")))
+		}
+	}
+	for k, rec := range states {
+		if rec.state == "pending" && l.touched[k] {
+			pending = append(pending, fmt.Sprintf("%s: %s", short(k), rec.raw))
+		}
+	}
+	sort.Strings(double)
+	sort.Strings(pending)
+	st.Lost, st.Double, st.Pending = len(lost), len(double), len(pending)
+	st.P50, st.P99 = percentile(lat, 50), percentile(lat, 99)
+	for _, x := range lat {
+		st.Max = max(st.Max, x)
+	}
+	now := time.Now()
+	if len(lost) > 0 {
+		d.violate(Violation{Check: CheckLoadLost, At: now, Detail: fmt.Sprintf("%d of %d accepted requests never recorded handled within %v of the last send: %s",
+			len(lost), st.Accepted, d.cfg.LoadSettle, firstN(lost, 10))})
+	}
+	if len(double) > 0 {
+		d.violate(Violation{Check: CheckLoadDouble, At: now, Detail: fmt.Sprintf("%d requests completed more than once: %s", len(double), firstN(double, 10))})
+	}
+	if len(pending) > 0 {
+		d.violate(Violation{Check: CheckLoadPending, At: now, Detail: fmt.Sprintf("%d ledger records still pending: %s", len(pending), firstN(pending, 10))})
+	}
+	d.logf("load: accepted %d, handled %d, lost %d, double %d, pending %d; send -> handled p50 %s p99 %s max %s",
+		st.Accepted, st.Handled, st.Lost, st.Double, st.Pending, fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.Max))
+}
+
+// countRedispatches counts, from every worker's log, the keys whose handler ran more than once.
+// It runs after the workers have exited, so their logs are complete.
+func (d *Drill) countRedispatches() {
+	if d.loadStats == nil {
+		return
+	}
+	d.mu.Lock()
+	procs := append([]*proc(nil), d.procs...)
+	d.mu.Unlock()
+	runs := map[string]int{}
+	for _, p := range procs {
+		f, err := os.Open(p.logPath)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if !bytes.Contains(line, []byte(`"msg":"dispatched"`)) {
+				continue
+			}
+			var m struct {
+				Key string `json:"key"`
+			}
+			if json.Unmarshal(line, &m) == nil && m.Key != "" {
+				runs[m.Key]++
+			}
+		}
+		f.Close()
+	}
+	n := 0
+	for _, c := range runs {
+		if c > 1 {
+			n++
+		}
+	}
+	d.mu.Lock()
+	d.loadStats.Redispatched = n
+	d.mu.Unlock()
+}
+
+// record is one ledger record as the drill reads it.
+type record struct {
+	state string
+	raw   string
+}
+
+// ledgerStates reads every ledger record at one revision, a page at a time, and returns that revision.
+func (d *Drill) ledgerStates(ctx context.Context) (map[string]record, int64, error) {
+	prefix := dispatcher.DefaultLedgerPrefix + "/"
+	out := map[string]record{}
+	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(2000)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := d.ec.Get(cctx, start, opts...)
+		cancel()
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			state, _, _ := strings.Cut(string(kv.Value), " ")
+			out[strings.TrimPrefix(string(kv.Key), prefix)] = record{state: state, raw: string(kv.Value)}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, rev, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// readAccepted reads the producer's -accepted-out file.
+func readAccepted(path string) ([]acceptedReq, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []acceptedReq
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			return nil, fmt.Errorf("%s line %d: %q, want <key> <queue> <sent_ns> <accepted_ns>", path, i+1, line)
+		}
+		ns, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: sent_ns: %w", path, i+1, err)
+		}
+		out = append(out, acceptedReq{key: f[0], queue: f[1], sent: time.Unix(0, ns)})
+	}
+	if len(out) == 0 && len(b) > 0 {
+		return nil, errors.New(path + ": no request listed")
+	}
+	return out, nil
+}
+
+// lastLine returns the last line of the file at path that starts with prefix.
+func lastLine(path, prefix string) string {
+	b, _ := os.ReadFile(path)
+	var last string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			last = l
+		}
+	}
+	return last
+}
+
+// countFields parses the key=value counts of a load line.
+func countFields(line string) map[string]int {
+	v := map[string]int{}
+	for _, f := range strings.Fields(line) {
+		if k, s, ok := strings.Cut(f, "="); ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				v[k] = n
+			}
+		}
+	}
+	return v
+}
+
+func short(key string) string {
+	if len(key) > 12 {
+		return key[:12]
+	}
+	return key
+}
+
+func firstN(s []string, n int) string {
+	if len(s) <= n {
+		return strings.Join(s, "; ")
+	}
+	return strings.Join(s[:n], "; ") + fmt.Sprintf("; … %d more", len(s)-n)
+}
