@@ -46,15 +46,17 @@ type Node struct {
 	rec      *reconciler.Reconciler
 	reg      *registry.Registry
 	metrics  *metrics
-	load     loadReporter
+	notify   notifier
 
-	mu      sync.Mutex
-	state   map[string]*queueState
-	worker  workerState
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	mu    sync.Mutex
+	state map[string]*queueState
+	// announced is the term OnStartedLeading reported, per queue.
+	announced map[string]*election.Term
+	worker    workerState
+	started   bool
+	stopped   bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // New returns a Node over the application's clients. It validates cfg and starts nothing.
@@ -71,7 +73,7 @@ func New(cfg Config, etcd *clientv3.Client, temporal client.Client, rdb redis.Un
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, etcd: etcd, state: make(map[string]*queueState, len(cfg.Queues)),
+	n := &Node{cfg: cfg, etcd: etcd, state: make(map[string]*queueState, len(cfg.Queues)), announced: make(map[string]*election.Term),
 		log: cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID))}
 	var err error
 	if n.queues, err = election.New(etcd, cfg.Election); err != nil {
@@ -110,8 +112,6 @@ func New(cfg Config, etcd *clientv3.Client, temporal client.Client, rdb redis.Un
 		n.state[q] = &queueState{}
 	}
 	n.worker.status = make(map[string]registry.Status, len(cfg.Queues))
-	n.worker.load = make(map[string]WorkerLoad, len(cfg.Queues))
-	n.load.load = cfg.Load
 	if n.metrics, err = newMetrics(cfg.MeterProvider, n); err != nil {
 		return nil, fmt.Errorf("baton: metrics: %w", err)
 	}
@@ -126,21 +126,7 @@ func (n *Node) Registry() *registry.Registry { return n.reg }
 
 // Start launches the Node's loops and returns at once. The loops run on a context derived from ctx
 // without its cancellation (its values are kept), and are ended by Stop.
-//
-// With Config.WaitForSession, Start then waits until this process holds an etcd session (its
-// campaigns can run), and fails, with every loop stopped, if ctx ends first.
 func (n *Node) Start(ctx context.Context) error {
-	if err := n.launch(ctx); err != nil {
-		return err
-	}
-	if n.cfg.WaitForSession {
-		return n.awaitSession(ctx)
-	}
-	return nil
-}
-
-// launch starts the Node's loops.
-func (n *Node) launch(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
@@ -196,6 +182,9 @@ func (n *Node) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("baton: stop: loops still running: %w", ctx.Err()))
 	}
+	if err := n.notify.wait(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("baton: stop: leadership listeners still busy: %w", err))
+	}
 	if n.reg != nil {
 		for _, q := range n.cfg.Queues {
 			if err := n.reg.Deregister(ctx, q, n.cfg.ServerID); err != nil && !errors.Is(err, registry.ErrNotFound) {
@@ -223,15 +212,23 @@ func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callba
 			OnResign:  func(rctx context.Context, term *election.Term) { n.handOver(rctx, queue, term) },
 			OnStepDown: func(term *election.Term, cause error) {
 				n.metrics.stepDown(ctx, queue, cause)
+				var announced bool
 				n.update(queue, func(s *queueState) {
 					if s.term == term {
 						s.term, s.run = nil, takeover.Run{}
 					}
 					s.lastCause = cause
+					if announced = n.announced[queue] == term; announced {
+						delete(n.announced, queue)
+					}
 				})
+				if announced {
+					n.notify.emit(queue, event{kind: eventStopped, cause: cause})
+				}
 			},
 			OnNewLeader: func(l election.Leader) {
 				n.update(queue, func(s *queueState) { s.leader = l })
+				n.notify.emit(queue, event{kind: eventNewLeader, leader: l})
 			},
 		}
 	}
@@ -272,9 +269,16 @@ func (n *Node) lead(ctx context.Context, queue string, term *election.Term) erro
 			}
 			return err
 		}
+		var announce bool
 		n.update(queue, func(s *queueState) {
 			s.run, s.open, s.permanent, s.takeovers = run, true, nil, s.takeovers+1
+			if announce = n.announced[queue] != term; announce {
+				n.announced[queue] = term
+			}
 		})
+		if announce {
+			n.notify.emit(queue, event{kind: eventStarted, ctx: term.Context(), lead: Lead{Queue: queue, Token: term.Token(), Run: run, Term: term}})
+		}
 		err = n.supervise(ctx, queue, term, run)
 		if !errors.Is(err, takeover.ErrRunClosed) {
 			if term.Err() == nil && err != nil && !errors.Is(err, context.Canceled) {
@@ -450,11 +454,7 @@ func (n *Node) registerLoop(ctx context.Context) {
 				registered[q] = err == nil
 				continue
 			}
-			beat, load := n.load.beat(q)
-			status, err := n.reg.Heartbeat(ctx, q, n.cfg.ServerID, beat)
-			if err == nil {
-				n.load.taken(q, load)
-			}
+			status, err := n.reg.Heartbeat(ctx, q, n.cfg.ServerID, registry.Beat{})
 			if errors.Is(err, registry.ErrNotRegistered) {
 				registered[q] = false
 			}
@@ -462,9 +462,6 @@ func (n *Node) registerLoop(ctx context.Context) {
 			if err == nil {
 				n.mu.Lock()
 				n.worker.status[q] = status
-				if n.cfg.Load != nil {
-					n.worker.load[q] = load
-				}
 				n.mu.Unlock()
 			}
 		}
