@@ -95,11 +95,15 @@ type ClientConfig struct {
 	// on the same host (a service-mesh sidecar). Refused together with TemporalTLS settings.
 	TemporalTLSDisabled bool
 
-	RedisAddr     string // host:port; default "localhost:6379"
-	RedisUsername string
-	RedisPassword string `json:"-"`
-	RedisDB       int
-	RedisTLS      TLSFiles
+	RedisAddr string // host:port of one server; default "localhost:6379" (unless RedisClusterAddrs)
+	// RedisClusterAddrs are host:port seed nodes of a Redis Cluster; the client learns every master
+	// and replica from them (a few, not all, are enough). Refused together with RedisAddr, and with a
+	// RedisDB other than 0 (a cluster has database 0 only).
+	RedisClusterAddrs []string
+	RedisUsername     string
+	RedisPassword     string `json:"-"`
+	RedisDB           int
+	RedisTLS          TLSFiles
 }
 
 // clientEnv lists the environment variables of a ClientConfig.
@@ -133,6 +137,7 @@ var clientEnv = []struct {
 	{"BATON_TEMPORAL_KEY_FILE", func(c *ClientConfig, v string) error { c.TemporalTLS.KeyFile = v; return nil }},
 	{"BATON_TEMPORAL_SERVER_NAME", func(c *ClientConfig, v string) error { c.TemporalTLS.ServerName = v; return nil }},
 	{"BATON_REDIS_ADDR", func(c *ClientConfig, v string) error { c.RedisAddr = v; return nil }},
+	{"BATON_REDIS_CLUSTER_ADDRS", func(c *ClientConfig, v string) error { c.RedisClusterAddrs = split(v); return nil }},
 	{"BATON_REDIS_USERNAME", func(c *ClientConfig, v string) error { c.RedisUsername = v; return nil }},
 	{"BATON_REDIS_PASSWORD", func(c *ClientConfig, v string) error { c.RedisPassword = v; return nil }},
 	{"BATON_REDIS_DB", func(c *ClientConfig, v string) error {
@@ -227,7 +232,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	if c.TemporalNamespace == "" {
 		c.TemporalNamespace = "default"
 	}
-	if c.RedisAddr == "" {
+	if c.RedisAddr == "" && len(c.RedisClusterAddrs) == 0 {
 		c.RedisAddr = "localhost:6379"
 	}
 	return c
@@ -238,6 +243,19 @@ func (c ClientConfig) Validate() error {
 	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s %s", ErrInvalidClientConfig, field, fmt.Sprintf(format, args...))
+	}
+	if len(c.RedisClusterAddrs) > 0 {
+		switch {
+		case c.RedisAddr != "":
+			return bad("RedisAddr", "must not be set with RedisClusterAddrs (BATON_REDIS_ADDR, BATON_REDIS_CLUSTER_ADDRS): one names a single server, the other a cluster's seed nodes")
+		case c.RedisDB != 0:
+			return bad("RedisDB", "must be 0 with RedisClusterAddrs: a Redis Cluster has database 0 only, got %d", c.RedisDB)
+		}
+		for i, a := range c.RedisClusterAddrs {
+			if !strings.Contains(a, ":") {
+				return bad(fmt.Sprintf("RedisClusterAddrs[%d]", i), "must be host:port, got %q", a)
+			}
+		}
 	}
 	switch {
 	case len(c.EtcdEndpoints) == 0:
@@ -250,7 +268,7 @@ func (c ClientConfig) Validate() error {
 		return bad("TemporalTLSDisabled", "must not be set with TemporalTLS")
 	case !strings.Contains(c.TemporalAddress, ":"):
 		return bad("TemporalAddress", "must be host:port, got %q", c.TemporalAddress)
-	case !strings.Contains(c.RedisAddr, ":"):
+	case len(c.RedisClusterAddrs) == 0 && !strings.Contains(c.RedisAddr, ":"):
 		return bad("RedisAddr", "must be host:port, got %q", c.RedisAddr)
 	}
 	if c.EtcdTLS.set() {
@@ -347,17 +365,24 @@ func temporalOptions(cfg ClientConfig, log *zap.Logger) (client.Options, error) 
 	return opts, nil
 }
 
-// NewRedisClient builds a Redis client and closes it when the app stops. When the app starts, it
-// pings Redis once: a refusal of the credentials or of the TLS connection fails the start with its
-// reason (retrying cannot fix either); an unreachable Redis only logs a warning, the loops retry.
+// NewRedisClient builds a Redis client, of a Redis Cluster with RedisClusterAddrs, and closes it when
+// the app stops. When the app starts, it pings Redis once: a refusal of the credentials or of the TLS
+// connection fails the start with its reason (retrying cannot fix either); an unreachable Redis only
+// logs a warning, the loops retry.
 func NewRedisClient(p ClientParams) (redis.UniversalClient, error) {
 	if err := p.Config.Validate(); err != nil {
 		return nil, err
 	}
 	c := p.Config.withDefaults()
 	tlsCfg, _ := c.RedisTLS.config()
-	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword,
-		DB: c.RedisDB, TLSConfig: tlsCfg, DisableIdentity: true})
+	var rdb redis.UniversalClient
+	if len(c.RedisClusterAddrs) > 0 {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.RedisClusterAddrs, Username: c.RedisUsername,
+			Password: c.RedisPassword, TLSConfig: tlsCfg, DisableIdentity: true})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword,
+			DB: c.RedisDB, TLSConfig: tlsCfg, DisableIdentity: true})
+	}
 	log := logger(p.Logger).Named("redis-client")
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
@@ -371,7 +396,7 @@ func NewRedisClient(p ClientParams) (redis.UniversalClient, error) {
 				_ = rdb.Close() // Fx does not stop a hook whose start failed
 				return err
 			}
-			log.Warn("Redis not reachable at start; retrying in the background", zap.String("addr", c.RedisAddr), zap.Error(err))
+			log.Warn("Redis not reachable at start; retrying in the background", zap.String("addr", c.redisTarget()), zap.Error(err))
 			return nil
 		},
 		OnStop: func(context.Context) error { return rdb.Close() },
@@ -397,13 +422,21 @@ func checkRedis(ctx context.Context, rdb redis.UniversalClient, c ClientConfig) 
 		if user == "" {
 			user = "default"
 		}
-		return fmt.Errorf("fxmodule: Redis at %s %w authentication as user %q: %w", c.RedisAddr, errRefused, user, err)
+		return fmt.Errorf("fxmodule: Redis at %s %w authentication as user %q: %w", c.redisTarget(), errRefused, user, err)
 	case redis.IsPermissionError(err):
-		return fmt.Errorf("fxmodule: Redis at %s %w PING for user %q (ACL permissions): %w", c.RedisAddr, errRefused, c.RedisUsername, err)
+		return fmt.Errorf("fxmodule: Redis at %s %w PING for user %q (ACL permissions): %w", c.redisTarget(), errRefused, c.RedisUsername, err)
 	case tlsRefusal(err):
-		return fmt.Errorf("fxmodule: Redis at %s %w the TLS connection: %w", c.RedisAddr, errRefused, err)
+		return fmt.Errorf("fxmodule: Redis at %s %w the TLS connection: %w", c.redisTarget(), errRefused, err)
 	}
-	return fmt.Errorf("fxmodule: Redis at %s: %w", c.RedisAddr, err)
+	return fmt.Errorf("fxmodule: Redis at %s: %w", c.redisTarget(), err)
+}
+
+// redisTarget names the Redis server, or the cluster's seed nodes, in messages.
+func (c ClientConfig) redisTarget() string {
+	if len(c.RedisClusterAddrs) > 0 {
+		return "cluster " + strings.Join(c.RedisClusterAddrs, ",")
+	}
+	return c.RedisAddr
 }
 
 // Clients provides the etcd, Temporal and Redis clients from a ClientConfig the app supplies, for

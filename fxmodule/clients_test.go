@@ -38,6 +38,9 @@ func TestClientConfigValidate(t *testing.T) {
 		{"user without password", with(func(c *ClientConfig) { c.EtcdUsername = "baton" }), "EtcdPassword"},
 		{"TLS disabled and TLS files", with(func(c *ClientConfig) { c.TemporalTLSDisabled, c.TemporalTLS.Enabled = true, true }), "TemporalTLSDisabled"},
 		{"plain-text etcd endpoint with TLS", with(func(c *ClientConfig) { c.EtcdTLS.Enabled = true }), "EtcdEndpoints[0]"},
+		{"one server and a cluster", with(func(c *ClientConfig) { c.RedisAddr, c.RedisClusterAddrs = "r:6379", []string{"c1:7000"} }), "RedisAddr must not be set with RedisClusterAddrs"},
+		{"cluster seed without port", with(func(c *ClientConfig) { c.RedisClusterAddrs = []string{"c1:7000", "c2"} }), "RedisClusterAddrs[1] must be host:port"},
+		{"cluster with a database", with(func(c *ClientConfig) { c.RedisClusterAddrs, c.RedisDB = []string{"c1:7000"}, 2 }), "RedisDB must be 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -62,6 +65,14 @@ func TestLoadClientEnv(t *testing.T) {
 	}
 	if len(c.EtcdEndpoints) != 2 || c.RedisDB != 3 || c.RedisPassword != "hunter2" || !c.TemporalTLS.Enabled {
 		t.Fatalf("loaded %+v", c)
+	}
+	t.Setenv("BATON_REDIS_DB", "0")
+	t.Setenv("BATON_REDIS_CLUSTER_ADDRS", "c1:7000, c2:7000,")
+	if c, err = LoadClientEnv(ClientConfig{}); err != nil || len(c.RedisClusterAddrs) != 2 || c.RedisClusterAddrs[1] != "c2:7000" {
+		t.Fatalf("BATON_REDIS_CLUSTER_ADDRS loaded %q, %v", c.RedisClusterAddrs, err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a cluster without RedisAddr must validate (no single-server default): %v", err)
 	}
 	t.Setenv("BATON_REDIS_DB", "-1")
 	if _, err := LoadClientEnv(ClientConfig{}); !errors.Is(err, ErrInvalidClientConfig) || !strings.Contains(err.Error(), "BATON_REDIS_DB") {
