@@ -30,6 +30,16 @@
 //		fx.Annotate(newBatonRedis, fx.ResultTags(`name:"baton"`)), // Baton's
 //	)
 //
+// Leadership listeners (baton.Listener: started leading, stopped leading, new leader, per queue) join
+// the value group "baton.listeners"; AsListener annotates a constructor for it, and the Node gets every
+// listener before it starts:
+//
+//	fx.Provide(fxmodule.AsListener(func(log *zap.Logger) baton.Listener {
+//		return baton.Listener{OnStartedLeading: func(ctx context.Context, l baton.Lead) {
+//			log.Info("leading", zap.String("queue", l.Queue), zap.Int64("token", l.Token))
+//		}}
+//	}))
+//
 // The Node starts with the app (Start returns at once) and stops with it: every term is resigned
 // first so that another worker takes over in milliseconds, then every loop is stopped and waited for,
 // within the app's stop timeout.
@@ -100,7 +110,19 @@ type NodeParams struct {
 	SDKMeterProvider *sdkmetric.MeterProvider `optional:"true"`
 	// DataConverter is the Temporal client's data converter, when the app has one of its own.
 	DataConverter converter.DataConverter `optional:"true"`
-	Lifecycle     fx.Lifecycle
+	// Listeners are the app's leadership listeners (see AsListener).
+	Listeners []baton.Listener `group:"baton.listeners"`
+	Lifecycle fx.Lifecycle
+}
+
+// ListenerGroup is the Fx value group whose baton.Listener values the Node delivers its leadership
+// events to.
+const ListenerGroup = "baton.listeners"
+
+// AsListener annotates a constructor of a baton.Listener (any function Fx can call that returns one)
+// so that its result joins ListenerGroup.
+func AsListener(constructor any) any {
+	return fx.Annotate(constructor, fx.ResultTags(`group:"`+ListenerGroup+`"`))
 }
 
 // ErrMissingClient is returned by NewNode when the app provides no client of a kind Baton needs.
@@ -170,6 +192,11 @@ func NewNode(p NodeParams) (*baton.Node, error) {
 	node, err := baton.New(cfg, etcd, temporal, rdb)
 	if err != nil {
 		return nil, err
+	}
+	for _, l := range p.Listeners {
+		if err := node.Listen(l); err != nil {
+			return nil, err
+		}
 	}
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: node.Start,

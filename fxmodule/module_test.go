@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/election"
 )
 
 var testConfig = baton.Config{Project: "billing", Queues: []string{"orders", "refunds"}}
@@ -156,5 +157,22 @@ func TestModuleValidatesInANamedConstructorBeforeClients(t *testing.T) {
 	}
 	if built != 0 {
 		t.Errorf("%d clients were built for a configuration that was refused", built)
+	}
+}
+
+// Every listener of the value group reaches the Node before it starts: a listener added later would
+// miss the first terms, so Listen refuses it after Start; here the group's listeners were accepted.
+func TestModuleGivesTheNodeItsListeners(t *testing.T) {
+	etcd, tc := lazyClients(t)
+	built := 0
+	newListener := func() baton.Listener { built++; return baton.Listener{OnNewLeader: func(string, election.Leader) {}} }
+	var node *baton.Node
+	fxtest.New(t, fx.NopLogger,
+		fx.Supply(testConfig, etcd, fx.Annotate(tc, fx.As(new(client.Client)))),
+		fx.Provide(func() *redis.Client { return redisAt(t, "127.0.0.1:1") }),
+		fx.Provide(AsListener(newListener), AsListener(newListener)),
+		Module, fx.Populate(&node))
+	if node == nil || built != 2 {
+		t.Fatalf("node %v, %d listeners built, want a node and 2", node, built)
 	}
 }
