@@ -99,6 +99,7 @@ func run() error {
 		{"reconcile", benchReconcile},
 		{"registry", benchRegistry},
 		{"scale", benchScale},
+		{"dispatch", benchDispatch},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue

@@ -1,0 +1,568 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	mrand "math/rand/v2"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/takeover"
+)
+
+// The dispatch section's load: the producer (10 requests per second per queue at random
+// times) doubled, for long enough to cross several takeovers, and bursts for the throughput rows.
+const (
+	dispatchRate        = 20.0 // requests per second per queue
+	dispatchRest        = 10 * time.Second
+	dispatchChaos       = 20 * time.Second
+	dispatchTakeoverGap = 2500 * time.Millisecond // between two takeovers, alternately graceful and a leader loss
+	dispatchBurst       = 1500                    // requests of a Baton throughput row
+	dispatchNaiveBurst  = 200                     // requests of the naive throughput row (it handles ~20/s)
+	dispatchSettle      = time.Minute             // how long the handling may take after the sending
+	dispatchLedger      = "/bench/dispatch"
+	throughputTarget    = 200 // requests per second per queue
+
+	naiveWorkflow = "bench.NaiveDispatcher"
+	naiveActivity = "bench.NaiveDispatch"
+)
+
+// handledLog records, in process, when each dispatch key's handler finished and how often.
+type handledLog struct {
+	mu    sync.Mutex
+	first map[string]time.Time
+	count map[string]int
+}
+
+func newHandledLog() *handledLog {
+	return &handledLog{first: map[string]time.Time{}, count: map[string]int{}}
+}
+
+func (h *handledLog) handle(key string) {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.first[key]; !ok {
+		h.first[key] = now
+	}
+	h.count[key]++
+}
+
+func (h *handledLog) get(key string) (time.Time, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.first[key], h.count[key]
+}
+
+func (h *handledLog) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.count {
+		n += c
+	}
+	return n
+}
+
+// naiveDispatcher is the baseline: the reference dispatcher before Baton's dispatch work, in
+// short. It handles one signal at a time with one activity each, and a run that is terminated takes
+// what it accepted and did not handle with it.
+func naiveDispatcher(ctx workflow.Context) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+	ch := workflow.GetSignalChannel(ctx, dispatcher.SignalDispatch)
+	for {
+		var req dispatcher.Request
+		ch.Receive(ctx, &req)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		_ = workflow.ExecuteActivity(ctx, naiveActivity, req.Key()).Get(ctx, nil)
+	}
+}
+
+// sentReq is one request of a stream: its key, when it was sent, and whether the sender was told
+// it is accepted (a signal) or handled (Dispatch), with the latter's instant.
+type sentReq struct {
+	key      string
+	sent     time.Time
+	accepted bool
+	returned time.Time
+}
+
+// stream sends requests at rate per second (Poisson arrivals) until ctx ends, each in its own
+// goroutine, and returns them once every send returned.
+func stream(ctx context.Context, rate float64, name string, send func(context.Context, dispatcher.Request) error) []*sentReq {
+	var (
+		mu  sync.Mutex
+		out []*sentReq
+		wg  sync.WaitGroup
+	)
+	next := time.Now()
+	for i := 0; ; i++ {
+		next = next.Add(time.Duration(expRand() / rate * float64(time.Second)))
+		if !sleepCtx(ctx, time.Until(next)) {
+			break
+		}
+		req := benchRequest(name, i)
+		r := &sentReq{key: req.Key(), sent: time.Now()}
+		mu.Lock()
+		out = append(out, r)
+		mu.Unlock()
+		wg.Go(func() {
+			// A send outlives the stream: Dispatch keeps trying across a handover for its bound.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dispatchSettle)
+			defer cancel()
+			if send(sctx, req) == nil {
+				r.accepted, r.returned = true, time.Now()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func benchRequest(name string, i int) dispatcher.Request {
+	return dispatcher.Request{Type: "bench", TaskID: fmt.Sprintf("%s-%d", name, i), PayloadSHA256: strings.Repeat("ab", 32)}
+}
+
+// benchDispatch measures Baton's dispatch path (the reference dispatcher with the etcd ledger,
+// takeovers by real election terms) beside the naive baseline on the same Temporal server and at
+// the same time: dispatch latency at rest and across takeovers, requests accepted but never handled
+// and handled twice across the takeovers (from the ledger for Baton, from the handler for the
+// naive workflow, which has none), and the throughput of one queue.
+//
+// A takeover here is in-process: two electors (node-a, node-b) own the Baton queue in turn; a
+// graceful one resigns the leader's term, a leader loss revokes its etcd lease; the other node
+// then campaigns and takes the dispatcher over (terminating the prior run by its run ID, carrying
+// over its backlog). The naive queue's run is terminated and a new one started at the same
+// instants, as the takeover before Baton did. The Temporal workers keep running throughout, so a
+// crashed worker's held workflow task (the e2e chaos test's subject) is not part of these figures.
+func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+	began := time.Now()
+	s, err := startServers(cluster, need{temporal: true, etcd: true})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	tc := s.tc
+	ledger, err := dispatcher.NewEtcdLedger(s.etcd, dispatchLedger, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	baton, naive := newHandledLog(), newHandledLog()
+	acts := &dispatcher.Activities{Ledger: ledger, History: tc,
+		Handler: func(_ context.Context, key string, _ dispatcher.Request, _ takeover.Owner) error {
+			baton.handle(key)
+			return nil
+		}}
+	var workers []worker.Worker
+	defer func() {
+		for _, w := range workers {
+			w.Stop()
+		}
+	}()
+	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
+		w := worker.New(tc, q, worker.Options{})
+		dispatcher.Register(w, acts)
+		if err := w.Start(); err != nil {
+			return nil, err
+		}
+		workers = append(workers, w)
+	}
+	for _, q := range []string{"n-rest", "n-chaos", "n-tput"} {
+		w := worker.New(tc, q, worker.Options{})
+		w.RegisterWorkflowWithOptions(naiveDispatcher, workflow.RegisterOptions{Name: naiveWorkflow})
+		w.RegisterActivityWithOptions(func(_ context.Context, key string) error { naive.handle(key); return nil },
+			activity.RegisterOptions{Name: naiveActivity})
+		if err := w.Start(); err != nil {
+			return nil, err
+		}
+		workers = append(workers, w)
+	}
+
+	type node struct {
+		id  string
+		cli *clientv3.Client
+		el  *election.Elector
+		mgr *takeover.Manager
+	}
+	var nodes []*node
+	defer func() {
+		for _, n := range nodes {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = n.el.Close(cctx)
+			cancel()
+			n.cli.Close()
+		}
+	}()
+	for _, id := range []string{"node-a", "node-b"} {
+		cli, err := cluster.NewClient()
+		if err != nil {
+			return nil, err
+		}
+		el, err := election.New(cli, election.Config{})
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		mgr, err := takeover.New(tc, takeover.Config{StepDown: takeover.LeaveRunning})
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		nodes = append(nodes, &node{id, cli, el, mgr})
+	}
+	take := func(n *node, q string) (*election.Term, error) {
+		term, err := n.el.Campaign(ctx, benchProject, q, n.id)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := n.mgr.Take(ctx, term); err != nil {
+			return nil, fmt.Errorf("%s: %s's takeover: %w", q, n.id, err)
+		}
+		return term, nil
+	}
+	naiveStart := func(q string) error {
+		for attempt := 0; ; attempt++ {
+			_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "naive-" + q, TaskQueue: q}, naiveWorkflow)
+			if err == nil || attempt == 50 {
+				return err
+			}
+			if !sleepCtx(ctx, 100*time.Millisecond) { // Temporal refuses a same-ID start within ~1 s of the last
+				return ctx.Err()
+			}
+		}
+	}
+	var chaosTerm *election.Term
+	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
+		term, err := take(nodes[0], q)
+		if err != nil {
+			return nil, err
+		}
+		if q == "d-chaos" {
+			chaosTerm = term
+		}
+	}
+	for _, q := range []string{"n-rest", "n-chaos", "n-tput"} {
+		if err := naiveStart(q); err != nil {
+			return nil, err
+		}
+	}
+	producer, err := dispatcher.NewProducer(tc, dispatcher.ProducerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	dispatch := func(q string) func(context.Context, dispatcher.Request) error {
+		return func(ctx context.Context, req dispatcher.Request) error {
+			_, err := producer.Dispatch(ctx, benchProject, q, req)
+			return err
+		}
+	}
+	signalOnce := func(id string) func(context.Context, dispatcher.Request) error {
+		return func(ctx context.Context, req dispatcher.Request) error {
+			return tc.SignalWorkflow(ctx, id, "", dispatcher.SignalDispatch, req)
+		}
+	}
+	batonID := func(q string) string { id, _ := takeover.WorkflowID(benchProject, q); return id }
+	startRev, err := s.etcd.Get(ctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, err
+	}
+
+	// At rest.
+	fmt.Printf("batonbench: dispatch: at rest, %v/s for %v on each queue\n", dispatchRate, dispatchRest)
+	var restBaton, restNaive []*sentReq
+	parallel(ctx, dispatchRest,
+		func(c context.Context) { restBaton = stream(c, dispatchRate, "rest-dispatch", dispatch("d-rest")) },
+		func(c context.Context) { restNaive = stream(c, dispatchRate, "rest-naive", signalOnce("naive-n-rest")) })
+
+	// Across takeovers.
+	takeovers := int(dispatchChaos / dispatchTakeoverGap)
+	fmt.Printf("batonbench: dispatch: %d takeovers (graceful and leader loss alternately) in %v at %v/s\n", takeovers, dispatchChaos, dispatchRate)
+	var chaosDispatch, chaosSignal, chaosNaive []*sentReq
+	var chaosErr error
+	parallel(ctx, dispatchChaos,
+		func(c context.Context) {
+			chaosDispatch = stream(c, dispatchRate, "chaos-dispatch", dispatch("d-chaos"))
+		},
+		func(c context.Context) {
+			chaosSignal = stream(c, dispatchRate, "chaos-signal", signalOnce(batonID("d-chaos")))
+		},
+		func(c context.Context) {
+			chaosNaive = stream(c, dispatchRate, "chaos-naive", signalOnce("naive-n-chaos"))
+		},
+		func(c context.Context) {
+			chaosErr = func() error {
+				leader, term := 0, chaosTerm
+				var err error
+				for k := range takeovers {
+					if !sleepCtx(c, dispatchTakeoverGap) {
+						return nil
+					}
+					if k%2 == 0 {
+						err = term.Resign(ctx)
+					} else {
+						err = revokeLeaseOf(ctx, s.etcd, term.Key())
+					}
+					if err != nil {
+						return err
+					}
+					// The naive takeover of the same instant: terminate the run, start another.
+					if err := tc.TerminateWorkflow(ctx, "naive-n-chaos", "", "bench takeover"); err != nil {
+						return err
+					}
+					if err := naiveStart("n-chaos"); err != nil {
+						return err
+					}
+					leader = 1 - leader
+					if term, err = take(nodes[leader], "d-chaos"); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		})
+	if chaosErr != nil {
+		return nil, fmt.Errorf("takeovers: %w", chaosErr)
+	}
+
+	// Throughput of one queue: a burst sent at once, from the first send to the last handled.
+	fmt.Printf("batonbench: dispatch: throughput, bursts of %d (Baton) and %d (naive)\n", dispatchBurst, dispatchNaiveBurst)
+	burst := func(n int, name string, send func(context.Context, dispatcher.Request) error, log *handledLog, conc int) (float64, error) {
+		began := time.Now()
+		before := log.total()
+		slots := make(chan struct{}, conc)
+		var wg sync.WaitGroup
+		var failed error
+		var mu sync.Mutex
+		for i := range n {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				sctx, cancel := context.WithTimeout(ctx, dispatchSettle)
+				defer cancel()
+				if err := send(sctx, benchRequest(name, i)); err != nil {
+					mu.Lock()
+					failed = errors.Join(failed, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if failed != nil {
+			return 0, failed
+		}
+		deadline := time.Now().Add(dispatchSettle)
+		for log.total()-before < n {
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("%s: %d of %d handled after %v", name, log.total()-before, n, dispatchSettle)
+			}
+			sleepCtx(ctx, 5*time.Millisecond)
+		}
+		return float64(n) / time.Since(began).Seconds(), nil
+	}
+	tputSignal, err := burst(dispatchBurst, "tput-signal", signalOnce(batonID("d-tput")), baton, 64)
+	if err != nil {
+		return nil, err
+	}
+	tputUpdate, err := burst(dispatchBurst, "tput-dispatch", dispatch("d-tput-update"), baton, 10) // history.maxInFlightUpdates
+	if err != nil {
+		return nil, err
+	}
+	tputNaive, err := burst(dispatchNaiveBurst, "tput-naive", signalOnce("naive-n-tput"), naive, 64)
+	if err != nil {
+		return nil, err
+	}
+
+	// Loss and double execution across the takeovers: Baton's from the ledger (every done put since
+	// the section began), the naive workflow's from its handler calls.
+	accepted := func(rs []*sentReq) []string {
+		var keys []string
+		for _, r := range rs {
+			if r.accepted {
+				keys = append(keys, r.key)
+			}
+		}
+		return keys
+	}
+	batonKeys := append(accepted(chaosDispatch), accepted(chaosSignal)...)
+	var dones map[string]int
+	for deadline := time.Now().Add(dispatchSettle); ; {
+		if dones, err = ledgerDones(ctx, s.etcd, startRev.Header.Revision+1); err != nil {
+			return nil, err
+		}
+		missing := 0
+		for _, k := range batonKeys {
+			if dones[k] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+	count := func(keys []string, lost func(string) bool, twice func(string) bool) (l, t float64) {
+		for _, k := range keys {
+			if lost(k) {
+				l++
+			}
+			if twice(k) {
+				t++
+			}
+		}
+		return l, t
+	}
+	lostD, twiceD := count(accepted(chaosDispatch), func(k string) bool { return dones[k] == 0 }, func(k string) bool { return dones[k] > 1 })
+	lostS, twiceS := count(accepted(chaosSignal), func(k string) bool { return dones[k] == 0 }, func(k string) bool { return dones[k] > 1 })
+	handlerTwice := 0.0
+	for _, k := range batonKeys {
+		if _, c := baton.get(k); c > 1 {
+			handlerTwice++
+		}
+	}
+	naiveKeys := accepted(chaosNaive)
+	// The naive workflow's losses are final once the queue is quiet: its terminated runs are gone.
+	for last, quietSince := naive.total(), time.Now(); time.Since(quietSince) < 2*time.Second; sleepCtx(ctx, 100*time.Millisecond) {
+		if n := naive.total(); n != last {
+			last, quietSince = n, time.Now()
+		}
+	}
+	lostN, twiceN := count(naiveKeys, func(k string) bool { _, c := naive.get(k); return c == 0 }, func(k string) bool { _, c := naive.get(k); return c > 1 })
+
+	latencyReturned := func(rs []*sentReq) []float64 {
+		var out []float64
+		for _, r := range rs {
+			if r.accepted {
+				out = append(out, float64(r.returned.Sub(r.sent))/float64(time.Millisecond))
+			}
+		}
+		return out
+	}
+	latencyHandled := func(rs []*sentReq, log *handledLog) []float64 {
+		var out []float64
+		for _, r := range rs {
+			if at, c := log.get(r.key); r.accepted && c > 0 {
+				out = append(out, float64(at.Sub(r.sent))/float64(time.Millisecond))
+			}
+		}
+		return out
+	}
+	fmt.Printf("batonbench: dispatch: across takeovers: Baton Dispatch %d sent, %d handled (returned), %d lost, %d twice; "+
+		"Baton signal %d sent, %d accepted, %d lost, %d twice; naive signal %d sent, %d accepted, %d lost, %d twice\n",
+		len(chaosDispatch), len(accepted(chaosDispatch)), int(lostD), int(twiceD),
+		len(chaosSignal), len(accepted(chaosSignal)), int(lostS), int(twiceS),
+		len(chaosNaive), len(naiveKeys), int(lostN), int(twiceN))
+	fmt.Printf("batonbench: dispatch: section took %v\n", time.Since(began).Round(time.Second))
+
+	const naiveSignal = "naive signal, one-at-a-time workflow (send -> handled)"
+	none := func(f benchreport.Figure) bool { return f.P99 == 0 }
+	one := func(v float64) []float64 { return []float64{v} }
+	chaos := fmt.Sprintf("across %d takeovers (graceful + leader loss)", takeovers)
+	return []benchreport.Figure{
+		benchreport.NewFigure("dispatch latency at rest, Baton Dispatch (send -> returned handled)", "ms",
+			latencyReturned(restBaton), naiveSignal, latencyHandled(restNaive, naive), "informational", func(benchreport.Figure) bool { return true }),
+		benchreport.NewFigure("dispatch latency "+chaos+", Baton Dispatch (send -> returned handled)", "ms",
+			latencyReturned(chaosDispatch), naiveSignal+", handled ones", latencyHandled(chaosNaive, naive), "informational", func(benchreport.Figure) bool { return true }),
+		benchreport.NewFigure("dispatch latency "+chaos+", Baton with fire-and-forget signals (send -> handled)", "ms",
+			latencyHandled(chaosSignal, baton), naiveSignal+", handled ones", latencyHandled(chaosNaive, naive), "informational", func(benchreport.Figure) bool { return true }),
+		benchreport.NewFigure(fmt.Sprintf("accepted but never handled %s, Baton Dispatch (of %d)", chaos, len(accepted(chaosDispatch))), "requests",
+			one(lostD), fmt.Sprintf("naive signal sent once (of %d accepted)", len(naiveKeys)), one(lostN), "0", none),
+		benchreport.NewFigure(fmt.Sprintf("accepted but never handled %s, Baton signal sent once (of %d)", chaos, len(accepted(chaosSignal))), "requests",
+			one(lostS), fmt.Sprintf("naive signal sent once (of %d accepted)", len(naiveKeys)), one(lostN), "0", none),
+		benchreport.NewFigure(fmt.Sprintf("handled twice (ledger done twice) %s, Baton Dispatch + signals", chaos), "requests",
+			one(twiceD+twiceS), "naive signal sent once (handler ran twice)", one(twiceN), "0", none),
+		benchreport.NewFigure(fmt.Sprintf("handler ran twice %s, Baton Dispatch + signals (at-least-once between ledger Begin and Complete)", chaos), "requests",
+			one(handlerTwice), "naive signal sent once (handler ran twice)", one(twiceN), "informational", func(benchreport.Figure) bool { return true }),
+		benchreport.NewFigure(fmt.Sprintf("throughput of one queue, Baton, %d fire-and-forget signals (with the etcd ledger)", dispatchBurst), "req/s",
+			one(tputSignal), fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), one(tputNaive),
+			fmt.Sprintf(">= %d req/s", throughputTarget), func(f benchreport.Figure) bool { return f.P50 >= throughputTarget }),
+		benchreport.NewFigure(fmt.Sprintf("throughput of one queue, Baton Dispatch, %d requests, 10 in flight (the server's update limit)", dispatchBurst), "req/s",
+			one(tputUpdate), fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), one(tputNaive),
+			fmt.Sprintf(">= %d req/s", throughputTarget), func(f benchreport.Figure) bool { return f.P50 >= throughputTarget }),
+	}, nil
+}
+
+// parallel runs each function with a context that ends after d (or with ctx), and waits for all.
+func parallel(ctx context.Context, d time.Duration, fs ...func(context.Context)) {
+	c, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, f := range fs {
+		wg.Go(func() { f(c) })
+	}
+	wg.Wait()
+}
+
+// revokeLeaseOf revokes the etcd lease holding key: its owner's session is gone at once, as when the
+// process died and its lease expired.
+func revokeLeaseOf(ctx context.Context, cli *clientv3.Client, key string) error {
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("leader key %s is gone", key)
+	}
+	_, err = cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	return err
+}
+
+// ledgerDones counts, per dispatch key, the puts of a done record since revision from, up to the
+// current revision.
+func ledgerDones(ctx context.Context, cli *clientv3.Client, from int64) (map[string]int, error) {
+	now, err := cli.Get(ctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	if now.Header.Revision < from {
+		return out, nil
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := cli.Watch(wctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	// etcd answers a progress request only once the watch caught up; ask until it has.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		for sleepCtx(wctx, 100*time.Millisecond) {
+			_ = cli.RequestProgress(wctx)
+		}
+	})
+	for wr := range w {
+		if err := wr.Err(); err != nil {
+			return nil, err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.PUT && strings.HasPrefix(string(ev.Kv.Value), "done ") {
+				out[strings.TrimPrefix(string(ev.Kv.Key), dispatchLedger+"/")]++
+			}
+		}
+		caughtUp := wr.IsProgressNotify() && wr.Header.Revision >= now.Header.Revision
+		if n := len(wr.Events); caughtUp || n > 0 && wr.Events[n-1].Kv.ModRevision >= now.Header.Revision {
+			return out, nil
+		}
+	}
+	return out, ctx.Err()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool { return clock.Sleep(ctx, clock.Real(), d) }
+
+func expRand() float64 { return mrand.ExpFloat64() }
