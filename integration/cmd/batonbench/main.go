@@ -41,6 +41,8 @@ type options struct {
 	naiveRounds     int
 	workers         int
 
+	sweepRuns, sweepRounds, sweepNaiveRounds int
+
 	scaleQueues, scaleWorkers int
 	scaleTTL, scaleRest       time.Duration
 }
@@ -59,6 +61,9 @@ func run() error {
 	flag.IntVar(&o.heartbeats, "heartbeats", 100_000, "heartbeat entries in Redis for the reconcile cycle (1 % stale)")
 	flag.IntVar(&o.reconcileRounds, "reconcile-rounds", 10, "reconcile cycles measured")
 	flag.IntVar(&o.naiveRounds, "naive-rounds", 3, "naive KEYS + HGETALL cycles measured (slow)")
+	flag.IntVar(&o.sweepRuns, "sweep-runs", 2000, "open dispatcher runs (each its live leader's) for the reconcile sweep figure; -sweep-runs 10000 measures the 10k figure (about a minute of set-up on 2 cores)")
+	flag.IntVar(&o.sweepRounds, "sweep-rounds", 10, "reconcile cycles measured over the open runs")
+	flag.IntVar(&o.sweepNaiveRounds, "sweep-naive-rounds", 3, "sweeps with a leader lookup per run measured (slow)")
 	flag.IntVar(&o.workers, "workers", 10_000, "registered workers heartbeating in the registry figure")
 	flag.IntVar(&o.scaleQueues, "scale-queues", 1000, "queues of the scale figures")
 	flag.IntVar(&o.scaleWorkers, "scale-workers", 5, "workers of the scale figures")
@@ -97,6 +102,7 @@ func run() error {
 		{"takeover (FAIL path)", benchTakeover},
 		{"replacement after an out-of-band close", benchReplace},
 		{"reconcile", benchReconcile},
+		{"reconcile sweep", benchSweep},
 		{"registry", benchRegistry},
 		{"scale", benchScale},
 		{"dispatch", benchDispatch},
