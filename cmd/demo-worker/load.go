@@ -124,21 +124,47 @@ func (o loadOptions) validate() error {
 // loadCounts are the totals of a load run, updated by its senders.
 type loadCounts struct {
 	sent, accepted, retries, waited atomic.Int64
-	// dispatch mode only: handled as Dispatch reported, rejected (ErrInvalidRequest), and
-	// failed (any other error, ctx's included).
-	handled, rejected, failed atomic.Int64
+	// dispatch mode only: handled as Dispatch reported; unsettled when Dispatch had not seen the
+	// request handled by the end of its bound (-settle): not a failure, the run may have accepted
+	// it and still handle it, which the ledger read-back tells; rejected (ErrInvalidRequest); and
+	// failed (any other error: one retrying cannot fix).
+	handled, unsettled, rejected, failed atomic.Int64
+
+	mu            sync.Mutex
+	unsettledKeys []string // dispatch mode: read back from the ledger with the accepted ones
+	firstErr      error    // the first failure, printed once at the end
+}
+
+// unsettledReq records a request Dispatch had not seen handled when its bound ended.
+func (c *loadCounts) unsettledReq(key string) {
+	c.unsettled.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unsettledKeys = append(c.unsettledKeys, key)
+}
+
+// failedReq records a request Dispatch failed for good.
+func (c *loadCounts) failedReq(err error) {
+	c.failed.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.firstErr == nil {
+		c.firstErr = err
+	}
 }
 
 func (c *loadCounts) line(prefix, mode string) string {
 	l := fmt.Sprintf("%s sent=%d accepted=%d", prefix, c.sent.Load(), c.accepted.Load())
 	if mode == modeDispatch {
-		return l + fmt.Sprintf(" handled=%d rejected=%d errors=%d waited=%d", c.handled.Load(), c.rejected.Load(), c.failed.Load(), c.waited.Load())
+		return l + fmt.Sprintf(" handled=%d unsettled=%d rejected=%d errors=%d waited=%d", c.handled.Load(), c.unsettled.Load(),
+			c.rejected.Load(), c.failed.Load(), c.waited.Load())
 	}
 	return l + fmt.Sprintf(" retries=%d waited=%d", c.retries.Load(), c.waited.Load())
 }
 
 // sender sends one request; accepted is true once Temporal took it (in dispatch mode: once it was
-// recorded handled).
+// recorded handled, so there accepted counts what Dispatch returned handled, and the ledger
+// read-back checks exactly those).
 type sender func(ctx context.Context, queue string, req dispatcher.Request, counts *loadCounts) (accepted bool)
 
 // newSender returns the sender of o's mode.
@@ -168,8 +194,12 @@ func newSender(tc client.Client, o loadOptions) (sender, error) {
 			return true
 		case errors.Is(err, dispatcher.ErrInvalidRequest):
 			counts.rejected.Add(1)
+		case errors.Is(err, context.DeadlineExceeded) && dctx.Err() != nil:
+			// The bound ended while Dispatch still retried (a takeover, the server's limit of
+			// updates in flight per run): the request is undecided, not refused.
+			counts.unsettledReq(req.Key())
 		default:
-			counts.failed.Add(1)
+			counts.failedReq(err)
 		}
 		return false
 	}, nil
@@ -253,6 +283,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	total := counts.line("load total:", o.mode)
+	if counts.firstErr != nil {
+		fmt.Fprintf(stderr, "demo-worker load: %d request(s) failed; the first: %v\n", counts.failed.Load(), counts.firstErr)
+	}
 	if o.acceptedOut != "" {
 		if err := os.WriteFile(o.acceptedOut, []byte(out.String()), 0o644); err != nil {
 			fmt.Fprintf(stderr, "demo-worker load: -accepted-out: %v\n", err)
@@ -264,7 +297,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	// The ledger is read even after a stop signal: what happened to the accepted requests is the point.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.settle+defaultStatusTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*o.settle+defaultStatusTimeout) // accepted, then unsettled
 	defer cancel()
 	rep, err := ledger.settle(rctx, keys, o.settle, func(r ledgerReport) {
 		fmt.Fprintf(stdout, "load: settling: %s\n", r)
@@ -273,6 +306,19 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s ledger=error\n", total)
 		fmt.Fprintf(stderr, "demo-worker load: reading the ledger: %v\n", err)
 		return exitUnclean
+	}
+	if len(counts.unsettledKeys) > 0 {
+		// Undecided when their Dispatch gave up: the ledger says whether the run handled them after.
+		late, err := ledger.settle(rctx, counts.unsettledKeys, o.settle, func(r ledgerReport) {
+			fmt.Fprintf(stdout, "load: settling the unsettled: %d of %d handled\n", r.Handled, r.Accepted)
+		})
+		if err != nil {
+			fmt.Fprintf(stdout, "%s %s unsettled_ledger=error\n", total, rep)
+			fmt.Fprintf(stderr, "demo-worker load: reading the ledger: %v\n", err)
+			return exitUnclean
+		}
+		fmt.Fprintf(stdout, "%s %s unsettled_handled_later=%d unsettled_not_handled=%d\n", total, rep, late.Handled, late.NotHandled)
+		return exitOK
 	}
 	fmt.Fprintf(stdout, "%s %s\n", total, rep)
 	return exitOK

@@ -79,3 +79,19 @@ func TestLoadRequestsAreValidAndDistinct(t *testing.T) {
 		}
 	}
 }
+
+// In dispatch mode the line tells a request still undecided when its bound ended from one refused.
+func TestDispatchLineTellsUnsettledFromRejected(t *testing.T) {
+	var c loadCounts
+	c.sent.Store(5)
+	c.accepted.Store(2)
+	c.handled.Store(2)
+	c.unsettledReq("k1")
+	c.rejected.Add(1)
+	c.failedReq(dispatcher.ErrBadRecord)
+	got := c.line("load total:", modeDispatch)
+	want := "load total: sent=5 accepted=2 handled=2 unsettled=1 rejected=1 errors=1 waited=0"
+	if got != want || len(c.unsettledKeys) != 1 || c.firstErr != dispatcher.ErrBadRecord {
+		t.Errorf("line %q, want %q; unsettled keys %v, first error %v", got, want, c.unsettledKeys, c.firstErr)
+	}
+}
