@@ -12,7 +12,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -86,17 +85,9 @@ type demo struct {
 	stackExited chan error
 	env         map[string]string
 	tc          client.Client
-	workers     []*worker
+	workers     []*workerproc.Proc
 	gen         int
 	closed      bool
-}
-
-type worker struct {
-	id   string
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	code int
 }
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
@@ -137,52 +128,52 @@ func (d *demo) script(ctx context.Context) error {
 	d.statusCommand(ctx)
 
 	// A crash, with requests flowing.
-	load, err := d.startLoad(ctx, "orders")
+	load, err := d.startLoad("orders")
 	if err != nil {
 		return err
 	}
 	victim, qs := d.leaderOf("orders")
-	d.step("Crash: killing %s (SIGKILL), the leader of orders. It gets no chance to clean up.", victim.id)
+	d.step("Crash: killing %s (SIGKILL), the leader of orders. It gets no chance to clean up.", victim.ID)
 	say("  Its etcd lease now runs out (TTL %s); until then nobody else may lead its queues.", d.env["BATON_ELECTION_TTL"])
 	killed := time.Now()
-	_ = victim.cmd.Process.Signal(syscall.SIGKILL)
-	<-victim.done
+	victim.Signal(syscall.SIGKILL)
+	<-victim.Done()
 	next, nqs, err := d.waitNewLeader(ctx, "orders", victim, 30*time.Second)
 	if err != nil {
 		return err
 	}
 	say("  %s took over orders %v after the kill (takeover itself: %v from winning to the new run open).",
-		next.id, time.Since(killed).Round(time.Millisecond), nqs.TakeoverLatency.Round(time.Millisecond))
+		next.ID, time.Since(killed).Round(time.Millisecond), nqs.TakeoverLatency.Round(time.Millisecond))
 	d.explainRun(ctx, nqs.WorkflowID, qs.RunID, "the crashed leader's run")
 	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
 	say("  Requests to orders through the crash (demo-worker load -mode dispatch, read back from the ledger):")
-	say("  %s", load.wait())
+	say("  %s", summary(load))
 
 	// A graceful stop.
 	if err := d.waitAllLed(ctx, 30*time.Second); err != nil {
 		return err
 	}
 	leaving, lqs := d.leaderOf("payments")
-	d.step("Rolling restart: stopping %s (SIGTERM), the leader of payments.", leaving.id)
+	d.step("Rolling restart: stopping %s (SIGTERM), the leader of payments.", leaving.ID)
 	say("  It resigns every term first, ending its own dispatcher runs, so a follower wins at once.")
 	stopped := time.Now()
-	_ = leaving.cmd.Process.Signal(syscall.SIGTERM)
+	leaving.Signal(syscall.SIGTERM)
 	next, nqs, err = d.waitNewLeader(ctx, "payments", leaving, 30*time.Second)
 	if err != nil {
 		return err
 	}
-	say("  %s took over payments %v after the SIGTERM.", next.id, time.Since(stopped).Round(time.Millisecond))
+	say("  %s took over payments %v after the SIGTERM.", next.ID, time.Since(stopped).Round(time.Millisecond))
 	select {
-	case <-leaving.done:
-		say("  %s exited with code %d.", leaving.id, leaving.code)
+	case <-leaving.Done():
+		say("  %s exited with code %d.", leaving.ID, leaving.Code())
 	case <-time.After(20 * time.Second):
-		return fmt.Errorf("%s did not exit after SIGTERM", leaving.id)
+		return fmt.Errorf("%s did not exit after SIGTERM", leaving.ID)
 	}
 	d.explainRun(ctx, nqs.WorkflowID, lqs.RunID, "the stopped leader's run")
 	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
 
 	d.step("Both stopped workers come back, as a deployment would bring them back; they join as followers.")
-	for _, id := range []string{victim.id, leaving.id} {
+	for _, id := range []string{victim.ID, leaving.ID} {
 		d.gen++
 		if _, err := d.startWorker(fmt.Sprintf("%s-r%d", id, d.gen)); err != nil {
 			return err
@@ -246,8 +237,9 @@ func parseEnv(s string) map[string]string {
 	return env
 }
 
+// workerEnv is what a demo-worker process needs beside this process's environment.
 func (d *demo) workerEnv() []string {
-	env := os.Environ()
+	var env []string
 	for _, k := range []string{"BATON_ETCD_ENDPOINTS", "BATON_TEMPORAL_ADDRESS", "BATON_TEMPORAL_NAMESPACE", "BATON_REDIS_ADDR", "BATON_ELECTION_TTL"} {
 		env = append(env, k+"="+d.env[k])
 	}
@@ -256,81 +248,45 @@ func (d *demo) workerEnv() []string {
 		"BATON_REGISTRY_HEARTBEAT_INTERVAL=1s")
 }
 
-// loadRun is a `demo-worker load` process whose final line is kept.
-type loadRun struct {
-	out  strings.Builder
-	done chan struct{}
-}
-
 // startLoad sends dispatch requests to queue for 10 s with the Producer, which returns each once it
 // is handled, so the final line tells whether any was lost in the takeover.
-func (d *demo) startLoad(ctx context.Context, queue string) (*loadRun, error) {
-	l := &loadRun{done: make(chan struct{})}
-	cmd := exec.CommandContext(ctx, filepath.Join(d.o.bin, "demo-worker"), "load", "-mode=dispatch", "-queues="+queue,
-		"-rate=10", "-duration=10s", "-interval=1h")
-	cmd.Env = d.workerEnv()
-	cmd.Stdout = &l.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+func (d *demo) startLoad(queue string) (*workerproc.Proc, error) {
+	p, err := workerproc.StartLoad(filepath.Join(d.o.bin, "demo-worker"), "load", d.workerEnv(), "-mode=dispatch",
+		"-queues="+queue, "-rate=10", "-duration=10s", "-interval=1h")
+	if err != nil {
 		return nil, fmt.Errorf("start demo-worker load: %w", err)
 	}
-	go func() { _ = cmd.Wait(); close(l.done) }()
-	return l, nil
+	d.workers = append(d.workers, p)
+	return p, nil
 }
 
-// wait waits for the load to finish and returns its final line.
-func (l *loadRun) wait() string {
-	<-l.done
-	lines := strings.Split(strings.TrimSpace(l.out.String()), "\n")
+// summary waits for the load to finish and returns its final line (the JSON lines are its logs).
+func summary(load *workerproc.Proc) string {
+	<-load.Done()
+	lines := strings.Split(strings.TrimSpace(load.Output()), "\n")
+	for i := len(lines) - 1; i > 0 && strings.HasPrefix(lines[i], "{"); i-- {
+		lines = lines[:i]
+	}
 	return lines[len(lines)-1]
 }
 
-func (d *demo) startWorker(id string) (*worker, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func (d *demo) startWorker(id string) (*workerproc.Proc, error) {
+	p, err := workerproc.Start(filepath.Join(d.o.bin, "demo-worker"), id, d.workerEnv())
 	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logf, err := os.Create(filepath.Join(d.o.workDir, id+".log"))
-	if err != nil {
-		return nil, err
-	}
-	w := &worker{id: id, addr: addr, done: make(chan struct{})}
-	w.cmd = exec.Command(filepath.Join(d.o.bin, "demo-worker"), "run", "-server-id", id, "-http", addr)
-	w.cmd.Env = d.workerEnv()
-	w.cmd.Stdout, w.cmd.Stderr = logf, logf
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := w.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", id, err)
 	}
-	go func() {
-		_ = w.cmd.Wait()
-		w.code = w.cmd.ProcessState.ExitCode()
-		logf.Close()
-		close(w.done)
-	}()
-	d.workers = append(d.workers, w)
-	say("  %s started (pid %d, status on http://%s/status)", id, w.cmd.Process.Pid, addr)
-	return w, nil
-}
-
-func (w *worker) alive() bool {
-	select {
-	case <-w.done:
-		return false
-	default:
-		return true
-	}
+	d.workers = append(d.workers, p)
+	say("  %s started (status on http://%s/status)", id, p.Addr)
+	return p, nil
 }
 
 // leaderOf returns the live worker that leads queue with a dispatcher run.
-func (d *demo) leaderOf(queue string) (*worker, baton.QueueStatus) {
+func (d *demo) leaderOf(queue string) (*workerproc.Proc, baton.QueueStatus) {
 	for _, w := range d.workers {
-		if !w.alive() {
+		if w.Exited() || w.Addr == "" {
 			continue
 		}
-		if st, ok := workerproc.Status(w.addr); ok {
+		if st, ok := workerproc.Status(w.Addr); ok {
 			if q, ok := workerproc.Leading(st, queue); ok {
 				return w, q
 			}
@@ -357,7 +313,7 @@ func (d *demo) waitAllLed(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-func (d *demo) waitNewLeader(ctx context.Context, queue string, old *worker, timeout time.Duration) (*worker, baton.QueueStatus, error) {
+func (d *demo) waitNewLeader(ctx context.Context, queue string, old *workerproc.Proc, timeout time.Duration) (*workerproc.Proc, baton.QueueStatus, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		if w, qs := d.leaderOf(queue); w != nil && w != old {
@@ -383,7 +339,7 @@ func (d *demo) table() {
 			fmt.Fprintf(tw, "  %s\t(none)\t\t\t\t\n", q)
 			continue
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%v\t%v\n", q, w.id, qs.Token, short(qs.RunID),
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%v\t%v\n", q, w.ID, qs.Token, short(qs.RunID),
 			time.Since(qs.Since).Round(100*time.Millisecond), qs.TakeoverLatency.Round(time.Millisecond))
 	}
 	tw.Flush()
@@ -393,7 +349,7 @@ func (d *demo) statusCommand(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, filepath.Join(d.o.bin, "demo-worker"), "status")
-	cmd.Env = d.workerEnv()
+	cmd.Env = append(os.Environ(), d.workerEnv()...)
 	out, err := cmd.CombinedOutput()
 	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
 		say("  %s", line)
@@ -436,16 +392,16 @@ func (d *demo) shutdown() {
 		d.step("Shutting down: SIGTERM to every worker, then the dev servers.")
 	}
 	for _, w := range d.workers {
-		if w.alive() {
-			_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		}
+		w.Signal(syscall.SIGTERM)
 	}
 	for _, w := range d.workers {
 		select {
-		case <-w.done:
+		case <-w.Done():
 		case <-time.After(20 * time.Second):
-			_ = w.cmd.Process.Kill()
-			<-w.done
+			w.Kill()
+		}
+		if err := os.WriteFile(filepath.Join(d.o.workDir, w.ID+".log"), []byte(w.Output()), 0o644); err != nil {
+			say("  %s log: %v", w.ID, err)
 		}
 	}
 	if d.tc != nil {
