@@ -47,6 +47,10 @@ type Config struct {
 	// TaskQueue is the Temporal task queue the dispatcher workflow runs on. Default: the queue the term
 	// leads.
 	TaskQueue string
+	// Start shapes each run's start: its input, task queue, timeouts, search attributes, memo fields
+	// of the application's own. Baton keeps the workflow ID, the ID policies and the owner memo, and
+	// refuses a hook that changes them (ErrInvalidStart). Optional.
+	Start StartHook
 	// Mode is StartExecute (default) or StartSignalWithStart.
 	Mode StartMode
 	// SignalName is the signal sent with StartSignalWithStart. Default "baton.takeover".

@@ -419,8 +419,6 @@ func (m *Manager) start(ctx context.Context, id string, owner Owner) (client.Wor
 	if m.legacy.Load() {
 		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
 	}
-	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
-	defer cancel()
 	if m.cfg.Mode == StartSignalWithStart {
 		// The server supports only USE_EXISTING here: an open run is signalled, not ended; attempt
 		// checks whose run the call reached.
@@ -428,9 +426,17 @@ func (m *Manager) start(ctx context.Context, id string, owner Owner) (client.Wor
 		if m.legacy.Load() {
 			opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
 		}
-		return m.client.SignalWithStartWorkflow(actx, id, m.cfg.SignalName, owner, opts, m.cfg.WorkflowType, owner)
 	}
-	return m.client.ExecuteWorkflow(actx, opts, m.cfg.WorkflowType, owner)
+	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
+	defer cancel()
+	opts, args, err := m.prepare(actx, opts, owner)
+	if err != nil {
+		return nil, err
+	}
+	if m.cfg.Mode == StartSignalWithStart {
+		return m.client.SignalWithStartWorkflow(actx, id, m.cfg.SignalName, owner, opts, m.cfg.WorkflowType, args...)
+	}
+	return m.client.ExecuteWorkflow(actx, opts, m.cfg.WorkflowType, args...)
 }
 
 // StepDown is called by a gracefully stepping-down owner while its term still holds, before it
