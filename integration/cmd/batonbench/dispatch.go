@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mrand "math/rand/v2"
@@ -343,38 +343,40 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 
 	// Throughput of one queue: a burst sent at once, from the first send to the last handled.
 	fmt.Printf("batonbench: dispatch: throughput, bursts of %d (Baton) and %d (naive)\n", dispatchBurst, dispatchNaiveBurst)
+	// A send that fails (its bound ended on a swamped machine) is counted, not fatal: the rate is
+	// of the requests handled, up to the last one handled.
 	burst := func(n int, name string, send func(context.Context, dispatcher.Request) error, log *handledLog, conc int) (float64, error) {
 		began := time.Now()
 		before := log.total()
 		slots := make(chan struct{}, conc)
 		var wg sync.WaitGroup
-		var failed error
-		var mu sync.Mutex
+		var failed atomic.Int64
 		for i := range n {
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
 				sctx, cancel := context.WithTimeout(ctx, dispatchSettle)
 				defer cancel()
-				if err := send(sctx, benchRequest(name, i)); err != nil {
-					mu.Lock()
-					failed = errors.Join(failed, err)
-					mu.Unlock()
+				if send(sctx, benchRequest(name, i)) != nil {
+					failed.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		if failed != nil {
-			return 0, failed
-		}
-		deadline := time.Now().Add(dispatchSettle)
-		for log.total()-before < n {
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("%s: %d of %d handled after %v", name, log.total()-before, n, dispatchSettle)
+		want := n - int(failed.Load())
+		last, lastAt := log.total()-before, time.Now()
+		for deadline := time.Now().Add(dispatchSettle); last < want && time.Now().Before(deadline); sleepCtx(ctx, 5*time.Millisecond) {
+			if got := log.total() - before; got != last {
+				last, lastAt = got, time.Now()
 			}
-			sleepCtx(ctx, 5*time.Millisecond)
 		}
-		return float64(n) / time.Since(began).Seconds(), nil
+		if f := failed.Load(); f > 0 || last < n {
+			fmt.Printf("batonbench: dispatch: %s: %d of %d sends failed, %d handled\n", name, f, n, last)
+		}
+		if last == 0 {
+			return 0, fmt.Errorf("%s: nothing handled", name)
+		}
+		return float64(last) / lastAt.Sub(began).Seconds(), nil
 	}
 	tputSignal, err := burst(dispatchBurst, "tput-signal", signalOnce(batonID("d-tput")), baton, 64)
 	if err != nil {
