@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -212,6 +213,57 @@ func TestSweepReadsLeadersOncePerCycle(t *testing.T) {
 	for _, run := range live {
 		if st := e.status(t, run.WorkflowID, run.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			t.Fatalf("live leader's run %s is %v", run.WorkflowID, st)
+		}
+	}
+}
+
+// A reconciler leader cut off from Temporal (its Redis and etcd fine) fails every sweep, resigns after
+// a bounded number of failed cycles, and a healthy candidate takes over and cleans up.
+func TestReconcilerCutOffFromTemporalHandsOver(t *testing.T) {
+	e := newEnv(t)
+	p := project(t)
+	proxy := etcdtest.NewTestProxy(t, temporalServer.HostPort())
+	cut, err := temporalServer.NewClient(func(o *client.Options) { o.HostPort = proxy.Addr() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cut.Close)
+	cfg := reconciler.Config{Interval: 300 * time.Millisecond, StaleAfter: 500 * time.Millisecond, CallTimeout: time.Second}
+	sick := e.reconciler(t, "rec-sick", p, cfg, cut, nil)
+	eventually(t, 30*time.Second, "rec-sick leads and cycles", func() error {
+		for _, r := range sick.reports() {
+			if r.Err == nil {
+				return nil
+			}
+		}
+		return errors.New("no successful cycle yet")
+	})
+	healthy := e.reconciler(t, "rec-healthy", p, cfg, nil, nil)
+	proxy.Blackhole()
+	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
+	run, key := a.abandon(t, p, "orders")
+	eventually(t, 60*time.Second, "the healthy candidate cleans up", func() error {
+		if e.exists(t, key) {
+			return errors.New("key still exists")
+		}
+		if st := e.status(t, run.WorkflowID, run.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+			return fmt.Errorf("run is %v", st)
+		}
+		for _, r := range healthy.reports() {
+			if r.Err == nil {
+				return nil
+			}
+		}
+		return errors.New("the healthy candidate has not reported a successful cycle yet")
+	})
+	failedInARow := 0
+	for _, r := range sick.reports() {
+		if r.Err == nil {
+			failedInARow = 0
+			continue
+		}
+		if failedInARow++; failedInARow > 3 {
+			t.Fatalf("rec-sick ran %d failing cycles in a row without resigning", failedInARow)
 		}
 	}
 }
