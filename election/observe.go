@@ -14,7 +14,8 @@ import (
 var ErrNoLeader = errors.New("election: no leader")
 
 // Leader is who etcd shows as leader of a (project, queue). It is advisory (etcd#7815): by the time it
-// is read the leader may have changed. Use it for status and metrics, never to decide to act.
+// is read the leader may have changed. Use it for status and metrics, never to decide to act: a leader
+// fences with its Term (Guard, Confirm), and a dispatcher run with its Owner (see package takeover).
 type Leader struct {
 	ID    string // the leader's campaign value, normally its server ID
 	Token int64  // its fencing token

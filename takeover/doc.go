@@ -6,6 +6,27 @@
 // ID, fencing token (the etcd create revision of the term's key), the term's election key, and when the
 // takeover started.
 //
+// # The owner contract
+//
+// This is the one place that states what a dispatcher run may rely on. Every run Baton starts carries
+// its Owner in the memo under MemoKey, always, and by default also as its only input. A Config.Start
+// hook may give the workflow an input, task queue, timeouts and search attributes of its own; it
+// cannot change the workflow ID, the ID policies or the memo's Owner (ErrInvalidStart), so a run's
+// fencing data is always Baton's. The run's right to act is the exact-match lease in its Owner:
+// ElectionKey exists in etcd with create revision Token exactly while the term that started the run
+// holds. A workflow or activity that acts outside Temporal checks it, with the Owner it was given
+// (copied into its input by the hook, or read from the memo with DecodeOwner):
+//
+//   - dispatcher.ConfirmOwner(ctx, kv, owner) right before a side effect outside etcd: nil means the
+//     term still holds; an error wrapping dispatcher.ErrSuperseded means it does not and the run must
+//     not act; any other error means etcd did not answer, and the run must not act either;
+//   - dispatcher.OwnerCmp(owner) in the If of the etcd transaction that makes a write of its own, so
+//     that the write is refused once the owner is superseded.
+//
+// These are the supported token checks. The leader that etcd shows (election.Leader, Node.Status) is
+// advisory and must not be used to decide to act; a process that holds the term itself fences its own
+// etcd writes with the term's Guard (baton.Node.Term).
+//
 // # Taking over
 //
 // Manager.Take, called with a fresh election term, repeats until it succeeds, the term ends or

@@ -18,8 +18,8 @@ type Start struct {
 	// Owner is the run's fencing data. Baton puts it in the memo under MemoKey; the hook may copy it
 	// into its own input (the workflow needs it to check its token), not change it.
 	Owner Owner
-	// Options are the start options. The hook may set the task queue (by default the queue's scoped
-	// name, see Config.TaskQueue), the timeouts, the retry policy, search attributes, its own memo
+	// Options are the start options. The hook may set the task queue (Config.TaskQueue, by default
+	// the queue's name), the timeouts, the retry policy, search attributes, its own memo
 	// fields and anything else, except what Baton owns: ID, WorkflowIDReusePolicy,
 	// WorkflowIDConflictPolicy, WorkflowExecutionErrorWhenAlreadyStarted and Memo[MemoKey]; it must not
 	// set CronSchedule or StartDelay (a run that is not open at once is no dispatcher).
