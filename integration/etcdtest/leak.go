@@ -1,12 +1,12 @@
 package etcdtest
 
 import (
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // LeakGrace is how long VerifyTestMain waits for goroutines to exit. After a
@@ -18,28 +18,8 @@ import (
 // retry window (well under a second) is too short for them.
 const LeakGrace = 10 * time.Second
 
-// VerifyTestMain is goleak.VerifyTestMain for packages that use etcdtest:
-// it runs the tests and, if they passed, checks with goleak.Find (options
-// passed through) that no goroutine is left, polling up to LeakGrace instead
-// of goleak's short retry window.
+// VerifyTestMain is goleak.VerifyTestMain for packages that use etcdtest (options passed to
+// goleak), with a grace period of LeakGrace.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
-	code := m.Run()
-	if code == 0 {
-		if err := findLeaks(LeakGrace, opts...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func findLeaks(grace time.Duration, opts ...goleak.Option) error {
-	deadline := time.Now().Add(grace)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.VerifyTestMain(m, LeakGrace, func() error { return goleak.Find(opts...) })
 }

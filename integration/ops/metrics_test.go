@@ -31,6 +31,7 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
 )
@@ -140,7 +141,7 @@ func startWorker(t *testing.T, bin, id, addr string, env []string) {
 		}
 		if t.Failed() {
 			mu.Lock()
-			t.Logf("%s output:\n%s", id, tail(logs.String(), 8000))
+			t.Logf("%s output:\n%s", id, testkit.Tail(logs.String(), 8000))
 			mu.Unlock()
 		}
 	})

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // promtool comes from Debian's prometheus package. When it is missing, it is installed here as root or
@@ -69,7 +71,7 @@ func findOrInstallPromtool(t *testing.T) (string, error) {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, tail(out.String(), 2000))
+			return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, testkit.Tail(out.String(), 2000))
 		}
 		return nil
 	}
@@ -95,13 +97,6 @@ func findOrInstallPromtool(t *testing.T) (string, error) {
 		return p, nil
 	}
 	return "", errors.New(manual + " (the prometheus package was installed but promtool is still missing)")
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // repoRoot is the root of the Baton repository (integration/ops/../..).

@@ -38,14 +38,7 @@ const LeakGrace = 20 * time.Second
 // they passed, checks with FindLeaks (options passed to goleak) that no goroutine is left but the
 // in-process Temporal servers'.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
-	code := m.Run()
-	if code == 0 {
-		if err := FindLeaks(LeakGrace, opts...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testkit.VerifyTestMain(m, LeakGrace, func() error { return FindLeaks(0, opts...) })
 }
 
 // FindLeaks polls goleak.Find(opts...) up to grace and returns an error naming the goroutines left
@@ -62,14 +55,7 @@ func FindLeaks(grace time.Duration, opts ...goleak.Option) error {
 			os.Unsetenv("GODEBUG")
 		}
 	}()
-	deadline := time.Now().Add(grace)
-	for {
-		err := withoutServerGoroutines(goleak.Find(opts...))
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return testkit.FindLeaks(grace, func() error { return withoutServerGoroutines(goleak.Find(opts...)) })
 }
 
 // leakHeader matches goleak's line before each goroutine's stack, which quotes its state and labels.

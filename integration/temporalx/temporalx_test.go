@@ -493,7 +493,7 @@ func TestSeveralServers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		ctx := ctxTimeout(t, 10*time.Second)
+		ctx := ctxTimeout(t, time.Minute) // a fresh server on a loaded machine answers its first start late
 		if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: "nobody-polls"}, blockWorkflow); err != nil {
 			t.Fatalf("%s/%s: %v", s.HostPort(), s.Namespace(), err)
 		}

@@ -34,6 +34,32 @@ func Eventually(t testing.TB, d time.Duration, what string, f func() error) {
 	}
 }
 
+// FindLeaks polls find (goleak.Find, or a filter of it) until it reports no goroutine left or grace
+// has passed: some goroutines end seconds after their owner has stopped.
+func FindLeaks(grace time.Duration, find func() error) error {
+	deadline := time.Now().Add(grace)
+	for {
+		err := find()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// VerifyTestMain is goleak.VerifyTestMain with a grace period: it runs the tests and, if they
+// passed, fails them when FindLeaks(grace, find) does.
+func VerifyTestMain(m *testing.M, grace time.Duration, find func() error) {
+	code := m.Run()
+	if code == 0 {
+		if err := FindLeaks(grace, find); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
 // EnvLogDir names the environment variable with the directory where server logs are written
 // (default: the system's temporary directory).
 const EnvLogDir = "BATON_TEST_LOG_DIR"
