@@ -205,3 +205,31 @@ func TestAnalyzeContinuedAsNewMustStayWithTheOwner(t *testing.T) {
 		t.Fatalf("violations %v, %d new runs; want none and 1", got, f.NewRuns)
 	}
 }
+
+// The load verdict: an accepted request without a done record is lost (whatever the reason), a key
+// whose record became done twice is a double completion, a pending record the load wrote is left
+// unfinished; one done record is handled.
+func TestLoadJudge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := &loadPhase{
+		dones:   map[string][]time.Time{"a": {t0.Add(time.Second)}, "d": {t0.Add(time.Second), t0.Add(2 * time.Second)}},
+		values:  map[string][]string{"a": {"done w1 5@rev10"}, "d": {"done w1 5@rev11", "done w2 9@rev20"}},
+		touched: map[string]bool{"a": true, "b": true, "d": true, "p": true},
+	}
+	reqs := []acceptedReq{{key: "a", queue: "q0", sent: t0}, {key: "b", queue: "q0", sent: t0}, {key: "c", queue: "q1", sent: t0},
+		{key: "d", queue: "q1", sent: t0}}
+	states := map[string]record{"a": {"done", "done w1 5"}, "b": {"pending", "pending w1 5"}, "d": {"done", "done w2 9"},
+		"p": {"pending", "pending w3 7"}, "other": {"pending", "pending x 1"}}
+	var st LoadStats
+	lost, double, pending := l.judge(&st, reqs, states)
+	if st.Handled != 2 || len(lost) != 2 || len(double) != 1 || len(pending) != 2 {
+		t.Fatalf("handled %d, lost %v, double %v, pending %v; want 2 handled (a, d), lost b and c, double d, pending b and p (not another run's key)",
+			st.Handled, lost, double, pending)
+	}
+	if !strings.Contains(double[0], "done w2 9@rev20") || !strings.Contains(lost[0]+lost[1], "no record") {
+		t.Errorf("evidence: double %v, lost %v", double, lost)
+	}
+	if st.P50 != time.Second || st.Max != time.Second {
+		t.Errorf("send -> handled p50 %v max %v, want 1s from the first done put", st.P50, st.Max)
+	}
+}

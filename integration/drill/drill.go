@@ -54,6 +54,28 @@
 // With LoadRate set, a producer sends dispatch requests through all of it and the dispatch ledger
 // says what became of each one Temporal accepted (load-lost, load-double, load-pending): see
 // load.go.
+//
+// # Measured: issue #13's chaos proof
+//
+// 3 workers over 2 queues, TTL 3 s, a fire-and-forget producer (SignalWorkflow, a failed send
+// retried until accepted) at 10 requests/s per queue, 5 minutes of faults one after another
+// (SIGKILL and SIGTERM of a leader, SIGSTOP of a leader past the TTL, rolling SIGTERM restarts of
+// every worker, etcd member kills on the 3-member etcd, the raft leader every other time), on this
+// 2-core machine, binaries built without the race detector:
+//
+//	go run ./cmd/drill -workers 3 -queues 2 -ttl 3s -load-rate 10 -load-queues 2 -seed 13 \
+//	    -faults sigkill,sigterm,rolling,sigstop,etcd-member -duration 5m
+//
+//	faults  accepted  handled  lost  double  pending  handler re-runs  send -> handled p50 / p99 / max
+//	41      6,149     6,149    0     0       0        0                225 ms / 9.16 s / 14.77 s
+//
+// (8 SIGKILL, 8 SIGTERM, 8 SIGSTOP, 9 rolling restarts, 8 etcd member kills; 44 sends retried across
+// handover gaps; the ledger showed every request done 2 s after the last send; no violation of any
+// other check.) The same drill against the demo worker of the commit before the carry-over
+// (f1d9796^, which dropped what a terminated run had accepted; today's producer: -bin old
+// -load-bin new, -faults sigkill,sigterm -duration 1m, 6 of each) fails with load-lost: 1,341
+// accepted, 675 handled, 666 lost (50 %: the old dispatcher handled one request at a time, so each
+// takeover's terminate dropped a backlog), 0 double, 0 pending, and no other violation.
 package drill
 
 import (

@@ -323,9 +323,27 @@ func (d *Drill) endLoad(ctx context.Context) {
 		}
 	}
 
+	lost, double, pending := l.judge(st, reqs, states)
+	now := time.Now()
+	if len(lost) > 0 {
+		d.violate(Violation{Check: CheckLoadLost, At: now, Detail: fmt.Sprintf("%d of %d accepted requests never recorded handled within %v of the last send: %s",
+			len(lost), st.Accepted, d.cfg.LoadSettle, firstN(lost, 10))})
+	}
+	if len(double) > 0 {
+		d.violate(Violation{Check: CheckLoadDouble, At: now, Detail: fmt.Sprintf("%d requests completed more than once: %s", len(double), firstN(double, 10))})
+	}
+	if len(pending) > 0 {
+		d.violate(Violation{Check: CheckLoadPending, At: now, Detail: fmt.Sprintf("%d ledger records still pending: %s", len(pending), firstN(pending, 10))})
+	}
+	d.logf("load: accepted %d, handled %d, lost %d, double %d, pending %d; send -> handled p50 %s p99 %s max %s",
+		st.Accepted, st.Handled, st.Lost, st.Double, st.Pending, fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.Max))
+}
+
+// judge fills st from the ledger's records at the end (states) and the done puts the watch saw, and
+// returns the evidence of each lost request, request completed twice and record left pending.
+func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]record) (lost, double, pending []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var lost, double, pending []string
 	var lat []time.Duration
 	for _, r := range reqs {
 		rec := states[r.key]
@@ -359,19 +377,7 @@ func (d *Drill) endLoad(ctx context.Context) {
 	for _, x := range lat {
 		st.Max = max(st.Max, x)
 	}
-	now := time.Now()
-	if len(lost) > 0 {
-		d.violate(Violation{Check: CheckLoadLost, At: now, Detail: fmt.Sprintf("%d of %d accepted requests never recorded handled within %v of the last send: %s",
-			len(lost), st.Accepted, d.cfg.LoadSettle, firstN(lost, 10))})
-	}
-	if len(double) > 0 {
-		d.violate(Violation{Check: CheckLoadDouble, At: now, Detail: fmt.Sprintf("%d requests completed more than once: %s", len(double), firstN(double, 10))})
-	}
-	if len(pending) > 0 {
-		d.violate(Violation{Check: CheckLoadPending, At: now, Detail: fmt.Sprintf("%d ledger records still pending: %s", len(pending), firstN(pending, 10))})
-	}
-	d.logf("load: accepted %d, handled %d, lost %d, double %d, pending %d; send -> handled p50 %s p99 %s max %s",
-		st.Accepted, st.Handled, st.Lost, st.Double, st.Pending, fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.Max))
+	return lost, double, pending
 }
 
 // countRedispatches counts, from every worker's log, the keys whose handler ran more than once.
