@@ -201,8 +201,32 @@ func hostname() string {
 // Validate checks the configuration after defaults are applied, including the rules that span
 // components, and returns an error wrapping ErrInvalidConfig that names the field and the rule.
 func (c Config) Validate() error {
-	raw := c
-	c = c.withDefaults()
+	_, err := c.Check()
+	return err
+}
+
+// CheckedConfig is a Config that Check accepted, with every default applied. Its copy cannot be
+// changed, so NewChecked need not check it again.
+type CheckedConfig struct {
+	cfg Config
+	ok  bool
+}
+
+// Config returns the configuration, defaults applied.
+func (c CheckedConfig) Config() Config { return c.cfg }
+
+// Check validates the configuration as Validate does and returns it, defaults applied, for
+// NewChecked.
+func (c Config) Check() (CheckedConfig, error) {
+	d := c.withDefaults() // once: a default ServerID is random
+	if err := d.check(c); err != nil {
+		return CheckedConfig{}, err
+	}
+	return CheckedConfig{cfg: d, ok: true}, nil
+}
+
+// check validates c, which has its defaults applied; raw is the Config the application gave.
+func (c Config) check(raw Config) error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 	}

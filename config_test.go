@@ -170,3 +170,18 @@ func TestLoadEnvRefusesBadValues(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckAppliesDefaultsOnceAndNewCheckedNeedsIt(t *testing.T) {
+	c := valid()
+	c.ServerID = ""
+	checked, err := c.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checked.Config(); got.ServerID == "" || got.Heartbeat.Interval != 10*time.Second {
+		t.Fatalf("checked config without its defaults: %+v", got)
+	}
+	if _, err := NewChecked(CheckedConfig{}, nil, nil, nil); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "not checked") {
+		t.Fatalf("NewChecked(unchecked) = %v, want ErrInvalidConfig", err)
+	}
+}

@@ -61,7 +61,20 @@ type Node struct {
 
 // New returns a Node over the application's clients. It validates cfg and starts nothing.
 func New(cfg Config, etcd *clientv3.Client, temporal client.Client, rdb redis.UniversalClient) (*Node, error) {
+	checked, err := cfg.Check()
+	if err != nil {
+		return nil, err
+	}
+	return NewChecked(checked, etcd, temporal, rdb)
+}
+
+// NewChecked returns a Node over the application's clients with a configuration that Config.Check
+// accepted, so that a caller that checks the configuration early (the Fx module, before it builds
+// any client) does not check it twice. It starts nothing.
+func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Client, rdb redis.UniversalClient) (*Node, error) {
 	switch {
+	case !checked.ok:
+		return nil, fmt.Errorf("%w: the configuration was not checked (Config.Check)", ErrInvalidConfig)
 	case etcd == nil:
 		return nil, fmt.Errorf("%w: etcd client must not be nil", ErrInvalidConfig)
 	case temporal == nil:
@@ -69,10 +82,7 @@ func New(cfg Config, etcd *clientv3.Client, temporal client.Client, rdb redis.Un
 	case rdb == nil:
 		return nil, fmt.Errorf("%w: Redis client must not be nil", ErrInvalidConfig)
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.withDefaults()
+	cfg := checked.cfg
 	n := &Node{cfg: cfg, etcd: etcd, state: make(map[string]*queueState, len(cfg.Queues)), announced: make(map[string]*election.Term),
 		log: cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID))}
 	var err error

@@ -73,17 +73,47 @@ var Module = fx.Module("baton",
 // building the Node says where it came from.
 func runNode(*baton.Node) {}
 
-// ValidConfig is the app's baton.Config once ValidateConfig accepted it.
-type ValidConfig struct{ baton.Config }
+// ConfigParams are what ValidateConfig consumes: the app's baton.Config and what fills in its
+// unset Logger, MeterProvider and Takeover.DataConverter.
+type ConfigParams struct {
+	fx.In
+	Config        baton.Config
+	Logger        *zap.Logger          `optional:"true"`
+	MeterProvider metric.MeterProvider `optional:"true"`
+	// SDKMeterProvider is taken when the app provides the SDK's concrete type and no
+	// metric.MeterProvider: Fx matches types exactly, and that is what most apps provide.
+	SDKMeterProvider *sdkmetric.MeterProvider `optional:"true"`
+	// DataConverter is the Temporal client's data converter, when the app has one of its own.
+	DataConverter converter.DataConverter `optional:"true"`
+}
 
-// ValidateConfig checks the app's baton.Config. NewNode consumes its result before any client, so a
-// bad configuration fails the app before a client is built and nothing is left running (Fx does not
-// close what constructors made when a later one fails); the error names this function.
-func ValidateConfig(c baton.Config) (ValidConfig, error) {
-	if err := c.Validate(); err != nil {
-		return ValidConfig{}, err
+// ValidateConfig completes the app's baton.Config (the app's logger, meter provider and data
+// converter fill in the Config's when it has none) and checks it, once. NewNode consumes its result
+// before any client, so a bad configuration fails the app before a client is built and nothing is
+// left running (Fx does not close what constructors made when a later one fails); the error names
+// this function.
+func ValidateConfig(p ConfigParams) (baton.CheckedConfig, error) {
+	cfg := p.Config
+	if cfg.Logger == nil {
+		cfg.Logger = p.Logger
 	}
-	return ValidConfig{c}, nil
+	if cfg.MeterProvider == nil && p.MeterProvider != nil {
+		cfg.MeterProvider = p.MeterProvider
+	}
+	if cfg.MeterProvider == nil && p.SDKMeterProvider != nil {
+		cfg.MeterProvider = p.SDKMeterProvider
+	}
+	if cfg.Takeover.DataConverter == nil {
+		cfg.Takeover.DataConverter = p.DataConverter
+	}
+	checked, err := cfg.Check()
+	if err != nil {
+		return baton.CheckedConfig{}, err
+	}
+	if cfg.MeterProvider == nil && cfg.Logger != nil {
+		cfg.Logger.Warn("baton metrics are off: the app provides no metric.MeterProvider (or *sdkmetric.MeterProvider) and Config.MeterProvider is unset")
+	}
+	return checked, nil
 }
 
 // NodeParams are what NewNode consumes. Each client is taken from the value named "baton" when the
@@ -92,7 +122,7 @@ type NodeParams struct {
 	fx.In
 	// Config comes first: Fx builds the parameters in order, so the configuration is checked before
 	// the clients are built.
-	Config ValidConfig
+	Config baton.CheckedConfig
 
 	Etcd          *clientv3.Client      `optional:"true"`
 	BatonEtcd     *clientv3.Client      `name:"baton" optional:"true"`
@@ -103,13 +133,6 @@ type NodeParams struct {
 	RedisCluster  *redis.ClusterClient  `optional:"true"`
 	BatonRedis    redis.UniversalClient `name:"baton" optional:"true"`
 
-	Logger        *zap.Logger          `optional:"true"`
-	MeterProvider metric.MeterProvider `optional:"true"`
-	// SDKMeterProvider is taken when the app provides the SDK's concrete type and no
-	// metric.MeterProvider: Fx matches types exactly, and that is what most apps provide.
-	SDKMeterProvider *sdkmetric.MeterProvider `optional:"true"`
-	// DataConverter is the Temporal client's data converter, when the app has one of its own.
-	DataConverter converter.DataConverter `optional:"true"`
 	// Listeners are the app's leadership listeners (see AsListener).
 	Listeners []baton.Listener `group:"baton.listeners"`
 	Lifecycle fx.Lifecycle
@@ -166,30 +189,14 @@ func (p NodeParams) clients() (*clientv3.Client, client.Client, redis.UniversalC
 	return etcd, temporal, rdb, nil
 }
 
-// NewNode builds the Node (the app's logger, meter provider and data converter fill in the Config's
-// when it has none) and appends its Start and Stop to the lifecycle.
+// NewNode builds the Node over the checked configuration and the app's clients, and appends its
+// Start and Stop to the lifecycle.
 func NewNode(p NodeParams) (*baton.Node, error) {
 	etcd, temporal, rdb, err := p.clients()
 	if err != nil {
 		return nil, err
 	}
-	cfg := p.Config.Config
-	if cfg.Logger == nil {
-		cfg.Logger = p.Logger
-	}
-	if cfg.MeterProvider == nil && p.MeterProvider != nil {
-		cfg.MeterProvider = p.MeterProvider
-	}
-	if cfg.MeterProvider == nil && p.SDKMeterProvider != nil {
-		cfg.MeterProvider = p.SDKMeterProvider
-	}
-	if cfg.MeterProvider == nil && cfg.Logger != nil {
-		cfg.Logger.Warn("baton metrics are off: the app provides no metric.MeterProvider (or *sdkmetric.MeterProvider) and Config.MeterProvider is unset")
-	}
-	if cfg.Takeover.DataConverter == nil {
-		cfg.Takeover.DataConverter = p.DataConverter
-	}
-	node, err := baton.New(cfg, etcd, temporal, rdb)
+	node, err := baton.NewChecked(p.Config, etcd, temporal, rdb)
 	if err != nil {
 		return nil, err
 	}

@@ -176,3 +176,18 @@ func TestModuleGivesTheNodeItsListeners(t *testing.T) {
 		t.Fatalf("node %v, %d listeners built, want a node and 2", node, built)
 	}
 }
+
+// The configuration is checked once, and the Node runs what was checked: a default ServerID is
+// random, so a second check would have drawn another.
+func TestModuleChecksTheConfigOnceAndRunsIt(t *testing.T) {
+	etcd, tc := lazyClients(t)
+	var checked baton.CheckedConfig
+	var node *baton.Node
+	fxtest.New(t, fx.NopLogger,
+		fx.Supply(testConfig, etcd, fx.Annotate(tc, fx.As(new(client.Client)))),
+		fx.Provide(func() *redis.Client { return redisAt(t, "127.0.0.1:1") }),
+		Module, fx.Populate(&checked, &node))
+	if id := checked.Config().ServerID; id == "" || node.Config().ServerID != id {
+		t.Fatalf("checked ServerID %q, the Node runs %q", id, node.Config().ServerID)
+	}
+}
