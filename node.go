@@ -46,6 +46,7 @@ type Node struct {
 	rec      *reconciler.Reconciler
 	reg      *registry.Registry
 	metrics  *metrics
+	load     loadReporter
 	notify   notifier
 
 	mu    sync.Mutex
@@ -122,6 +123,8 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 		n.state[q] = &queueState{}
 	}
 	n.worker.status = make(map[string]registry.Status, len(cfg.Queues))
+	n.worker.load = make(map[string]WorkerLoad, len(cfg.Queues))
+	n.load.load = cfg.Load
 	if n.metrics, err = newMetrics(cfg.MeterProvider, n); err != nil {
 		return nil, fmt.Errorf("baton: metrics: %w", err)
 	}
@@ -136,7 +139,21 @@ func (n *Node) Registry() *registry.Registry { return n.reg }
 
 // Start launches the Node's loops and returns at once. The loops run on a context derived from ctx
 // without its cancellation (its values are kept), and are ended by Stop.
+//
+// With Config.WaitForSession, Start then waits until this process holds an etcd session (its
+// campaigns can run), and fails, with every loop stopped, if ctx ends first.
 func (n *Node) Start(ctx context.Context) error {
+	if err := n.launch(ctx); err != nil {
+		return err
+	}
+	if n.cfg.WaitForSession {
+		return n.awaitSession(ctx)
+	}
+	return nil
+}
+
+// launch starts the Node's loops.
+func (n *Node) launch(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
@@ -464,7 +481,11 @@ func (n *Node) registerLoop(ctx context.Context) {
 				registered[q] = err == nil
 				continue
 			}
-			status, err := n.reg.Heartbeat(ctx, q, n.cfg.ServerID, registry.Beat{})
+			beat, load := n.load.beat(q)
+			status, err := n.reg.Heartbeat(ctx, q, n.cfg.ServerID, beat)
+			if err == nil {
+				n.load.taken(q, load)
+			}
 			if errors.Is(err, registry.ErrNotRegistered) {
 				registered[q] = false
 			}
@@ -472,6 +493,9 @@ func (n *Node) registerLoop(ctx context.Context) {
 			if err == nil {
 				n.mu.Lock()
 				n.worker.status[q] = status
+				if n.cfg.Load != nil {
+					n.worker.load[q] = load
+				}
 				n.mu.Unlock()
 			}
 		}
