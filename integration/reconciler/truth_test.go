@@ -109,8 +109,9 @@ func TestReconcilerCutOffFromRedisHandsOver(t *testing.T) {
 }
 
 // The sweep decides every open run it lists from one etcd read of the project's queue leaders: the
-// leader lookups of a cycle do not grow with the number of open runs (one per run would be 13 reads
-// below). Live leaders' runs are left alone; runs whose owner resigned are terminated.
+// leader lookups of a cycle do not grow with the number of open runs (one per run would be 13 or 14
+// reads below). Live leaders' runs are left alone; runs whose owner resigned are terminated; runs whose
+// owner cannot be decided are left alone and counted.
 func TestSweepReadsLeadersOncePerCycle(t *testing.T) {
 	e := newEnv(t)
 	p := project(t)
@@ -192,7 +193,41 @@ func TestSweepReadsLeadersOncePerCycle(t *testing.T) {
 		live = append(live, take(fmt.Sprintf("live%02d", i), false))
 	}
 	orphans = append(orphans, take("gone0", true))
+	// Runs whose owner cannot be decided are left alone and counted: one without an owner memo, and
+	// one whose memo carries a newer token than its queue's leader (etcd's revisions went back).
+	start := func(queue string, memo map[string]any) takeover.Run {
+		id, err := takeover.WorkflowID(p, queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: p + "-nobody-polls", Memo: memo},
+			takeover.DefaultWorkflowType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return takeover.Run{WorkflowID: id, RunID: r.GetRunID()}
+	}
+	futureTerm, err := a.el.Campaign(t.Context(), p, "future", a.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undecided := []takeover.Run{
+		start("nomemo", nil),
+		start("future", map[string]any{takeover.MemoKey: takeover.Owner{Project: p, Queue: "future", ServerID: "restored",
+			Token: futureTerm.Token() + 1000, ElectionKey: futureTerm.Key()}}),
+	}
+	// The live runs and "future" (the orphan may be ended and unlisted by then).
 	cycles(3)
+	eventually(t, 30*time.Second, "a cycle counts both undecided runs", func() error {
+		rep, err := rec.Cycle(t.Context(), term)
+		if err != nil {
+			t.Fatalf("cycle: %v", err)
+		}
+		if rep.Undecided != 2 {
+			return fmt.Errorf("undecided %d, want 2", rep.Undecided)
+		}
+		return nil
+	})
 	for i := 2; i < 12; i++ {
 		live = append(live, take(fmt.Sprintf("live%02d", i), false))
 	}
@@ -210,9 +245,9 @@ func TestSweepReadsLeadersOncePerCycle(t *testing.T) {
 			return nil
 		})
 	}
-	for _, run := range live {
+	for _, run := range append(live, undecided...) {
 		if st := e.status(t, run.WorkflowID, run.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			t.Fatalf("live leader's run %s is %v", run.WorkflowID, st)
+			t.Fatalf("run %s, a live leader's or undecided, is %v", run.WorkflowID, st)
 		}
 	}
 }
