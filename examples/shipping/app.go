@@ -43,6 +43,9 @@ func Module(o Options) fx.Option {
 	cfg.Takeover.WorkflowType = WorkflowType
 	cfg.Takeover.Start = func(_ context.Context, s *takeover.Start) error {
 		s.Args = []any{Input{Owner: s.Owner, Region: o.Region, BatchSize: 100}}
+		// Baton's default task queue is the queue's bare name: another project with a queue of the
+		// same name in the namespace would poll this project's dispatcher tasks.
+		s.Options.TaskQueue = TaskQueue(s.Owner.Project, s.Owner.Queue)
 		s.Options.WorkflowTaskTimeout = 10 * time.Second
 		s.Options.Memo["shipping.region"] = o.Region
 		return nil
@@ -54,6 +57,10 @@ func Module(o Options) fx.Option {
 		fx.Invoke(startWorkers, func(*Server) {}),
 	)
 }
+
+// TaskQueue is the Temporal task queue of (project, queue)'s dispatcher: scoped by project ('/' is
+// in neither name, so distinct pairs never share one).
+func TaskQueue(project, queue string) string { return project + "/" + queue }
 
 // metrics is the app's own Prometheus registry, so the process serves only what it registered.
 type metrics struct {
@@ -124,13 +131,11 @@ type workerParams struct {
 // startWorkers runs the dispatcher workflow and its activities on each queue's task queue.
 func startWorkers(p workerParams) {
 	acts := &Activities{Etcd: p.Etcd}
-	queues := p.Config.Queues
-	if p.Config.Takeover.TaskQueue != "" {
-		queues = []string{p.Config.Takeover.TaskQueue}
-	}
+	queues := make([]string, len(p.Config.Queues))
 	workers := make([]worker.Worker, len(queues))
-	for i, q := range queues {
-		workers[i] = worker.New(p.Temporal, q, worker.Options{})
+	for i, q := range p.Config.Queues {
+		queues[i] = TaskQueue(p.Config.Project, q)
+		workers[i] = worker.New(p.Temporal, queues[i], worker.Options{})
 		workers[i].RegisterWorkflowWithOptions(Dispatcher, workflow.RegisterOptions{Name: WorkflowType})
 		workers[i].RegisterActivity(acts)
 	}
