@@ -21,9 +21,10 @@
 // Entries Baton did not write are counted and logged, never acted on.
 //
 // Redis is not the only source of truth: it can lose keys. Each cycle also lists the project's open
-// dispatcher runs from Temporal visibility and terminates, by run ID, those whose queue has no
-// leader or whose leader holds a newer token. A run whose owner cannot be decided is left alone and
-// counted.
+// dispatcher runs from Temporal visibility, page by page, and terminates, by run ID, those whose
+// queue has no leader or whose leader holds a newer token. Every listed run is judged against one
+// read of the project's queue leaders taken after the listing, so a cycle's etcd cost does not grow
+// with the number of open runs. A run whose owner cannot be decided is left alone and counted.
 //
 // # Observability
 //
