@@ -21,7 +21,7 @@ var redisCommands = []string{
 //
 //	ACL SETUSER baton on >PASSWORD resetkeys ~dispatcher:heartbeat:* ~baton:registry:* resetchannels -@all +ping ...
 //
-// The demo worker prints the line for its configuration with "demo-worker redis-acl".
+// "demo-worker redis-acl" prints the whole command for the configuration in its environment.
 func (c Config) RedisACLRules() []string {
 	c = c.withDefaults()
 	registryPrefix := c.Registry.Prefix

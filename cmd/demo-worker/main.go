@@ -88,11 +88,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runStatus(ctx, args, stdout, stderr)
 	case "load":
 		return runLoad(ctx, args, stdout, stderr)
+	case "redis-acl":
+		return runRedisACL(args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: demo-worker [run] [flags] | demo-worker status [flags] | demo-worker load [flags]   (-h for the flags of each)")
+		fmt.Fprintln(stdout, "usage: demo-worker [run] [flags] | demo-worker status [flags] | demo-worker load [flags] | demo-worker redis-acl [flags]   (-h for the flags of each)")
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "demo-worker: unknown command %q (want run, status or load)\n", cmd)
+		fmt.Fprintf(stderr, "demo-worker: unknown command %q (want run, status, load or redis-acl)\n", cmd)
 		return exitConfig
 	}
 }
