@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 }
 
 // budget is the hard bound of the short drill, start-up and checks included.
-const budget = 4 * time.Minute
+const budget = 6 * time.Minute
 
 // TestDrillShort is the short drill of `make test`: 3 workers over 6 queues, every fault kind once
 // (SIGKILL, SIGTERM, SIGSTOP past the TTL, a rolling restart, an etcd member kill on the 3-member
@@ -46,8 +46,9 @@ func TestDrillShort(t *testing.T) {
 	logs := t.TempDir()
 	rep, err := drill.Run(ctx, drill.Config{
 		Workers: 3, Queues: 6, Project: project, Cycles: 1,
-		// Every kind once takes about 100 s here; Duration only guards against a slow machine.
-		Duration: 150 * time.Second,
+		// Every kind once takes about 100 s here, three times that on a machine loaded to twice its
+		// cores (each fault waits for the fleet to settle); Duration only guards against a stuck one.
+		Duration: 4 * time.Minute,
 		// 2 per second per queue, not the issue's 10: the Temporal server here is this race-built
 		// test binary, several times slower, sharing two cores with the other integration packages;
 		// the verdict is as strict at any rate. `make drill` runs the issue's rate.
