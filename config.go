@@ -39,7 +39,9 @@ type Config struct {
 	// termination reasons. Default <hostname>-<pid>-<4 random hex digits>, so a restarted process
 	// never shares an ID with its previous life.
 	ServerID string
-	// Version of the worker build, shown in the registry. Optional.
+	// Version of the worker build, shown in the registry and published to the other workers. Optional:
+	// empty is unversioned. With versions, a rolling deploy moves each queue once and forward only (see
+	// package balance).
 	Version string
 	// Capabilities the worker registers with (for example the workflow types it runs). Default: the
 	// dispatcher workflow type.
@@ -270,7 +272,7 @@ func (c Config) check(raw Config) error {
 		return err
 	}
 	bal := c.Balance
-	bal.Project, bal.ServerID, bal.Queues = c.Project, c.ServerID, c.Queues
+	bal.Project, bal.ServerID, bal.Queues, bal.Version = c.Project, c.ServerID, c.Queues, c.Version
 	if err := sub("Balance", bal.Validate()); err != nil {
 		return err
 	}

@@ -46,8 +46,8 @@ type Node struct {
 	rec      *reconciler.Reconciler
 	reg      *registry.Registry
 	metrics  *metrics
-	load     loadReporter
 	notify   notifier
+	load     loadReporter
 
 	mu    sync.Mutex
 	state map[string]*queueState
@@ -91,9 +91,12 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 		return nil, err
 	}
 	bcfg := cfg.Balance
-	bcfg.Project, bcfg.ServerID, bcfg.Queues = cfg.Project, cfg.ServerID, cfg.Queues
+	bcfg.Project, bcfg.ServerID, bcfg.Queues, bcfg.Version = cfg.Project, cfg.ServerID, cfg.Queues, cfg.Version
 	if bcfg.Logger == nil {
 		bcfg.Logger = cfg.Logger
+	}
+	if bcfg.MeterProvider == nil {
+		bcfg.MeterProvider = cfg.MeterProvider
 	}
 	if n.balance, err = balance.New(n.queues, etcd, bcfg); err != nil {
 		return nil, err
@@ -283,7 +286,10 @@ func (n *Node) lead(ctx context.Context, queue string, term *election.Term) erro
 	backoff := tcfg.RetryMin
 	take := n.takeover.Take
 	for replaced := 0; ; replaced, take = replaced+1, n.takeover.Replace {
+		// No hand-off between terminating the prior run and starting ours: it would waste the takeover.
+		takingOver := n.balance.TakingOver(queue)
 		run, err := take(ctx, term)
+		takingOver()
 		if err != nil {
 			n.update(queue, func(s *queueState) {
 				s.lastErr = err
@@ -499,6 +505,8 @@ func (n *Node) registerLoop(ctx context.Context) {
 				n.mu.Unlock()
 			}
 		}
+		// A worker asked to drain hands its queues over and stops standing; readiness is unaffected.
+		n.balance.SetDraining(n.Draining())
 		if !clock.Sleep(ctx, clock.Real(), n.cfg.Registry.HeartbeatInterval) {
 			return
 		}

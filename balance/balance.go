@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/internal/names"
 )
 
 // ErrInvalidConfig wraps every configuration error; the message names the field and the rule.
@@ -33,8 +37,23 @@ type Config struct {
 	ShedInterval time.Duration
 	// Disabled campaigns for every queue all the time, as plain elections do.
 	Disabled bool
+	// Version of this worker's build. Empty: unversioned, Baton's behaviour before versions. With a
+	// version, a rolling deploy moves each queue forward only (never to an older version than the one
+	// leading it), a resigning leader names its successor, and rebalancing waits for the rollout to end.
+	Version string
+	// Grace is how long the other workers defer to a named successor, and at most how long a resigning
+	// leader waits for its successor to stand first in line. Default 500ms.
+	Grace time.Duration
+	// Cooldown is the least time between two balancing moves of one queue: a term younger than this
+	// is not shed. Default 5s.
+	Cooldown time.Duration
+	// MaxMoves caps the balancing moves (sheds) of this worker per MoveWindow. Default 10 per 1s.
+	MaxMoves   int
+	MoveWindow time.Duration
 	// Logger receives rebalancing decisions. Default: no-op.
 	Logger *zap.Logger
+	// MeterProvider receives the owner-change counter and the leading gauge. Default: no-op.
+	MeterProvider metric.MeterProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -44,8 +63,23 @@ func (c Config) withDefaults() Config {
 	if c.ShedInterval == 0 {
 		c.ShedInterval = 20 * time.Millisecond
 	}
+	if c.Grace == 0 {
+		c.Grace = 500 * time.Millisecond
+	}
+	if c.Cooldown == 0 {
+		c.Cooldown = 5 * time.Second
+	}
+	if c.MaxMoves == 0 {
+		c.MaxMoves = 10
+	}
+	if c.MoveWindow == 0 {
+		c.MoveWindow = time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = noop.NewMeterProvider()
 	}
 	return c
 }
@@ -78,21 +112,41 @@ func (c Config) Validate() error {
 		return bad("ShedAbove", "must be at least 1, got %v", c.ShedAbove)
 	case c.ShedInterval <= 0:
 		return bad("ShedInterval", "must be positive, got %v", c.ShedInterval)
+	case c.Grace <= 0:
+		return bad("Grace", "must be positive, got %v", c.Grace)
+	case c.Cooldown < 0:
+		return bad("Cooldown", "must not be negative, got %v", c.Cooldown)
+	case c.MaxMoves < 1:
+		return bad("MaxMoves", "must be at least 1, got %d", c.MaxMoves)
+	case c.MoveWindow <= 0:
+		return bad("MoveWindow", "must be positive, got %v", c.MoveWindow)
+	}
+	if err := names.Check(c.Version); c.Version != "" && err != nil {
+		return bad("Version", "%s %v", names.Quote(c.Version), err)
 	}
 	return nil
 }
 
 // Runner campaigns for a worker's queues with balancing.
 type Runner struct {
-	el     *election.Elector
-	client *clientv3.Client
-	cfg    Config
-	log    *zap.Logger
-	view   *view
+	el      *election.Elector
+	client  *clientv3.Client
+	cfg     Config
+	log     *zap.Logger
+	view    *view
+	roster  *roster
+	metrics *balanceMetrics
 
-	mu       sync.Mutex
-	held     map[string]bool
-	lastShed time.Time
+	mu         sync.Mutex
+	held       map[string]bool
+	heldSince  map[string]time.Time
+	busy       map[string]int // queues whose takeover is under way: never handed off meanwhile
+	lastShed   time.Time
+	moves      []time.Time            // sheds within the last MoveWindow
+	lastLeader map[string]string      // who led each queue last, as seen here
+	named      map[string][]time.Time // successors this worker named a moment ago
+	countsMemo map[string]int
+	countsAt   time.Time
 }
 
 // New returns a Runner campaigning on el; client reads the election keys (the Elector's client).
@@ -104,9 +158,45 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{},
+	r := &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{}, heldSince: map[string]time.Time{},
+		busy: map[string]int{}, lastLeader: map[string]string{}, named: map[string][]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
-		view: newView(el.Config().Prefix+"/"+cfg.Project+"/", cfg.Queues)}, nil
+		view: newView(el.Config().Prefix+"/"+cfg.Project+"/", cfg.Queues)}
+	r.roster = newRoster(rosterPrefix(el.Config().Prefix, cfg.Project), cfg.ServerID, cfg.Version, el.Config().TTL, r.log, r.view.poke)
+	var err error
+	if r.metrics, err = newBalanceMetrics(cfg.MeterProvider, r); err != nil {
+		return nil, fmt.Errorf("balance: metrics: %w", err)
+	}
+	return r, nil
+}
+
+// SetDraining tells the Runner whether the registry asks this worker to drain. A draining worker
+// hands every queue it leads over (naming successors, paced by ShedInterval, never during a
+// takeover) and stands only where nobody else does, so a queue is never left without an owner.
+func (r *Runner) SetDraining(draining bool) {
+	if !r.versioned() {
+		return // the hand-over names successors through the versioned workers' records
+	}
+	if r.roster.setDraining(draining) {
+		r.log.Info("draining changed", zap.Bool("draining", draining))
+		r.view.poke()
+	}
+}
+
+// TakingOver marks queue's takeover as under way until done is called: a leader must never let a
+// queue go between terminating the old run and starting its own, or the takeover is wasted.
+func (r *Runner) TakingOver(queue string) (done func()) {
+	r.mu.Lock()
+	r.busy[queue]++
+	r.mu.Unlock()
+	return sync.OnceFunc(func() {
+		r.mu.Lock()
+		if r.busy[queue]--; r.busy[queue] <= 0 {
+			delete(r.busy, queue)
+		}
+		r.mu.Unlock()
+		r.view.poke()
+	})
 }
 
 // Leading returns how many queues this worker leads now.
@@ -137,16 +227,31 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 			return fmt.Errorf("%w: Callbacks.OnElected must not be nil", ErrInvalidConfig)
 		}
 	}
+	// The view outlives the queues' campaigns by the hand-offs of a stop: a leader that resigns
+	// watches its named successor step into line first.
+	vctx, vcancel := context.WithCancel(context.WithoutCancel(ctx))
+	var vwg sync.WaitGroup
+	defer func() { vcancel(); vwg.Wait() }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	if !r.cfg.Disabled {
-		ready := make(chan struct{})
-		wg.Go(func() { r.view.run(ctx, r.client, r.el.Config().RetryMax, ready) })
-		wg.Go(func() { r.view.notify(ctx) })
-		select {
-		case <-ready:
-		case <-ctx.Done():
+		ready, members := make(chan struct{}), make(chan struct{})
+		vwg.Go(func() { r.view.run(vctx, r.client, r.el.Config().RetryMax, ready) })
+		vwg.Go(func() { r.view.notify(vctx) })
+		if r.versioned() {
+			vwg.Go(func() { r.roster.run(vctx, r.client, r.el.Config().RetryMax, members) })
+		} else {
+			close(members)
+			r.roster.once.Do(func() { close(r.roster.published) })
+		}
+		// Others must know this worker's version before its first candidacy shows, or they would take
+		// it for an unversioned worker and rebalance towards it in the middle of a rollout.
+		for _, c := range []chan struct{}{ready, members, r.roster.published} {
+			select {
+			case <-c:
+			case <-ctx.Done():
+			}
 		}
 	}
 	errs := make(chan error, len(r.cfg.Queues))
@@ -170,6 +275,9 @@ func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks)
 	wrapped := cb
 	wrapped.OnElected = func(tctx context.Context, term *election.Term) error {
 		r.setHeld(queue, true)
+		if r.versioned() {
+			r.won(tctx, queue)
+		}
 		return cb.OnElected(tctx, term)
 	}
 	wrapped.OnStepDown = func(term *election.Term, cause error) {
@@ -182,10 +290,15 @@ func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks)
 		if !r.cfg.Disabled && !r.waitMayStand(ctx, queue) {
 			return nil
 		}
-		qctx, stop := context.WithCancel(ctx)
+		// A held term outlives ctx by its hand-off: watchStanding names the successor, then stops.
+		base := ctx
+		if r.versioned() {
+			base = context.WithoutCancel(ctx)
+		}
+		qctx, stop := context.WithCancel(base)
 		done := make(chan error, 1)
 		go func() { done <- r.el.Run(qctx, r.cfg.Project, queue, r.cfg.ServerID, wrapped) }()
-		shed, err := r.watchStanding(queue, stop, done)
+		shed, err := r.watchStanding(ctx, queue, stop, done)
 		stop()
 		if err != nil {
 			return err
@@ -217,23 +330,37 @@ func (r *Runner) waitMayStand(ctx context.Context, queue string) bool {
 // watchStanding lets el.Run campaign for queue until it returns, and stops it when the worker should
 // step back; shed reports a term handed over to balance leadership. Run's own resign on cancellation
 // makes a held term a graceful handover.
-func (r *Runner) watchStanding(queue string, stop func(), done <-chan error) (shed bool, err error) {
+func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), done <-chan error) (shed bool, err error) {
 	if r.cfg.Disabled {
 		return false, <-done
+	}
+	handOver := func(reason string) error {
+		r.handOff(ctx, queue, reason)
+		stop()
+		err := <-done
+		r.clearHint(ctx, queue)
+		return err
 	}
 	var retry <-chan time.Time
 	for {
 		changed := r.view.changed()
-		if r.isHeld(queue) {
-			if r.shouldShed(queue) {
-				r.log.Info("handing a queue over to balance leadership", zap.String("queue", queue),
-					zap.Int("leading", r.Leading()), zap.Int("fair_share", r.FairShare()), zap.Int("workers", r.view.workers()))
-				stop()
-				return true, <-done
+		if ctx.Err() != nil {
+			if r.isHeld(queue) {
+				return false, handOver(r.stopReason())
 			}
-			if r.overShare() && retry == nil {
+			stop()
+			return false, <-done
+		}
+		if r.isHeld(queue) {
+			reason, wait := r.shouldShed(queue)
+			if reason != "" {
+				r.log.Info("handing a queue over", zap.String("queue", queue), zap.String("reason", reason),
+					zap.Int("leading", r.Leading()), zap.Int("fair_share", r.FairShare()), zap.Int("workers", r.view.workers()))
+				return true, handOver(reason)
+			}
+			if wait > 0 && retry == nil {
 				// Shedding is paced: look again when the next handover is allowed.
-				retry = time.After(r.cfg.ShedInterval)
+				retry = time.After(wait)
 			}
 		} else if r.shouldWithdraw(queue) {
 			stop()
@@ -245,6 +372,7 @@ func (r *Runner) watchStanding(queue string, stop func(), done <-chan error) (sh
 		case <-changed:
 		case <-retry:
 			retry = nil
+		case <-ctx.Done():
 		}
 	}
 }
@@ -252,9 +380,10 @@ func (r *Runner) watchStanding(queue string, stop func(), done <-chan error) (sh
 func (r *Runner) setHeld(queue string, held bool) {
 	r.mu.Lock()
 	if held {
-		r.held[queue] = true
+		r.held[queue], r.heldSince[queue] = true, time.Now()
 	} else {
 		delete(r.held, queue)
+		delete(r.heldSince, queue)
 	}
 	r.mu.Unlock()
 	r.view.poke()
@@ -266,26 +395,40 @@ func (r *Runner) isHeld(queue string) bool {
 	return r.held[queue]
 }
 
-// mayStand: below the fair share, or nobody stands for the queue (it must not stay without a leader),
-// or a key of this worker's stands first although the worker does not campaign for the queue (left by
-// a campaign that failed in flight, or by an earlier process with the same server ID): standing again
-// replaces it, so the queue is never blocked behind it.
+// mayStand: nobody stands for the queue (it must not stay without a leader), or a key of this
+// worker's stands first although the worker does not campaign for the queue (left by a campaign that
+// failed in flight, or by an earlier process with the same server ID: standing again replaces it, so
+// the queue is never blocked behind it). Otherwise: while the leader names a successor, only the
+// successor; a draining worker, never; during a rollout, only a worker newer than the leader (forward
+// only, no rebalancing); else below the fair share.
 func (r *Runner) mayStand(queue string) bool {
-	if r.Leading() < r.FairShare() {
+	l := r.view.leader(queue)
+	if l == "" || l == r.cfg.ServerID {
 		return true
 	}
-	l := r.view.leader(queue)
-	return l == "" || l == r.cfg.ServerID
-}
-
-// shouldWithdraw: a candidate in line at or above its fair share steps out, but only behind another
-// worker's leader, so that two candidates never step out of a queue together and leave it empty.
-func (r *Runner) shouldWithdraw(queue string) bool {
-	if r.Leading() < r.FairShare() {
+	if !r.versioned() {
+		return r.Leading() < r.FairShare()
+	}
+	r.mu.Lock()
+	r.lastLeader[queue] = l
+	r.mu.Unlock()
+	if h, ok := r.roster.hintFor(queue, 2*r.cfg.Grace); ok && h.To != "" && h.From == l {
+		return h.To == r.cfg.ServerID
+	}
+	if r.roster.draining() {
 		return false
 	}
+	if r.inRollout() {
+		return r.rolloutStand(l)
+	}
+	return r.Leading() < r.FairShare()
+}
+
+// shouldWithdraw: a candidate in line that may not stand steps out, but only behind another worker's
+// leader, so that two candidates never step out of a queue together and leave it empty.
+func (r *Runner) shouldWithdraw(queue string) bool {
 	l := r.view.leader(queue)
-	return l != "" && l != r.cfg.ServerID
+	return l != "" && l != r.cfg.ServerID && !r.mayStand(queue)
 }
 
 func (r *Runner) overShare() bool {
@@ -293,18 +436,119 @@ func (r *Runner) overShare() bool {
 	return r.Leading() > limit
 }
 
-// shouldShed: above ShedAbove × fair share, another worker stands for the queue, and the pace allows.
-func (r *Runner) shouldShed(queue string) bool {
-	if !r.overShare() || !r.view.othersStand(queue, r.cfg.ServerID) {
-		return false
+// shouldShed returns why the held queue should be handed over now, or "" and how long until it may
+// be worth looking again (0: only when the candidates change). A queue whose takeover is under way is
+// never handed over. A draining worker hands every queue over to whoever may take it. Otherwise,
+// outside a rollout, a queue held for at least Cooldown moves when this worker leads more than
+// ShedAbove × fair share, or more than its fair share while a worker standing for the queue leads at
+// least two fewer (small fleets: 2 queues on 2 workers end 1 and 1; the move never makes the receiver
+// lead more than this worker then does, so nothing moves back). Moves are paced: ShedInterval apart
+// and at most MaxMoves per MoveWindow.
+func (r *Runner) shouldShed(queue string) (string, time.Duration) {
+	r.mu.Lock()
+	busy, since := r.busy[queue] > 0, r.heldSince[queue]
+	r.mu.Unlock()
+	if busy {
+		return "", 0 // TakingOver's done wakes every queue
+	}
+	if !r.versioned() {
+		return r.shouldShedUnversioned(queue)
+	}
+	reason := ""
+	switch {
+	case r.roster.draining():
+		if !r.anyoneElse() {
+			return "", 0
+		}
+		reason = ReasonDrain
+	case r.Leading() <= r.FairShare(), r.inRollout(), r.unknownCandidate():
+		return "", 0
+	case time.Since(since) < r.cfg.Cooldown:
+		return "", r.cfg.Cooldown - time.Since(since)
+	case !r.view.othersStand(queue, r.cfg.ServerID):
+		return "", 0
+	case r.overShare(), r.lighterInLine(queue, r.Leading()-2):
+		reason = ReasonShed
+	default:
+		// Another queue's change may make a lighter worker visible here: look again now and then.
+		return "", clock.Jitter(r.cfg.MoveWindow)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if time.Since(r.lastShed) < r.cfg.ShedInterval {
-		return false
+	now := time.Now()
+	r.moves = slices.DeleteFunc(r.moves, func(t time.Time) bool { return now.Sub(t) >= r.cfg.MoveWindow })
+	if wait := r.cfg.ShedInterval - now.Sub(r.lastShed); wait > 0 {
+		return "", wait
+	}
+	if reason == ReasonShed && len(r.moves) >= r.cfg.MaxMoves {
+		return "", r.cfg.MoveWindow - now.Sub(r.moves[0])
+	}
+	r.lastShed = now
+	if reason == ReasonShed {
+		r.moves = append(r.moves, now)
+	}
+	return reason, 0
+}
+
+// shouldShedUnversioned is Baton's rule before versions: above ShedAbove × fair share, another worker
+// stands for the queue, and the pace allows.
+func (r *Runner) shouldShedUnversioned(queue string) (string, time.Duration) {
+	if !r.overShare() || !r.view.othersStand(queue, r.cfg.ServerID) {
+		return "", 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if wait := r.cfg.ShedInterval - time.Since(r.lastShed); wait > 0 {
+		return "", wait
 	}
 	r.lastShed = time.Now()
-	return true
+	return ReasonShed, 0
+}
+
+// lighterInLine reports whether another worker standing for queue leads at most n queues.
+func (r *Runner) lighterInLine(queue string, n int) bool {
+	counts := r.counts()
+	for _, id := range r.view.line(queue) {
+		if id != r.cfg.ServerID && counts[id] <= n {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownCandidate reports, for a versioned worker, whether a worker stands whose member record it has
+// not seen yet: its version may start a rollout, so balancing waits for it.
+func (r *Runner) unknownCandidate() bool {
+	if !r.versioned() {
+		return false
+	}
+	for _, id := range r.view.candidateIDs() {
+		if _, ok := r.roster.member(id); !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// anyoneElse reports whether a worker that does not drain stands for any of this worker's queues.
+func (r *Runner) anyoneElse() bool {
+	for _, id := range r.view.candidateIDs() {
+		if m, _ := r.roster.member(id); id != r.cfg.ServerID && !m.Draining {
+			return true
+		}
+	}
+	return false
+}
+
+// stopReason is why a stopping worker hands its queues over: a rollout when a newer version is live.
+func (r *Runner) stopReason() string {
+	if r.roster.draining() {
+		return ReasonDrain
+	}
+	if on, newest := r.roster.rollout(); on && r.versioned() && olderThan(r.cfg.Version, newest) {
+		return ReasonRollout
+	}
+	return ReasonResign
 }
 
 // view is one worker's picture of the project's candidates, kept by one watch. Changes are announced

@@ -53,16 +53,26 @@ type fleet struct {
 	workers []*worker
 	// terms records, per queue, every ended term as [start, end] on the process's monotonic clock.
 	terms map[string][][2]time.Time
+	// owners records, per queue, who won each term, in the order the terms started.
+	owners map[string][]string
 }
 
-func (f *fleet) start(id string) *worker {
+func (f *fleet) start(id string) *worker { return f.startWith(id, nil) }
+
+// startWith starts a worker whose balance config tune changes.
+func (f *fleet) startWith(id string, tune func(*balance.Config)) *worker {
 	t := f.t
 	cli := etcdtest.Client(t, f.cluster)
 	el, err := election.New(cli, election.Config{TTL: ttl, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := balance.New(el, cli, balance.Config{Project: "p", ServerID: id, Queues: f.queues, ShedAbove: f.shed, Disabled: f.disable})
+	bcfg := balance.Config{Project: "p", ServerID: id, Queues: f.queues, ShedAbove: f.shed, Disabled: f.disable,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).With(zap.String("w", id))}
+	if tune != nil {
+		tune(&bcfg)
+	}
+	r, err := balance.New(el, cli, bcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +91,11 @@ func (f *fleet) start(id string) *worker {
 					w.mu.Lock()
 					w.leading[term.Queue()] = term.Token()
 					w.mu.Unlock()
+					f.mu.Lock()
+					if f.owners != nil {
+						f.owners[term.Queue()] = append(f.owners[term.Queue()], id)
+					}
+					f.mu.Unlock()
 					<-ctx.Done()
 					w.mu.Lock()
 					delete(w.leading, term.Queue())
@@ -131,6 +146,7 @@ func (f *fleet) settle(live []*worker, limit int, d time.Duration) []int {
 			return counts
 		}
 		if time.Now().After(deadline) {
+			f.dumpUnled(live)
 			f.t.Fatalf("not settled within %v: %d of %d queues led, counts %v (limit %d)", d, total, len(f.queues), counts, limit)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -225,5 +241,33 @@ func TestWithoutBalancingTheFirstTakesAll(t *testing.T) {
 	counts := f.settle(live, 50, settleWithin)
 	if counts[0] != 50 {
 		t.Fatalf("counts %v: expected the first worker to lead all 50 without balancing", counts)
+	}
+}
+
+// dumpUnled logs the candidates of every queue no live worker leads, to tell a blocked line from an
+// empty one.
+func (f *fleet) dumpUnled(live []*worker) {
+	led := map[string]bool{}
+	for _, w := range live {
+		w.mu.Lock()
+		for q := range w.leading {
+			led[q] = true
+		}
+		w.mu.Unlock()
+	}
+	cli := etcdtest.Client(f.t, f.cluster)
+	for _, q := range f.queues {
+		if led[q] {
+			continue
+		}
+		resp, err := cli.Get(f.t.Context(), f.keys.ElectionKey("p", q)+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			continue
+		}
+		var line []string
+		for _, kv := range resp.Kvs {
+			line = append(line, fmt.Sprintf("%s@%d", kv.Value, kv.CreateRevision))
+		}
+		f.t.Logf("queue %s is not led; in line: %v", q, line)
 	}
 }

@@ -1,0 +1,150 @@
+package balance
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// compareVersions orders two version strings naturally: runs of digits compare as numbers, the rest
+// byte-wise, a leading "v" is ignored ("v1.10.0" > "v1.9.2", "2026.11.24" > "2026.11.3"). It returns
+// -1, 0 or +1.
+func compareVersions(a, b string) int {
+	a, b = strings.TrimPrefix(a, "v"), strings.TrimPrefix(b, "v")
+	for a != "" && b != "" {
+		ca, ra := chunk(a)
+		cb, rb := chunk(b)
+		if c := compareChunk(ca, cb); c != 0 {
+			return c
+		}
+		a, b = ra, rb
+	}
+	switch {
+	case a == b:
+		return 0
+	case a == "":
+		return -1
+	default:
+		return 1
+	}
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// chunk splits off the leading run of digits or of non-digits.
+func chunk(s string) (string, string) {
+	d := isDigit(s[0])
+	i := 1
+	for i < len(s) && isDigit(s[i]) == d {
+		i++
+	}
+	return s[:i], s[i:]
+}
+
+func compareChunk(a, b string) int {
+	if isDigit(a[0]) && isDigit(b[0]) {
+		a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+		if len(a) != len(b) {
+			if len(a) < len(b) {
+				return -1
+			}
+			return 1
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+// versioned reports whether this worker takes part in version-aware handovers: it has a version.
+// An unversioned worker behaves as Baton always did.
+func (r *Runner) versioned() bool { return r.cfg.Version != "" }
+
+// inRollout reports whether workers of two versions are live (as this versioned worker sees them).
+func (r *Runner) inRollout() bool {
+	if !r.versioned() {
+		return false
+	}
+	on, _ := r.roster.rollout()
+	return on
+}
+
+// versionOf returns a worker's published version ("" when unversioned or unknown).
+func (r *Runner) versionOf(id string) string {
+	m, _ := r.roster.member(id)
+	return m.Version
+}
+
+// olderThan reports whether version a is known to be older than b; unversioned is never older.
+func olderThan(a, b string) bool { return a != "" && b != "" && compareVersions(a, b) < 0 }
+
+// rolloutStand decides, during a rollout, whether this worker stands for queue led by leader
+// (another worker): forward only -- never for a queue whose leader runs a newer version; a worker of
+// a newer version than the leader stands in line, ready to be named its successor; everyone else
+// stays out, since rebalancing waits for the rollout to end.
+func (r *Runner) rolloutStand(leader string) bool {
+	return olderThan(r.versionOf(leader), r.cfg.Version)
+}
+
+// line returns the server IDs standing for queue, oldest key (the leader) first.
+func (v *view) line(queue string) []string {
+	v.mu.Lock()
+	cs := make([]cand, 0, len(v.cands[queue]))
+	for _, c := range v.cands[queue] {
+		cs = append(cs, c)
+	}
+	v.mu.Unlock()
+	slices.SortFunc(cs, func(a, b cand) int {
+		switch {
+		case a.rev < b.rev:
+			return -1
+		case a.rev > b.rev:
+			return 1
+		}
+		return 0
+	})
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.id
+	}
+	return ids
+}
+
+// leaderCounts counts the queues each server ID leads among this worker's queues.
+func (v *view) leaderCounts() map[string]int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	counts := map[string]int{}
+	for _, cs := range v.cands {
+		var best cand
+		for _, c := range cs {
+			if best.id == "" || c.rev < best.rev {
+				best = c
+			}
+		}
+		if best.id != "" {
+			counts[best.id]++
+		}
+	}
+	return counts
+}
+
+// candidateIDs returns every server ID standing for any of this worker's queues.
+func (v *view) candidateIDs() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ids := make([]string, 0, len(v.ids))
+	for id := range v.ids {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// counts returns how many queues each worker leads, memoised for a few milliseconds: a worker that
+// stops decides the successor of every queue it leads at once, and must not walk every queue each time.
+func (r *Runner) counts() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.countsAt.IsZero() || time.Since(r.countsAt) > notifyEvery {
+		r.countsMemo, r.countsAt = r.view.leaderCounts(), time.Now()
+	}
+	return r.countsMemo
+}

@@ -1,0 +1,288 @@
+package balance
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/baton-run/baton/clock"
+)
+
+// The balance keys of a project live beside its election keys, never under them, so that no queue
+// name can collide with them (this is their one home; the package doc shows the layout):
+//
+//	<Election.Prefix>-balance/<project>/m/<serverID>  a worker's member record (JSON), on its own lease
+//	<Election.Prefix>-balance/<project>/h/<queue>     a resigning leader's hand-off hint (JSON), on its lease
+func rosterPrefix(electionPrefix, project string) string {
+	return electionPrefix + "-balance/" + project + "/"
+}
+
+// member is what a worker publishes about itself: its version, when it started (age breaks ties
+// between successors) and whether it drains.
+type member struct {
+	Version  string `json:"version,omitempty"`
+	Since    int64  `json:"since"` // Unix ns
+	Draining bool   `json:"draining,omitempty"`
+}
+
+// hint is a resigning leader's word on a queue: who should win next (empty: nobody in particular)
+// and why the queue moves. seen is when this worker saw it: hints are honoured for a grace window on
+// the local clock, so clocks of different hosts never need to agree.
+type hint struct {
+	To     string `json:"to,omitempty"`
+	From   string `json:"from"`
+	Reason string `json:"reason"`
+	seen   time.Time
+}
+
+// roster is one worker's picture of the project's members and hand-off hints, kept by one watch, plus
+// this worker's own member record on a lease of its own (so that it goes with the process).
+type roster struct {
+	prefix string
+	self   string
+	ttl    time.Duration
+	log    *zap.Logger
+	poke   func()
+
+	lease     atomic.Int64 // this worker's record lease; 0 until granted
+	republish chan struct{}
+	published chan struct{} // closed once the record was first published
+	once      sync.Once
+
+	mu       sync.Mutex
+	me       member
+	members  map[string]member
+	hints    map[string]hint
+	versions int // distinct non-empty versions among members
+	newest   string
+}
+
+func newRoster(prefix, self, version string, ttl time.Duration, log *zap.Logger, poke func()) *roster {
+	return &roster{prefix: prefix, self: self, ttl: ttl, log: log, poke: poke,
+		republish: make(chan struct{}, 1), published: make(chan struct{}),
+		me:      member{Version: version, Since: time.Now().UnixNano()},
+		members: map[string]member{}, hints: map[string]hint{}}
+}
+
+func (r *roster) memberKey(id string) string  { return r.prefix + "m/" + id }
+func (r *roster) hintKey(queue string) string { return r.prefix + "h/" + queue }
+
+// setDraining changes this worker's published draining flag; it reports whether it changed.
+func (r *roster) setDraining(d bool) bool {
+	r.mu.Lock()
+	changed := r.me.Draining != d
+	r.me.Draining = d
+	r.mu.Unlock()
+	if changed {
+		select {
+		case r.republish <- struct{}{}:
+		default:
+		}
+	}
+	return changed
+}
+
+func (r *roster) draining() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.me.Draining
+}
+
+func (r *roster) member(id string) (member, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.members[id]
+	return m, ok
+}
+
+// rollout reports whether members of two or more versions are live, and the newest version.
+func (r *roster) rollout() (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.versions > 1, r.newest
+}
+
+// hintFor returns the live hint of queue: one seen less than maxAge ago.
+func (r *roster) hintFor(queue string, maxAge time.Duration) (hint, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.hints[queue]
+	if !ok || time.Since(h.seen) > maxAge {
+		return hint{}, false
+	}
+	return h, true
+}
+
+// putHint names queue's successor; it lives on this worker's record lease, so it goes with the process.
+func (r *roster) putHint(ctx context.Context, client *clientv3.Client, queue string, h hint) error {
+	lease := r.lease.Load()
+	if lease == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(h)
+	_, err := client.Put(ctx, r.hintKey(queue), string(b), clientv3.WithLease(clientv3.LeaseID(lease)))
+	return err
+}
+
+// recompute refreshes the version summary; the caller holds mu.
+func (r *roster) recompute() {
+	seen := map[string]bool{}
+	r.newest = ""
+	for _, m := range r.members {
+		if m.Version == "" {
+			continue
+		}
+		seen[m.Version] = true
+		if r.newest == "" || compareVersions(m.Version, r.newest) > 0 {
+			r.newest = m.Version
+		}
+	}
+	r.versions = len(seen)
+}
+
+// apply records one key; the caller holds mu.
+func (r *roster) apply(key string, value []byte, deleted bool) {
+	rest, ok := strings.CutPrefix(key, r.prefix)
+	if !ok {
+		return
+	}
+	kind, name, ok := strings.Cut(rest, "/")
+	if !ok {
+		return
+	}
+	switch kind {
+	case "m":
+		var m member
+		if deleted || json.Unmarshal(value, &m) != nil {
+			delete(r.members, name)
+		} else {
+			r.members[name] = m
+		}
+		r.recompute()
+	case "h":
+		var h hint
+		if deleted || json.Unmarshal(value, &h) != nil {
+			delete(r.hints, name)
+			return
+		}
+		h.seen = time.Now()
+		r.hints[name] = h
+	}
+}
+
+// run keeps this worker's record published and the picture current until ctx ends, then revokes
+// the record's lease (removing the record and any hint at once). ready is closed after the first read;
+// published, after the record was first written.
+func (r *roster) run(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
+	var wg sync.WaitGroup
+	wg.Go(func() { r.keep(ctx, client, retryMax) })
+	r.watch(ctx, client, retryMax, ready)
+	wg.Wait()
+}
+
+// keep grants the record's lease, publishes the record and keeps the lease alive; it publishes again
+// on every change of the draining flag and after a lost lease.
+func (r *roster) keep(ctx context.Context, client *clientv3.Client, retryMax time.Duration) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		grant, err := client.Grant(ctx, int64(r.ttl/time.Second))
+		if err != nil {
+			if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+				return
+			}
+			backoff = min(2*backoff, retryMax)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		kctx, cancel := context.WithCancel(ctx)
+		alive, err := client.KeepAlive(kctx, grant.ID)
+		if err == nil {
+			r.lease.Store(int64(grant.ID))
+			r.serve(kctx, client, grant.ID, alive)
+			r.lease.Store(0)
+		}
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
+		if _, err := client.Revoke(rctx, grant.ID); err != nil && ctx.Err() == nil {
+			r.log.Warn("balance member lease not revoked; it expires", zap.Error(err))
+		}
+		rcancel()
+	}
+}
+
+// serve publishes the record on lease and again on every change, until the lease is lost or ctx ends.
+func (r *roster) serve(ctx context.Context, client *clientv3.Client, lease clientv3.LeaseID, alive <-chan *clientv3.LeaseKeepAliveResponse) {
+	publish := func() bool {
+		r.mu.Lock()
+		b, _ := json.Marshal(r.me)
+		r.mu.Unlock()
+		_, err := client.Put(ctx, r.memberKey(r.self), string(b), clientv3.WithLease(lease))
+		return err == nil
+	}
+	if !publish() {
+		return
+	}
+	r.once.Do(func() { close(r.published) })
+	for {
+		select {
+		case _, ok := <-alive:
+			if !ok {
+				return
+			}
+		case <-r.republish:
+			if !publish() {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watch keeps the picture: a read of the project's balance keys, then a watch from the next revision.
+func (r *roster) watch(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
+	backoff := 50 * time.Millisecond
+	first := true
+	for ctx.Err() == nil {
+		resp, err := client.Get(ctx, r.prefix, clientv3.WithPrefix())
+		if err != nil {
+			if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+				return
+			}
+			backoff = min(2*backoff, retryMax)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		r.mu.Lock()
+		r.members, r.hints = map[string]member{}, map[string]hint{}
+		for _, kv := range resp.Kvs {
+			r.apply(string(kv.Key), kv.Value, false)
+		}
+		r.recompute()
+		r.mu.Unlock()
+		r.poke()
+		if first {
+			close(ready)
+			first = false
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range client.Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+			if wr.Err() != nil {
+				break
+			}
+			r.mu.Lock()
+			for _, ev := range wr.Events {
+				r.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete)
+			}
+			r.mu.Unlock()
+			r.poke()
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,206 @@
+package balance
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+)
+
+// Why a queue changes owner: the reasons of MetricOwnerChanges.
+const (
+	ReasonCrash   = "crash"   // the previous leader's term ended without a hand-off
+	ReasonResign  = "resign"  // the previous leader stopped
+	ReasonDrain   = "drain"   // the previous leader was draining
+	ReasonShed    = "shed"    // the previous leader handed the queue over to balance leadership
+	ReasonRollout = "rollout" // the previous leader stopped while a newer version was live
+)
+
+// Metric names of the balancer. With the OpenTelemetry Prometheus exporter they read
+// baton_balance_owner_changes_total and baton_balance_leading.
+const (
+	// MetricOwnerChanges counts queues this worker won from another worker, by reason (crash, resign,
+	// drain, shed, rollout), with attributes project, queue, reason. Summed over workers it is the
+	// number of owner changes of each queue.
+	MetricOwnerChanges = "baton.balance.owner_changes"
+	// MetricLeading is the number of queues this worker leads, with attributes project and version
+	// ("" for an unversioned worker); summed by version it shows which versions lead during a rollout.
+	MetricLeading = "baton.balance.leading"
+)
+
+type balanceMetrics struct {
+	project attribute.KeyValue
+	changes metric.Int64Counter
+}
+
+func newBalanceMetrics(mp metric.MeterProvider, r *Runner) (*balanceMetrics, error) {
+	meter := mp.Meter("github.com/baton-run/baton/balance")
+	m := &balanceMetrics{project: attribute.String("project", r.cfg.Project)}
+	var err error
+	if m.changes, err = meter.Int64Counter(MetricOwnerChanges,
+		metric.WithDescription("Queues this worker won from another worker, by reason (crash, resign, drain, shed, rollout).")); err != nil {
+		return nil, err
+	}
+	leading, err := meter.Int64ObservableGauge(MetricLeading,
+		metric.WithDescription("Queues this worker leads, by its version."))
+	if err != nil {
+		return nil, err
+	}
+	version := attribute.String("version", r.cfg.Version)
+	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(leading, int64(r.Leading()), metric.WithAttributes(m.project, version))
+		return nil
+	}, leading); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// won records a queue this worker now leads: an owner change when another worker led it before, for
+// the reason the previous leader's hint gave, or a crash when it left none.
+func (r *Runner) won(ctx context.Context, queue string) {
+	r.mu.Lock()
+	prev := r.lastLeader[queue]
+	r.lastLeader[queue] = r.cfg.ServerID
+	r.mu.Unlock()
+	reason := ReasonCrash
+	if h, ok := r.roster.hintFor(queue, 2*r.cfg.Grace); ok && h.From != r.cfg.ServerID {
+		reason, prev = h.Reason, h.From
+	}
+	if prev == "" || prev == r.cfg.ServerID {
+		return // the queue's first leader, or this worker again: no owner changed
+	}
+	r.metrics.changes.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(r.metrics.project,
+		attribute.String("queue", queue), attribute.String("reason", reason)))
+}
+
+// noteLeader remembers who led queue last, for telling a crash from a first election.
+func (r *Runner) noteLeader(queue string) {
+	if l := r.view.leader(queue); l != "" {
+		r.mu.Lock()
+		r.lastLeader[queue] = l
+		r.mu.Unlock()
+	}
+}
+
+// successor picks who should lead queue after this worker: among the workers standing for this
+// worker's queues, not draining, never of an older version than this one when another is available
+// (forward only), the newest version first, then the fewest queues led (counting the queues this
+// worker named it for a moment ago), then the oldest worker. "" when there is nobody.
+func (r *Runner) successor(queue string) string {
+	type choice struct {
+		id      string
+		version string
+		led     int
+		since   int64
+		inLine  bool
+	}
+	inLine := map[string]bool{}
+	for _, id := range r.view.line(queue) {
+		inLine[id] = true
+	}
+	counts := r.counts()
+	now := time.Now()
+	r.mu.Lock()
+	named := map[string]int{}
+	for id, at := range r.named {
+		at = slices.DeleteFunc(at, func(t time.Time) bool { return now.Sub(t) > 2*r.cfg.Grace })
+		if len(at) == 0 {
+			delete(r.named, id)
+			continue
+		}
+		r.named[id] = at
+		named[id] = len(at)
+	}
+	r.mu.Unlock()
+	var cs []choice
+	for _, id := range r.view.candidateIDs() {
+		if id == r.cfg.ServerID {
+			continue
+		}
+		m, ok := r.roster.member(id)
+		if ok && m.Draining {
+			continue
+		}
+		cs = append(cs, choice{id: id, version: m.Version, led: counts[id] + named[id], since: m.Since, inLine: inLine[id]})
+	}
+	if len(cs) == 0 {
+		return ""
+	}
+	if slices.ContainsFunc(cs, func(c choice) bool { return !olderThan(c.version, r.cfg.Version) }) {
+		cs = slices.DeleteFunc(cs, func(c choice) bool { return olderThan(c.version, r.cfg.Version) })
+	}
+	best := slices.MinFunc(cs, func(a, b choice) int {
+		switch {
+		case olderThan(b.version, a.version):
+			return -1
+		case olderThan(a.version, b.version):
+			return 1
+		case a.led != b.led:
+			return a.led - b.led
+		case a.since != b.since:
+			if a.since < b.since {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	r.mu.Lock()
+	r.named[best.id] = append(r.named[best.id], now)
+	r.mu.Unlock()
+	return best.id
+}
+
+// handOff prepares the resignation of a held term: it names the successor in a hint (the others
+// defer to it for a grace window) and waits, at most Grace, until the successor stands first in line
+// behind this worker, so that etcd, which elects the oldest candidate, elects it. An unversioned
+// worker hands over as Baton did before versions: to the first in line. etcd decides in the end;
+// safety does not depend on any of it.
+func (r *Runner) handOff(ctx context.Context, queue, reason string) {
+	if !r.versioned() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
+	defer cancel()
+	h := hint{From: r.cfg.ServerID, Reason: reason, To: r.successor(queue)}
+	if err := r.roster.putHint(ctx, r.client, queue, h); err != nil {
+		r.log.Info("no hand-off hint; the queue goes to the first in line", zap.String("queue", queue), zap.Error(err))
+		return
+	}
+	if h.To == "" {
+		return
+	}
+	r.log.Debug("naming a successor", zap.String("queue", queue), zap.String("successor", h.To), zap.String("reason", reason))
+	for {
+		changed := r.view.changed()
+		if line := r.view.line(queue); len(line) > 1 && line[0] == r.cfg.ServerID && line[1] == h.To {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			r.log.Info("named successor did not stand in time; the queue goes to the first in line",
+				zap.String("queue", queue), zap.String("successor", h.To))
+			return
+		}
+	}
+}
+
+// clearHint removes this worker's hint of queue once the hand-off is over, so that a later reader
+// does not take it for a fresh one.
+func (r *Runner) clearHint(ctx context.Context, queue string) {
+	if !r.versioned() {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
+	defer cancel()
+	// Only a hint on this worker's lease is this worker's: a later leader may have named another.
+	key := r.roster.hintKey(queue)
+	_, _ = r.client.Txn(dctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", r.roster.lease.Load())).
+		Then(clientv3.OpDelete(key)).Commit()
+}
