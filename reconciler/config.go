@@ -44,6 +44,9 @@ type Config struct {
 	TerminateBurst int
 	// Workers is how many stale entries are cleaned at once. Default 4; 1 to 64.
 	Workers int
+	// SweepPageSize is how many open dispatcher runs one Temporal visibility page of the sweep lists.
+	// Default 500; 1 to 1000 (the server's default page limit).
+	SweepPageSize int
 	// CallTimeout bounds each Redis, etcd and Temporal call. Default 5s.
 	CallTimeout time.Duration
 	// MaxFailedCycles is how many cycles in a row may fail (Redis or Temporal unreachable from this
@@ -84,6 +87,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = 4
+	}
+	if c.SweepPageSize == 0 {
+		c.SweepPageSize = 500
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 5 * time.Second
@@ -133,6 +139,8 @@ func (c Config) Validate() error {
 		return bad("TerminateBurst", "must be at least 1, got %d", c.TerminateBurst)
 	case c.Workers < 1 || c.Workers > 64:
 		return bad("Workers", "must be between 1 and 64, got %d", c.Workers)
+	case c.SweepPageSize < 1 || c.SweepPageSize > 1000:
+		return bad("SweepPageSize", "must be between 1 and 1000, got %d", c.SweepPageSize)
 	case c.CallTimeout <= 0:
 		return bad("CallTimeout", "must be positive, got %v", c.CallTimeout)
 	case c.MaxFailedCycles < 1:

@@ -40,6 +40,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative burst", with(func(c *Config) { c.TerminateBurst = -1 }), "TerminateBurst", "at least 1"},
 		{"negative timeout", with(func(c *Config) { c.CallTimeout = -1 }), "CallTimeout", "positive"},
 		{"too many workers", with(func(c *Config) { c.Workers = 65 }), "Workers", "between 1 and 64"},
+		{"sweep page too large", with(func(c *Config) { c.SweepPageSize = 1001 }), "SweepPageSize", "between 1 and 1000"},
+		{"negative sweep page", with(func(c *Config) { c.SweepPageSize = -1 }), "SweepPageSize", "between 1 and 1000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

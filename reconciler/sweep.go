@@ -15,9 +15,6 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// sweepPageSize is how many open runs one visibility page lists.
-const sweepPageSize = 500
-
 // openRun is an open dispatcher run the sweep listed, with the owner its memo names.
 type openRun struct {
 	id, runID string
@@ -75,7 +72,7 @@ func (r *Reconciler) listOpen(ctx context.Context, term Term, rep *Report) ([]op
 		}
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		resp, err := r.tc.ListWorkflow(cctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: query, PageSize: sweepPageSize, NextPageToken: token,
+			Query: query, PageSize: int32(r.cfg.SweepPageSize), NextPageToken: token,
 		})
 		cancel()
 		rep.TemporalCalls++
