@@ -69,7 +69,9 @@ demo: deps
 	$(DEMO_BIN)/demo -bin $(DEMO_BIN)
 
 ## drill: chaos drill on loopback (3-member etcd, Temporal, Redis, 5 demo workers over 20 queues): faults one
-## at a time for DRILL_DURATION, a fault-by-fault table, drill-report.json; exits non-zero on any violation.
+## at a time for DRILL_DURATION while a producer signals 10 requests/s to 2 queues; a fault-by-fault table, the
+## etcd ledger's verdict on every accepted request (lost, done twice, left pending), drill-report.json; exits
+## non-zero on any violation.
 DRILL_DURATION ?= 5m
 DRILL_FLAGS ?=
 drill: deps
