@@ -147,7 +147,12 @@ type Runner struct {
 	named      map[string][]time.Time // successors this worker named a moment ago
 	countsMemo map[string]int
 	countsAt   time.Time
+	standing   standing // as last announced to every queue by setHeld
 }
+
+// standing is what every queue's decision reads of this worker's leadership count: where it stands
+// against the fair share and the shedding limit, and the worker count behind both.
+type standing struct{ vsFair, overLimit, workers int }
 
 // New returns a Runner campaigning on el; client reads the election keys (the Elector's client).
 func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, error) {
@@ -315,7 +320,7 @@ func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks)
 // waitMayStand blocks until this worker should be a candidate for queue; false when ctx ended.
 func (r *Runner) waitMayStand(ctx context.Context, queue string) bool {
 	for {
-		changed := r.view.changed()
+		changed := r.view.changedFor(queue)
 		if r.mayStand(queue) {
 			return true
 		}
@@ -343,7 +348,7 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 	}
 	var retry <-chan time.Time
 	for {
-		changed := r.view.changed()
+		changed := r.view.changedFor(queue)
 		if ctx.Err() != nil {
 			if r.isHeld(queue) {
 				return false, handOver(r.stopReason())
@@ -385,8 +390,31 @@ func (r *Runner) setHeld(queue string, held bool) {
 		delete(r.held, queue)
 		delete(r.heldSince, queue)
 	}
+	// Every queue is woken only when this worker's standing moved (as the last worker below its share
+	// fills it up, not at each of its thousands of wins); a change of the worker count is announced by
+	// the view itself.
+	w := max(r.view.workers(), 1)
+	fair := (len(r.cfg.Queues) + w - 1) / w
+	now := standing{vsFair: cmpInt(len(r.held), fair), workers: w}
+	if len(r.held) > int(math.Ceil(float64(fair)*r.cfg.ShedAbove)) {
+		now.overLimit = 1
+	}
+	moved := now != r.standing
+	r.standing = now
 	r.mu.Unlock()
-	r.view.poke()
+	if moved {
+		r.view.poke()
+	}
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func (r *Runner) isHeld(queue string) bool {
@@ -551,18 +579,25 @@ func (r *Runner) stopReason() string {
 	return ReasonResign
 }
 
-// view is one worker's picture of the project's candidates, kept by one watch. Changes are announced
-// by closing a channel, at most every notifyEvery, so that a burst of changes (a thousand queues
-// starting at once) wakes each waiting queue a few times, not a thousand.
+// view is one worker's picture of the project's candidates, kept by one watch.
+//
+// A change of one queue's candidates wakes only the goroutine of that queue (changedFor), at once:
+// waking every queue on every key event costs O(queues) per event, O(queues²) for a start-up, which
+// at ten thousand queues is minutes of CPU. A change that can move every queue's decision (the set
+// of workers, this worker's standing against its fair share, a roster change) is announced to all,
+// by poke, at most every notifyEvery, so that a burst of them wakes each queue a few times.
 type view struct {
 	prefix string // <election prefix>/<project>/
 	queues map[string]bool
 
-	mu    sync.Mutex
-	cands map[string]map[string]cand // queue -> candidate key -> who, since when
-	ids   map[string]int             // server ID -> candidate keys
-	ch    chan struct{}              // closed and replaced on every announced change
-	dirty chan struct{}              // a change waits to be announced
+	mu         sync.Mutex
+	cands      map[string]map[string]cand // queue -> candidate key -> who, since when
+	ids        map[string]int             // server ID -> candidate keys
+	idsChanged bool                       // a server ID appeared or disappeared since the last announcement
+	ch         chan struct{}              // closed and replaced on every announced change, of any queue
+	qch        map[string]chan struct{}   // per queue, closed on a change of that queue or for all
+	all        bool                       // the pending announcement is for every queue
+	dirty      chan struct{}              // a change waits to be announced
 }
 
 const notifyEvery = 5 * time.Millisecond
@@ -575,24 +610,54 @@ type cand struct {
 
 func newView(prefix string, queues []string) *view {
 	v := &view{prefix: prefix, queues: map[string]bool{}, cands: map[string]map[string]cand{},
-		ids: map[string]int{}, ch: make(chan struct{}), dirty: make(chan struct{}, 1)}
+		ids: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1)}
 	for _, q := range queues {
 		v.queues[q] = true
 	}
 	return v
 }
 
+// changed returns a channel closed at the next announced change of any queue.
 func (v *view) changed() <-chan struct{} {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.ch
 }
 
-// poke marks a change; notify announces it.
+// changedFor returns a channel closed at the next change of queue's candidates, or at the next
+// change announced to every queue.
+func (v *view) changedFor(queue string) <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c, ok := v.qch[queue]
+	if !ok {
+		c = make(chan struct{})
+		v.qch[queue] = c
+	}
+	return c
+}
+
+// poke marks a change that may move every queue's decision; notify announces it to all.
 func (v *view) poke() {
+	v.mu.Lock()
+	v.all = true
+	v.mu.Unlock()
+	v.touch()
+}
+
+// touch marks a change for the waiters of changed; notify announces it.
+func (v *view) touch() {
 	select {
 	case v.dirty <- struct{}{}:
 	default:
+	}
+}
+
+// wakeLocked wakes the waiters of one queue; the caller holds mu.
+func (v *view) wakeLocked(queue string) {
+	if c, ok := v.qch[queue]; ok {
+		close(c)
+		delete(v.qch, queue)
 	}
 }
 
@@ -606,6 +671,12 @@ func (v *view) notify(ctx context.Context) {
 		v.mu.Lock()
 		close(v.ch)
 		v.ch = make(chan struct{})
+		if v.all {
+			for _, c := range v.qch {
+				close(c)
+			}
+			v.qch, v.all = map[string]chan struct{}{}, false
+		}
 		v.mu.Unlock()
 		if !clock.Sleep(ctx, clock.Real(), notifyEvery) {
 			return
@@ -655,10 +726,12 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 	if !ok || !v.queues[queue] {
 		return
 	}
+	v.wakeLocked(queue)
 	c := v.cands[queue]
 	if old, ok := c[key]; ok {
 		if v.ids[old.id]--; v.ids[old.id] <= 0 {
 			delete(v.ids, old.id)
+			v.idsChanged = true
 		}
 		delete(c, key)
 	}
@@ -670,7 +743,9 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 		v.cands[queue] = c
 	}
 	c[key] = cand{id: value, rev: rev}
-	v.ids[value]++
+	if v.ids[value]++; v.ids[value] == 1 {
+		v.idsChanged = true
+	}
 }
 
 // run keeps the view: a read of every candidate key, then a watch from the next revision; after a
@@ -693,6 +768,7 @@ func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.D
 		for _, kv := range resp.Kvs {
 			v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
 		}
+		v.idsChanged = false // the poke below announces the read to every queue
 		v.mu.Unlock()
 		v.poke()
 		if first {
@@ -708,8 +784,12 @@ func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.D
 			for _, ev := range wr.Events {
 				v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)
 			}
+			// Only a change of the set of workers moves every queue's decision (the fair share); the
+			// queues whose candidates changed were woken by apply.
+			v.all = v.all || v.idsChanged
+			v.idsChanged = false
 			v.mu.Unlock()
-			v.poke()
+			v.touch()
 		}
 		cancel()
 	}

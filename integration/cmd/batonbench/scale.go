@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,6 +181,13 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, bare, b
 	defer f.closeAll()
 	debug.FreeOSMemory() // RSS deltas are otherwise blurred by what the previous fleet left to the GC
 	g0, rss0 := runtime.NumGoroutine(), rssMiB()
+	stopProfile := func() {}
+	if o.scaleProfile != "" && !bare && bal {
+		var err error
+		if stopProfile, err = startProfiles(o.scaleProfile); err != nil {
+			return r, err
+		}
+	}
 	start := time.Now()
 	for i := range o.scaleWorkers {
 		if _, err := f.start(ctx, fmt.Sprintf("w%d", i)); err != nil {
@@ -186,7 +195,9 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, bare, b
 		}
 	}
 	var err error
-	if r.allLed, err = f.waitAllLed(ctx, start, 2*time.Minute); err != nil {
+	r.allLed, err = f.waitAllLed(ctx, start, 2*time.Minute)
+	stopProfile()
+	if err != nil {
 		return r, err
 	}
 	r.maxStart, r.countsStart = f.settle(ctx, f.workers, time.Minute)
@@ -242,6 +253,35 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, bare, b
 	f.workers = live
 	r.maxRolled, r.countsRolled = f.settle(ctx, live, time.Minute)
 	return r, nil
+}
+
+// startProfiles records CPU, mutex and block profiles into dir until the returned func is called.
+func startProfiles(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cpu, err := os.Create(filepath.Join(dir, "cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, err
+	}
+	runtime.SetMutexProfileFraction(5)
+	runtime.SetBlockProfileRate(int(time.Millisecond))
+	return func() {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		for _, name := range []string{"mutex", "block", "goroutine"} {
+			if f, err := os.Create(filepath.Join(dir, name+".pprof")); err == nil {
+				_ = pprof.Lookup(name).WriteTo(f, 0)
+				f.Close()
+			}
+		}
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+	}, nil
 }
 
 // etcdMessages sums the gRPC messages the in-process etcd servers received (their own metrics).
