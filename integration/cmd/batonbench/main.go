@@ -45,7 +45,6 @@ type options struct {
 
 	scaleQueues, scaleWorkers int
 	scaleTTL, scaleRest       time.Duration
-	scaleProfile              string
 }
 
 func run() error {
@@ -70,7 +69,6 @@ func run() error {
 	flag.IntVar(&o.scaleWorkers, "scale-workers", 5, "workers of the scale figures")
 	flag.DurationVar(&o.scaleTTL, "scale-ttl", 3*time.Second, "lease TTL of the scale figures")
 	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest")
-	flag.StringVar(&o.scaleProfile, "scale-profile", "", "directory for CPU, mutex and block profiles of the scale section's Baton start-up")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
@@ -107,6 +105,7 @@ func run() error {
 		{"reconcile sweep", benchSweep},
 		{"registry", benchRegistry},
 		{"scale", benchScale},
+		{"rollout", benchRollout},
 		{"dispatch", benchDispatch},
 	} {
 		if !strings.Contains(b.name, o.only) {
