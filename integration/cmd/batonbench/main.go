@@ -45,6 +45,7 @@ type options struct {
 
 	scaleQueues, scaleWorkers int
 	scaleTTL, scaleRest       time.Duration
+	scaleProfile              string
 }
 
 func run() error {
@@ -69,6 +70,7 @@ func run() error {
 	flag.IntVar(&o.scaleWorkers, "scale-workers", 5, "workers of the scale figures")
 	flag.DurationVar(&o.scaleTTL, "scale-ttl", 3*time.Second, "lease TTL of the scale figures")
 	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest")
+	flag.StringVar(&o.scaleProfile, "scale-profile", "", "directory for CPU, mutex and block profiles of the scale section's Baton start-up")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
