@@ -22,4 +22,34 @@
 // A worker alone leads everything; as others join, the leaders above ShedAbove × fair share hand queues
 // over until none is. With the default ShedAbove 1.25, no worker leads more than 1.25 × its fair share
 // (plus one) once shedding settles.
+//
+// # Rolling deploys (versioned workers)
+//
+// A worker with a Version publishes a member record (version, start time, draining) and takes part in
+// version-aware handovers; an unversioned worker behaves as described above and nothing more.
+//
+//   - Designated successor. A leader that resigns a term (stop, drain, shed) names its successor in a
+//     hint: the best worker by version (newest first), then fewest queues led (counting the ones it
+//     has just named), then age (oldest first). The others defer to it for 2 × Grace, and the leader
+//     waits, at most Grace, until the successor stands first in line behind it, so that etcd, which
+//     elects the oldest candidate, elects it. etcd still decides; a term is still a term.
+//   - Forward only. While workers of two versions are live (a rollout), a worker never stands for a
+//     queue whose leader runs a newer version, and a worker newer than a queue's leader stands in line
+//     for it, ready to be named. The successor is never older than the leader when another exists.
+//   - A calm balancer. No rebalancing moves during a rollout (the balance afterwards comes from where
+//     the handovers land), and none while a candidate's version is unknown. A queue held for less than
+//     Cooldown is not shed; sheds are ShedInterval apart and at most MaxMoves per MoveWindow; a queue
+//     whose takeover is under way (TakingOver) is never handed off. Above its fair share, a worker
+//     also sheds to a worker in line that leads two fewer, so small fleets spread (2 queues on 2
+//     workers end 1 and 1) and nothing moves back.
+//   - Drain. SetDraining(true) hands every queue over, paced, and the worker then stands only where
+//     nobody else does, so no queue is left without an owner.
+//
+// Keys beside the election's (never under it, so no queue name collides):
+//
+//	<Election.Prefix>-balance/<project>/m/<serverID>  member record (JSON), on the worker's own lease
+//	<Election.Prefix>-balance/<project>/h/<queue>     hand-off hint (JSON: to, from, reason), same lease
+//
+// Metrics: MetricOwnerChanges counts queues won from another worker by reason (crash, resign, drain,
+// shed, rollout); MetricLeading reports the queues a worker leads by version.
 package balance
