@@ -44,10 +44,10 @@ const DefaultWorkflowType = "baton.Dispatcher"
 type Config struct {
 	// WorkflowType is the registered name of the dispatcher workflow. Default "baton.Dispatcher".
 	WorkflowType string
-	// TaskQueue is the Temporal task queue the dispatcher workflow runs on. Default: the queue the term
-	// leads. That bare name is shared by every project with a queue of the same name in the namespace,
-	// whose workers then run each other's dispatcher tasks: such deployments give each project its own
-	// task queue, here or per queue with a Start hook (Start.Options.TaskQueue).
+	// TaskQueue is the Temporal task queue the dispatcher workflow runs on, for every queue. Default:
+	// DefaultTaskQueue(project, queue), one task queue per queue scoped by the project, so projects
+	// that share a namespace and a queue name never run each other's dispatcher tasks. A Start hook
+	// may choose per queue (Start.Options.TaskQueue).
 	TaskQueue string
 	// Start shapes each run's start: its input, task queue, timeouts, search attributes, memo fields
 	// of the application's own. Baton keeps the workflow ID, the ID policies and the owner memo, and

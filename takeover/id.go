@@ -48,6 +48,13 @@ func WorkflowID(project, queue string) (string, error) {
 	return head + suffix, nil
 }
 
+// DefaultTaskQueue is the Temporal task queue of a queue's dispatcher runs when neither
+// Config.TaskQueue nor the Start hook names one: "<project>/<queue>". A task queue is shared by the
+// whole namespace, so the bare queue name would let two projects with a queue of the same name run
+// each other's dispatcher tasks. Names cannot contain '/', so no two (project, queue) pairs share one.
+// Workers that run the dispatcher poll this name.
+func DefaultTaskQueue(project, queue string) string { return project + "/" + queue }
+
 // WorkflowIDPrefix returns a prefix that every dispatcher workflow ID of project starts with, for a
 // visibility query (WorkflowId STARTS_WITH). Other projects' IDs may share it ("a" and "a-b"):
 // callers tell them apart by the run's Owner.

@@ -19,7 +19,7 @@ type Start struct {
 	// into its own input (the workflow needs it to check its token), not change it.
 	Owner Owner
 	// Options are the start options. The hook may set the task queue (Config.TaskQueue, by default
-	// the queue's name), the timeouts, the retry policy, search attributes, its own memo
+	// DefaultTaskQueue(project, queue)), the timeouts, the retry policy, search attributes, its own memo
 	// fields and anything else, except what Baton owns: ID, WorkflowIDReusePolicy,
 	// WorkflowIDConflictPolicy, WorkflowExecutionErrorWhenAlreadyStarted and Memo[MemoKey]; it must not
 	// set CronSchedule or StartDelay (a run that is not open at once is no dispatcher).

@@ -404,7 +404,7 @@ func (m *Manager) fence(ctx context.Context, term Term) error {
 func (m *Manager) start(ctx context.Context, id string, owner Owner) (client.WorkflowRun, error) {
 	taskQueue := m.cfg.TaskQueue
 	if taskQueue == "" {
-		taskQueue = owner.Queue
+		taskQueue = DefaultTaskQueue(owner.Project, owner.Queue)
 	}
 	opts := client.StartWorkflowOptions{
 		ID:                    id,

@@ -29,11 +29,14 @@ type workerParams struct {
 	Node      *baton.Node
 }
 
-// startTemporalWorkers runs the reference dispatcher on a Temporal worker per task queue: the queue
-// each dispatcher leads, or BATON_DISPATCHER_TASK_QUEUE for all of them when it is set.
+// startTemporalWorkers runs the reference dispatcher on a Temporal worker per task queue: each queue's
+// default (takeover.DefaultTaskQueue), or BATON_DISPATCHER_TASK_QUEUE for all of them when it is set.
 func startTemporalWorkers(p workerParams) error {
 	cfg := p.Options.cfg
-	queues := cfg.Queues
+	queues := make([]string, len(cfg.Queues))
+	for i, q := range cfg.Queues {
+		queues[i] = takeover.DefaultTaskQueue(cfg.Project, q)
+	}
 	if cfg.Takeover.TaskQueue != "" {
 		queues = []string{cfg.Takeover.TaskQueue}
 	}

@@ -43,9 +43,6 @@ func Module(o Options) fx.Option {
 	cfg.Takeover.WorkflowType = WorkflowType
 	cfg.Takeover.Start = func(_ context.Context, s *takeover.Start) error {
 		s.Args = []any{Input{Owner: s.Owner, Region: o.Region, BatchSize: 100}}
-		// Baton's default task queue is the queue's bare name: another project with a queue of the
-		// same name in the namespace would poll this project's dispatcher tasks.
-		s.Options.TaskQueue = TaskQueue(s.Owner.Project, s.Owner.Queue)
 		s.Options.WorkflowTaskTimeout = 10 * time.Second
 		s.Options.Memo["shipping.region"] = o.Region
 		return nil
@@ -57,10 +54,6 @@ func Module(o Options) fx.Option {
 		fx.Invoke(startWorkers, func(*Server) {}),
 	)
 }
-
-// TaskQueue is the Temporal task queue of (project, queue)'s dispatcher: scoped by project ('/' is
-// in neither name, so distinct pairs never share one).
-func TaskQueue(project, queue string) string { return project + "/" + queue }
 
 // metrics is the app's own Prometheus registry, so the process serves only what it registered.
 type metrics struct {
@@ -134,7 +127,7 @@ func startWorkers(p workerParams) {
 	queues := make([]string, len(p.Config.Queues))
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range p.Config.Queues {
-		queues[i] = TaskQueue(p.Config.Project, q)
+		queues[i] = takeover.DefaultTaskQueue(p.Config.Project, q)
 		workers[i] = worker.New(p.Temporal, queues[i], worker.Options{})
 		workers[i].RegisterWorkflowWithOptions(Dispatcher, workflow.RegisterOptions{Name: WorkflowType})
 		workers[i].RegisterActivity(acts)

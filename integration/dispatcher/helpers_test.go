@@ -159,7 +159,7 @@ func (e *env) worker(t *testing.T) *handled {
 // reader, as a real worker has) until the returned stop is called or the test ends.
 func (e *env) workerWith(t *testing.T, h *handled, opts dispatcher.RegisterOptions) (stop func()) {
 	t.Helper()
-	w := worker.New(e.tc, e.queue, worker.Options{})
+	w := worker.New(e.tc, takeover.DefaultTaskQueue(project, e.queue), worker.Options{})
 	acts := &dispatcher.Activities{Ledger: e.ledger(t), Handler: h.handle, History: e.tc}
 	if err := dispatcher.RegisterWithOptions(w, acts, opts); err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func (e *env) start(t *testing.T, owner takeover.Owner) client.WorkflowRun {
 		t.Fatal(err)
 	}
 	run, err := e.tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{
-		ID: id, TaskQueue: e.queue, Memo: map[string]any{takeover.MemoKey: owner},
+		ID: id, TaskQueue: takeover.DefaultTaskQueue(project, e.queue), Memo: map[string]any{takeover.MemoKey: owner},
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 	}, dispatcher.WorkflowName, owner)
 	if err != nil {

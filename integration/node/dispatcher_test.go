@@ -89,7 +89,7 @@ func TestLeaderReplacesRunsClosedBehindItsBack(t *testing.T) {
 	cfg := fast(p, "node-a", queue)
 	cfg.Election.TTL = 5 * time.Second // a term that load cannot end: the test is about one term
 	cfg.Takeover.WorkflowType = testkit.ClosingDispatcher
-	testkit.RunClosingDispatcher(t, e.tc, queue)
+	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(p, queue))
 	node := e.startNode(t, cfg, e.tc)
 
 	first := e.ownedRun(t, node, queue, "leading with an owned run", nil)

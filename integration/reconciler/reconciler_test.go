@@ -542,7 +542,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 func TestCrashedOwnersContinuedRunIsCleanedUp(t *testing.T) {
 	e := newEnv(t)
 	p := project(t)
-	testkit.RunClosingDispatcher(t, e.tc, "orders")
+	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(p, "orders"))
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	mgr, err := takeover.New(e.tc, takeover.Config{WorkflowType: testkit.ClosingDispatcher, StepDown: takeover.LeaveRunning})
 	if err != nil {

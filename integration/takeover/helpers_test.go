@@ -107,7 +107,7 @@ func (e *env) worker(t *testing.T, queue string) *handled {
 		t.Fatal(err)
 	}
 	h := &handled{calls: map[string]int{}}
-	w := worker.New(e.tc, queue, worker.Options{})
+	w := worker.New(e.tc, takeover.DefaultTaskQueue(project, queue), worker.Options{})
 	dispatcher.Register(w, &dispatcher.Activities{Ledger: ledger, Handler: h.handle, History: e.tc})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)

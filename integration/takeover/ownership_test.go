@@ -76,7 +76,7 @@ func (h *holdStarts) intercept(ctx context.Context, method string, req, reply an
 func TestDelayedStartOfSupersededLeaderLeavesSuccessorsRun(t *testing.T) {
 	e := newEnv(t)
 	const queue = "delayed"
-	testkit.RunClosingDispatcher(t, e.tc, queue)
+	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
 	hold := newHoldStarts()
 	slow, err := e.temporal.NewClient(func(o *client.Options) {
 		o.ConnectionOptions.DialOptions = append(o.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(hold.intercept))
@@ -129,7 +129,7 @@ func TestDelayedStartOfSupersededLeaderLeavesSuccessorsRun(t *testing.T) {
 func TestStepDownAfterContinueAsNew(t *testing.T) {
 	e := newEnv(t)
 	const queue = "continuing"
-	testkit.RunClosingDispatcher(t, e.tc, queue)
+	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
 	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher})
 	term := a.campaign(t, queue)
 	run, err := a.mgr.Take(t.Context(), term)
@@ -165,7 +165,7 @@ func TestStepDownAfterContinueAsNew(t *testing.T) {
 func TestWatchReportsOutOfBandCloses(t *testing.T) {
 	e := newEnv(t)
 	const queue = "closes"
-	testkit.RunClosingDispatcher(t, e.tc, queue)
+	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
 	a := e.node(t, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher})
 	term := a.campaign(t, queue)
 	closers := []struct {
@@ -218,7 +218,7 @@ func TestWatchReportsOutOfBandCloses(t *testing.T) {
 func TestHigherTokenUnderAConfirmedTermIsReplaced(t *testing.T) {
 	e := newEnv(t)
 	const queue = "restored"
-	testkit.RunClosingDispatcher(t, e.tc, queue)
+	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
 	id, _ := takeover.WorkflowID(project, queue)
 	future := takeover.Owner{Project: project, Queue: queue, ServerID: "before-restore", Token: 1 << 40}
 	stale, err := e.tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: queue,
@@ -252,7 +252,7 @@ func TestOwnerMemoReadWithTheClientsConverter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(tc.Close)
-	testkit.RunClosingDispatcher(t, tc, queue)
+	testkit.RunClosingDispatcher(t, tc, takeover.DefaultTaskQueue(project, queue))
 	a := e.nodeOn(t, tc, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher, DataConverter: dc})
 	term := a.campaign(t, queue)
 	run, err := a.mgr.Take(t.Context(), term)

@@ -179,7 +179,7 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 		}
 	}()
 	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
-		w := worker.New(tc, q, worker.Options{})
+		w := worker.New(tc, takeover.DefaultTaskQueue(benchProject, q), worker.Options{})
 		dispatcher.Register(w, acts)
 		if err := w.Start(); err != nil {
 			return nil, err
