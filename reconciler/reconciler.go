@@ -419,8 +419,8 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 		return nil
 	}
 
-	if err := r.limiter.Wait(ctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	if err := r.waitTurn(ctx); err != nil {
+		return err
 	}
 	// The entry may have been written again while we waited: then its owner lives.
 	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
@@ -482,6 +482,19 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 	default:
 		rep.Refreshed++
 		log.Info("stale entry was written again before its delete; kept")
+	}
+	return nil
+}
+
+// waitTurn waits for the terminate rate limiter. Its ctx ending means the term ended (or Run is
+// returning); a caller's deadline that comes before the next token stops the cycle with an error of
+// its own, so that a live leader's cycle is not reported as a lost term.
+func (r *Reconciler) waitTurn(ctx context.Context) error {
+	if err := r.limiter.Wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		return fmt.Errorf("reconciler: terminate rate limit: %w", err)
 	}
 	return nil
 }

@@ -126,8 +126,8 @@ func (r *Reconciler) sweepRun(ctx context.Context, term Term, run openRun, leade
 			zap.String("leader", leader.ID), zap.Int64("leader_token", leader.Token))
 		return nil
 	}
-	if err := r.limiter.Wait(ctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	if err := r.waitTurn(ctx); err != nil {
+		return err
 	}
 	if err := r.confirm(ctx, term); err != nil {
 		return err

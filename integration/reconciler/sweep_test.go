@@ -495,7 +495,8 @@ func TestSweepEndsTheOldRunOfANewerLeaderByRunID(t *testing.T) {
 
 // Terminations are rate-limited: with a burst of 3 and a rate that adds no token within the cycle's
 // deadline, a cycle over 8 orphaned runs terminates exactly 3 of them (counted by run ID), and the
-// next cycle none; the others stay running for later cycles.
+// next cycle none; the others stay running for later cycles. A cycle the limit stops is not
+// reported as a lost term.
 func TestSweepTerminationsAreRateLimited(t *testing.T) {
 	e := newEnv(t)
 	p := project(t)
@@ -514,6 +515,9 @@ func TestSweepTerminationsAreRateLimited(t *testing.T) {
 		cancel()
 		if err == nil {
 			t.Fatal("a cycle with more orphans than terminations allowed reported success")
+		}
+		if errors.Is(err, reconciler.ErrNotLeader) {
+			t.Fatalf("a cycle stopped by the rate limit, its term alive, reported a lost term: %v", err)
 		}
 	}
 	got := s.rc.runIDs()
