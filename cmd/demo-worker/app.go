@@ -90,8 +90,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // argument so that they are built after it: they start last and stop first. The routes that need
 // the Node are added by a root invoke, which does not register a hook.
 func appOptions(o runOptions, log *zap.Logger) []fx.Option {
+	load := newDispatchLoad(o.cfg.Queues)
+	o.cfg.Load = load.report
 	return []fx.Option{
-		fx.Supply(o.cfg, o.clients, o),
+		fx.Supply(o.cfg, o.clients, o, load),
 		fx.Provide(func() *zap.Logger { return log }, newMeterProvider),
 		fx.WithLogger(func() fxevent.Logger {
 			l := &fxevent.ZapLogger{Logger: log.Named("fx")}

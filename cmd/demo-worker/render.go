@@ -58,12 +58,17 @@ type heartbeatCell struct {
 	Age       seconds   `json:"age_seconds,omitempty"`
 }
 
-// workersCell counts the queue's workers in the registry by status.
+// workersCell counts the queue's workers in the registry by status, and adds up the load that the
+// online and draining ones reported (baton.Config.Load): tasks running now, and completed and failed
+// since each registered.
 type workersCell struct {
-	Known    bool `json:"known"`
-	Online   int  `json:"online"`
-	Draining int  `json:"draining"`
-	Offline  int  `json:"offline"`
+	Known     bool  `json:"known"`
+	Online    int   `json:"online"`
+	Draining  int   `json:"draining"`
+	Offline   int   `json:"offline"`
+	Active    int   `json:"active"`
+	Completed int64 `json:"completed"`
+	Failed    int64 `json:"failed"`
 }
 
 // seconds is a duration that JSON shows in seconds.
@@ -90,12 +95,12 @@ func writeJSON(w io.Writer, rep report) error {
 // writeTable prints one row per queue, the reconciler leader and the warnings.
 func writeTable(w io.Writer, rep report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN/OFF")
+	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN/OFF\tLOAD ACTIVE/DONE/FAILED")
 	for _, q := range rep.Queues {
 		leader, token := leaderCells(q.Leader)
 		run, since := runCells(q.Dispatcher, rep.CheckedAt)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, since,
-			heartbeatCellText(q.Heartbeat), workersCellText(q.Workers))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, since,
+			heartbeatCellText(q.Heartbeat), workersCellText(q.Workers), loadCellText(q.Workers))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -151,6 +156,13 @@ func workersCellText(c workersCell) string {
 		return unknown
 	}
 	return fmt.Sprintf("%d/%d/%d", c.Online, c.Draining, c.Offline)
+}
+
+func loadCellText(c workersCell) string {
+	if !c.Known {
+		return unknown
+	}
+	return fmt.Sprintf("%d/%d/%d", c.Active, c.Completed, c.Failed)
 }
 
 // formatAge rounds d for a person: tenths of a second under 10s, seconds under an hour, minutes beyond.

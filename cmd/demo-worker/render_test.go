@@ -22,7 +22,7 @@ func fixedReport() report {
 					StartTime: checkedAt.Add(-3*time.Minute - 12*time.Second)},
 				Heartbeat: heartbeatCell{Known: true, ServerID: "w1", RunID: "run-a", Token: 42,
 					UpdatedAt: checkedAt.Add(-1200 * time.Millisecond), Age: seconds(1234 * time.Millisecond)},
-				Workers: workersCell{Known: true, Online: 2, Draining: 1, Offline: 3},
+				Workers: workersCell{Known: true, Online: 2, Draining: 1, Offline: 3, Active: 4, Completed: 1200, Failed: 7},
 			},
 			{
 				// Nobody leads, the last run was terminated, no heartbeat, no workers: all known.
@@ -54,11 +54,11 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.Join([]string{
-		"QUEUE     LEADER  TOKEN  DISPATCHER RUN    SINCE                         HEARTBEAT AGE  WORKERS ON/DRAIN/OFF",
-		"orders    w1      42     run-a RUNNING     2025-03-04T09:56:48Z (3m12s)  1.2s           2/1/3",
-		"payments  -       -      run-b TERMINATED  2025-03-03T08:00:00Z (26h0m)  -              0/0/0",
-		"refunds   w2      7      ?                 ?                             ?              ?",
-		"zzz       ?       ?      ?                 ?                             ?              ?",
+		"QUEUE     LEADER  TOKEN  DISPATCHER RUN    SINCE                         HEARTBEAT AGE  WORKERS ON/DRAIN/OFF  LOAD ACTIVE/DONE/FAILED",
+		"orders    w1      42     run-a RUNNING     2025-03-04T09:56:48Z (3m12s)  1.2s           2/1/3                 4/1200/7",
+		"payments  -       -      run-b TERMINATED  2025-03-03T08:00:00Z (26h0m)  -              0/0/0                 0/0/0",
+		"refunds   w2      7      ?                 ?                             ?              ?                     ?",
+		"zzz       ?       ?      ?                 ?                             ?              ?                     ?",
 		"reconciler leader: w1 (token 3)",
 		"warning: temporal unavailable: connection refused (1 later reads skipped)",
 		"warning: redis unavailable: TIME: connection refused",
@@ -75,7 +75,7 @@ func TestWriteTableWithoutQueuesOrEtcd(t *testing.T) {
 	if err := writeTable(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	want := "QUEUE  LEADER  TOKEN  DISPATCHER RUN  SINCE  HEARTBEAT AGE  WORKERS ON/DRAIN/OFF\n" +
+	want := "QUEUE  LEADER  TOKEN  DISPATCHER RUN  SINCE  HEARTBEAT AGE  WORKERS ON/DRAIN/OFF  LOAD ACTIVE/DONE/FAILED\n" +
 		"no queues found for project demo\n" +
 		"reconciler leader: ?\n" +
 		"warning: etcd unavailable: context deadline exceeded\n"

@@ -391,7 +391,11 @@ func countWorkers(ctx context.Context, src *source, reg *registry.Registry, queu
 				w.Draining++
 			case registry.StatusOffline:
 				w.Offline++
+				continue // its load is history
 			}
+			w.Active += x.Active
+			w.Completed += x.TotalCompleted
+			w.Failed += x.TotalFailed
 		}
 		if cursor == "" {
 			return w

@@ -27,6 +27,7 @@ type workerParams struct {
 	Etcd      *clientv3.Client
 	Logger    *zap.Logger
 	Node      *baton.Node
+	Load      *dispatchLoad
 }
 
 // startTemporalWorkers runs the reference dispatcher on a Temporal worker per task queue: each queue's
@@ -45,7 +46,7 @@ func startTemporalWorkers(p workerParams) error {
 		return err
 	}
 	log := p.Logger.Named("dispatch")
-	acts := &dispatcher.Activities{Ledger: ledger, Handler: logDispatch(log), History: p.Temporal}
+	acts := &dispatcher.Activities{Ledger: ledger, Handler: p.Load.count(logDispatch(log)), History: p.Temporal}
 	drain := p.Options.drainTimeout()
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range queues {

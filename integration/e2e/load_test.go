@@ -1,7 +1,10 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,6 +35,44 @@ func TestLoadThroughALeaderKill(t *testing.T) {
 			defer c.useT(t)()
 			loadThroughAKill(t, c, mode)
 		})
+	}
+	statusShowsLoad(t, c)
+}
+
+// statusShowsLoad waits until `demo-worker status -json` shows the dispatches the live workers
+// handled, which they report to the registry through baton.Config.Load.
+func statusShowsLoad(t *testing.T, c *cluster) {
+	t.Helper()
+	var out []byte
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		cmd := exec.CommandContext(t.Context(), c.bin, "status", "-json")
+		cmd.Env = append(os.Environ(), c.env...)
+		var err error
+		out, err = cmd.Output()
+		var rep struct {
+			Queues []struct {
+				Queue   string `json:"queue"`
+				Workers struct {
+					Online    int   `json:"online"`
+					Active    int   `json:"active"`
+					Completed int64 `json:"completed"`
+				} `json:"workers"`
+			} `json:"queues"`
+		}
+		if err == nil && json.Unmarshal(out, &rep) == nil {
+			var done int64
+			for _, q := range rep.Queues {
+				done += q.Workers.Completed
+			}
+			if done > 0 {
+				t.Logf("demo-worker status: %d dispatches completed by the live workers", done)
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo-worker status never showed a completed dispatch (err %v):\n%s", err, out)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
