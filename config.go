@@ -327,6 +327,7 @@ var nodeOwned = []struct {
 	{"Balance.Project", "Project", func(r, c Config) bool { return r.Balance.Project != "" && r.Balance.Project != c.Project }},
 	{"Balance.ServerID", "ServerID", func(r, c Config) bool { return r.Balance.ServerID != "" && r.Balance.ServerID != c.ServerID }},
 	{"Balance.Queues", "Queues", func(r, c Config) bool { return r.Balance.Queues != nil && !slices.Equal(r.Balance.Queues, c.Queues) }},
+	{"Balance.Version", "Version", func(r, c Config) bool { return r.Balance.Version != "" && r.Balance.Version != c.Version }},
 	{"Reconciler.Project", "Project", func(r, c Config) bool { return r.Reconciler.Project != "" && r.Reconciler.Project != c.Project }},
 	{"Reconciler.ServerID", "ServerID", func(r, c Config) bool {
 		return r.Reconciler.ServerID != "" && r.Reconciler.ServerID != c.ServerID

@@ -77,6 +77,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"balance queues", with(func(c *Config) { c.Balance.Queues = []string{"other"} }), "Balance.Queues", "set by the Node from Queues"},
 		{"balance project", with(func(c *Config) { c.Balance.Project = "other" }), "Balance.Project", "set by the Node from Project"},
 		{"balance server id", with(func(c *Config) { c.Balance.ServerID = "other" }), "Balance.ServerID", "set by the Node from ServerID"},
+		{"balance version", with(func(c *Config) { c.Version = "1.2.0"; c.Balance.Version = "1.1.0" }), "Balance.Version", "set by the Node from Version"},
 		{"reconciler project", with(func(c *Config) { c.Reconciler.Project = "other" }), "Reconciler.Project", "set by the Node from Project"},
 		{"reconciler server id", with(func(c *Config) { c.Reconciler.ServerID = "other" }), "Reconciler.ServerID", "set by the Node from ServerID"},
 		{"reconciler prefix", with(func(c *Config) { c.Reconciler.Prefix = "x:" }), "Reconciler.Prefix", "set by the Node from Heartbeat.Prefix"},
