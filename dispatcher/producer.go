@@ -129,19 +129,13 @@ func (p *Producer) Dispatch(ctx context.Context, project, queue string, req Requ
 }
 
 func (p *Producer) once(ctx context.Context, id, key string, req Request) (Result, error) {
-	// Sending is bounded apart from waiting: the SDK retries ResourceExhausted (the run holds its
-	// maximum of updates in flight) inside the call, backing off up to 10 s, which keeps a request
-	// asleep while slots free up. Cut at 2 x RetryMax, the Producer's own backoff decides when to
-	// send again, and a send again joins the same update ID.
-	sctx, cancel := context.WithTimeout(ctx, 2*p.cfg.RetryMax)
-	h, err := p.client.UpdateWorkflow(sctx, client.UpdateWorkflowOptions{
+	h, err := p.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   id,
 		UpdateID:     key,
 		UpdateName:   UpdateDispatch,
 		Args:         []any{req},
-		WaitForStage: client.WorkflowUpdateStageAccepted,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
-	cancel()
 	if err != nil {
 		return Result{}, err
 	}
