@@ -86,8 +86,9 @@ const (
 	msgEvicted       = "worker evicted"
 	msgTakeoverFail  = "dispatcher takeover failed"
 	msgStartFailed   = "start failed"
-	// msgBalance is logged by package balance right before it resigns a term to spread leadership.
-	msgBalance = "handing a queue over to balance leadership"
+	// msgBalance is logged by package balance right before it resigns a term it hands over (to spread
+	// leadership, drain, or move it forward in a rollout).
+	msgBalance = "handing a queue over"
 )
 
 // actionMsgs are the log lines that show a process acting for a term (its token): a SIGSTOPped
