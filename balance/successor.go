@@ -78,15 +78,6 @@ func (r *Runner) won(ctx context.Context, queue string) {
 		attribute.String("queue", queue), attribute.String("reason", reason)))
 }
 
-// noteLeader remembers who led queue last, for telling a crash from a first election.
-func (r *Runner) noteLeader(queue string) {
-	if l := r.view.leader(queue); l != "" {
-		r.mu.Lock()
-		r.lastLeader[queue] = l
-		r.mu.Unlock()
-	}
-}
-
 // successor picks who should lead queue after this worker: among the workers standing for this
 // worker's queues, not draining, never of an older version than this one when another is available
 // (forward only), the newest version first, then the fewest queues led (counting the queues this

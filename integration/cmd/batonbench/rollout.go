@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
@@ -32,7 +30,6 @@ type rolloutFleet struct {
 	gaps    []time.Duration      // per handover: from a term's end to the next term's start
 	leading map[string]int       // per worker
 	workers map[string]func()    // stop per worker
-	clients map[string]*clientv3.Client
 }
 
 func (f *rolloutFleet) start(ctx context.Context, id, version string) error {
