@@ -45,7 +45,9 @@ type Config struct {
 	// Workers is how many stale entries are cleaned at once. Default 4; 1 to 64.
 	Workers int
 	// SweepPageSize is how many open dispatcher runs one Temporal visibility page of the sweep lists.
-	// Default 500; 1 to 1000 (the server's default page limit).
+	// Default 1000, the server's default page limit (frontend.visibilityMaxPageSize): a page costs the
+	// server more per call than per run, and 10,000 open runs sweep in half the time of pages of 500.
+	// 1 to 1000.
 	SweepPageSize int
 	// CallTimeout bounds each Redis, etcd and Temporal call. Default 5s.
 	CallTimeout time.Duration
@@ -89,7 +91,7 @@ func (c Config) withDefaults() Config {
 		c.Workers = 4
 	}
 	if c.SweepPageSize == 0 {
-		c.SweepPageSize = 500
+		c.SweepPageSize = 1000
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 5 * time.Second
