@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -751,46 +752,25 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 // run keeps the view: a read of every candidate key, then a watch from the next revision; after a
 // broken watch, read again. ready is closed after the first read.
 func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
-	backoff := 50 * time.Millisecond
-	first := true
-	for ctx.Err() == nil {
-		resp, err := client.Get(ctx, v.prefix, clientv3.WithPrefix())
-		if err != nil {
-			if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
-				return
-			}
-			backoff = min(2*backoff, retryMax)
-			continue
-		}
-		backoff = 50 * time.Millisecond
+	listWatch(ctx, client, v.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
 		v.mu.Lock()
 		v.cands, v.ids = map[string]map[string]cand{}, map[string]int{}
-		for _, kv := range resp.Kvs {
+		for _, kv := range kvs {
 			v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
 		}
 		v.idsChanged = false // the poke below announces the read to every queue
 		v.mu.Unlock()
 		v.poke()
-		if first {
-			close(ready)
-			first = false
+	}, func(evs []*clientv3.Event) {
+		v.mu.Lock()
+		for _, ev := range evs {
+			v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)
 		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range client.Watch(wctx, v.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-			if wr.Err() != nil {
-				break
-			}
-			v.mu.Lock()
-			for _, ev := range wr.Events {
-				v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)
-			}
-			// Only a change of the set of workers moves every queue's decision (the fair share); the
-			// queues whose candidates changed were woken by apply.
-			v.all = v.all || v.idsChanged
-			v.idsChanged = false
-			v.mu.Unlock()
-			v.touch()
-		}
-		cancel()
-	}
+		// Only a change of the set of workers moves every queue's decision (the fair share); the
+		// queues whose candidates changed were woken by apply.
+		v.all = v.all || v.idsChanged
+		v.idsChanged = false
+		v.mu.Unlock()
+		v.touch()
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -247,42 +248,21 @@ func (r *roster) serve(ctx context.Context, client *clientv3.Client, lease clien
 
 // watch keeps the picture: a read of the project's balance keys, then a watch from the next revision.
 func (r *roster) watch(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
-	backoff := 50 * time.Millisecond
-	first := true
-	for ctx.Err() == nil {
-		resp, err := client.Get(ctx, r.prefix, clientv3.WithPrefix())
-		if err != nil {
-			if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
-				return
-			}
-			backoff = min(2*backoff, retryMax)
-			continue
-		}
-		backoff = 50 * time.Millisecond
+	listWatch(ctx, client, r.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
 		r.mu.Lock()
 		r.members, r.hints = map[string]member{}, map[string]hint{}
-		for _, kv := range resp.Kvs {
+		for _, kv := range kvs {
 			r.apply(string(kv.Key), kv.Value, false)
 		}
 		r.recompute()
 		r.mu.Unlock()
 		r.poke()
-		if first {
-			close(ready)
-			first = false
+	}, func(evs []*clientv3.Event) {
+		r.mu.Lock()
+		for _, ev := range evs {
+			r.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete)
 		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range client.Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-			if wr.Err() != nil {
-				break
-			}
-			r.mu.Lock()
-			for _, ev := range wr.Events {
-				r.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete)
-			}
-			r.mu.Unlock()
-			r.poke()
-		}
-		cancel()
-	}
+		r.mu.Unlock()
+		r.poke()
+	})
 }
