@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -130,22 +131,10 @@ func (d *Drill) finish(ctx context.Context) {
 	d.mu.Unlock()
 	d.logf("stopping the %d workers (SIGTERM)", len(live))
 	for _, p := range live {
-		p.term()
+		p.send(syscall.SIGTERM)
 	}
 	for _, p := range live {
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			d.violate(Violation{Check: CheckUncleanStop, At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
-			p.kill()
-		}
-		p.mu.Lock()
-		code, expect := p.code, p.expectExit
-		p.mu.Unlock()
-		if code != 0 && expect == "SIGTERM" {
-			d.violate(Violation{Check: CheckUncleanStop, At: time.Now(), Detail: fmt.Sprintf("%s exited with code %d after SIGTERM: %s",
-				p.id, code, tailFile(p.logPath, 600))})
-		}
+		_ = d.waitStopped(ctx, nil, p)
 	}
 	d.analyze(ctx)
 }
@@ -382,14 +371,22 @@ func (d *Drill) allQueues() []string {
 	return qs
 }
 
-var (
-	reTakenOver = regexp.MustCompile(`^baton: taken over by (\S+) \(token (\d+)\)$`)
-	reSteppedDn = regexp.MustCompile(`^baton: (\S+) stepped down \(token (\d+)\)$`)
+// The reasons of Baton's run-scoped terminations; the named groups are the token the reason names and
+// what that token must be: "own" the run owner's, "above" higher than the owner's. Each but a
+// step-down may only land once the owner's term has ended.
+var terminations = []struct {
+	re     *regexp.Regexp
+	within bool // allowed while the owner's term holds
+	what   string
+}{
+	{regexp.MustCompile(`^baton: (\S+) stepped down \(token (?P<own>\d+)\)$`), true, "a step-down by another term"},
+	{regexp.MustCompile(`^baton: taken over by (\S+) \(token (?P<above>\d+)\)$`), false, "taken over by a token not above the owner's"},
 	// The reconciler ends a stale heartbeat's run, or an open run its sweep found without a live owner.
-	reReconcile = regexp.MustCompile(`^baton: reconciler (\S+) \(token (\d+)\): (?:heartbeat|run) of (\S+) \(token (\d+)\) (?:stale|has no live owner)`)
+	{regexp.MustCompile(`^baton: reconciler (\S+) \(token (\d+)\): (?:heartbeat|run) of (\S+) \(token (?P<own>\d+)\) (?:stale|has no live owner)`),
+		false, "the reconciler named another owner token"},
 	// A takeover whose term ended while its start was on the way ends the run it started.
-	reLateStart = regexp.MustCompile(`^baton: started by (\S+) at token (\d+) after its term ended$`)
-)
+	{regexp.MustCompile(`^baton: started by (\S+) at token (?P<own>\d+) after its term ended$`), false, "a late start's own terminate named another token"},
+}
 
 // checkRuns checks Temporal's records of the runs against each other and against the terms.
 //
@@ -517,36 +514,18 @@ func (d *Drill) checkTermination(q string, r *run, t *term, ts []*term) {
 		d.violate(Violation{Check: CheckFencedAction, Queue: q, At: r.Close, Detail: fmt.Sprintf("run %s of term %s terminated at %s with reason %q: ",
 			r.RunID, t, r.Close.Format(tsFormat), r.Reason) + fmt.Sprintf(format, args...)})
 	}
-	if m := reSteppedDn.FindStringSubmatch(r.Reason); m != nil {
-		if tok, _ := strconv.ParseInt(m[2], 10, 64); tok != t.Token {
-			bad("a step-down by another term")
+	for _, k := range terminations {
+		m := k.re.FindStringSubmatch(r.Reason)
+		if m == nil {
+			continue
 		}
-		return
-	}
-	if m := reTakenOver.FindStringSubmatch(r.Reason); m != nil {
-		tok, _ := strconv.ParseInt(m[2], 10, 64)
-		if tok <= t.Token {
-			bad("taken over by a token not above the owner's")
+		for i, name := range k.re.SubexpNames() {
+			tok, _ := strconv.ParseInt(m[i], 10, 64)
+			if name == "own" && tok != t.Token || name == "above" && tok <= t.Token {
+				bad("%s", k.what)
+			}
 		}
-		if t.End.After(r.Close) {
-			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
-		}
-		return
-	}
-	if m := reReconcile.FindStringSubmatch(r.Reason); m != nil {
-		if tok, _ := strconv.ParseInt(m[4], 10, 64); tok != t.Token {
-			bad("the reconciler named another owner token")
-		}
-		if t.End.After(r.Close) {
-			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
-		}
-		return
-	}
-	if m := reLateStart.FindStringSubmatch(r.Reason); m != nil {
-		if tok, _ := strconv.ParseInt(m[2], 10, 64); tok != t.Token {
-			bad("a late start's own terminate named another token")
-		}
-		if t.End.After(r.Close) {
+		if !k.within && t.End.After(r.Close) {
 			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
 		}
 		return

@@ -233,3 +233,34 @@ func TestLoadJudge(t *testing.T) {
 		t.Errorf("send -> handled p50 %v max %v, want 1s from the first done put", st.P50, st.Max)
 	}
 }
+
+// Every termination must be Baton's run-scoped one, with a token that fits, once the owner's term
+// has ended (a step-down excepted).
+func TestAnalyzeTerminationReasons(t *testing.T) {
+	own := &term{Election: "q1", Token: 10, Server: "a", Start: at(0), End: at(1000)}
+	for _, tc := range []struct {
+		reason string
+		close  int
+		ok     bool
+	}{
+		{"baton: a stepped down (token 10)", 500, true},
+		{"baton: a stepped down (token 9)", 500, false},
+		{"baton: taken over by b (token 20)", 1500, true},
+		{"baton: taken over by b (token 10)", 1500, false},
+		{"baton: taken over by b (token 20)", 900, false},
+		{"baton: reconciler c (token 3): heartbeat of a (token 10) stale", 1500, true},
+		{"baton: reconciler c (token 3): run of a (token 11) has no live owner", 1500, false},
+		{"baton: reconciler c (token 3): heartbeat of a (token 10) stale", 900, false},
+		{"baton: started by a at token 10 after its term ended", 1500, true},
+		{"baton: started by a at token 12 after its term ended", 1500, false},
+		{"terminated by WorkflowIDConflictPolicy", 1500, false},
+	} {
+		d := testDrill()
+		r := &run{Queue: "q1", RunID: "r1", Owner: takeover.Owner{Token: 10}, Start: at(10), Close: at(tc.close),
+			Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, Reason: tc.reason}
+		d.checkTermination("q1", r, own, []*term{own})
+		if got := checks(d); (len(got) == 0) != tc.ok {
+			t.Errorf("%q closed at %d ms: violations %v, want ok=%v", tc.reason, tc.close, got, tc.ok)
+		}
+	}
+}

@@ -83,11 +83,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -95,9 +94,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/workerproc"
 )
 
 // Kind is a kind of fault.
@@ -265,13 +266,15 @@ type Drill struct {
 	stuck      map[string]time.Time // queues reported without an owner, until they have one again
 	load       *loadPhase           // nil without LoadRate
 	loadStats  *LoadStats
+	// handlerRuns counts, per dispatch key, the demo handler's runs the workers logged ("dispatched").
+	handlerRuns map[string]int
 }
 
 // Run runs a drill and returns its report. An error means the drill could not run (a server did not
 // start, the context ended); violations of Baton's invariants are in the report, not errors.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
-	d := &Drill{cfg: cfg, started: time.Now(), stuck: map[string]time.Time{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	d := &Drill{cfg: cfg, started: time.Now(), stuck: map[string]time.Time{}, handlerRuns: map[string]int{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 	for i := range cfg.Queues {
 		d.queues = append(d.queues, fmt.Sprintf("q%02d", i))
 	}
@@ -322,26 +325,17 @@ func (d *Drill) setup(ctx context.Context) error {
 	d.logf("drill: %d workers × %d queues, project %q, TTL %v, seed %d, logs in %s", d.cfg.Workers, d.cfg.Queues,
 		d.cfg.Project, d.cfg.TTL, d.cfg.Seed, d.dir)
 
-	if d.cfg.Bin != "" {
-		d.bin = d.cfg.Bin
-		if st, err := os.Stat(d.bin); err == nil && st.IsDir() {
-			d.bin = filepath.Join(d.bin, "demo-worker")
-		}
-		if _, err := os.Stat(d.bin); err != nil {
-			return fmt.Errorf("demo-worker binary: %w", err)
-		}
-	} else {
-		began := time.Now()
-		bin, err := BuildDemoWorker(ctx, d.dir)
-		if err != nil {
-			return err
-		}
-		d.bin = bin
+	began := time.Now()
+	bin, err := binPath(d.cfg.Bin, workerproc.Build)
+	if err != nil {
+		return err
+	}
+	d.bin = bin
+	if d.cfg.Bin == "" {
 		d.logf("built demo-worker in %v", time.Since(began).Round(100*time.Millisecond))
 	}
 
-	began := time.Now()
-	var err error
+	began = time.Now()
 	if d.etcd, err = etcdtest.StartCluster(etcdtest.Options{Members: 3}); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
@@ -351,7 +345,7 @@ func (d *Drill) setup(ctx context.Context) error {
 	if d.temporal, err = startTemporal(ctx, d.dir, "default", 90*time.Second); err != nil {
 		return fmt.Errorf("temporal: %w", err)
 	}
-	if d.tc, err = client.Dial(client.Options{HostPort: d.temporal.hostPort, Namespace: d.temporal.namespace, Logger: quietLogger{}}); err != nil {
+	if d.tc, err = client.Dial(client.Options{HostPort: d.temporal.hostPort, Namespace: d.temporal.namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}); err != nil {
 		return fmt.Errorf("temporal client: %w", err)
 	}
 	d.rdb = d.redis.NewClient()
@@ -409,45 +403,18 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// BuildDemoWorker builds cmd/demo-worker of the root module into dir and returns its path.
-func BuildDemoWorker(ctx context.Context, dir string) (string, error) {
-	root, err := rootDir()
-	if err != nil {
-		return "", err
+// binPath is the demo-worker binary named by flag (the binary or its directory); with none, build's.
+func binPath(flag string, build func() (string, error)) (string, error) {
+	if flag == "" {
+		return build()
 	}
-	bin := filepath.Join(dir, "demo-worker")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/demo-worker")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/demo-worker: %v\n%s", err, out)
+	if st, err := os.Stat(flag); err == nil && st.IsDir() {
+		flag = filepath.Join(flag, "demo-worker")
 	}
-	return bin, nil
-}
-
-// rootDir finds the root module (github.com/baton-run/baton): from this source file, else upwards
-// from the working directory.
-func rootDir() (string, error) {
-	isRoot := func(dir string) bool {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		return err == nil && strings.Contains(string(b), "module github.com/baton-run/baton\n")
+	if _, err := os.Stat(flag); err != nil {
+		return "", fmt.Errorf("demo-worker binary: %w", err)
 	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		if dir := filepath.Join(filepath.Dir(file), "..", ".."); isRoot(dir) {
-			return dir, nil
-		}
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if isRoot(dir) {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", errors.New("drill: cannot find the root module (github.com/baton-run/baton) to build cmd/demo-worker; pass -bin")
-		}
-	}
+	return flag, nil
 }
 
 // teardown stops everything the drill started; it runs once, also after an error or an interrupt.
@@ -457,15 +424,10 @@ func (d *Drill) teardown() {
 	procs := append([]*proc(nil), d.procs...)
 	d.mu.Unlock()
 	for _, p := range procs {
-		p.forceKill()
+		p.teardownKill()
 	}
-	if d.load != nil && d.load.cmd.Process != nil {
-		select {
-		case <-d.load.done:
-		default:
-			_ = d.load.cmd.Process.Kill()
-			<-d.load.done
-		}
+	if d.load != nil && d.load.proc != nil {
+		d.load.proc.Kill()
 	}
 	d.bgWG.Wait()
 	if d.tc != nil {

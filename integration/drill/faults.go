@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/workerproc"
 )
 
 // Fault is one injected fault: a kind, a target and its steps.
@@ -120,10 +120,8 @@ func (d *Drill) faultPhase(ctx context.Context) {
 func (d *Drill) inject(ctx context.Context, k Kind) {
 	var err error
 	switch k {
-	case KindSIGKILL:
-		err = d.faultSIGKILL(ctx)
-	case KindSIGTERM:
-		err = d.faultSIGTERM(ctx)
+	case KindSIGKILL, KindSIGTERM:
+		err = d.faultRestart(ctx, k)
 	case KindSIGSTOP:
 		err = d.faultSIGSTOP(ctx)
 	case KindPartition:
@@ -182,67 +180,81 @@ func (d *Drill) holdUntil(ctx context.Context, s *Step, exclude map[*proc]bool, 
 	return ctx.Err() == nil
 }
 
-func (d *Drill) faultSIGKILL(ctx context.Context) error {
+// faultRestart stops a leader -- with SIGKILL, or with SIGTERM, a clean stop after which it must
+// have handed its queues over (drained its Temporal workers, resigned) and exited 0 -- and later
+// starts a new incarnation in its slot.
+func (d *Drill) faultRestart(ctx context.Context, kind Kind) error {
 	p := d.pickLeader()
 	if p == nil {
 		return errors.New("no live worker")
 	}
-	f := d.newFault(KindSIGKILL, p.id)
-	d.logf("fault #%d: SIGKILL %s (leads %d queues)", f.N, p.id, d.leadCounts()[p])
-	s := d.step(f, "kill", time.Now())
-	killed := p.kill()
-	d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
-	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, killed.Add(restartDelay)) {
+	f := d.newFault(kind, p.id)
+	d.logf("fault #%d: %s %s (leads %d queues)", f.N, strings.ToUpper(string(kind)), p.id, d.leadCounts()[p])
+	var gone time.Time
+	var s *Step
+	if kind == KindSIGKILL {
+		s = d.step(f, "kill", time.Now())
+		gone = p.send(syscall.SIGKILL)
+	} else {
+		s = d.step(f, "sigterm", time.Now())
+		if err := d.stopClean(ctx, f, p); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		gone = p.exitedAt
+		f.Notes = append(f.Notes, fmt.Sprintf("exited %v after SIGTERM", gone.Sub(p.termAt).Round(time.Millisecond)))
+		p.mu.Unlock()
+	}
+	exclude := map[*proc]bool{p: true}
+	d.waitSteady(ctx, s, exclude, d.cfg.TakeoverSLA)
+	if !d.holdUntil(ctx, s, exclude, gone.Add(restartDelay)) {
 		return ctx.Err()
 	}
-	s = d.step(f, "restart", time.Now())
-	np, err := d.startSlot(ctx, p.slot)
-	if err != nil {
-		return err
+	np, err := d.restartSlot(ctx, f, "restart", p.slot)
+	if err == nil {
+		f.Notes = append(f.Notes, "restarted as "+np.id)
 	}
-	f.Notes = append(f.Notes, "restarted as "+np.id)
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
-	return nil
+	return err
 }
 
-// faultSIGTERM stops a leader cleanly: it must hand its queues over (drain its Temporal workers,
-// resign) and exit 0; later a new incarnation starts.
-func (d *Drill) faultSIGTERM(ctx context.Context) error {
-	p := d.pickLeader()
-	if p == nil {
-		return errors.New("no live worker")
+// restartSlot starts the next incarnation of slot i as the fault's step name and waits for the fleet
+// to settle.
+func (d *Drill) restartSlot(ctx context.Context, f *Fault, name string, i int) (*proc, error) {
+	s := d.step(f, name, time.Now())
+	p, err := d.startSlot(ctx, i)
+	if err != nil {
+		return nil, err
 	}
-	f := d.newFault(KindSIGTERM, p.id)
-	d.logf("fault #%d: SIGTERM %s (leads %d queues)", f.N, p.id, d.leadCounts()[p])
-	s := d.step(f, "sigterm", time.Now())
-	p.term()
+	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
+	return p, nil
+}
+
+// stopClean sends p SIGTERM and waits for it to exit (unclean-stop).
+func (d *Drill) stopClean(ctx context.Context, f *Fault, p *proc) error {
+	p.send(syscall.SIGTERM)
+	return d.waitStopped(ctx, f, p)
+}
+
+// waitStopped waits for p, sent SIGTERM, to exit: with code 0 and within 30 s, or it is an
+// unclean stop (and p is killed).
+func (d *Drill) waitStopped(ctx context.Context, f *Fault, p *proc) error {
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
-		d.violate(Violation{Check: CheckUncleanStop, Fault: f.N, At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
-		p.kill()
+		d.violate(Violation{Check: CheckUncleanStop, Fault: faultN(f), At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
+		p.send(syscall.SIGKILL)
+		<-p.done
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	p.mu.Lock()
-	code, exited, took := p.code, p.exitedAt, p.exitedAt.Sub(p.termAt)
+	code, took := p.code, p.exitedAt.Sub(p.termAt)
 	p.mu.Unlock()
 	if code != 0 {
-		d.violate(Violation{Check: CheckUncleanStop, Fault: f.N, At: time.Now(), Detail: fmt.Sprintf(
-			"%s exited with code %d after SIGTERM (took %v): %s", p.id, code, took.Round(time.Millisecond), tailFile(p.logPath, 600))})
+		d.violate(Violation{Check: CheckUncleanStop, Fault: faultN(f), At: time.Now(), Detail: fmt.Sprintf(
+			"%s exited with code %d after SIGTERM (took %v): %s", p.id, code, took.Round(time.Millisecond), p.Tail(600))})
 	}
-	f.Notes = append(f.Notes, fmt.Sprintf("exited %v after SIGTERM", took.Round(time.Millisecond)))
-	d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
-	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, exited.Add(restartDelay)) {
-		return ctx.Err()
-	}
-	s = d.step(f, "restart", time.Now())
-	np, err := d.startSlot(ctx, p.slot)
-	if err != nil {
-		return err
-	}
-	f.Notes = append(f.Notes, "restarted as "+np.id)
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
 	return nil
 }
 
@@ -254,14 +266,14 @@ func (d *Drill) faultSIGSTOP(ctx context.Context) error {
 	f := d.newFault(KindSIGSTOP, p.id)
 	d.logf("fault #%d: SIGSTOP %s (leads %d queues) for longer than the TTL", f.N, p.id, d.leadCounts()[p])
 	s := d.step(f, "stop", time.Now())
-	stoppedAt := p.stop()
+	stoppedAt := p.send(syscall.SIGSTOP)
 	d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
 	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, stoppedAt.Add(d.cfg.TTL+time.Second)) {
-		p.cont()
+		p.send(syscall.SIGCONT)
 		return ctx.Err()
 	}
 	s = d.step(f, "resume", time.Now())
-	resumed := p.cont()
+	resumed := p.send(syscall.SIGCONT)
 	f.Notes = append(f.Notes, fmt.Sprintf("stopped %v", resumed.Sub(stoppedAt).Round(time.Millisecond)))
 	// The resumed process must not act for the terms it held when it was stopped; the logs are
 	// checked afterwards (Analyze), /status here: it must not report leading for an old term.
@@ -272,12 +284,11 @@ func (d *Drill) faultSIGSTOP(ctx context.Context) error {
 		}
 	}
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		if st, ok := status(p.addr); ok {
-			for _, q := range st.Queues {
-				if q.Leading && old[q.Token] {
-					d.violate(Violation{Check: CheckStoppedActed, Fault: f.N, Queue: q.Queue, At: time.Now(), Detail: fmt.Sprintf(
-						"%s reports leading %s for token %d, a term it held when it was SIGSTOPped, after SIGCONT", p.id, q.Queue, q.Token)})
-				}
+		st, _ := workerproc.Status(p.Addr)
+		for _, q := range st.Queues {
+			if q.Leading && old[q.Token] {
+				d.violate(Violation{Check: CheckStoppedActed, Fault: f.N, Queue: q.Queue, At: time.Now(), Detail: fmt.Sprintf(
+					"%s reports leading %s for token %d, a term it held when it was SIGSTOPped, after SIGCONT", p.id, q.Queue, q.Token)})
 			}
 		}
 		if !sleepCtx(ctx, 100*time.Millisecond) {
@@ -302,11 +313,12 @@ func (d *Drill) faultPartition(ctx context.Context) error {
 	cut := time.Now()
 	// Settled means the partitioned worker has let go of everything (its watchdog ends its terms at
 	// its lease deadline minus the safety margin) and the others took over.
-	for deadline := cut.Add(d.cfg.TakeoverSLA); d.leadCount(p) > 0 && time.Now().Before(deadline); {
-		if !sleepCtx(ctx, 50*time.Millisecond) {
-			return ctx.Err()
+	_ = testkit.Poll(ctx, d.cfg.TakeoverSLA, 50*time.Millisecond, func() error {
+		if st, ok := workerproc.Status(p.Addr); ok && leading(st) > 0 {
+			return errors.New("still leads")
 		}
-	}
+		return nil
+	})
 	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
 	if !d.holdUntil(ctx, s, nil, cut.Add(d.cfg.TTL+time.Second)) {
 		return ctx.Err()
@@ -315,14 +327,8 @@ func (d *Drill) faultPartition(ctx context.Context) error {
 	for _, px := range d.proxies[p.slot] {
 		px.Heal()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !readyz(p.addr) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready 30s after the partition healed", p.id)
-		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return ctx.Err()
-		}
+	if err := p.WaitReady(ctx, 30*time.Second); err != nil {
+		return fmt.Errorf("after the partition healed: %w", err)
 	}
 	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
 	return nil
@@ -333,34 +339,19 @@ func (d *Drill) faultRolling(ctx context.Context) error {
 	d.logf("fault #%d: rolling restart (SIGTERM) of all %d workers", f.N, d.cfg.Workers)
 	for i := range d.cfg.Workers {
 		d.mu.Lock()
-		p := d.slots[i]
+		p, gen := d.slots[i], d.gens[i]
 		d.mu.Unlock()
 		if p == nil || !p.alive() {
 			continue
 		}
 		s := d.step(f, "sigterm "+p.id, time.Now())
-		p.term()
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			d.violate(Violation{Check: CheckUncleanStop, Fault: f.N, At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
-			p.kill()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		p.mu.Lock()
-		code, took := p.code, p.exitedAt.Sub(p.termAt)
-		p.mu.Unlock()
-		if code != 0 {
-			d.violate(Violation{Check: CheckUncleanStop, Fault: f.N, At: time.Now(), Detail: fmt.Sprintf(
-				"%s exited with code %d after SIGTERM (took %v): %s", p.id, code, took.Round(time.Millisecond), tailFile(p.logPath, 600))})
-		}
-		d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
-		s = d.step(f, fmt.Sprintf("start w%d-%d", i+1, d.nextGen(i)), time.Now())
-		if _, err := d.startSlot(ctx, i); err != nil {
+		if err := d.stopClean(ctx, f, p); err != nil {
 			return err
 		}
-		d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
+		d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
+		if _, err := d.restartSlot(ctx, f, fmt.Sprintf("start w%d-%d", i+1, gen), i); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -463,53 +454,42 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 	}
 	id := d.workflowID(queue)
 	var runID string
-	deadline := time.Now().Add(d.cfg.TakeoverSLA)
-	for runID == "" {
-		if st, ok := status(p.addr); ok {
-			for _, q := range st.Queues {
-				if q.Queue == queue && q.Leading && q.RunID != "" {
-					h, _ := d.rdb.HGetAll(ctx, heartbeat.DefaultPrefix+id).Result()
-					if h[heartbeat.FieldRunID] == q.RunID {
-						runID = q.RunID
-					}
-				}
-			}
+	err = testkit.Poll(ctx, d.cfg.TakeoverSLA, 100*time.Millisecond, func() error {
+		st, _ := workerproc.Status(p.Addr)
+		q, ok := workerproc.Leading(st, queue)
+		if !ok {
+			return errors.New("no dispatcher run")
 		}
-		if runID != "" {
-			break
+		if h, _ := d.heartbeat(ctx, id); h[heartbeat.FieldRunID] != q.RunID {
+			return fmt.Errorf("run %s has no heartbeat", q.RunID)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not lead %s with a run and a heartbeat within %v", p.id, queue, d.cfg.TakeoverSLA)
-		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return ctx.Err()
-		}
+		runID = q.RunID
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s did not lead %s with a run and a heartbeat: %w", p.id, queue, err)
 	}
 	d.step(f, "kill", time.Now())
-	killed := p.kill()
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, derr := d.tc.DescribeWorkflowExecution(cctx, id, runID)
-		cancel()
-		var nf *serviceerror.NotFound
-		closed := (derr == nil && resp.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) || errors.As(derr, &nf)
-		cctx, cancel = context.WithTimeout(ctx, 2*time.Second)
-		n, kerr := d.rdb.Exists(cctx, heartbeat.DefaultPrefix+id).Result()
-		cancel()
-		if closed && kerr == nil && n == 0 {
-			f.CleanupLatency = time.Since(killed)
-			f.Notes = append(f.Notes, fmt.Sprintf("orphan run %s and its heartbeat key cleaned %v after the crash", shortRun(runID), f.CleanupLatency.Round(100*time.Millisecond)))
+	killed := p.send(syscall.SIGKILL)
+	err = testkit.Poll(ctx, d.cfg.CleanupSLA, 250*time.Millisecond, func() error {
+		_, open, derr := d.describeRun(ctx, id, runID)
+		h, kerr := d.heartbeat(ctx, id)
+		if derr == nil && !open && kerr == nil && len(h) == 0 {
 			return nil
 		}
-		if time.Since(killed) > d.cfg.CleanupSLA {
-			d.violate(Violation{Check: CheckOrphanCleanup, Fault: f.N, Queue: queue, At: time.Now(), Detail: fmt.Sprintf(
-				"%v after the crash of %s: run %s closed=%v, heartbeat key present=%v", d.cfg.CleanupSLA, p.id, runID, closed, n > 0)})
-			return nil
-		}
-		if !sleepCtx(ctx, 250*time.Millisecond) {
-			return ctx.Err()
-		}
+		return fmt.Errorf("run %s closed=%v, heartbeat key present=%v", runID, derr == nil && !open, len(h) > 0)
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		d.violate(Violation{Check: CheckOrphanCleanup, Fault: f.N, Queue: queue, At: time.Now(), Detail: fmt.Sprintf(
+			"after the crash of %s: %v", p.id, err)})
+	default:
+		f.CleanupLatency = time.Since(killed)
+		f.Notes = append(f.Notes, fmt.Sprintf("orphan run %s and its heartbeat key cleaned %v after the crash", shortRun(runID), f.CleanupLatency.Round(100*time.Millisecond)))
 	}
+	return nil
 }
 
 // alternate returns, for the *n-th restart of a server, whether it is a crash (SIGKILL, every other

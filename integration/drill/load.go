@@ -1,14 +1,11 @@
 package drill
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -21,6 +18,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/workerproc"
 )
 
 // The load phase (Config.LoadRate > 0): while the faults run, `demo-worker load -mode=signal`
@@ -82,10 +82,7 @@ type LoadStats struct {
 
 // loadPhase is the producer process and the drill's watch of the ledger.
 type loadPhase struct {
-	cmd      *exec.Cmd
-	done     chan struct{}
-	code     int
-	logPath  string
+	proc     *workerproc.Proc
 	keysPath string
 	queues   []string
 	startRev int64
@@ -110,8 +107,8 @@ func (d *Drill) loadQueues() []string {
 // startLoad starts the ledger watch and the producer, and waits for the producer's first summary
 // line (requests are flowing).
 func (d *Drill) startLoad(ctx context.Context) error {
-	l := &loadPhase{done: make(chan struct{}), queues: d.loadQueues(), dones: map[string][]time.Time{}, values: map[string][]string{}, touched: map[string]bool{},
-		logPath: filepath.Join(d.dir, "load.log"), keysPath: filepath.Join(d.dir, "load-accepted.txt")}
+	l := &loadPhase{queues: d.loadQueues(), dones: map[string][]time.Time{}, values: map[string][]string{}, touched: map[string]bool{},
+		keysPath: filepath.Join(d.dir, "load-accepted.txt")}
 	resp, err := d.ec.Get(ctx, dispatcher.DefaultLedgerPrefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fmt.Errorf("load: reading the ledger's revision: %w", err)
@@ -121,58 +118,34 @@ func (d *Drill) startLoad(ctx context.Context) error {
 	d.load = l
 	d.bgWG.Go(func() { d.watchLedger(l) })
 
-	logf, err := os.Create(l.logPath)
+	bin, err := binPath(d.cfg.LoadBin, func() (string, error) { return d.bin, nil })
 	if err != nil {
 		return err
 	}
-	bin := d.bin
-	if d.cfg.LoadBin != "" {
-		bin = d.cfg.LoadBin
-		if st, err := os.Stat(bin); err == nil && st.IsDir() {
-			bin = filepath.Join(bin, "demo-worker")
-		}
-	}
-	l.cmd = exec.Command(bin, "load", "-mode=signal", "-rate="+strconv.FormatFloat(d.cfg.LoadRate, 'f', -1, 64),
+	env := append(d.clientEnv(d.etcd.Endpoints()), "BATON_QUEUES="+strings.Join(l.queues, ","), "BATON_LOG_LEVEL=warn")
+	l.proc, err = workerproc.StartWith(workerproc.Options{Load: true, LogFile: filepath.Join(d.dir, "load.log")}, bin, "load", env,
+		"-mode=signal", "-rate="+strconv.FormatFloat(d.cfg.LoadRate, 'f', -1, 64),
 		// -settle bounds both the retries of a send in flight at the stop and the producer's own
 		// read-back of the ledger (a cross-check in load.log); the drill's wait comes after it.
 		"-interval=5s", "-settle="+min(d.cfg.LoadSettle, 30*time.Second).String(), "-accepted-out="+l.keysPath,
 		fmt.Sprintf("-run-id=drill-%d", d.cfg.Seed))
-	l.cmd.Env = append(cleanEnv(),
-		"BATON_PROJECT="+d.cfg.Project,
-		"BATON_QUEUES="+strings.Join(l.queues, ","),
-		"BATON_ETCD_ENDPOINTS="+strings.Join(d.etcd.Endpoints(), ","),
-		"BATON_TEMPORAL_ADDRESS="+d.temporal.hostPort,
-		"BATON_TEMPORAL_NAMESPACE="+d.temporal.namespace,
-		"BATON_LOG_LEVEL=warn",
-	)
-	l.cmd.Stdout, l.cmd.Stderr = logf, logf
-	l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := l.cmd.Start(); err != nil {
-		logf.Close()
+	if err != nil {
 		return fmt.Errorf("start the load: %w", err)
 	}
-	go func() {
-		_ = l.cmd.Wait()
-		logf.Close()
-		l.code = l.cmd.ProcessState.ExitCode()
-		close(l.done)
-	}()
 	d.logf("load: %v requests/s per queue on %s (demo-worker load -mode=signal)", d.cfg.LoadRate, strings.Join(l.queues, ","))
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if b, _ := os.ReadFile(l.logPath); bytes.Contains(b, []byte("load: ")) && bytes.Contains(b, []byte("accepted=")) {
+	err = testkit.Poll(ctx, 60*time.Second, 100*time.Millisecond, func() error {
+		if l.proc.Exited() || strings.Contains(l.proc.Line("load: "), "accepted=") {
 			return nil
 		}
-		select {
-		case <-l.done:
-			return fmt.Errorf("the load exited (code %d) before sending: %s", l.code, tailFile(l.logPath, 1500))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the load wrote no summary within 60s: %s", tailFile(l.logPath, 1500))
-		}
+		return errors.New("no summary line")
+	})
+	if err == nil && l.proc.Exited() {
+		err = fmt.Errorf("exited with code %d", l.proc.Code())
 	}
+	if err != nil {
+		return fmt.Errorf("the load did not start sending: %w: %s", err, l.proc.Tail(1500))
+	}
+	return nil
 }
 
 // watchLedger records every done put of the ledger from the load's start, with the instant the drill
@@ -224,14 +197,11 @@ func (d *Drill) endLoad(ctx context.Context) {
 	l := d.load
 	stopped := time.Now()
 	d.logf("load: stopping the producer (SIGTERM)")
-	if l.cmd.Process != nil {
-		_ = l.cmd.Process.Signal(syscall.SIGTERM)
-	}
+	l.proc.Signal(syscall.SIGTERM)
 	select {
-	case <-l.done:
+	case <-l.proc.Done():
 	case <-time.After(2 * time.Minute):
-		_ = l.cmd.Process.Kill()
-		<-l.done
+		l.proc.Kill()
 	case <-ctx.Done():
 		return
 	}
@@ -240,13 +210,13 @@ func (d *Drill) endLoad(ctx context.Context) {
 	failed := func(format string, args ...any) {
 		d.violate(Violation{Check: CheckLoadFailed, At: time.Now(), Detail: fmt.Sprintf(format, args...)})
 	}
-	total := lastLine(l.logPath, "load total:")
-	v := countFields(total)
+	total := l.proc.Line("load total:")
+	v := workerproc.Counts(total)
 	st.Sent, st.Retries = v["sent"], v["retries"]
 	reqs, err := readAccepted(l.keysPath)
 	switch {
-	case l.code != 0:
-		failed("the producer exited with code %d: %s", l.code, tailFile(l.logPath, 1500))
+	case l.proc.Code() != 0:
+		failed("the producer exited with code %d: %s", l.proc.Code(), l.proc.Tail(1500))
 		return
 	case err != nil:
 		failed("the producer's accepted requests: %v", err)
@@ -373,53 +343,23 @@ func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]r
 	sort.Strings(double)
 	sort.Strings(pending)
 	st.Lost, st.Double, st.Pending = len(lost), len(double), len(pending)
-	st.P50, st.P99 = percentile(lat, 50), percentile(lat, 99)
+	st.P50, st.P99 = benchreport.Percentile(lat, 50), benchreport.Percentile(lat, 99)
 	for _, x := range lat {
 		st.Max = max(st.Max, x)
 	}
 	return lost, double, pending
 }
 
-// countRedispatches counts, from every worker's log, the keys whose handler ran more than once.
-// It runs after the workers have exited, so their logs are complete.
+// countRedispatches counts the keys whose handler ran more than once. It runs after the workers
+// have exited, so their logs are complete.
 func (d *Drill) countRedispatches() {
-	if d.loadStats == nil {
-		return
-	}
 	d.mu.Lock()
-	procs := append([]*proc(nil), d.procs...)
-	d.mu.Unlock()
-	runs := map[string]int{}
-	for _, p := range procs {
-		f, err := os.Open(p.logPath)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			if !bytes.Contains(line, []byte(`"msg":"dispatched"`)) {
-				continue
-			}
-			var m struct {
-				Key string `json:"key"`
-			}
-			if json.Unmarshal(line, &m) == nil && m.Key != "" {
-				runs[m.Key]++
-			}
-		}
-		f.Close()
-	}
-	n := 0
-	for _, c := range runs {
-		if c > 1 {
-			n++
+	defer d.mu.Unlock()
+	for _, c := range d.handlerRuns {
+		if c > 1 && d.loadStats != nil {
+			d.loadStats.Redispatched++
 		}
 	}
-	d.mu.Lock()
-	d.loadStats.Redispatched = n
-	d.mu.Unlock()
 }
 
 // record is one ledger record as the drill reads it.
@@ -484,31 +424,6 @@ func readAccepted(path string) ([]acceptedReq, error) {
 		return nil, errors.New(path + ": no request listed")
 	}
 	return out, nil
-}
-
-// lastLine returns the last line of the file at path that starts with prefix.
-func lastLine(path, prefix string) string {
-	b, _ := os.ReadFile(path)
-	var last string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			last = l
-		}
-	}
-	return last
-}
-
-// countFields parses the key=value counts of a load line.
-func countFields(line string) map[string]int {
-	v := map[string]int{}
-	for _, f := range strings.Fields(line) {
-		if k, s, ok := strings.Cut(f, "="); ok {
-			if n, err := strconv.Atoi(s); err == nil {
-				v[k] = n
-			}
-		}
-	}
-	return v
 }
 
 func short(key string) string {

@@ -11,13 +11,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/workerproc"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -38,7 +39,7 @@ func (d *Drill) poll(p *proc) {
 			continue
 		}
 		sent := time.Now()
-		st, ok := status(p.addr)
+		st, ok := workerproc.Status(p.Addr)
 		if !ok {
 			continue
 		}
@@ -138,7 +139,7 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) (map[string
 	for i, p := range procs {
 		wg.Go(func() {
 			sent := time.Now()
-			st, ok := status(p.addr)
+			st, ok := workerproc.Status(p.Addr)
 			stats[i], oks[i] = sample{Sent: sent, Recv: time.Now(), St: st}, ok
 		})
 	}
@@ -188,23 +189,17 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) (map[string
 			continue
 		}
 		id := d.workflowID(q)
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		resp, err := d.tc.DescribeWorkflowExecution(cctx, id, "")
-		cancel()
+		cur, open, err := d.describeRun(ctx, id, "")
 		if err != nil {
 			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "describe: " + err.Error()})
 			continue
 		}
-		info := resp.GetWorkflowExecutionInfo()
-		if info.GetExecution().GetRunId() != o.RunID || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if cur != o.RunID || !open {
 			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: fmt.Sprintf(
-				"Temporal's current run is %s (%s), the leader %s reports run %s", info.GetExecution().GetRunId(),
-				info.GetStatus(), o.Proc, o.RunID)})
+				"Temporal's current run is %q (running %v), the leader %s reports run %s", cur, open, o.Proc, o.RunID)})
 			continue
 		}
-		cctx, cancel = context.WithTimeout(ctx, 2*time.Second)
-		h, err := d.rdb.HGetAll(cctx, heartbeat.DefaultPrefix+id).Result()
-		cancel()
+		h, err := d.heartbeat(ctx, id)
 		switch {
 		case err != nil:
 			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "heartbeat key: " + err.Error()})
@@ -238,6 +233,28 @@ type problem struct {
 	check  string
 	queue  string
 	detail string
+}
+
+// describeRun reads the run (runID "": the workflow's current run) from Temporal's mutable state: its
+// run ID and whether it is Running. A workflow Temporal has no record of has no run (no error).
+func (d *Drill) describeRun(ctx context.Context, wid, runID string) (string, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := d.tc.DescribeWorkflowExecution(ctx, wid, runID)
+	if nf := (*serviceerror.NotFound)(nil); errors.As(err, &nf) {
+		return "", false, nil
+	} else if err != nil {
+		return "", false, err
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	return info.GetExecution().GetRunId(), info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+}
+
+// heartbeat reads the workflow's heartbeat key (empty when there is none).
+func (d *Drill) heartbeat(ctx context.Context, wid string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return d.rdb.HGetAll(ctx, heartbeat.DefaultPrefix+wid).Result()
 }
 
 // openRunsByVisibility lists the Running dispatcher runs of the project's queues, by workflow ID.
@@ -396,24 +413,16 @@ func (d *Drill) monitorOrphans() {
 				continue
 			}
 			id := d.workflowID(q)
-			ctx, cancel := context.WithTimeout(d.bg, 2*time.Second)
-			resp, err := d.tc.DescribeWorkflowExecution(ctx, id, "")
-			cancel()
-			var nf *serviceerror.NotFound
-			if err != nil && !errors.As(err, &nf) {
+			cur, open, err := d.describeRun(d.bg, id, "")
+			if err != nil {
 				continue
 			}
 			bad := ""
-			if err == nil {
-				info := resp.GetWorkflowExecutionInfo()
-				if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && info.GetExecution().GetRunId() != leaderRun[q] {
-					bad = "open run " + info.GetExecution().GetRunId()
-				}
+			if open && cur != leaderRun[q] {
+				bad = "open run " + cur
 			}
-			ctx, cancel = context.WithTimeout(d.bg, 2*time.Second)
-			h, err := d.rdb.HGetAll(ctx, heartbeat.DefaultPrefix+id).Result()
-			cancel()
-			if err != nil && !errors.Is(err, redis.Nil) {
+			h, err := d.heartbeat(d.bg, id)
+			if err != nil {
 				continue
 			}
 			if r := h[heartbeat.FieldRunID]; r != "" && r != leaderRun[q] {
@@ -457,26 +466,15 @@ func (d *Drill) setMonitoring(on bool) {
 func (d *Drill) leadCounts() map[*proc]int {
 	out := map[*proc]int{}
 	for _, p := range d.liveProcs(nil) {
-		s, ok := p.lastSample()
-		if !ok {
-			continue
-		}
-		for _, q := range s.St.Queues {
-			if q.Leading {
-				out[p]++
-			}
+		if s, ok := p.lastSample(); ok {
+			out[p] = leading(s.St)
 		}
 	}
 	return out
 }
 
-// leadCount returns how many queues p reports leading, from a fresh /status read (-1 if it does
-// not answer).
-func (d *Drill) leadCount(p *proc) int {
-	st, ok := status(p.addr)
-	if !ok {
-		return -1
-	}
+// leading is how many queues st reports leading.
+func leading(st baton.Status) int {
 	n := 0
 	for _, q := range st.Queues {
 		if q.Leading {

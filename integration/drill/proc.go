@@ -1,36 +1,27 @@
 package drill
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/baton-run/baton/integration/etcdtest"
-
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/integration/workerproc"
 )
 
-// proc is one demo-worker process.
+// proc is one demo-worker process, with what the drill did to it and read from it.
 type proc struct {
+	*workerproc.Proc
 	slot    int // worker slot, -1 for an orphan fault's solo worker
 	id      string
-	queues  []string
-	addr    string
 	logPath string
-	cmd     *exec.Cmd
-	started time.Time
-	done    chan struct{}
+	done    chan struct{} // closed once the exit is recorded
 
 	mu         sync.Mutex
 	events     []event
@@ -139,26 +130,11 @@ func parseEvent(line []byte) (event, bool) {
 	return e, true
 }
 
-// startProc starts a demo worker and waits until it is ready.
+// startProc starts a demo worker, its log in the drill's directory, and waits until it is ready.
 func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []string, endpoints []string, extraEnv ...string) (*proc, error) {
-	ports, err := etcdtest.PickPorts(1)
-	if err != nil {
-		return nil, err
-	}
-	p := &proc{slot: slot, id: id, queues: queues, addr: "127.0.0.1:" + strconv.Itoa(ports[0]),
-		logPath: filepath.Join(d.dir, id+".log"), done: make(chan struct{})}
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		return nil, err
-	}
-	p.cmd = exec.Command(d.bin, "run", "-server-id", id, "-http", p.addr)
-	env := append(cleanEnv(),
-		"BATON_PROJECT="+d.cfg.Project,
+	p := &proc{slot: slot, id: id, logPath: filepath.Join(d.dir, id+".log"), done: make(chan struct{})}
+	env := append(d.clientEnv(endpoints),
 		"BATON_QUEUES="+strings.Join(queues, ","),
-		"BATON_ETCD_ENDPOINTS="+strings.Join(endpoints, ","),
-		"BATON_TEMPORAL_ADDRESS="+d.temporal.hostPort,
-		"BATON_TEMPORAL_NAMESPACE="+d.temporal.namespace,
-		"BATON_REDIS_ADDR="+d.redis.Addr(),
 		"BATON_ELECTION_TTL="+d.cfg.TTL.String(),
 		"BATON_HEARTBEAT_INTERVAL="+d.cfg.HeartbeatInterval.String(),
 		"BATON_RECONCILE_INTERVAL="+d.cfg.ReconcileInterval.String(),
@@ -167,79 +143,60 @@ func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []str
 		"BATON_SHUTDOWN_TIMEOUT=15s",
 		"BATON_LOG_LEVEL=info",
 	)
-	if pw := d.redis.Password(); pw != "" {
-		env = append(env, "BATON_REDIS_PASSWORD="+pw)
-	}
-	p.cmd.Env = append(env, extraEnv...)
-	p.cmd.Stdout = logf
-	// Its own process group: a Ctrl-C reaches the drill only, which then kills its workers itself.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stderr, err := p.cmd.StderrPipe()
+	wp, err := workerproc.StartWith(workerproc.Options{LogFile: p.logPath, OnLine: func(line []byte) { d.onLine(p, line) }},
+		d.bin, id, append(env, extraEnv...))
 	if err != nil {
-		logf.Close()
 		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", id, err)
-	}
-	p.started = time.Now()
+	p.Proc = wp
 	d.mu.Lock()
 	d.procs = append(d.procs, p)
 	d.mu.Unlock()
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			_, _ = logf.Write(line)
-			_, _ = logf.Write([]byte{'\n'})
-			if e, ok := parseEvent(line); ok {
-				p.mu.Lock()
-				p.events = append(p.events, e)
-				p.mu.Unlock()
-			}
-		}
-	}()
-	go func() {
-		<-readerDone
-		_ = p.cmd.Wait()
-		logf.Close()
+	d.bgWG.Go(func() {
+		<-p.Done()
 		p.mu.Lock()
-		p.exitedAt, p.code = time.Now(), p.cmd.ProcessState.ExitCode()
+		p.exitedAt, p.code = time.Now(), p.Code()
 		expected := p.expectExit
 		p.mu.Unlock()
 		close(p.done)
 		if expected == "" && d.bg.Err() == nil {
 			d.violate(Violation{Check: CheckUnexpectedExit, At: time.Now(),
-				Detail: fmt.Sprintf("%s exited with code %d without a signal from the drill; log tail: %s", p.id, p.code, tailFile(p.logPath, 800))})
+				Detail: fmt.Sprintf("%s exited with code %d without a signal from the drill; log tail: %s", p.id, p.code, p.Tail(800))})
 		}
-	}()
+	})
 	d.bgWG.Go(func() { d.poll(p) })
-
-	deadline := time.Now().Add(45 * time.Second)
-	for !readyz(p.addr) {
-		select {
-		case <-p.done:
-			return p, fmt.Errorf("%s exited (code %d) before it was ready: %s", id, p.code, tailFile(p.logPath, 1500))
-		case <-ctx.Done():
-			return p, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return p, fmt.Errorf("%s not ready within 45s: %s", id, tailFile(p.logPath, 1500))
-		}
-	}
-	return p, nil
+	return p, p.WaitReady(ctx, 45*time.Second)
 }
 
-// nextGen returns the generation the next incarnation of slot i will have.
-func (d *Drill) nextGen(i int) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.gens[i]
+// clientEnv is the environment every process of the drill gets: its project and the servers.
+func (d *Drill) clientEnv(etcd []string) []string {
+	env := []string{"BATON_PROJECT=" + d.cfg.Project, "BATON_ETCD_ENDPOINTS=" + strings.Join(etcd, ","),
+		"BATON_TEMPORAL_ADDRESS=" + d.temporal.hostPort, "BATON_TEMPORAL_NAMESPACE=" + d.temporal.namespace,
+		"BATON_REDIS_ADDR=" + d.redis.Addr()}
+	if pw := d.redis.Password(); pw != "" {
+		env = append(env, "BATON_REDIS_PASSWORD="+pw)
+	}
+	return env
+}
+
+// onLine keeps p's log lines of interest, and counts the load's handler runs.
+func (d *Drill) onLine(p *proc, line []byte) {
+	if bytes.Contains(line, []byte(`"msg":"dispatched"`)) {
+		var m struct {
+			Key string `json:"key"`
+		}
+		if json.Unmarshal(line, &m) == nil && m.Key != "" {
+			d.mu.Lock()
+			d.handlerRuns[m.Key]++
+			d.mu.Unlock()
+		}
+		return
+	}
+	if e, ok := parseEvent(line); ok {
+		p.mu.Lock()
+		p.events = append(p.events, e)
+		p.mu.Unlock()
+	}
 }
 
 // startSlot starts the next incarnation of worker slot i (a new server ID) behind its etcd proxies.
@@ -261,31 +218,6 @@ func (d *Drill) startSlot(ctx context.Context, i int) (*proc, error) {
 	return p, err
 }
 
-var httpClient = &http.Client{Timeout: 800 * time.Millisecond}
-
-func readyz(addr string) bool {
-	resp, err := httpClient.Get("http://" + addr + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// status reads /status at addr.
-func status(addr string) (baton.Status, bool) {
-	resp, err := httpClient.Get("http://" + addr + "/status")
-	if err != nil {
-		return baton.Status{}, false
-	}
-	defer resp.Body.Close()
-	var st baton.Status
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
-		return baton.Status{}, false
-	}
-	return st, true
-}
-
 func (p *proc) alive() bool {
 	select {
 	case <-p.done:
@@ -301,82 +233,52 @@ func (p *proc) isStopped() bool {
 	return p.stopped
 }
 
-func (p *proc) signal(sig syscall.Signal) {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(sig)
-	}
-}
-
-// kill sends SIGKILL, records when, and waits for the exit (bounded).
-func (p *proc) kill() time.Time {
+// send sends sig and records it, with the instant that bounds the process's acts: taken after a
+// SIGKILL or SIGSTOP is sent (from then on it surely does nothing), before a SIGTERM or SIGCONT
+// (until then it surely did nothing new). After a SIGKILL it waits for the exit.
+func (p *proc) send(sig syscall.Signal) time.Time {
 	p.mu.Lock()
-	p.expectExit = "SIGKILL"
-	p.mu.Unlock()
-	p.signal(syscall.SIGKILL)
 	at := time.Now()
-	p.mu.Lock()
-	p.killedAt = at
+	switch sig {
+	case syscall.SIGKILL:
+		p.expectExit = "SIGKILL"
+	case syscall.SIGTERM:
+		p.expectExit, p.termAt = "SIGTERM", at
+	case syscall.SIGSTOP:
+		p.stopped = true
+	case syscall.SIGCONT:
+		p.stopped = false
+		if n := len(p.stops); n > 0 && p.stops[n-1].Resume.IsZero() {
+			p.stops[n-1].Resume = at
+		}
+	}
 	p.mu.Unlock()
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
+	p.Signal(sig)
+	if sig != syscall.SIGKILL && sig != syscall.SIGSTOP {
+		return at
+	}
+	at = time.Now()
+	p.mu.Lock()
+	if sig == syscall.SIGKILL {
+		p.killedAt = at
+	} else {
+		p.stops = append(p.stops, stopWindow{Stop: at})
+	}
+	p.mu.Unlock()
+	if sig == syscall.SIGKILL {
+		p.Kill()
 	}
 	return at
 }
 
-// term sends SIGTERM and records when.
-func (p *proc) term() time.Time {
-	p.mu.Lock()
-	p.expectExit = "SIGTERM"
-	p.termAt = time.Now()
-	at := p.termAt
-	p.mu.Unlock()
-	p.signal(syscall.SIGTERM)
-	return at
-}
-
-// stop sends SIGSTOP; the instant recorded is after the signal was sent.
-func (p *proc) stop() time.Time {
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	p.signal(syscall.SIGSTOP)
-	at := time.Now()
-	p.mu.Lock()
-	p.stops = append(p.stops, stopWindow{Stop: at})
-	p.mu.Unlock()
-	return at
-}
-
-// cont sends SIGCONT; the instant recorded is before the signal was sent.
-func (p *proc) cont() time.Time {
-	at := time.Now()
-	p.mu.Lock()
-	p.stopped = false
-	if n := len(p.stops); n > 0 && p.stops[n-1].Resume.IsZero() {
-		p.stops[n-1].Resume = at
-	}
-	p.mu.Unlock()
-	p.signal(syscall.SIGCONT)
-	return at
-}
-
-// forceKill ends the process at once (teardown).
-func (p *proc) forceKill() {
-	if !p.alive() {
-		return
-	}
+// teardownKill ends the process at once.
+func (p *proc) teardownKill() {
 	p.mu.Lock()
 	if p.expectExit == "" {
 		p.expectExit = "teardown"
 	}
 	p.mu.Unlock()
-	p.signal(syscall.SIGCONT)
-	p.signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-	}
+	p.Kill()
 }
 
 func (p *proc) snapshotEvents() []event {

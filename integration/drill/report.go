@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/baton-run/baton/integration/benchreport"
 )
 
 // Report is what a drill found.
@@ -147,7 +149,7 @@ func (d *Drill) report(complete bool) *Report {
 		}
 		ls := lat[k]
 		ks.Samples = len(ls)
-		ks.P50, ks.P95 = percentile(ls, 50), percentile(ls, 95)
+		ks.P50, ks.P95 = benchreport.Percentile(ls, 50), benchreport.Percentile(ls, 95)
 		for _, l := range ls {
 			ks.Max = max(ks.Max, l)
 		}
@@ -172,7 +174,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			affected += " (" + strings.Join(f.Affected, ",") + ")"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", f.N, f.Kind, f.Target, len(f.Steps), affected, f.NewRuns,
-			f.Rebalanced, fmtDur(percentile(f.Latencies, 50)), fmtDur(mx), f.Violations, strings.Join(f.Notes, "; "))
+			f.Rebalanced, fmtDur(benchreport.Percentile(f.Latencies, 50)), fmtDur(mx), f.Violations, strings.Join(f.Notes, "; "))
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nTakeover latency by fault kind (injection -> new leader's run started, per affected queue):")

@@ -3,31 +3,19 @@ package drill
 import (
 	"context"
 	"os"
-	"slices"
-	"sort"
-	"strings"
 	"time"
 
-	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/workerproc"
 )
 
-// cleanEnv is this process's environment without the BATON_* variables a demo worker would refuse
-// or should not inherit: only the client settings (endpoints, credentials, TLS files) are kept, and
-// the drill sets the endpoints it wants after them (the last value of a key wins).
-func cleanEnv() []string {
-	keep := map[string]bool{}
-	for _, k := range fxmodule.ClientEnvVars() {
-		keep[k] = true
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == envTemporalChild || (strings.HasPrefix(k, "BATON_") && !keep[k]) {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
+// cleanEnv is the environment a child process of the drill starts from.
+var cleanEnv = workerproc.Environ
+
+// tailFile is the end of the file at path, for an error message (temporal.go).
+func tailFile(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	return testkit.Tail(string(b), n)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -42,29 +30,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
-}
-
-func tailFile(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	return tail(string(b), n)
-}
-
-// percentile returns the p-th percentile (0..100, nearest rank) of ds.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	rank := int(p/100*float64(len(s))+0.999999) - 1
-	return s[min(max(rank, 0), len(s)-1)]
 }
 
 func shortRun(runID string) string { return runID[max(0, len(runID)-8):] }

@@ -2,6 +2,7 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -17,34 +18,42 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Eventually polls f every 20 ms until it returns nil, and fails the test with what and f's last
-// error when d passes first. Tests wait on events this way, never on a guessed sleep.
-func Eventually(t testing.TB, d time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
+// Poll calls f every interval until it returns nil, and returns nil then; when timeout passes or
+// ctx ends first, it returns an error with f's last one. Code waits on events this way, never on a
+// guessed sleep.
+func Poll(ctx context.Context, timeout, interval time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
+			return fmt.Errorf("not within %v: %w", timeout, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// Eventually is Poll for tests, every 20 ms: it fails the test, naming what, when d passes first.
+func Eventually(t testing.TB, d time.Duration, what string, f func() error) {
+	t.Helper()
+	if err := Poll(context.Background(), d, 20*time.Millisecond, f); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
 // FindLeaks polls find (goleak.Find, or a filter of it) until it reports no goroutine left or grace
 // has passed: some goroutines end seconds after their owner has stopped.
 func FindLeaks(grace time.Duration, find func() error) error {
-	deadline := time.Now().Add(grace)
-	for {
-		err := find()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := Poll(context.Background(), grace, 200*time.Millisecond, find); err != nil {
+		return errors.Unwrap(err)
 	}
+	return nil
 }
 
 // VerifyTestMain is goleak.VerifyTestMain with a grace period: it runs the tests and, if they

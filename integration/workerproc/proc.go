@@ -3,19 +3,23 @@ package workerproc
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/testkit"
 )
 
@@ -40,7 +44,7 @@ func Build() (string, error) {
 		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/demo-worker")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/demo-worker: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build ./cmd/demo-worker (pass a prebuilt binary instead): %v\n%s", err, out)
 		}
 	})
 	return buildBin, buildErr
@@ -56,52 +60,103 @@ func BuildT(t testing.TB) string {
 	return bin
 }
 
-// Proc is one `demo-worker run` process. Everything it writes to stdout and stderr is kept; its
-// JSON log lines are also parsed.
+// Environ is this process's environment without the BATON_* variables a demo worker would refuse
+// or should not inherit: only the client settings (endpoints, credentials, TLS files) are kept, and
+// a starter's own variables, appended after them, win (the last value of a key wins).
+func Environ() []string {
+	keep := map[string]bool{}
+	for _, k := range fxmodule.ClientEnvVars() {
+		keep[k] = true
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "BATON_") || keep[k] {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// Proc is one `demo-worker run` (or `load`) process. Everything it writes to stdout and stderr is
+// kept, in memory or in Options.LogFile; its JSON log lines are also parsed (for Logged), unless
+// Options.OnLine takes them.
 type Proc struct {
 	// ID is the process's server ID, Addr the listen address of its HTTP endpoints.
 	ID, Addr string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	code int
+	cmd     *exec.Cmd
+	done    chan struct{}
+	code    int
+	logFile string
+	onLine  func([]byte)
 
 	mu   sync.Mutex
 	logs []map[string]any
 	raw  bytes.Buffer
+	out  io.Writer // raw, or the log file
 }
 
-// Start runs `bin run -server-id id -http <free port> args...` with env appended to this process's
-// environment. The process is killed if this process dies (Pdeathsig).
+// Options are the optional parts of a start.
+type Options struct {
+	// Load runs `load` (a producer of dispatch requests, with no HTTP address) instead of `run`.
+	Load bool
+	// LogFile, when set, receives the output instead of memory (Output reads it back): a long-lived
+	// process's log stays on disk, for whoever reads it afterwards.
+	LogFile string
+	// OnLine, when set, is called with every output line (each stream in order), in place of the
+	// parsed store that Logged reads.
+	OnLine func(line []byte)
+}
+
+// Start runs `bin run -server-id id -http <free port> args...` with env appended to Environ(). The
+// process has its own process group (a Ctrl-C reaches its starter, which stops it) and is killed if
+// this process dies (Pdeathsig).
 func Start(bin, id string, env []string, args ...string) (*Proc, error) {
-	addr, err := testkit.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	return start(bin, id, addr, env, append([]string{"run", "-server-id", id, "-http", addr}, args...))
+	return StartWith(Options{}, bin, id, env, args...)
 }
 
-// StartLoad runs `bin load args...` (a producer of dispatch requests) with env appended to this
-// process's environment; id names it in logs. It has no HTTP address.
+// StartLoad runs `bin load args...` with env appended to Environ(); id names it in logs.
 func StartLoad(bin, id string, env []string, args ...string) (*Proc, error) {
-	return start(bin, id, "", env, append([]string{"load"}, args...))
+	return StartWith(Options{Load: true}, bin, id, env, args...)
 }
 
-func start(bin, id, addr string, env, argv []string) (*Proc, error) {
-	p := &Proc{ID: id, Addr: addr, done: make(chan struct{})}
+// StartWith is Start, or StartLoad with o.Load, with options.
+func StartWith(o Options, bin, id string, env []string, args ...string) (*Proc, error) {
+	p := &Proc{ID: id, done: make(chan struct{}), logFile: o.LogFile, onLine: o.OnLine}
+	argv := append([]string{"load"}, args...)
+	if !o.Load {
+		addr, err := testkit.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		p.Addr = addr
+		argv = append([]string{"run", "-server-id", id, "-http", addr}, args...)
+	}
+	p.out = &p.raw
+	var logf *os.File
+	if o.LogFile != "" {
+		f, err := os.Create(o.LogFile)
+		if err != nil {
+			return nil, err
+		}
+		logf, p.out = f, f
+	}
 	p.cmd = exec.Command(bin, argv...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.Env = append(Environ(), env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		return nil, err
+	var stdout io.ReadCloser
+	if err == nil {
+		stdout, err = p.cmd.StdoutPipe()
 	}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = p.cmd.Start()
 	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
+	if err != nil {
+		if logf != nil {
+			logf.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", id, err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { p.scan(stderr) })
@@ -109,6 +164,9 @@ func start(bin, id, addr string, env, argv []string) (*Proc, error) {
 	go func() {
 		wg.Wait()
 		_ = p.cmd.Wait()
+		if logf != nil {
+			logf.Close()
+		}
 		p.code = p.cmd.ProcessState.ExitCode()
 		close(p.done)
 	}()
@@ -138,7 +196,7 @@ func cleanupT(t testing.TB, p *Proc, err error) *Proc {
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
-			t.Logf("%s output:\n%s", p.ID, testkit.Tail(p.Output(), 6000))
+			t.Logf("%s output:\n%s", p.ID, p.Tail(6000))
 		}
 	})
 	return p
@@ -149,11 +207,12 @@ func (p *Proc) scan(r io.Reader) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		var m map[string]any
 		p.mu.Lock()
-		p.raw.Write(line)
-		p.raw.WriteByte('\n')
-		if json.Unmarshal(line, &m) == nil {
+		_, _ = p.out.Write(line)
+		_, _ = p.out.Write([]byte{'\n'})
+		if p.onLine != nil {
+			p.onLine(line)
+		} else if m := map[string]any(nil); json.Unmarshal(line, &m) == nil && m != nil {
 			m["_seen"] = time.Now()
 			p.logs = append(p.logs, m)
 		}
@@ -173,6 +232,24 @@ func (p *Proc) Kill() {
 	p.Signal(syscall.SIGCONT)
 	p.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// WaitReady waits until /readyz answers 200. It fails, with the tail of the output, when the
+// process exits, ctx ends or timeout passes first.
+func (p *Proc) WaitReady(ctx context.Context, timeout time.Duration) error {
+	err := testkit.Poll(ctx, timeout, 50*time.Millisecond, func() error {
+		if p.Exited() || Ready(p.Addr) {
+			return nil
+		}
+		return errors.New("/readyz does not answer 200")
+	})
+	if err == nil && p.Exited() {
+		err = fmt.Errorf("exited with code %d", p.Code())
+	}
+	if err != nil {
+		return fmt.Errorf("%s not ready: %w: %s", p.ID, err, p.Tail(1500))
+	}
+	return nil
 }
 
 // Done is closed once the process has exited and all its output is read.
@@ -196,9 +273,40 @@ func (p *Proc) Code() int {
 
 // Output returns everything the process has written so far, stderr and stdout interleaved by line.
 func (p *Proc) Output() string {
+	if p.logFile != "" {
+		b, _ := os.ReadFile(p.logFile)
+		return string(b)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.raw.String()
+}
+
+// Tail is the last n bytes of Output, for an error message.
+func (p *Proc) Tail(n int) string { return testkit.Tail(p.Output(), n) }
+
+// Line returns the last output line that starts with prefix, or "".
+func (p *Proc) Line(prefix string) string {
+	var last string
+	for _, l := range strings.Split(p.Output(), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			last = l
+		}
+	}
+	return last
+}
+
+// Counts parses the key=value counts of a line of `load` ("load total: sent=5 accepted=2 ...").
+func Counts(line string) map[string]int {
+	v := map[string]int{}
+	for _, f := range strings.Fields(line) {
+		if k, s, ok := strings.Cut(f, "="); ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				v[k] = n
+			}
+		}
+	}
+	return v
 }
 
 // Logged returns the JSON log lines whose message contains msg, seen at or after since.
