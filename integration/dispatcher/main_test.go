@@ -6,11 +6,11 @@ import (
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
-// temporalServer is the in-process Temporal server the tests share; each test has its own task
+// temporalServer is the Temporal server the tests share; each test has its own task
 // queue, workflow IDs and etcd.
 var temporalServer *temporalx.Server
 
-// Every test stops what it started; temporalx tells the server's own goroutines apart.
+// Every test stops what it started (goleak).
 func TestMain(m *testing.M) {
 	temporalx.Main(m, temporalx.Options{DynamicConfig: map[string]any{
 		"matching.numTaskqueueReadPartitions":  1,

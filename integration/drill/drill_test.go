@@ -13,12 +13,6 @@ import (
 	"github.com/baton-run/baton/integration/drill"
 )
 
-// TestMain lets this test binary serve as the drill's Temporal server child process.
-func TestMain(m *testing.M) {
-	drill.ServeTemporalIfChild()
-	os.Exit(m.Run())
-}
-
 // budget is the hard bound of the short drill, start-up and checks included.
 const budget = 6 * time.Minute
 

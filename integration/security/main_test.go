@@ -16,7 +16,7 @@ var temporalServer *temporalx.Server
 // namespace is not "default", so that every test shows the namespace is carried end to end.
 const namespace = "baton-security"
 
-// The tests share one in-process Temporal server; every test stops what it started (goleak).
+// The tests share one Temporal server; every test stops what it started (goleak).
 func TestMain(m *testing.M) {
 	temporalx.Main(m, temporalx.Options{Namespace: namespace}, &temporalServer)
 }

@@ -9,8 +9,7 @@ import (
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
-// Every test stops what it started; the in-process Temporal server's own never-ending goroutines are
-// told apart by temporalx.
+// Every test stops what it started (goleak).
 func TestMain(m *testing.M) { temporalx.VerifyTestMain(m) }
 
 func etcdClient(t *testing.T, e *env) *clientv3.Client { return etcdtest.Client(t, e.etcd) }

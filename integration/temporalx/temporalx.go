@@ -1,25 +1,36 @@
-// Package temporalx runs a real Temporal server in-process for integration
-// tests and benchmarks (go.temporal.io/server/temporaltest: all four services
-// in one process, in-memory SQLite persistence and visibility, one history
-// shard).
+// Package temporalx runs a real Temporal server for integration tests, benchmarks and the drill: the
+// server of cmd/temporal-dev (temporalserve: go.temporal.io/server v1.32.1, the Temporal CLI dev
+// server's configuration, SQLite) in a child process on free loopback ports.
 //
-// When the environment variable BATON_TEMPORAL_ADDRESS is set (host:port),
-// StartServer starts nothing and uses that server; the namespace is then
-// taken from BATON_TEMPORAL_NAMESPACE (default "default") and Stop returns
-// ErrExternal.
+// Out of process, so that a test binary does not link the server (a quarter of a gigabyte, half a
+// minute of linking under -race) and the server does not run under the test's race detector, taking
+// the CPU that the tests' short etcd TTLs need. The child ends with its starter: it exits when the
+// pipe on its stdin closes, which the kernel does when the starter dies, however it dies.
 //
-// The package is named temporalx so that it does not clash with the upstream
-// package name temporaltest.
+// The binary is the one named by BATON_TEMPORAL_SERVER_BIN (scripts/test.sh builds it once); without
+// it, the first server of a process builds cmd/temporal-dev into the user's cache directory (once for
+// all processes: go build runs under a file lock and does nothing when the binary is up to date).
+//
+// When the environment variable BATON_TEMPORAL_ADDRESS is set (host:port), StartServer starts nothing
+// and uses that server; the namespace is then taken from BATON_TEMPORAL_NAMESPACE (default "default")
+// and Stop returns ErrExternal.
+//
+// The package is named temporalx so that it does not clash with the upstream package name
+// temporaltest.
 package temporalx
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"runtime/pprof"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,10 +39,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
-	"go.temporal.io/server/common/dynamicconfig"
-	serverlog "go.temporal.io/server/common/log"
-	"go.temporal.io/server/temporal"
-	"go.temporal.io/server/temporaltest"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -58,46 +65,74 @@ var ErrExternal = errors.New("temporalx: server is external (" + EnvAddress + ")
 
 // Options configures StartServer.
 type Options struct {
-	// Namespace is registered on the server (if it does not exist yet) and
+	// Namespace is created on the server (if it does not exist yet) and
 	// used by NewClient; default "default". Ignored for an external server
 	// (BATON_TEMPORAL_NAMESPACE is used instead).
 	Namespace string
-	// Logger receives the Temporal server's logs and the logs of the SDK
-	// clients made by NewClient; default zap.NewNop() (the server is very
-	// chatty: hundreds of lines per start/stop).
+	// Logger receives the logs of the SDK clients made by NewClient;
+	// default zap.NewNop().
 	Logger *zap.Logger
-	// DynamicConfig overrides (key -> value) for the in-process server, e.g.
+	// LogFile is the file the server's own log is appended to; default:
+	// none (Start and Main choose one, see there).
+	LogFile string
+	// Dir holds the server's SQLite database, which Close leaves there: a
+	// server started later on the same Dir finds the namespaces and
+	// executions. Default: a temporary directory that Close removes.
+	Dir string
+	// DynamicConfig overrides (key -> value) for the server, e.g.
 	// "history.workflowIdReuseMinimalInterval": 0 (numbers are seconds for
 	// duration settings; time.Duration and strings like "100ms" work too).
 	// Keys are case-insensitive. Default: none (production defaults, plus
-	// temporaltest's own system.forceSearchAttributesCacheRefreshOnRead=true,
-	// which is kept). Values can also be []dynamicconfig.ConstrainedValue,
-	// e.g. to override a setting for one namespace only.
+	// temporaltest's system.forceSearchAttributesCacheRefreshOnRead=true).
 	DynamicConfig map[string]any
 }
 
-// Server is an in-process Temporal server (or an external one, see External).
+// Server is a Temporal server in a child process (or an external one, see External).
 type Server struct {
-	mu        sync.Mutex
 	opts      Options
 	external  bool
 	hostPort  string
 	namespace string
-	ts        *temporaltest.TestServer // nil once stopped, and for an external server
-	closed    bool
-	log       *testkit.LogFile // where the server logs, when Start or Main chose the file
+	dir       string   // the database's directory
+	bin       string   // cmd/temporal-dev
+	args      []string // the same for every start: a restart is the same server
+
+	mu     sync.Mutex
+	child  *child // nil while stopped, and for an external server
+	closed bool
+
+	log *testkit.LogFile // where the server logs, when Start or Main chose the file
 	// logOwnedByT: Start's cleanup names the log already; logNamed: the tests Client named it to.
 	logOwnedByT bool
 	logNamed    sync.Map
 }
 
-// StartServer starts a Temporal server in-process, its frontend on a free
-// port on 127.0.0.1, and returns once the frontend serves and opts.Namespace
-// is registered and usable (bounded by DefaultTimeout).
+// child is one run of the server process.
+type child struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has exited and been waited for
+}
+
+// StartServer starts a Temporal server in a child process, its frontend on
+// a free port on 127.0.0.1, and returns once the frontend serves and
+// opts.Namespace is usable (bounded by DefaultTimeout).
 //
 // If BATON_TEMPORAL_ADDRESS is set, it starts nothing; it registers the
 // namespace on that server if it does not exist yet.
 func StartServer(opts Options) (*Server, error) {
+	if strings.TrimSpace(os.Getenv(EnvAddress)) == "" {
+		if _, err := serverBinary(); err != nil { // a build does not count against DefaultTimeout
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	return StartServerContext(ctx, opts)
+}
+
+// StartServerContext is StartServer bounded by ctx instead of DefaultTimeout (the first call of a
+// process may build the server, see EnvServerBinary; that is not bounded).
+func StartServerContext(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -110,90 +145,117 @@ func StartServer(opts Options) (*Server, error) {
 			ns = DefaultNamespace
 		}
 		s := &Server{opts: opts, external: true, hostPort: addr, namespace: ns}
-		if err := s.ensureNamespace(time.Now().Add(DefaultTimeout)); err != nil {
+		if err := s.waitReady(ctx, nil); err != nil {
 			return nil, err
 		}
 		return s, nil
 	}
 
-	s := &Server{opts: opts, namespace: opts.Namespace}
-	var err error
-	// The ports are picked by temporaltest as free ports and bound later;
-	// if one was taken in between, start again on other ports.
-	for attempt := 0; attempt < 3; attempt++ {
-		// Every goroutine the server starts, directly or not, inherits
-		// this label; VerifyTestMain uses it to tell them from leaks.
-		pprof.Do(context.Background(), serverLabels, func(context.Context) {
-			s.ts, err = newTestServer(opts)
-		})
-		if err == nil || !isAddrInUse(err) {
-			break
-		}
-	}
+	bin, err := serverBinary()
 	if err != nil {
 		return nil, err
 	}
-	s.hostPort = s.ts.GetFrontendHostPort()
-	if err := s.ensureNamespace(time.Now().Add(DefaultTimeout)); err != nil {
-		s.Close()
+	dynamic, err := encodeDynamicConfig(opts.DynamicConfig)
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
-}
-
-// newTestServer starts a temporaltest server. temporaltest.NewServer panics
-// on errors when it is not given a *testing.T; the panic is returned as error.
-func newTestServer(opts Options) (ts *temporaltest.TestServer, err error) {
-	serverOpts := []temporal.ServerOption{
-		// Later options win: this replaces temporaltest's nop logger.
-		temporal.WithLogger(serverlog.NewZapLogger(opts.Logger)),
+	s := &Server{opts: opts, namespace: opts.Namespace, dir: opts.Dir, bin: bin}
+	if s.dir == "" {
+		if s.dir, err = os.MkdirTemp("", "baton-temporal-"); err != nil {
+			return nil, fmt.Errorf("temporalx: %w", err)
+		}
 	}
-	if len(opts.DynamicConfig) > 0 {
-		// Replaces temporaltest's static dynamic config client, whose only
-		// setting is kept here.
-		dc := dynamicconfig.StaticClient{
-			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+	// The ports are picked free and bound later by the child; if one was
+	// taken in between, start again on other ports.
+	for attempt := 1; ; attempt++ {
+		ports, err := testkit.PickPorts(4)
+		if err != nil {
+			s.Close()
+			return nil, err
 		}
-		for k, v := range opts.DynamicConfig {
-			dc[dynamicconfig.MakeKey(k)] = v
+		s.hostPort = "127.0.0.1:" + strconv.Itoa(ports[0])
+		s.args = []string{"-db", filepath.Join(s.dir, "temporal.db"), "-namespace", s.namespace,
+			"-frontend-port", strconv.Itoa(ports[0]), "-history-port", strconv.Itoa(ports[1]),
+			"-matching-port", strconv.Itoa(ports[2]), "-worker-port", strconv.Itoa(ports[3]),
+			"-dynamic-config", dynamic, "-exit-with-stdin"}
+		err = s.start(ctx)
+		if err == nil {
+			return s, nil
 		}
-		serverOpts = append(serverOpts, temporal.WithDynamicConfigClient(dc))
+		if attempt == 3 || ctx.Err() != nil || !errors.Is(err, errExited) {
+			s.Close()
+			return nil, err
+		}
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			ts = nil
-			if e, ok := r.(error); ok {
-				err = fmt.Errorf("temporalx: start server: %w", e)
-			} else {
-				err = fmt.Errorf("temporalx: start server: %v", r)
-			}
+}
+
+// errExited: the child exited before it served.
+var errExited = errors.New("temporalx: server process exited before it served")
+
+// start runs the child and waits until it serves the namespace; on failure the child is gone.
+func (s *Server) start(ctx context.Context) error {
+	cmd := exec.Command(s.bin, s.args...)
+	if s.opts.LogFile != "" {
+		f, err := os.OpenFile(s.opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("temporalx: server log: %w", err)
 		}
-	}()
-	return temporaltest.NewServer(temporaltest.WithBaseServerOptions(serverOpts...)), nil
+		defer f.Close() // the child has its own descriptor
+		cmd.Stdout, cmd.Stderr = f, f
+	}
+	// The child watches its stdin: our end closes when this process dies, however it dies.
+	if _, err := cmd.StdinPipe(); err != nil {
+		return fmt.Errorf("temporalx: %w", err)
+	}
+	// Its own process group: a Ctrl-C reaches its starter, which stops it (a drill still reads it).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("temporalx: start server %s: %w", s.bin, err)
+	}
+	c := &child{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(c.exited) }()
+	s.mu.Lock()
+	s.child = c
+	s.mu.Unlock()
+	if err := s.waitReady(ctx, c.exited); err != nil {
+		s.stop(syscall.SIGKILL)
+		return err
+	}
+	return nil
 }
 
-func isAddrInUse(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "address already in use")
+// WaitReady waits, bounded by ctx, until the Temporal server at hostPort serves namespace,
+// registering the namespace where it does not exist yet: for a server that temporalx did not start
+// (temporalserve in-process).
+func WaitReady(ctx context.Context, hostPort, namespace string) error {
+	s := &Server{opts: Options{Logger: zap.NewNop()}, hostPort: hostPort, namespace: namespace}
+	return s.waitReady(ctx, nil)
 }
 
-// ensureNamespace waits until the frontend answers and registers the
-// namespace if it does not exist, then waits until it is usable.
-func (s *Server) ensureNamespace(deadline time.Time) error {
-	var lastErr error
+// waitReady waits until the frontend answers and the namespace is usable, registering it on an
+// external server where it does not exist yet; exited (nil for an external server) ends the wait.
+func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	for {
-		if lastErr = s.tryEnsureNamespace(deadline); lastErr == nil {
+		err := s.tryNamespace(ctx)
+		if err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, lastErr)
+		select {
+		case <-exited:
+			tail := ""
+			if s.opts.LogFile != "" {
+				b, _ := os.ReadFile(s.opts.LogFile)
+				tail = fmt.Sprintf(" (log %s: %s)", s.opts.LogFile, testkit.Tail(string(b), 1500))
+			}
+			return fmt.Errorf("%w%s", errExited, tail)
+		case <-ctx.Done():
+			return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, err)
+		case <-time.After(100 * time.Millisecond):
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-func (s *Server) tryEnsureNamespace(deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
+func (s *Server) tryNamespace(ctx context.Context) error {
 	nc, err := client.NewNamespaceClient(s.clientOptions())
 	if err != nil {
 		return err
@@ -203,15 +265,17 @@ func (s *Server) tryEnsureNamespace(deadline time.Time) error {
 	defer rcancel()
 	_, err = nc.Describe(rctx, s.namespace)
 	var notFound *serviceerror.NamespaceNotFound
-	if !errors.As(err, &notFound) {
-		return err
+	if errors.As(err, &notFound) {
+		err = nc.Register(rctx, &workflowservice.RegisterNamespaceRequest{
+			Namespace:                        s.namespace,
+			WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
+		})
+		var exists *serviceerror.NamespaceAlreadyExists
+		if errors.As(err, &exists) {
+			err = nil
+		}
 	}
-	err = nc.Register(rctx, &workflowservice.RegisterNamespaceRequest{
-		Namespace:                        s.namespace,
-		WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
-	})
-	var exists *serviceerror.NamespaceAlreadyExists
-	if err != nil && !errors.As(err, &exists) {
+	if err != nil {
 		return err
 	}
 	// Describe and Register go straight to persistence; every service's
@@ -221,45 +285,43 @@ func (s *Server) tryEnsureNamespace(deadline time.Time) error {
 	// (its registry) and history (its own registry) both know the namespace:
 	// a describe of a workflow that does not exist then fails with NotFound,
 	// not NamespaceNotFound.
-	_, err = nc.Describe(rctx, s.namespace)
-	if err != nil {
-		return err
-	}
-	return s.probeNamespace(ctx)
-}
-
-func (s *Server) probeNamespace(ctx context.Context) error {
 	c, err := client.Dial(s.clientOptions())
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = c.WorkflowService().DescribeWorkflowExecution(rctx, &workflowservice.DescribeWorkflowExecutionRequest{
-			Namespace: s.namespace,
-			Execution: &commonpb.WorkflowExecution{WorkflowId: "temporalx-namespace-probe"},
-		})
-		cancel()
-		var notFound *serviceerror.NotFound
-		if errors.As(err, &notFound) {
-			return nil
-		}
-		if err == nil {
-			return nil
-		}
-		var nsNotFound *serviceerror.NamespaceNotFound
-		if !errors.As(err, &nsNotFound) || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
+	_, err = c.WorkflowService().DescribeWorkflowExecution(rctx, &workflowservice.DescribeWorkflowExecutionRequest{
+		Namespace: s.namespace,
+		Execution: &commonpb.WorkflowExecution{WorkflowId: "temporalx-namespace-probe"},
+	})
+	if errors.As(err, new(*serviceerror.NotFound)) {
+		return nil
 	}
+	return err
+}
+
+// encodeDynamicConfig is opts.DynamicConfig as cmd/temporal-dev's -dynamic-config: JSON, with a
+// time.Duration as its string ("1.5s"), which the server parses, not as nanoseconds, which it would
+// take for seconds.
+func encodeDynamicConfig(dc map[string]any) (string, error) {
+	m := make(map[string]any, len(dc))
+	for k, v := range dc {
+		if d, ok := v.(time.Duration); ok {
+			v = d.String()
+		}
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("temporalx: Options.DynamicConfig: want values JSON can carry: %w", err)
+	}
+	return string(b), nil
 }
 
 // External reports whether the server is an external one (BATON_TEMPORAL_ADDRESS).
 func (s *Server) External() bool { return s.external }
 
-// HostPort returns the frontend address, "127.0.0.1:PORT" for an in-process server.
+// HostPort returns the frontend address, "127.0.0.1:PORT" for a server of ours.
 func (s *Server) HostPort() string { return s.hostPort }
 
 // Namespace returns the namespace NewClient uses.
@@ -287,62 +349,107 @@ func (s *Server) NewClient(opts ...func(*client.Options)) (client.Client, error)
 	return client.Dial(o)
 }
 
-// Stop stops the in-process server (all services; the frontend port is
-// closed). Clients and workers are not closed: their calls then fail with
-// serviceerror.Unavailable ("connection refused") once the SDK's retries
-// give up, so bound calls with a context deadline. Stopping a stopped
-// server is a no-op. It returns ErrExternal for an external server.
+// Stop stops the server gracefully (SIGTERM; the frontend port is closed
+// once it returns). Clients and workers are not closed: their calls then
+// fail with serviceerror.Unavailable ("connection refused") once the SDK's
+// retries give up, so bound calls with a context deadline. Stopping a
+// stopped server is a no-op. It returns ErrExternal for an external server.
 func (s *Server) Stop() error {
 	if s.external {
 		return ErrExternal
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopLocked()
-}
-
-func (s *Server) stopLocked() (err error) {
-	ts := s.ts
-	if ts == nil {
-		return nil
-	}
-	s.ts = nil
-	defer func() {
-		// temporaltest's Stop logs a server stop error through its
-		// *testing.T, which is nil here.
-		if r := recover(); r != nil {
-			err = fmt.Errorf("temporalx: stop server: failed (%v)", r)
-		}
-	}()
-	pprof.Do(context.Background(), serverLabels, func(context.Context) { ts.Stop() })
+	s.stop(syscall.SIGTERM)
 	return nil
 }
 
-// Close stops the server (if not yet stopped). The in-process server keeps
-// its data in memory only (SQLite in-memory databases); there are no files
-// to remove. Close is idempotent and does nothing for an external server.
+// Kill stops the server as a crash does (SIGKILL): what it had not
+// written to its database is lost. It returns ErrExternal for an external
+// server.
+func (s *Server) Kill() error {
+	if s.external {
+		return ErrExternal
+	}
+	s.stop(syscall.SIGKILL)
+	return nil
+}
+
+// stop signals the child and waits for it to exit; a child that has not exited 25 s after SIGTERM
+// is killed.
+func (s *Server) stop(sig syscall.Signal) {
+	s.mu.Lock()
+	c := s.child
+	s.child = nil
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(sig)
+	select {
+	case <-c.exited:
+	case <-time.After(25 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// Restart starts a stopped (or killed) server again, on the same address
+// and database: it comes back with its namespaces and executions. A
+// running server is stopped first. It returns once the namespace is usable,
+// retrying while ctx lasts (a port taken in between by someone else may be
+// freed). It returns ErrExternal for an external server.
+func (s *Server) Restart(ctx context.Context) error {
+	if s.external {
+		return ErrExternal
+	}
+	s.stop(syscall.SIGTERM)
+	for {
+		err := s.start(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Close stops the server (if not yet stopped) and removes its database,
+// unless Options.Dir was given. Close is idempotent and does nothing for
+// an external server.
 func (s *Server) Close() error {
 	if s.external {
 		return nil
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	closed := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if closed {
 		return nil
 	}
-	s.closed = true
-	return s.stopLocked()
+	if s.opts.Dir != "" {
+		s.stop(syscall.SIGTERM)
+		return nil
+	}
+	s.stop(syscall.SIGKILL) // nobody reads the data again
+	return os.RemoveAll(s.dir)
 }
 
-// Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.Logger, the
-// server's logs go to a file that is kept (in testkit.EnvLogDir) and named in t's output when t failed.
+// Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.LogFile, the
+// server's log (and, without opts.Logger, the SDK clients' log) goes to a file that is kept (in
+// testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	keepLog := func() {}
 	var log *testkit.LogFile
-	if opts.Logger == nil && os.Getenv(EnvAddress) == "" {
+	if opts.LogFile == "" && os.Getenv(EnvAddress) == "" {
 		log, keepLog = testkit.ServerLog(t, "temporal")
-		opts.Logger = log.Logger
+		opts.LogFile = log.Path
+		if opts.Logger == nil {
+			opts.Logger = log.Logger
+		}
 	}
 	s, err := StartServer(opts)
 	if err != nil {

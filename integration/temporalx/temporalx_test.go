@@ -1,12 +1,14 @@
 package temporalx
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"runtime/pprof"
+	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,18 +24,22 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
-	"go.uber.org/goleak"
+
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envOrphanTest) != "" {
+		serveUntilKilled()
+	}
 	VerifyTestMain(m)
 }
 
-// skipExternal skips tests that need an in-process server.
+// skipExternal skips tests that need a server of their own.
 func skipExternal(t *testing.T) {
 	t.Helper()
 	if os.Getenv(EnvAddress) != "" {
-		t.Skipf("%s is set: test needs an in-process server", EnvAddress)
+		t.Skipf("%s is set: test needs a server of its own", EnvAddress)
 	}
 }
 
@@ -519,7 +525,7 @@ func TestSeveralServers(t *testing.T) {
 	ping(s3)
 }
 
-// TestExternal points BATON_TEMPORAL_ADDRESS at an in-process server.
+// TestExternal points BATON_TEMPORAL_ADDRESS at a server of temporalx.
 func TestExternal(t *testing.T) {
 	skipExternal(t)
 	s := Start(t, Options{Namespace: "ext"})
@@ -541,24 +547,81 @@ func TestExternal(t *testing.T) {
 	}
 }
 
-// TestFindLeaksIgnoresOnlyServerGoroutines: a goroutine with the server's label is ignored, one
-// without it, blocked in the same place, is a leak.
-func TestFindLeaksIgnoresOnlyServerGoroutines(t *testing.T) {
-	before := goleak.IgnoreCurrent()
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	defer func() { close(release); wg.Wait() }()
-	started := make(chan struct{}, 2)
-	park := func() { started <- struct{}{}; <-release }
-	pprof.Do(context.Background(), serverLabels, func(context.Context) { wg.Go(park) })
-	<-started
-	if err := FindLeaks(0, before); err != nil {
-		t.Fatalf("a server goroutine counted as a leak: %v", err)
+// TestRestartKeepsData: a killed server started again is the same server, on the same address with
+// the same executions (the drill's restart fault relies on it).
+func TestRestartKeepsData(t *testing.T) {
+	skipExternal(t)
+	s := Start(t, Options{})
+	c := Client(t, s)
+	run, err := c.ExecuteWorkflow(ctxTimeout(t, 30*time.Second), client.StartWorkflowOptions{TaskQueue: "nobody-polls"}, blockWorkflow)
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Go(park)
-	<-started
-	err := FindLeaks(0, before)
-	if err == nil || strings.Count(err.Error(), "Goroutine ") != 1 || !strings.Contains(err.Error(), "TestFindLeaksIgnoresOnlyServerGoroutines") {
-		t.Fatalf("want exactly the unlabeled goroutine reported, got %v", err)
+	addr := s.HostPort()
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
 	}
+	if err := s.Restart(ctxTimeout(t, 2*DefaultTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if s.HostPort() != addr {
+		t.Errorf("restarted on %s, was %s", s.HostPort(), addr)
+	}
+	c2 := Client(t, s)
+	d, err := c2.DescribeWorkflowExecution(ctxTimeout(t, 30*time.Second), run.GetID(), run.GetRunID())
+	if err != nil {
+		t.Fatalf("the run started before the crash: %v", err)
+	}
+	if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Errorf("the run started before the crash is %v, want running", st)
+	}
+}
+
+// envOrphanTest makes the test binary a starter that serves until it is killed (TestServerDiesWithStarter).
+const envOrphanTest = "TEMPORALX_TEST_STARTER"
+
+func serveUntilKilled() {
+	s, err := StartServer(Options{})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println(s.child.cmd.Process.Pid)
+	select {}
+}
+
+// TestServerDiesWithStarter: a starter killed with SIGKILL (a test run killed at its timeout, a
+// Ctrl-C'd go test) leaves no server behind.
+func TestServerDiesWithStarter(t *testing.T) {
+	skipExternal(t)
+	bin, err := serverBinary() // built here, so that the starter's StartServer does not count it
+	if err != nil {
+		t.Fatal(err)
+	}
+	starter := exec.Command(os.Args[0], "-test.run=^$")
+	starter.Env = append(os.Environ(), envOrphanTest+"=1", EnvServerBinary+"="+bin)
+	out, err := starter.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := starter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		_ = starter.Process.Kill()
+		_ = starter.Wait()
+		t.Fatalf("starter said %q (%v)", line, err)
+	}
+	_ = starter.Process.Kill()
+	_ = starter.Wait()
+	testkit.Eventually(t, 30*time.Second, "the server process ends with its starter", func() error {
+		// A zombie (exited, reaped by nobody yet) counts as ended.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return nil
+		}
+		return fmt.Errorf("server %d still running", pid)
+	})
 }

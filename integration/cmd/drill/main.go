@@ -25,8 +25,6 @@ import (
 )
 
 func main() {
-	// The drill runs its Temporal server as a child process of this executable.
-	drill.ServeTemporalIfChild()
 	os.Exit(run())
 }
 
