@@ -2,21 +2,8 @@ package drill
 
 import (
 	"context"
-	"os"
 	"time"
-
-	"github.com/baton-run/baton/integration/testkit"
-	"github.com/baton-run/baton/integration/workerproc"
 )
-
-// cleanEnv is the environment a child process of the drill starts from.
-var cleanEnv = workerproc.Environ
-
-// tailFile is the end of the file at path, for an error message (temporal.go).
-func tailFile(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	return testkit.Tail(string(b), n)
-}
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
