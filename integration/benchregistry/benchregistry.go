@@ -11,22 +11,18 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/registry"
 )
 
-// Defaults of Run.
-const (
-	DefaultWorkers     = 10_000
-	DefaultRounds      = 3
-	DefaultConcurrency = 32
-)
+// concurrency is how many callers register and heartbeat at once.
+const concurrency = 32
 
 // Queue is the task queue every benchmark worker registers on: one heartbeat set holds them all,
 // the worst case for the sorted-set update of each heartbeat.
@@ -34,17 +30,14 @@ const Queue = "bench"
 
 // Result is what Run measured. Every duration is wall-clock time on the client.
 type Result struct {
-	Workers     int
-	Rounds      int
-	Concurrency int
+	Workers int
 	// Heartbeats measured: Workers × Rounds.
 	Heartbeats int
 	// RegisterElapsed is the time to register every worker.
 	RegisterElapsed time.Duration
-	// Elapsed is the time of the heartbeat rounds; PerSecond is Heartbeats / Elapsed.
-	Elapsed   time.Duration
+	// PerSecond is the heartbeats per second of wall-clock time.
 	PerSecond float64
-	// Latency percentiles of single heartbeats, sent by Concurrency concurrent callers.
+	// Latency percentiles of single heartbeats, sent by concurrent callers.
 	P50, P95, P99 time.Duration
 	// ClientCommandsPerHeartbeat is the number of commands the client sent per heartbeat (round
 	// trips), counted by a go-redis hook: 1, the script call.
@@ -54,21 +47,16 @@ type Result struct {
 	ServerCommandsPerHeartbeat float64
 }
 
-// Run registers workers workers (default 10,000) in a fresh key prefix, heartbeats each of them
-// rounds times (default 3) from DefaultConcurrency concurrent callers, measures, and deletes the
-// prefix's keys. It talks to Redis through a client of its own, made with rdb's options (so that it
-// can count the commands it sends); rdb itself is left untouched.
+// Run registers workers workers in a fresh key prefix, heartbeats each of them rounds times from
+// concurrent callers, measures, and deletes the prefix's keys. It talks to Redis through a client
+// of its own, made with rdb's options (so that it can count the commands it sends); rdb itself is
+// left untouched.
 func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, error) {
-	if rdb == nil {
-		return Result{}, errors.New("benchregistry: Redis client must not be nil")
+	if rdb == nil || workers <= 0 || rounds <= 0 {
+		return Result{}, fmt.Errorf("benchregistry: Run needs a Redis client (got %v), workers > 0 (got %d) and rounds > 0 (got %d)",
+			rdb != nil, workers, rounds)
 	}
-	if workers <= 0 {
-		workers = DefaultWorkers
-	}
-	if rounds <= 0 {
-		rounds = DefaultRounds
-	}
-	res := Result{Workers: workers, Rounds: rounds, Concurrency: DefaultConcurrency, Heartbeats: workers * rounds}
+	res := Result{Workers: workers, Heartbeats: workers * rounds}
 
 	// A client of its own (same options), so that the command-counting hook sees only our commands
 	// and the caller's client is left untouched.
@@ -88,7 +76,7 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 	defer func() { _ = deletePrefix(context.WithoutCancel(ctx), cli, prefix) }()
 
 	start := time.Now()
-	if err := parallel(ctx, workers, res.Concurrency, func(ctx context.Context, i int) error {
+	if err := testkit.Parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
 		_, err := reg.Register(ctx, registration(i))
 		return err
 	}); err != nil {
@@ -108,7 +96,7 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 	latencies := make([]time.Duration, res.Heartbeats)
 	start = time.Now()
 	for r := range rounds {
-		if err := parallel(ctx, workers, res.Concurrency, func(ctx context.Context, i int) error {
+		if err := testkit.Parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
 			t0 := time.Now()
 			_, err := reg.Heartbeat(ctx, Queue, serverID(i), registry.Beat{Active: i % 8, CompletedDelta: 1})
 			latencies[r*workers+i] = time.Since(t0)
@@ -117,7 +105,7 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 			return Result{}, fmt.Errorf("benchregistry: heartbeat: %w", err)
 		}
 	}
-	res.Elapsed = time.Since(start)
+	res.PerSecond = float64(res.Heartbeats) / time.Since(start).Seconds()
 	counter.on.Store(false)
 	after, err := totalCommands(ctx, cli)
 	if err != nil {
@@ -126,7 +114,6 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 	// The INFO that read "before" is counted in "after".
 	res.ServerCommandsPerHeartbeat = float64(after-before-1) / float64(res.Heartbeats)
 	res.ClientCommandsPerHeartbeat = float64(counter.n.Load()) / float64(res.Heartbeats)
-	res.PerSecond = float64(res.Heartbeats) / res.Elapsed.Seconds()
 	res.P50, res.P95, res.P99 = benchreport.Percentile(latencies, 50), benchreport.Percentile(latencies, 95), benchreport.Percentile(latencies, 99)
 	return res, nil
 }
@@ -138,36 +125,6 @@ func registration(i int) registry.Registration {
 		ServerID: serverID(i), Queue: Queue, Hostname: fmt.Sprintf("bench-host-%03d", i%100), PID: 1000 + i,
 		Version: "bench", Capabilities: []string{"BenchWorkflow"}, MaxConcurrency: 8,
 	}
-}
-
-// parallel runs f(ctx, i) for i in [0, n) on conc goroutines, all joined before it returns; the
-// first error cancels the rest.
-func parallel(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(conc, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := f(ctx, i); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return ctx.Err()
 }
 
 // totalCommands reads total_commands_processed from INFO stats.
@@ -186,24 +143,16 @@ func totalCommands(ctx context.Context, cli *redis.Client) (int64, error) {
 
 // deletePrefix removes every key of the benchmark.
 func deletePrefix(ctx context.Context, cli *redis.Client, prefix string) error {
+	pipe := cli.Pipeline()
 	iter := cli.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var batch []string
 	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 1000 {
-			if err := cli.Unlink(ctx, batch...).Err(); err != nil {
-				return err
-			}
-			batch = batch[:0]
-		}
+		pipe.Unlink(ctx, iter.Val())
 	}
 	if err := iter.Err(); err != nil {
 		return err
 	}
-	if len(batch) > 0 {
-		return cli.Unlink(ctx, batch...).Err()
-	}
-	return nil
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // countingHook counts the commands sent while on is set (a pipeline counts each of its commands).

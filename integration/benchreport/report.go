@@ -4,12 +4,14 @@
 package benchreport
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,11 +43,14 @@ func Percentile[T ~int64 | ~float64](samples []T, p float64) T {
 	return s[min(max(rank, 0), len(s)-1)]
 }
 
+// Ms is d in milliseconds.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
 // Millis converts durations to milliseconds.
 func Millis(ds []time.Duration) []float64 {
 	out := make([]float64, len(ds))
 	for i, d := range ds {
-		out[i] = float64(d) / float64(time.Millisecond)
+		out[i] = Ms(d)
 	}
 	return out
 }
@@ -63,13 +68,24 @@ func NewFigure(name, unit string, samples []float64, baseline string, baselineSa
 	return f
 }
 
+var columns = []string{"figure", "unit", "n", "p50", "p95", "p99", "baseline", "baseline p50", "baseline p95", "target", "met"}
+
+func (f Figure) cells() []string {
+	met := "NO"
+	if f.Met {
+		met = "yes"
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	return []string{f.Name, f.Unit, strconv.Itoa(f.Samples), num(f.P50), num(f.P95), num(f.P99), f.Baseline,
+		num(f.BaselineP50), num(f.BaselineP95), f.Target, met}
+}
+
 // Print writes the figures as a table.
 func Print(w io.Writer, figures []Figure) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tunit\tn\tp50\tp95\tp99\tbaseline\tbaseline p50\tbaseline p95\ttarget\tmet")
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
 	for _, f := range figures {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%s\t%.2f\t%.2f\t%s\t%s\n",
-			f.Name, f.Unit, f.Samples, f.P50, f.P95, f.P99, f.Baseline, f.BaselineP50, f.BaselineP95, f.Target, yesNo(f.Met))
+		fmt.Fprintln(tw, strings.Join(f.cells(), "\t"))
 	}
 	tw.Flush()
 }
@@ -83,13 +99,6 @@ func Write(path string, figures []Figure) error {
 	return os.WriteFile(path, append(data, '\n'), 0o644)
 }
 
-func yesNo(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "NO"
-}
-
 // Markdown writes the figures as docs/benchmarks.md: what machine measured them, when, and the table.
 func Markdown(path string, figures []Figure, machine, command string, took time.Duration) error {
 	var b strings.Builder
@@ -98,35 +107,35 @@ func Markdown(path string, figures []Figure, machine, command string, took time.
 	b.WriteString("in-process on loopback (embedded etcd, the Temporal server of go.temporal.io/server/temporaltest,\n")
 	b.WriteString("redis-server), beside its baseline measured in the same run.\n\n")
 	fmt.Fprintf(&b, "Machine: %s  \nRun: %s, %v.\n\n", machine, time.Now().UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
-	b.WriteString("| figure | unit | n | p50 | p95 | p99 | baseline | baseline p50 | baseline p95 | target | met |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---|---:|---:|---|---|\n")
+	b.WriteString("| " + strings.Join(columns, " | ") + " |\n|---|---|---:|---:|---:|---:|---|---:|---:|---|---|\n")
 	for _, f := range figures {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %.2f | %.2f | %s | %.2f | %.2f | %s | %s |\n", f.Name, f.Unit, f.Samples,
-			f.P50, f.P95, f.P99, f.Baseline, f.BaselineP50, f.BaselineP95, strings.ReplaceAll(f.Target, "|", "\\|"), yesNo(f.Met))
+		cells := f.cells()
+		for i, c := range cells {
+			cells[i] = strings.ReplaceAll(c, "|", "\\|")
+		}
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // Machine describes this machine: CPU model and count, memory, OS and Go version.
 func Machine() string {
-	cpu := "unknown CPU"
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				cpu = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
 	mem := ""
-	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				var kb float64
-				fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb)
-				mem = fmt.Sprintf(", %.0f GiB memory", kb/1024/1024)
-			}
+	var kb float64
+	if _, err := fmt.Sscanf(ProcValue("/proc/meminfo", "MemTotal"), "%f", &kb); err == nil {
+		mem = fmt.Sprintf(", %.0f GiB memory", kb/1024/1024)
+	}
+	return fmt.Sprintf("%d x %s%s, %s/%s, %s", runtime.NumCPU(), cmp.Or(ProcValue("/proc/cpuinfo", "model name"), "unknown CPU"),
+		mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// ProcValue is what follows "key:" on the first such line of a file such as /proc/meminfo, or "".
+func ProcValue(path, key string) string {
+	data, _ := os.ReadFile(path)
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
 		}
 	}
-	return fmt.Sprintf("%d x %s%s, %s/%s, %s", runtime.NumCPU(), cpu, mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+	return ""
 }
