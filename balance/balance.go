@@ -38,9 +38,11 @@ type Config struct {
 	ShedInterval time.Duration
 	// Disabled campaigns for every queue all the time, as plain elections do.
 	Disabled bool
-	// Version of this worker's build. Empty: unversioned, Baton's behaviour before versions. With a
-	// version, a rolling deploy moves each queue forward only (never to an older version than the one
-	// leading it), a resigning leader names its successor, and rebalancing waits for the rollout to end.
+	// Version of this worker's build, published in its member record. With versions, a rolling deploy
+	// moves each queue forward only: never to an older version than the one leading it. Empty: an
+	// unversioned worker, never older or newer than another, so it takes no part in forward-only. Every
+	// worker, versioned or not, names its successor when it resigns, hands over when draining, and
+	// keeps the calm balancer's rules (no rebalancing while workers of two versions are live).
 	Version string
 	// Grace is how long the other workers defer to a named successor, and at most how long a resigning
 	// leader waits for its successor to stand first in line. Default 500ms.
@@ -180,9 +182,6 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 // hands every queue it leads over (naming successors, paced by ShedInterval, never during a
 // takeover) and stands only where nobody else does, so a queue is never left without an owner.
 func (r *Runner) SetDraining(draining bool) {
-	if !r.versioned() {
-		return // the hand-over names successors through the versioned workers' records
-	}
 	if r.roster.setDraining(draining) {
 		r.log.Info("draining changed", zap.Bool("draining", draining))
 		r.view.poke()
@@ -245,14 +244,9 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 		ready, members := make(chan struct{}), make(chan struct{})
 		vwg.Go(func() { r.view.run(vctx, r.client, r.el.Config().RetryMax, ready) })
 		vwg.Go(func() { r.view.notify(vctx) })
-		if r.versioned() {
-			vwg.Go(func() { r.roster.run(vctx, r.client, r.el.Config().RetryMax, members) })
-		} else {
-			close(members)
-			r.roster.once.Do(func() { close(r.roster.published) })
-		}
+		vwg.Go(func() { r.roster.run(vctx, r.client, r.el.Config().RetryMax, members) })
 		// Others must know this worker's version before its first candidacy shows, or they would take
-		// it for an unversioned worker and rebalance towards it in the middle of a rollout.
+		// it for a worker of unknown version and hold every rebalancing move until they see it.
 		for _, c := range []chan struct{}{ready, members, r.roster.published} {
 			select {
 			case <-c:
@@ -281,7 +275,7 @@ func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks)
 	wrapped := cb
 	wrapped.OnElected = func(tctx context.Context, term *election.Term) error {
 		r.setHeld(queue, true)
-		if r.versioned() {
+		if !r.cfg.Disabled {
 			r.won(tctx, queue)
 		}
 		return cb.OnElected(tctx, term)
@@ -297,9 +291,9 @@ func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks)
 			return nil
 		}
 		// A held term outlives ctx by its hand-off: watchStanding names the successor, then stops.
-		base := ctx
-		if r.versioned() {
-			base = context.WithoutCancel(ctx)
+		base := context.WithoutCancel(ctx)
+		if r.cfg.Disabled {
+			base = ctx // no hand-off: a stop resigns as a plain election does
 		}
 		qctx, stop := context.WithCancel(base)
 		done := make(chan error, 1)
@@ -435,9 +429,6 @@ func (r *Runner) mayStand(queue string) bool {
 	if l == "" || l == r.cfg.ServerID {
 		return true
 	}
-	if !r.versioned() {
-		return r.Leading() < r.FairShare()
-	}
 	r.mu.Lock()
 	r.lastLeader[queue] = l
 	r.mu.Unlock()
@@ -465,23 +456,28 @@ func (r *Runner) overShare() bool {
 	return r.Leading() > limit
 }
 
+// aboveShedAbove reports whether this worker leads more than ShedAbove × its fair share itself, before
+// the rounding up that overShare's limit takes (which lets 2 queues on 2 workers stay 2 and 0).
+func (r *Runner) aboveShedAbove() bool {
+	return float64(r.Leading()) > float64(r.FairShare())*r.cfg.ShedAbove
+}
+
 // shouldShed returns why the held queue should be handed over now, or "" and how long until it may
 // be worth looking again (0: only when the candidates change). A queue whose takeover is under way is
 // never handed over. A draining worker hands every queue over to whoever may take it. Otherwise,
 // outside a rollout, a queue held for at least Cooldown moves when this worker leads more than
-// ShedAbove × fair share, or more than its fair share while a worker standing for the queue leads at
-// least two fewer (small fleets: 2 queues on 2 workers end 1 and 1; the move never makes the receiver
-// lead more than this worker then does, so nothing moves back). Moves are paced: ShedInterval apart
-// and at most MaxMoves per MoveWindow.
+// ceil(ShedAbove × fair share), or more than ShedAbove × fair share unrounded while a worker standing
+// for the queue leads at least two fewer (small fleets: 2 queues on 2 workers end 1 and 1; the move
+// never makes the receiver lead more than this worker then does, so nothing moves back). A worker
+// within ShedAbove × fair share moves nothing: after a stop-then-start deploy of 5 workers over 100
+// queues, 25, 25, 25, 25 and 0 stay so, where balancing would hand 20 queues over a second time.
+// Moves are paced: ShedInterval apart and at most MaxMoves per MoveWindow.
 func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 	r.mu.Lock()
 	busy, since := r.busy[queue] > 0, r.heldSince[queue]
 	r.mu.Unlock()
 	if busy {
 		return "", 0 // TakingOver's done wakes every queue
-	}
-	if !r.versioned() {
-		return r.shouldShedUnversioned(queue)
 	}
 	reason := ""
 	switch {
@@ -496,7 +492,7 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 		return "", r.cfg.Cooldown - time.Since(since)
 	case !r.view.othersStand(queue, r.cfg.ServerID):
 		return "", 0
-	case r.overShare(), r.lighterInLine(queue, r.Leading()-2):
+	case r.overShare(), r.aboveShedAbove() && r.lighterInLine(queue, r.Leading()-2):
 		reason = ReasonShed
 	default:
 		// Another queue's change may make a lighter worker visible here: look again now and then.
@@ -519,21 +515,6 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 	return reason, 0
 }
 
-// shouldShedUnversioned is Baton's rule before versions: above ShedAbove × fair share, another worker
-// stands for the queue, and the pace allows.
-func (r *Runner) shouldShedUnversioned(queue string) (string, time.Duration) {
-	if !r.overShare() || !r.view.othersStand(queue, r.cfg.ServerID) {
-		return "", 0
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if wait := r.cfg.ShedInterval - time.Since(r.lastShed); wait > 0 {
-		return "", wait
-	}
-	r.lastShed = time.Now()
-	return ReasonShed, 0
-}
-
 // lighterInLine reports whether another worker standing for queue leads at most n queues.
 func (r *Runner) lighterInLine(queue string, n int) bool {
 	counts := r.counts()
@@ -545,12 +526,9 @@ func (r *Runner) lighterInLine(queue string, n int) bool {
 	return false
 }
 
-// unknownCandidate reports, for a versioned worker, whether a worker stands whose member record it has
-// not seen yet: its version may start a rollout, so balancing waits for it.
+// unknownCandidate reports whether a worker stands whose member record this worker has not seen yet:
+// its version may start a rollout, so balancing waits for it.
 func (r *Runner) unknownCandidate() bool {
-	if !r.versioned() {
-		return false
-	}
 	for _, id := range r.view.candidateIDs() {
 		if _, ok := r.roster.member(id); !ok {
 			return true
@@ -574,7 +552,7 @@ func (r *Runner) stopReason() string {
 	if r.roster.draining() {
 		return ReasonDrain
 	}
-	if on, newest := r.roster.rollout(); on && r.versioned() && olderThan(r.cfg.Version, newest) {
+	if on, newest := r.roster.rollout(); on && olderThan(r.cfg.Version, newest) {
 		return ReasonRollout
 	}
 	return ReasonResign
@@ -603,10 +581,12 @@ type view struct {
 
 const notifyEvery = 5 * time.Millisecond
 
-// cand is one candidate key: its server ID and create revision (the oldest key leads).
+// cand is one candidate key: its server ID and create revision (the oldest key leads), and when this
+// worker's watch brought it (zero for a key found by a read: it has stood for a while).
 type cand struct {
-	id  string
-	rev int64
+	id   string
+	rev  int64
+	seen time.Time
 }
 
 func newView(prefix string, queues []string) *view {
@@ -692,6 +672,19 @@ func (v *view) workers() int {
 	return len(v.ids)
 }
 
+// standingSince returns when this worker's watch brought id's candidate key of queue (zero: found by a
+// read, or not standing).
+func (v *view) standingSince(queue, id string) time.Time {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, c := range v.cands[queue] {
+		if c.id == id {
+			return c.seen
+		}
+	}
+	return time.Time{}
+}
+
 func (v *view) othersStand(queue, self string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -729,6 +722,7 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 	}
 	v.wakeLocked(queue)
 	c := v.cands[queue]
+	prior, had := c[key]
 	if old, ok := c[key]; ok {
 		if v.ids[old.id]--; v.ids[old.id] <= 0 {
 			delete(v.ids, old.id)
@@ -743,7 +737,11 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 		c = map[string]cand{}
 		v.cands[queue] = c
 	}
-	c[key] = cand{id: value, rev: rev}
+	nc := cand{id: value, rev: rev, seen: time.Now()}
+	if had && prior.rev == rev {
+		nc.seen = prior.seen
+	}
+	c[key] = nc
 	if v.ids[value]++; v.ids[value] == 1 {
 		v.idsChanged = true
 	}
@@ -757,6 +755,12 @@ func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.D
 		v.cands, v.ids = map[string]map[string]cand{}, map[string]int{}
 		for _, kv := range kvs {
 			v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
+		}
+		for _, c := range v.cands {
+			for k, cd := range c {
+				cd.seen = time.Time{} // found by a read: it has stood for a while
+				c[k] = cd
+			}
 		}
 		v.idsChanged = false // the poke below announces the read to every queue
 		v.mu.Unlock()

@@ -23,27 +23,40 @@
 // over until none is. With the default ShedAbove 1.25, no worker leads more than 1.25 × its fair share
 // (plus one) once shedding settles.
 //
-// # Rolling deploys (versioned workers)
+// # Handovers and rolling deploys
 //
-// A worker with a Version publishes a member record (version, start time, draining) and takes part in
-// version-aware handovers; an unversioned worker behaves as described above and nothing more.
+// Every worker publishes a member record (version, start time, draining) and hands its queues over
+// as follows; only forward-only depends on Config.Version (an empty version is never older or newer
+// than another, so an unversioned worker takes no part in it).
 //
 //   - Designated successor. A leader that resigns a term (stop, drain, shed) names its successor in a
 //     hint: the best worker by version (newest first), then fewest queues led (counting the ones it
-//     has just named), then age (oldest first). The others defer to it for 2 × Grace, and the leader
+//     has just named), then age (oldest first); a worker of a newer version counts even before it
+//     stands anywhere (it has just started). The others defer to it for 2 × Grace, and the leader
 //     waits, at most Grace, until the successor stands first in line behind it, so that etcd, which
-//     elects the oldest candidate, elects it. etcd still decides; a term is still a term.
-//   - Forward only. While workers of two versions are live (a rollout), a worker never stands for a
-//     queue whose leader runs a newer version, and a worker newer than a queue's leader stands in line
-//     for it, ready to be named. The successor is never older than the leader when another exists.
+//     elects the oldest candidate, elects it, and for 100 ms more, so that the successor's watch on
+//     the leader's key is one etcd serves at once (a watch that starts at a revision already past is
+//     served every 100 ms). etcd still decides; a term is still a term.
+//   - Forward only (versioned workers). While workers of two versions are live (a rollout), a worker
+//     never stands for a queue whose leader runs a newer version, and a worker newer than a queue's
+//     leader stands in line for it, ready to be named. The successor is never older than the leader
+//     when another exists.
 //   - A calm balancer. No rebalancing moves during a rollout (the balance afterwards comes from where
-//     the handovers land), and none while a candidate's version is unknown. A queue held for less than
-//     Cooldown is not shed; sheds are ShedInterval apart and at most MaxMoves per MoveWindow; a queue
-//     whose takeover is under way (TakingOver) is never handed off. Above its fair share, a worker
-//     also sheds to a worker in line that leads two fewer, so small fleets spread (2 queues on 2
-//     workers end 1 and 1) and nothing moves back.
-//   - Drain. SetDraining(true) hands every queue over, paced, and the worker then stands only where
-//     nobody else does, so no queue is left without an owner.
+//     the handovers land), and none while a candidate's member record is unknown. A queue held for
+//     less than Cooldown is not shed; sheds are ShedInterval apart and at most MaxMoves per
+//     MoveWindow; a queue whose takeover is under way (TakingOver) is never handed off.
+//   - Small fleets spread. ceil(ShedAbove × fair share) lets 2 queues on 2 workers stay 2 and 0, so a
+//     worker above ShedAbove × fair share itself also sheds to a worker in line that leads two fewer
+//     (2 on 2 end 1 and 1, and nothing moves back). A worker within ShedAbove × fair share moves
+//     nothing: after a stop-then-start deploy of 5 workers over 100 queues, 25, 25, 25, 25 and 0 stay
+//     so, where spreading to the last new worker would move 20 queues a second time.
+//   - Drain. SetDraining(true) (the registry's DRAINING status, in a Node) hands every queue over,
+//     paced, and the worker then stands only where nobody else does, so no queue is left without an
+//     owner.
+//
+// A rolling deploy therefore moves each queue once when new workers start before old ones stop
+// (surge). Stopping first, the first stopped worker's queues have no new worker to go to and move
+// twice: 1 + 1/workers moves per queue with an even spread.
 //
 // Keys beside the election's (never under it, so no queue name collides):
 //

@@ -54,15 +54,8 @@ func compareChunk(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// versioned reports whether this worker takes part in version-aware handovers: it has a version.
-// An unversioned worker behaves as Baton always did.
-func (r *Runner) versioned() bool { return r.cfg.Version != "" }
-
-// inRollout reports whether workers of two versions are live (as this versioned worker sees them).
+// inRollout reports whether workers of two versions are live, as this worker sees them.
 func (r *Runner) inRollout() bool {
-	if !r.versioned() {
-		return false
-	}
 	on, _ := r.roster.rollout()
 	return on
 }

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -48,5 +49,50 @@ func TestNoHandOffDuringTakeover(t *testing.T) {
 	done()
 	if reason, _ := r.shouldShed("a"); reason != ReasonDrain {
 		t.Fatalf("shouldShed after the takeover = %q, want %q", reason, ReasonDrain)
+	}
+}
+
+// A worker above its fair share sheds to a worker in line that leads two fewer only while it leads
+// more than ShedAbove × fair share: 2 queues on 2 workers end 1 and 1, but 25, 25, 25, 25 and 0 over
+// 100 queues (a stop-then-start deploy's end) stay so, where spreading would move 20 queues again.
+func TestSmallFleetRule(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queues int
+		led    []int // queues led per worker; worker 0 is this one, the last stands in line everywhere
+		want   string
+	}{
+		{"2 on 2", 2, []int{2, 0}, ReasonShed},
+		{"within ShedAbove", 100, []int{25, 25, 25, 25, 0}, ""},
+		{"above ShedAbove", 100, []int{26, 25, 25, 24, 0}, ReasonShed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var queues []string
+			for i := range tc.queues {
+				queues = append(queues, fmt.Sprintf("q%03d", i))
+			}
+			v := newView("/e/p/", queues)
+			r := &Runner{cfg: Config{Project: "p", ServerID: "w0", Queues: queues}.withDefaults(), view: v,
+				held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
+				lastLeader: map[string]string{}, named: map[string][]time.Time{}}
+			r.roster = newRoster("/e-balance/p/", "w0", "", 10*time.Second, r.log, v.poke)
+			last := fmt.Sprintf("w%d", len(tc.led)-1)
+			q := 0
+			for w, n := range tc.led {
+				id := fmt.Sprintf("w%d", w)
+				r.roster.members[id] = member{}
+				for range n {
+					v.apply("/e/p/"+queues[q]+"/1", id, int64(2*q+1), false)
+					v.apply("/e/p/"+queues[q]+"/2", last, int64(2*q+2), false)
+					if w == 0 {
+						r.held[queues[q]], r.heldSince[queues[q]] = true, time.Now().Add(-time.Hour)
+					}
+					q++
+				}
+			}
+			if reason, _ := r.shouldShed(queues[0]); reason != tc.want {
+				t.Fatalf("shouldShed = %q, want %q", reason, tc.want)
+			}
+		})
 	}
 }

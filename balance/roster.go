@@ -34,12 +34,15 @@ type member struct {
 
 // hint is a resigning leader's word on a queue: who should win next (empty: nobody in particular)
 // and why the queue moves. seen is when this worker saw it: hints are honoured for a grace window on
-// the local clock, so clocks of different hosts never need to agree.
+// the local clock, so clocks of different hosts never need to agree. cleared marks a hint its leader
+// has removed after the hand-off: nobody defers to it any more, but the winner, whose term may start
+// after the removal reached it, still learns from it why the queue moved.
 type hint struct {
-	To     string `json:"to,omitempty"`
-	From   string `json:"from"`
-	Reason string `json:"reason"`
-	seen   time.Time
+	To      string `json:"to,omitempty"`
+	From    string `json:"from"`
+	Reason  string `json:"reason"`
+	seen    time.Time
+	cleared bool
 }
 
 // roster is one worker's picture of the project's members and hand-off hints, kept by one watch, plus
@@ -102,6 +105,19 @@ func (r *roster) member(id string) (member, bool) {
 	return m, ok
 }
 
+// newerThan returns the members of a newer version than v that do not drain.
+func (r *roster) newerThan(v string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, m := range r.members {
+		if !m.Draining && olderThan(v, m.Version) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // rollout reports whether members of two or more versions are live, and the newest version.
 func (r *roster) rollout() (bool, string) {
 	r.mu.Lock()
@@ -109,12 +125,34 @@ func (r *roster) rollout() (bool, string) {
 	return r.versions > 1, r.newest
 }
 
-// hintFor returns the live hint of queue: one seen less than maxAge ago.
+// hintFor returns the live hint of queue: one seen less than maxAge ago and not cleared.
 func (r *roster) hintFor(queue string, maxAge time.Duration) (hint, bool) {
+	h, ok := r.recentHint(queue, maxAge)
+	if !ok || h.cleared {
+		return hint{}, false
+	}
+	return h, true
+}
+
+// recentHint returns the hint of queue seen less than maxAge ago, cleared or not.
+func (r *roster) recentHint(queue string, maxAge time.Duration) (hint, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.hints[queue]
 	if !ok || time.Since(h.seen) > maxAge {
+		return hint{}, false
+	}
+	return h, true
+}
+
+// readHint reads queue's hint from etcd: for a winner whose watch has not brought the hint yet.
+func (r *roster) readHint(ctx context.Context, client *clientv3.Client, queue string) (hint, bool) {
+	resp, err := client.Get(ctx, r.hintKey(queue))
+	if err != nil || len(resp.Kvs) == 0 {
+		return hint{}, false
+	}
+	var h hint
+	if json.Unmarshal(resp.Kvs[0].Value, &h) != nil {
 		return hint{}, false
 	}
 	return h, true
@@ -167,8 +205,15 @@ func (r *roster) apply(key string, value []byte, deleted bool) {
 		}
 		r.recompute()
 	case "h":
+		if deleted {
+			if h, ok := r.hints[name]; ok {
+				h.cleared = true
+				r.hints[name] = h
+			}
+			return
+		}
 		var h hint
-		if deleted || json.Unmarshal(value, &h) != nil {
+		if json.Unmarshal(value, &h) != nil {
 			delete(r.hints, name)
 			return
 		}

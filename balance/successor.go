@@ -61,18 +61,32 @@ func newBalanceMetrics(mp metric.MeterProvider, r *Runner) (*balanceMetrics, err
 }
 
 // won records a queue this worker now leads: an owner change when another worker led it before, for
-// the reason the previous leader's hint gave, or a crash when it left none.
+// the reason the previous leader's hint gave, or a crash when it left none. The hint may still be on
+// its way to this worker's watch (the candidates' watch brought the term first): then it is read.
 func (r *Runner) won(ctx context.Context, queue string) {
 	r.mu.Lock()
 	prev := r.lastLeader[queue]
 	r.lastLeader[queue] = r.cfg.ServerID
 	r.mu.Unlock()
+	if prev == r.cfg.ServerID {
+		return // this worker again: no owner changed
+	}
+	// A hand-off can take a few Graces under load (the successor's line-up, the resign); a hint of the
+	// previous leader's within hintMemory is this hand-off's.
+	h, ok := r.roster.recentHint(queue, hintMemory*r.cfg.Grace)
+	ok = ok && (prev == "" || h.From == prev)
+	if !ok && prev != "" {
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.Grace)
+		h, ok = r.roster.readHint(rctx, r.client, queue)
+		cancel()
+		ok = ok && h.From == prev
+	}
 	reason := ReasonCrash
-	if h, ok := r.roster.hintFor(queue, 2*r.cfg.Grace); ok && h.From != r.cfg.ServerID {
+	if ok && h.From != r.cfg.ServerID {
 		reason, prev = h.Reason, h.From
 	}
-	if prev == "" || prev == r.cfg.ServerID {
-		return // the queue's first leader, or this worker again: no owner changed
+	if prev == "" {
+		return // the queue's first leader
 	}
 	r.metrics.changes.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(r.metrics.project,
 		attribute.String("queue", queue), attribute.String("reason", reason)))
@@ -81,7 +95,8 @@ func (r *Runner) won(ctx context.Context, queue string) {
 // successor picks who should lead queue after this worker: among the workers standing for this
 // worker's queues, not draining, never of an older version than this one when another is available
 // (forward only), the newest version first, then the fewest queues led (counting the queues this
-// worker named it for a moment ago), then the oldest worker. "" when there is nobody.
+// worker named it for a moment ago), then the oldest worker. "" when there is nobody. Workers of a
+// newer version are candidates before they stand anywhere.
 func (r *Runner) successor(queue string) string {
 	type choice struct {
 		id      string
@@ -108,8 +123,17 @@ func (r *Runner) successor(queue string) string {
 		named[id] = len(at)
 	}
 	r.mu.Unlock()
+	ids := r.view.candidateIDs()
+	// A worker of a newer version that has not stepped into line yet (it has only just started) is a
+	// forward successor all the same: named, it stands. (Should it not campaign for this queue at
+	// all, the hand-off waits Grace and the queue goes to the first in line.)
+	for _, id := range r.roster.newerThan(r.cfg.Version) {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
 	var cs []choice
-	for _, id := range r.view.candidateIDs() {
+	for _, id := range ids {
 		if id == r.cfg.ServerID {
 			continue
 		}
@@ -147,15 +171,22 @@ func (r *Runner) successor(queue string) string {
 	return best.id
 }
 
+// hintMemory, in Graces, is how long a winner still reads a hint to learn why its queue moved.
+const hintMemory = 10
+
+// watchSync is how long a candidate that has just stepped into line may take to hear of its
+// predecessor's resignation: its campaign watches the predecessor's key from the revision after a
+// read, and when the line changed in between (a fleet's deploy changes it all the time) etcd serves
+// that watch from its "unsynced" watchers, every 100 ms. A resigning leader waits that long after
+// its successor stepped in, while it still leads, so that the queue is not without a leader meanwhile.
+const watchSync = 100 * time.Millisecond
+
 // handOff prepares the resignation of a held term: it names the successor in a hint (the others
 // defer to it for a grace window) and waits, at most Grace, until the successor stands first in line
-// behind this worker, so that etcd, which elects the oldest candidate, elects it. An unversioned
-// worker hands over as Baton did before versions: to the first in line. etcd decides in the end;
-// safety does not depend on any of it.
+// behind this worker, so that etcd, which elects the oldest candidate, elects it, and has stood there
+// for watchSync. etcd decides in
+// the end; safety does not depend on any of it.
 func (r *Runner) handOff(ctx context.Context, queue, reason string) {
-	if !r.versioned() {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
 	h := hint{From: r.cfg.ServerID, Reason: reason, To: r.successor(queue)}
@@ -169,11 +200,18 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	r.log.Debug("naming a successor", zap.String("queue", queue), zap.String("successor", h.To), zap.String("reason", reason))
 	for {
 		changed := r.view.changed()
+		var synced <-chan time.Time
 		if line := r.view.line(queue); len(line) > 1 && line[0] == r.cfg.ServerID && line[1] == h.To {
-			return
+			wait := watchSync - time.Since(r.view.standingSince(queue, h.To))
+			if wait <= 0 {
+				return
+			}
+			synced = time.After(wait)
 		}
 		select {
 		case <-changed:
+		case <-synced:
+			return
 		case <-ctx.Done():
 			r.log.Info("named successor did not stand in time; the queue goes to the first in line",
 				zap.String("queue", queue), zap.String("successor", h.To))
@@ -185,9 +223,6 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 // clearHint removes this worker's hint of queue once the hand-off is over, so that a later reader
 // does not take it for a fresh one.
 func (r *Runner) clearHint(ctx context.Context, queue string) {
-	if !r.versioned() {
-		return
-	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
 	// Only a hint on this worker's lease is this worker's: a later leader may have named another.

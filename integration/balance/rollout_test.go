@@ -112,9 +112,10 @@ func TestSurgeRolloutMovesEachQueueOnceForward(t *testing.T) {
 		live = append(live, f.startWith(fmt.Sprintf("old%d", i), versioned("v1.9.0")))
 	}
 	fair := queues / n
-	// Balanced before the rollout (the small-fleet rule spreads to within one), so that what moves
-	// afterwards is the rollout's doing.
-	f.settle(live, fair, settleWithin)
+	limit := (fair*5 + 3) / 4
+	// Balanced before the rollout (within ShedAbove × fair share), so that what moves afterwards is
+	// the rollout's doing.
+	f.settle(live, limit, settleWithin)
 	before := f.marks()
 	for i := range n {
 		nw := f.startWith(fmt.Sprintf("new%d", i), versioned("v1.10.0"))
@@ -124,7 +125,7 @@ func TestSurgeRolloutMovesEachQueueOnceForward(t *testing.T) {
 		live[i] = nw
 		f.settle(live, queues, settleWithin)
 	}
-	counts := f.settle(live, (fair*5+3)/4, settleWithin)
+	counts := f.settle(live, limit, settleWithin)
 	total, most := f.ownerChanges(before)
 	t.Logf("after the rollout: %v; %d owner changes for %d queues (most for one queue: %d)", counts, total, queues, most)
 	f.mu.Lock()
