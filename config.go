@@ -40,8 +40,9 @@ type Config struct {
 	// never shares an ID with its previous life.
 	ServerID string
 	// Version of the worker build, shown in the registry and published to the other workers. Optional:
-	// empty is unversioned. With versions, a rolling deploy moves each queue once and forward only (see
-	// package balance).
+	// empty is unversioned, never older or newer than another worker. With versions, a rolling deploy
+	// also moves each queue forward only, never to an older version than the one leading it; successor
+	// hand-overs, drain and the calm balancer hold for every worker (see package balance).
 	Version string
 	// Capabilities the worker registers with (for example the workflow types it runs). Default: the
 	// dispatcher workflow type.
