@@ -58,7 +58,7 @@ func CLIBinary() (string, error) {
 func StartClusterServers(opts ClusterOptions) (*Cluster, error) {
 	if v := strings.TrimSpace(os.Getenv(EnvClusterAddrs)); v != "" {
 		c := &Cluster{external: true, addrs: strings.Split(v, ","), password: os.Getenv(EnvPassword)}
-		return c, c.waitOK(time.Now().Add(DefaultTimeout), 0)
+		return c, c.waitOK(DefaultTimeout, 0)
 	}
 	if opts.Masters == 0 {
 		opts.Masters = 3
@@ -89,31 +89,26 @@ func StartClusterServers(opts ClusterOptions) (*Cluster, error) {
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		return nil, errors.Join(fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, testkit.Tail(string(out), 2000)), c.Close())
 	}
-	if err := c.waitOK(time.Now().Add(2*DefaultTimeout), opts.Masters); err != nil {
+	if err := c.waitOK(2*DefaultTimeout, opts.Masters); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	return c, nil
 }
 
 // waitOK waits until every node says cluster_state:ok and, when nodes > 0, knows that many nodes.
-func (c *Cluster) waitOK(deadline time.Time, nodes int) error {
-	var err error
+func (c *Cluster) waitOK(timeout time.Duration, nodes int) error {
 	for _, addr := range c.addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, Password: c.password, Protocol: 2, DisableIdentity: true,
 			MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
-		for {
+		err := testkit.Poll(context.Background(), timeout, 50*time.Millisecond, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			var info string
-			info, err = rdb.ClusterInfo(ctx).Result()
-			cancel()
-			if err == nil {
-				err = clusterReady(info, nodes)
+			defer cancel()
+			info, err := rdb.ClusterInfo(ctx).Result()
+			if err != nil {
+				return err
 			}
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return clusterReady(info, nodes)
+		})
 		rdb.Close()
 		if err != nil {
 			return fmt.Errorf("redistest: cluster node %s not ready: %w", addr, err)

@@ -108,7 +108,7 @@ func Binary() (string, error) {
 func StartServer(opts Options) (*Server, error) {
 	if addr := strings.TrimSpace(os.Getenv(EnvAddr)); addr != "" {
 		s := &Server{opts: opts, external: true, addr: addr, password: os.Getenv(EnvPassword)}
-		if err := s.waitReady(time.Now().Add(DefaultTimeout)); err != nil {
+		if err := s.waitReady(DefaultTimeout); err != nil {
 			return nil, fmt.Errorf("redistest: external server %s: %w", addr, err)
 		}
 		return s, nil
@@ -188,7 +188,7 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	s.cmd, s.exited, s.paused = cmd, exited, false
 	s.mu.Unlock()
-	if err := s.waitReady(time.Now().Add(DefaultTimeout)); err != nil {
+	if err := s.waitReady(DefaultTimeout); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
 		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
@@ -197,31 +197,23 @@ func (s *Server) start() error {
 	return nil
 }
 
-func (s *Server) waitReady(deadline time.Time) error {
+func (s *Server) waitReady(timeout time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: s.addr, Password: s.password, MaxRetries: -1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, TLSConfig: s.clientTLS()})
 	defer c.Close()
-	var err error
-	for time.Now().Before(deadline) {
-		s.mu.Lock()
-		exited := s.exited
-		s.mu.Unlock()
-		if exited != nil {
-			select {
-			case <-exited:
-				return errors.New("process exited")
-			default:
-			}
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	return testkit.Poll(context.Background(), timeout, 20*time.Millisecond, func() error {
+		select {
+		case <-exited: // nil for an external server: never
+			return testkit.Final(errors.New("process exited"))
+		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err = c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return err
+		defer cancel()
+		return c.Ping(ctx).Err()
+	})
 }
 
 // External reports whether the server was started elsewhere (BATON_REDIS_ADDR).

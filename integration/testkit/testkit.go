@@ -19,14 +19,15 @@ import (
 )
 
 // Poll calls f every interval until it returns nil, and returns nil then; when timeout passes or
-// ctx ends first, it returns an error with f's last one. Code waits on events this way, never on a
-// guessed sleep.
+// ctx ends first, it returns an error with f's last one, and an error of Final's at once. Code waits
+// on events this way, never on a guessed sleep.
 func Poll(ctx context.Context, timeout, interval time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
-		if err == nil {
-			return nil
+		var fin final
+		if err == nil || errors.As(err, &fin) {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %v: %w", timeout, err)
@@ -38,6 +39,13 @@ func Poll(ctx context.Context, timeout, interval time.Duration, f func() error) 
 		}
 	}
 }
+
+// Final marks an error after which Poll waits no longer (the process it waits for has exited).
+func Final(err error) error { return final{err} }
+
+type final struct{ error }
+
+func (f final) Unwrap() error { return f.error }
 
 // Eventually is Poll for tests, every 20 ms: it fails the test, naming what, when d passes first.
 func Eventually(t testing.TB, d time.Duration, what string, f func() error) {

@@ -238,14 +238,14 @@ func (p *Proc) Kill() {
 // process exits, ctx ends or timeout passes first.
 func (p *Proc) WaitReady(ctx context.Context, timeout time.Duration) error {
 	err := testkit.Poll(ctx, timeout, 50*time.Millisecond, func() error {
-		if p.Exited() || Ready(p.Addr) {
-			return nil
+		switch {
+		case p.Exited():
+			return testkit.Final(fmt.Errorf("exited with code %d", p.Code()))
+		case !Ready(p.Addr):
+			return errors.New("/readyz does not answer 200")
 		}
-		return errors.New("/readyz does not answer 200")
+		return nil
 	})
-	if err == nil && p.Exited() {
-		err = fmt.Errorf("exited with code %d", p.Code())
-	}
 	if err != nil {
 		return fmt.Errorf("%s not ready: %w: %s", p.ID, err, p.Tail(1500))
 	}

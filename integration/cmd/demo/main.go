@@ -1,17 +1,17 @@
 // Command demo is `make demo`: Baton as its users run it, on one machine. It starts the dev servers
-// (real etcd and a real Temporal server in-process, and Redis) with devstack, three demo-worker
+// (real etcd and a real Temporal server in this process, and Redis: package stack), three demo-worker
 // processes over four queues, shows who leads what, kills the leader of one queue and shows the
 // takeover, stops the leader of another queue gracefully and shows the handover, and shuts
-// everything down, explaining each step in plain words. `make demo` builds the two binaries and
-// passes their directory with -bin.
+// everything down, explaining each step in plain words. `make demo` builds demo-worker and passes its
+// directory with -bin.
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,8 +24,11 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/integration/stack"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -48,8 +51,8 @@ type options struct {
 
 func run() error {
 	var o options
-	flag.StringVar(&o.bin, "bin", "", "directory holding the demo-worker and devstack binaries (make demo builds them)")
-	flag.StringVar(&o.workDir, "dir", "", "directory for logs and the env file (default: a new temporary directory)")
+	flag.StringVar(&o.bin, "bin", "", "directory holding the demo-worker binary (make demo builds it)")
+	flag.StringVar(&o.workDir, "dir", "", "directory for the logs (default: a new temporary directory)")
 	flag.IntVar(&o.workers, "workers", 3, "demo workers to run")
 	flag.Parse()
 	if o.bin == "" {
@@ -79,15 +82,14 @@ func run() error {
 }
 
 type demo struct {
-	o           options
-	started     time.Time
-	stack       *exec.Cmd
-	stackExited chan error
-	env         map[string]string
-	tc          client.Client
-	workers     []*workerproc.Proc
-	gen         int
-	closed      bool
+	o       options
+	started time.Time
+	stack   *stack.Stack
+	env     map[string]string
+	tc      client.Client
+	workers []*workerproc.Proc
+	gen     int
+	closed  bool
 }
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
@@ -98,15 +100,18 @@ func (d *demo) step(format string, args ...any) {
 
 func (d *demo) script(ctx context.Context) error {
 	d.step("Starting the dev servers: etcd (embedded), Temporal (in-process) and Redis, on loopback.")
-	if err := d.startStack(ctx); err != nil {
+	st, err := stack.Start(ctx, stack.Options{Dir: d.o.workDir, Warn: func(format string, args ...any) { say("  "+format, args...) }})
+	if err != nil {
 		return err
 	}
-	if d.env["BATON_DEVSTACK_REDIS"] == "inprocess" {
-		say("  NOTICE: redis-server is not installed here, so Redis is an in-process stand-in (miniredis).")
+	d.stack = st
+	d.env = map[string]string{"BATON_ELECTION_TTL": "3s"}
+	for _, v := range st.Env() {
+		d.env[v.Name] = v.Value
 	}
 	say("  etcd %s, Temporal %s, Redis %s", d.env["BATON_ETCD_ENDPOINTS"], d.env["BATON_TEMPORAL_ADDRESS"], d.env["BATON_REDIS_ADDR"])
-	tc, err := client.Dial(client.Options{HostPort: d.env["BATON_TEMPORAL_ADDRESS"], Namespace: d.env["BATON_TEMPORAL_NAMESPACE"],
-		Logger: quietLogger{}})
+	tc, err := client.Dial(client.Options{HostPort: st.Temporal.HostPort(), Namespace: st.Temporal.Namespace(),
+		Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		return fmt.Errorf("temporal client: %w", err)
 	}
@@ -192,51 +197,6 @@ func (d *demo) script(ctx context.Context) error {
 	return nil
 }
 
-func (d *demo) startStack(ctx context.Context) error {
-	envFile := filepath.Join(d.o.workDir, "devstack.env")
-	_ = os.Remove(envFile)
-	logf, err := os.Create(filepath.Join(d.o.workDir, "devstack.log"))
-	if err != nil {
-		return err
-	}
-	d.stack = exec.Command(filepath.Join(d.o.bin, "devstack"), "-env-file", envFile, "-quiet")
-	d.stack.Stdout, d.stack.Stderr = logf, logf
-	d.stack.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := d.stack.Start(); err != nil {
-		return fmt.Errorf("start devstack: %w", err)
-	}
-	exited := make(chan error, 1)
-	d.stackExited = exited
-	go func() { exited <- d.stack.Wait(); close(exited) }()
-	for {
-		if data, err := os.ReadFile(envFile); err == nil {
-			d.env = parseEnv(string(data))
-			d.env["BATON_ELECTION_TTL"] = "3s"
-			return nil
-		}
-		select {
-		case err := <-exited:
-			d.stack = nil
-			log, _ := os.ReadFile(logf.Name())
-			return fmt.Errorf("devstack exited before it was ready: %v\n%s", err, log)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func parseEnv(s string) map[string]string {
-	env := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && strings.HasPrefix(k, "BATON_") {
-			env[k] = strings.Trim(v, `'"`)
-		}
-	}
-	return env
-}
-
 // workerEnv is what a demo-worker process needs beside this process's environment.
 func (d *demo) workerEnv() []string {
 	var env []string
@@ -260,14 +220,10 @@ func (d *demo) startLoad(queue string) (*workerproc.Proc, error) {
 	return p, nil
 }
 
-// summary waits for the load to finish and returns its final line (the JSON lines are its logs).
+// summary waits for the load to finish and returns its final line.
 func summary(load *workerproc.Proc) string {
 	<-load.Done()
-	lines := strings.Split(strings.TrimSpace(load.Output()), "\n")
-	for i := len(lines) - 1; i > 0 && strings.HasPrefix(lines[i], "{"); i-- {
-		lines = lines[:i]
-	}
-	return lines[len(lines)-1]
+	return load.Line("load total:")
 }
 
 func (d *demo) startWorker(id string) (*workerproc.Proc, error) {
@@ -296,38 +252,26 @@ func (d *demo) leaderOf(queue string) (*workerproc.Proc, baton.QueueStatus) {
 }
 
 func (d *demo) waitAllLed(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		missing := slices.DeleteFunc(slices.Clone(queues), func(q string) bool { w, _ := d.leaderOf(q); return w != nil })
-		if len(missing) == 0 {
-			return nil
+	err := testkit.Poll(ctx, timeout, 50*time.Millisecond, func() error {
+		if missing := slices.DeleteFunc(slices.Clone(queues), func(q string) bool { w, _ := d.leaderOf(q); return w != nil }); len(missing) > 0 {
+			return fmt.Errorf("queues without a leader: %v", missing)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("queues without a leader after %v: %v (see the logs in %s)", timeout, missing, d.o.workDir)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (see the logs in %s)", err, d.o.workDir)
 	}
+	return nil
 }
 
-func (d *demo) waitNewLeader(ctx context.Context, queue string, old *workerproc.Proc, timeout time.Duration) (*workerproc.Proc, baton.QueueStatus, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if w, qs := d.leaderOf(queue); w != nil && w != old {
-			return w, qs, nil
+func (d *demo) waitNewLeader(ctx context.Context, queue string, old *workerproc.Proc, timeout time.Duration) (w *workerproc.Proc, qs baton.QueueStatus, err error) {
+	err = testkit.Poll(ctx, timeout, 10*time.Millisecond, func() error {
+		if w, qs = d.leaderOf(queue); w == nil || w == old {
+			return fmt.Errorf("%s: no new leader", queue)
 		}
-		if time.Now().After(deadline) {
-			return nil, baton.QueueStatus{}, fmt.Errorf("%s: no new leader within %v", queue, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, baton.QueueStatus{}, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return nil
+	})
+	return w, qs, err
 }
 
 func (d *demo) table() {
@@ -407,21 +351,9 @@ func (d *demo) shutdown() {
 	if d.tc != nil {
 		d.tc.Close()
 	}
-	if d.stack != nil && d.stack.Process != nil {
-		_ = d.stack.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.stackExited:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-d.stack.Process.Pid, syscall.SIGKILL)
-			<-d.stackExited
+	if d.stack != nil {
+		if err := d.stack.Close(); err != nil {
+			say("  stopping the dev servers: %v", err)
 		}
 	}
 }
-
-// quietLogger keeps the SDK client's logs out of the story.
-type quietLogger struct{}
-
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}

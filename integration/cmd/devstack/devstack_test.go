@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,12 +23,17 @@ import (
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
-// Every test stops what it started; the in-process Temporal server's own never-ending goroutines are
-// told apart by temporalx.
+// Every test stops what it started. The stack's Temporal server is temporalx's child here (childTemporal):
+// the in-process one leaves goroutines behind when it stops.
 func TestMain(m *testing.M) { temporalx.VerifyTestMain(m) }
+
+func childTemporal(ctx context.Context, dir string) (stack.Temporal, error) {
+	return temporalx.StartServerContext(ctx, temporalx.Options{Dir: dir})
+}
 
 // ownServers makes the helpers start servers even when the BATON_* variables point at running ones.
 func ownServers(t *testing.T) {
@@ -46,13 +53,13 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 	if err := os.WriteFile(envFile, []byte("BATON_REDIS_ADDR=stale\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wantMode := redisReal
+	wantMode := stack.RedisReal
 	if _, err := redistest.Binary(); err != nil {
-		wantMode = redisInprocess
+		wantMode = stack.RedisInprocess
 	}
 	var stdout, stderr bytes.Buffer
 	began := time.Now()
-	st, err := start(t.Context(), options{etcdMembers: 1, redis: redisAuto, installRedis: false, envFile: envFile,
+	st, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisAuto, envFile: envFile, temporal: childTemporal,
 		stdout: &stdout, stderr: &stderr, tmpDir: tmp})
 	if err != nil {
 		t.Fatalf("start: %v\nstderr: %s", err, stderr.String())
@@ -67,8 +74,8 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 
 	env := readEnvFile(t, envFile)
 	for _, v := range st.Env() {
-		if v.value == "" || env[v.name] != v.value {
-			t.Errorf("env file: %s=%q, stack says %q", v.name, env[v.name], v.value)
+		if v.Value == "" || env[v.Name] != v.Value {
+			t.Errorf("env file: %s=%q, stack says %q", v.Name, env[v.Name], v.Value)
 		}
 	}
 	for _, name := range []string{"BATON_ETCD_ENDPOINTS", "BATON_TEMPORAL_ADDRESS", "BATON_TEMPORAL_NAMESPACE",
@@ -135,7 +142,7 @@ func TestStartFailureStopsWhatStarted(t *testing.T) {
 	ownServers(t)
 	tmp := t.TempDir()
 	var stdout bytes.Buffer
-	_, err := start(t.Context(), options{etcdMembers: 1, redis: redisReal, installRedis: false,
+	_, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisReal, temporal: childTemporal,
 		envFile: filepath.Join(tmp, "devstack.env"), stdout: &stdout, tmpDir: tmp,
 		redisBinary: func() (string, error) { return "", redistest.ErrNoBinary }})
 	if err == nil || !strings.Contains(err.Error(), "redis-server is not installed") {
@@ -150,45 +157,56 @@ func TestStartFailureStopsWhatStarted(t *testing.T) {
 	// TestMain's leak check finds the etcd member if it still runs.
 }
 
+// noTemporal stands in for the Temporal server in tests of the rest of the stack.
+type noTemporal struct{}
+
+func (noTemporal) HostPort() string  { return "" }
+func (noTemporal) Namespace() string { return "" }
+func (noTemporal) Close() error      { return nil }
+
 func TestInprocessRedis(t *testing.T) {
+	ownServers(t)
 	missing := func() (string, error) { return "", redistest.ErrNoBinary }
 	for _, tc := range []struct {
 		name   string
-		o      options
+		o      stack.Options
 		reason string
 	}{
-		{"flag", options{redis: redisInprocess}, "because -redis=inprocess was given"},
-		{"auto without redis-server", options{redis: redisAuto, redisBinary: missing}, "because redis-server is not installed"},
+		{"flag", stack.Options{Redis: stack.RedisInprocess}, "because -redis=inprocess was given"},
+		{"auto without redis-server", stack.Options{Redis: stack.RedisAuto, RedisBinary: missing}, "because redis-server is not installed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			tc.o.stderr = &stderr
-			r, err := startRedis(t.Context(), tc.o.withDefaults())
+			tc.o.Warn = func(format string, args ...any) { fmt.Fprintf(&stderr, format+"\n", args...) }
+			tc.o.Temporal = func(context.Context, string) (stack.Temporal, error) { return noTemporal{}, nil }
+			tc.o.Dir = t.TempDir()
+			s, err := stack.Start(t.Context(), tc.o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer r.Close()
-			if r.mode != redisInprocess {
-				t.Fatalf("mode %s, want %s", r.mode, redisInprocess)
+			defer s.Close()
+			addr := s.RedisAddr
+			if s.RedisMode != stack.RedisInprocess || s.Redis != nil {
+				t.Fatalf("mode %s, want %s", s.RedisMode, stack.RedisInprocess)
 			}
-			if !strings.Contains(stderr.String(), "NOTICE: Redis at "+r.Addr()+" is an in-process stand-in") ||
+			if !strings.Contains(stderr.String(), "NOTICE: Redis at "+addr+" is an in-process stand-in") ||
 				!strings.Contains(stderr.String(), tc.reason) ||
 				!strings.Contains(stderr.String(), "Fault drills against Redis") {
 				t.Errorf("no clear NOTICE:\n%s", stderr.String())
 			}
-			if h, _, _ := net.SplitHostPort(r.Addr()); h != "127.0.0.1" {
-				t.Errorf("listens on %s, want loopback", r.Addr())
+			if h, _, _ := net.SplitHostPort(addr); h != "127.0.0.1" {
+				t.Errorf("listens on %s, want loopback", addr)
 			}
 			// Both the client defaults (RESP3, CLIENT SETINFO) and the Protocol 2 options of redistest.
-			for _, o := range []*redis.Options{{Addr: r.Addr()}, {Addr: r.Addr(), Protocol: 2, DisableIdentity: true}} {
+			for _, o := range []*redis.Options{{Addr: addr}, {Addr: addr, Protocol: 2, DisableIdentity: true}} {
 				checkBatonRedisUse(t, redis.NewClient(o))
 			}
-			if err := r.Close(); err != nil {
+			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if c, err := net.DialTimeout("tcp", r.Addr(), time.Second); err == nil {
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				c.Close()
-				t.Errorf("%s still accepts connections after Close", r.Addr())
+				t.Errorf("%s still accepts connections after Close", addr)
 			}
 		})
 	}
@@ -374,9 +392,9 @@ func TestParseFlags(t *testing.T) {
 		want    options
 		wantErr string
 	}{
-		{"defaults", nil, options{etcdMembers: 1, redis: redisAuto, installRedis: true}, ""},
-		{"all", []string{"-etcd-members=3", "-redis=inprocess", "-install-redis=false", "-env-file=/tmp/x.env", "-quiet"},
-			options{etcdMembers: 3, redis: redisInprocess, envFile: "/tmp/x.env", quiet: true}, ""},
+		{"defaults", nil, options{etcdMembers: 1, redis: stack.RedisAuto}, ""},
+		{"all", []string{"-etcd-members=3", "-redis=inprocess", "-env-file=/tmp/x.env", "-quiet"},
+			options{etcdMembers: 3, redis: stack.RedisInprocess, envFile: "/tmp/x.env", quiet: true}, ""},
 		{"no members", []string{"-etcd-members=0"}, options{}, "-etcd-members=0: want 1 to 9"},
 		{"unknown redis mode", []string{"-redis=docker"}, options{}, `-redis="docker": want auto, real or inprocess`},
 		{"positional argument", []string{"extra"}, options{}, "unexpected arguments"},
@@ -392,12 +410,11 @@ func TestParseFlags(t *testing.T) {
 			type flags struct {
 				members int
 				redis   string
-				install bool
 				envFile string
 				quiet   bool
 			}
-			g := flags{got.etcdMembers, got.redis, got.installRedis, got.envFile, got.quiet}
-			w := flags{tc.want.etcdMembers, tc.want.redis, tc.want.installRedis, tc.want.envFile, tc.want.quiet}
+			g := flags{got.etcdMembers, got.redis, got.envFile, got.quiet}
+			w := flags{tc.want.etcdMembers, tc.want.redis, tc.want.envFile, tc.want.quiet}
 			if err != nil || g != w {
 				t.Fatalf("parseFlags = %+v, %v; want %+v", got, err, tc.want)
 			}
@@ -408,7 +425,7 @@ func TestParseFlags(t *testing.T) {
 func TestWriteEnvFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "baton.env")
-	vars := []envVar{{"A", "http://127.0.0.1:1,http://127.0.0.1:2"}, {"B", "it's here"}, {"C", ""}}
+	vars := []stack.EnvVar{{Name: "A", Value: "http://127.0.0.1:1,http://127.0.0.1:2"}, {Name: "B", Value: "it's here"}, {Name: "C"}}
 	for range 2 { // the second write replaces the first
 		if err := writeEnvFile(path, vars); err != nil {
 			t.Fatal(err)

@@ -7,10 +7,9 @@
 //	while [ ! -f /tmp/baton.env ]; do sleep 0.2; done
 //	set -a; . /tmp/baton.env; set +a   # etcdtest, temporalx and redistest now use these servers
 //
-// Redis is the real redis-server when it is installed (or can be installed with apt-get, as root or
-// with passwordless sudo). Otherwise, in -redis=auto mode, an in-process Redis-compatible server
-// (miniredis) stands in; BATON_DEVSTACK_REDIS=inprocess says so. It runs Baton's scripts, but it is
-// not Redis: fault drills against Redis (kill, pause, restart) need the real server.
+// The servers are package stack's: Redis is the real redis-server when it is installed (`make deps`
+// installs it); otherwise, in -redis=auto mode, an in-process stand-in, and BATON_DEVSTACK_REDIS=inprocess
+// says so.
 package main
 
 import (
@@ -21,12 +20,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
@@ -94,13 +96,8 @@ func run() error {
 		return err
 	}
 	<-ctx.Done()
-	o.say("stopping (a second signal exits at once)")
-	began := time.Now()
-	if err := st.Close(); err != nil {
-		return err
-	}
-	o.say("stopped in %v", time.Since(began).Round(time.Millisecond))
-	return nil
+	fmt.Fprintln(os.Stderr, "devstack: stopping (a second signal exits at once)")
+	return st.Close()
 }
 
 // exitOnSecondSignal waits for the first signal (ctx done), then hands the signals over from
@@ -132,39 +129,28 @@ func exitOnSecondSignal(ctx context.Context, stop context.CancelFunc, done <-cha
 
 // options are the command's flags.
 type options struct {
-	etcdMembers  int
-	redis        string // redisAuto, redisReal or redisInprocess
-	installRedis bool
-	envFile      string
-	quiet        bool
+	etcdMembers int
+	redis       string // stack.RedisAuto, RedisReal or RedisInprocess
+	envFile     string
+	quiet       bool
 
 	// Not flags.
 	stdout, stderr io.Writer
-	// closeTimeout bounds the stop of each server; default 15 s.
-	closeTimeout time.Duration
-	// installTimeout bounds apt-get install; default 3 min.
-	installTimeout time.Duration
 	// tmpDir is where the data dir is created; default os.TempDir().
 	tmpDir string
-	// redisBinary finds redis-server; default redistest.Binary.
+	// redisBinary finds redis-server; default redistest.Binary. temporal starts Temporal; default
+	// stack.InProcess.
 	redisBinary func() (string, error)
+	temporal    func(ctx context.Context, dir string) (stack.Temporal, error)
 }
-
-const (
-	redisAuto      = "auto"
-	redisReal      = "real"
-	redisInprocess = "inprocess"
-)
 
 func parseFlags(args []string, output io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.IntVar(&o.etcdMembers, "etcd-members", 1, "number of embedded etcd members")
-	fs.StringVar(&o.redis, "redis", redisAuto, "Redis server: real (redis-server), inprocess (miniredis stand-in), "+
-		"or auto (real if redis-server is installed or can be installed, else inprocess)")
-	fs.BoolVar(&o.installRedis, "install-redis", true, "when redis-server is missing, apt-get install it "+
-		"(only as root or with passwordless sudo)")
+	fs.StringVar(&o.redis, "redis", stack.RedisAuto, "Redis server: real (redis-server), inprocess (miniredis stand-in), "+
+		"or auto (real if redis-server is installed, else inprocess)")
 	fs.StringVar(&o.envFile, "env-file", "", "write the endpoints as shell-sourceable BATON_* lines to this file "+
 		"once every server is ready (atomically; removed on exit)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the BATON_* lines (and warnings)")
@@ -186,40 +172,125 @@ func (o options) validate() error {
 		return fmt.Errorf("-etcd-members=%d: want 1 to 9", o.etcdMembers)
 	}
 	switch o.redis {
-	case redisAuto, redisReal, redisInprocess:
+	case stack.RedisAuto, stack.RedisReal, stack.RedisInprocess:
 	default:
-		return fmt.Errorf("-redis=%q: want %s, %s or %s", o.redis, redisAuto, redisReal, redisInprocess)
+		return fmt.Errorf("-redis=%q: want %s, %s or %s", o.redis, stack.RedisAuto, stack.RedisReal, stack.RedisInprocess)
 	}
 	return nil
 }
 
-func (o options) withDefaults() options {
+// devstack is the running stack and its env file.
+type devstack struct {
+	*stack.Stack
+	envFile string
+}
+
+// start starts the stack, prints its endpoints and writes the env file. On failure, or when ctx ends
+// before all are up, it stops what it started.
+func start(ctx context.Context, o options) (*devstack, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	if o.stdout == nil {
 		o.stdout = io.Discard
 	}
 	if o.stderr == nil {
 		o.stderr = io.Discard
 	}
-	if o.closeTimeout <= 0 {
-		o.closeTimeout = 15 * time.Second
+	say := func(format string, args ...any) {
+		if !o.quiet {
+			fmt.Fprintf(o.stdout, "# "+format+"\n", args...) // a shell comment: stdout stays sourceable
+		}
 	}
-	if o.installTimeout <= 0 {
-		o.installTimeout = 3 * time.Minute
+	began := time.Now()
+	if o.envFile != "" {
+		// A script waits for the file to appear: one left over by an earlier run must not count.
+		if err := os.Remove(o.envFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("env file: %w", err)
+		}
 	}
-	if o.redisBinary == nil {
-		o.redisBinary = redistest.Binary
+	st, err := stack.Start(ctx, stack.Options{EtcdMembers: o.etcdMembers, Redis: o.redis, Dir: o.tmpDir, Say: say,
+		Warn:        func(format string, args ...any) { fmt.Fprintf(o.stderr, "devstack: "+format+"\n", args...) },
+		RedisBinary: o.redisBinary, Temporal: o.temporal})
+	if err != nil {
+		return nil, err
 	}
-	return o
+	d := &devstack{Stack: st}
+	if o.envFile != "" {
+		if err := writeEnvFile(o.envFile, st.Env()); err != nil {
+			return nil, errors.Join(fmt.Errorf("env file: %w", err), st.Close())
+		}
+		d.envFile = o.envFile
+	}
+	fmt.Fprint(o.stdout, formatEnv(st.Env()))
+	where := ""
+	if o.envFile != "" {
+		where = "; wrote " + o.envFile
+	}
+	say("ready in %v%s; SIGINT (Ctrl-C) or SIGTERM stops everything", time.Since(began).Round(time.Millisecond), where)
+	return d, nil
 }
 
-// say prints a human line, as a shell comment so that stdout stays sourceable.
-func (o options) say(format string, args ...any) {
-	if !o.quiet {
-		fmt.Fprintf(o.stdout, "# "+format+"\n", args...)
+// Close removes the env file (it must not point at stopped servers), then stops the servers.
+func (d *devstack) Close() error {
+	var err error
+	if d.envFile != "" {
+		if err = os.Remove(d.envFile); errors.Is(err, os.ErrNotExist) {
+			err = nil
+		}
+		d.envFile = ""
 	}
+	return errors.Join(err, d.Stack.Close())
 }
 
-// warn prints to stderr whatever -quiet says.
-func (o options) warn(format string, args ...any) {
-	fmt.Fprintf(o.stderr, "devstack: "+format+"\n", args...)
+// formatEnv renders the variables as NAME=value lines that sh can source and docker's
+// --env-file reads alike (values are quoted only when they must be).
+func formatEnv(vars []stack.EnvVar) string {
+	var b strings.Builder
+	for _, v := range vars {
+		fmt.Fprintf(&b, "%s=%s\n", v.Name, shellQuote(v.Value))
+	}
+	return b.String()
+}
+
+func shellQuote(v string) string {
+	safe := v != ""
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/@%+=", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
+}
+
+// writeEnvFile writes the file atomically (temp file in the same dir, fsync, rename), so that a
+// reader that sees the file sees all of it.
+func writeEnvFile(path string, vars []stack.EnvVar) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.WriteString(formatEnv(vars)); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
