@@ -65,7 +65,7 @@ DEMO_BIN := $(CURDIR)/.demo/bin
 demo: deps
 	@mkdir -p $(DEMO_BIN)
 	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
-	cd integration && $(GO) build -o $(DEMO_BIN)/devstack ./cmd/devstack && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo
+	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo
 	$(DEMO_BIN)/demo -bin $(DEMO_BIN)
 
 ## drill: chaos drill on loopback (3-member etcd, Temporal, Redis, 5 demo workers over 20 queues): faults one
