@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -219,6 +220,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	o.addFlags(fs)
 	c := &o.cfg
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "this process's ID in elections, heartbeats and the registry (BATON_SERVER_ID; default <host>-<pid>-<random>)")
+	fs.StringVar(&c.Version, "version", c.Version, "this build's version, published to the other workers so a rolling deploy moves queues forward only (BATON_VERSION; default the build's module version, or dev)")
 	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "listen address of /metrics, /healthz, /readyz and /status ("+envHTTPAddr+")")
 	fs.Var(durationValue{&o.shutdownTimeout}, "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+envShutdownTimeout+")")
 	fs.Var(durationValue{&o.startTimeout}, "start-timeout", "bound of the start ("+envStartTimeout+")")
@@ -237,6 +239,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if o.cfg.ServerID == "" {
 		// Chosen here rather than by the Node, so that the Temporal workers and the startup log use it too.
 		o.cfg.ServerID = baton.DefaultServerID()
+	}
+	if o.cfg.Version == "" {
+		o.cfg.Version = buildVersion()
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return o, err
@@ -345,4 +350,15 @@ func (d durationValue) Set(v string) error {
 	}
 	*d.p = x
 	return nil
+}
+
+// buildVersion is the demo worker's version when none is given: the main module's version as the
+// build recorded it (a tagged release, or the pseudo-version of a go install), else "dev" (a build
+// from a work tree records none). Every demo worker is versioned, so the rollout metrics and rules
+// have something to show.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }
