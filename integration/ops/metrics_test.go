@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
@@ -268,6 +269,18 @@ func TestMetricNamesExist(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Another worker leads orders when the demo worker starts, and goes without naming a successor:
+	// the demo worker wins orders from it (balance owner changes).
+	prevEl, err := election.New(ec, election.Config{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prevEl.Close(context.WithoutCancel(t.Context())) })
+	prevTerm, err := prevEl.Campaign(t.Context(), project, "orders", "ops-previous")
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	addr := freeAddr(t)
 	startWorker(t, bin, "ops-1", addr, env)
 
@@ -286,6 +299,14 @@ func TestMetricNamesExist(t *testing.T) {
 			}
 		}
 		return baton.QueueStatus{}, false
+	}
+	waitFor(t, 30*time.Second, "the worker leads the queues nobody else leads", func() bool {
+		_, refunds := leads("refunds")
+		_, restored := leads("restored")
+		return refunds && restored
+	})
+	if err := prevTerm.Resign(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the worker leads every queue", func() bool {
 		for _, q := range queues {
