@@ -175,7 +175,7 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 
 	prefix := e.ElectionKey(project, queue)
 	key := prefix + "/" + leaseHex(s.id)
-	rev, err := e.enter(cctx, s, key, value)
+	line, err := e.enter(cctx, s, prefix, key, value)
 	if err != nil {
 		if errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
 			// etcd already dropped our lease: do not wait for the next keepalive to find out.
@@ -190,21 +190,26 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 	}
 	// From here on our key exists; any failure must remove it, or this process would hold the
 	// election in etcd without knowing.
+	rev, watchFrom := line.rev, line.header+1
 	abandon := func(err error) (*Term, error) {
 		e.deleteKey(ctx, s, key, rev)
 		return nil, campaignErr(cctx, prefix, err)
 	}
-	if err := e.waitPredecessors(cctx, prefix, rev); err != nil {
-		return abandon(err)
-	}
-	// Verify with a linearizable read that our key is still the oldest, at our revision, on our lease
-	// (etcd#11007: a campaign can otherwise return for a key that is already gone).
-	resp, err := e.client.Get(cctx, prefix+"/", clientv3.WithFirstCreate()...)
-	if err != nil {
-		return abandon(err)
-	}
-	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Key) != key || resp.Kvs[0].CreateRevision != rev || resp.Kvs[0].Lease != int64(s.id) {
-		return abandon(fmt.Errorf("%w: verification read does not show our key first at revision %d", ErrKeyLost, rev))
+	if line.predecessor != "" {
+		if err := e.waitPredecessors(cctx, prefix, rev, line.predecessor, line.header); err != nil {
+			return abandon(err)
+		}
+		// Verify with a linearizable read that our key is still the oldest, at our revision, on our
+		// lease (etcd#11007: a campaign can otherwise return for a key that is already gone). A first
+		// candidate needs no such read: the transaction that put its key read the line atomically.
+		resp, err := e.client.Get(cctx, prefix+"/", clientv3.WithFirstCreate()...)
+		if err != nil {
+			return abandon(err)
+		}
+		if len(resp.Kvs) == 0 || string(resp.Kvs[0].Key) != key || resp.Kvs[0].CreateRevision != rev || resp.Kvs[0].Lease != int64(s.id) {
+			return abandon(fmt.Errorf("%w: verification read does not show our key first at revision %d", ErrKeyLost, rev))
+		}
+		watchFrom = resp.Header.Revision + 1
 	}
 
 	tctx, tcancel := context.WithCancelCause(s.ctx)
@@ -230,26 +235,50 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		tcancel(err)
 		return abandon(err)
 	}
-	e.wg.Go(func() { t.watch(resp.Header.Revision + 1) })
+	e.wg.Go(func() { t.watch(watchFrom) })
 	// wall_ns lets a drill that runs every process on one host compare terms across processes.
 	t.log.Info("leadership started", zap.Int64("wall_ns", t.started.UnixNano()))
 	return t, nil
 }
 
-// enter puts our candidate key and returns its create revision. A key left over from an earlier
-// campaign of the same session is deleted first, so that every term gets a fresh fencing token.
-func (e *Elector) enter(ctx context.Context, s *session, key, value string) (int64, error) {
+// entered is where a campaign's key stands in line, as read in the transaction that put it.
+type entered struct {
+	rev         int64  // the key's create revision: the term's fencing token
+	header      int64  // the revision of the transaction
+	predecessor string // the youngest older candidate's key; empty when ours leads
+}
+
+// enter puts our candidate key and, in the same transaction, reads the two youngest candidates: ours
+// and the one before it. One request instead of a put and two linearizable reads: at start-up a
+// process campaigns for thousands of queues at once, and every linearizable read queues in etcd
+// ahead of the lease keepalives (a leader answers a keepalive only after a read-index round and once
+// its apply loop caught up), so reads saved here are keepalives answered in time. A key left over
+// from an earlier campaign of the same session is deleted first, so that every term gets a fresh
+// fencing token.
+func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value string) (entered, error) {
 	for {
 		resp, err := e.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(s.id))).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(s.id)),
+				clientv3.OpGet(prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(2),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
-			return 0, err
+			return entered{}, err
 		}
 		if resp.Succeeded {
-			return resp.Header.Revision, nil
+			in := entered{rev: resp.Header.Revision, header: resp.Header.Revision}
+			kvs := resp.Responses[1].GetResponseRange().Kvs
+			// Our key is the youngest: created by this very transaction. Anything else is a broken
+			// invariant of etcd's; treat it like a lost key rather than guess.
+			if len(kvs) == 0 || string(kvs[0].Key) != key || kvs[0].CreateRevision != in.rev || kvs[0].Lease != int64(s.id) {
+				return entered{}, fmt.Errorf("%w: the transaction that put our key does not read it back at revision %d", ErrKeyLost, in.rev)
+			}
+			if len(kvs) > 1 {
+				in.predecessor = string(kvs[1].Key)
+			}
+			return in, nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -259,29 +288,34 @@ func (e *Elector) enter(ctx context.Context, s *session, key, value string) (int
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kvs[0].CreateRevision)).
 			Then(clientv3.OpDelete(key)).
 			Commit(); err != nil {
-			return 0, err
+			return entered{}, err
 		}
 	}
 }
 
-// waitPredecessors returns once no candidate older than rev remains. Unlike etcd's waitDeletes it
-// watches from the revision after its read: a watch at a past revision joins etcd's "unsynced"
-// watchers, which are served every 100 ms, and that delay would land on every graceful handover.
-func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64) error {
+// waitPredecessors returns once no candidate older than rev remains, starting with the predecessor
+// the campaign's own transaction read at revision seen. Unlike etcd's waitDeletes it watches from
+// the revision after its read: a watch at a past revision joins etcd's "unsynced" watchers, which are
+// served every 100 ms, and that delay would land on every graceful handover.
+func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64, predecessor string, seen int64) error {
 	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
 	backoff := e.cfg.RetryMin
 	for {
-		resp, err := e.client.Get(ctx, prefix+"/", opts...)
+		if predecessor == "" {
+			resp, err := e.client.Get(ctx, prefix+"/", opts...)
+			if err != nil {
+				return err
+			}
+			if len(resp.Kvs) == 0 {
+				return nil
+			}
+			predecessor, seen = string(resp.Kvs[0].Key), resp.Header.Revision
+		}
+		deleted, err := e.waitDelete(ctx, predecessor, seen+1)
 		if err != nil {
 			return err
 		}
-		if len(resp.Kvs) == 0 {
-			return nil
-		}
-		deleted, err := e.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision+1)
-		if err != nil {
-			return err
-		}
+		predecessor = ""
 		if deleted {
 			backoff = e.cfg.RetryMin
 			continue
