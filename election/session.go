@@ -115,8 +115,21 @@ func (s *session) errLocked() error {
 	return nil
 }
 
+// keepAlivesInFlight bounds the keepalives waiting for an answer at once.
+const keepAlivesInFlight = 3
+
+// keepAliveLoop sends a keepalive every KeepAliveInterval, and sooner as the deadline nears without
+// an answer. A keepalive still unanswered when the next is due is not given up: on a loaded etcd (a
+// burst of campaigns queues ahead of every keepalive, since a leader answers one only after a
+// read-index round and once its apply loop caught up) an answer that takes longer than the interval
+// still moves the deadline, from its own send time. The next one goes out beside it, so a call stuck
+// on a dead connection does not hold the session either; at most keepAlivesInFlight are outstanding,
+// all ended with the session.
 func (s *session) keepAliveLoop() {
-	timer := s.cfg.Clock.NewTimer(s.cfg.KeepAliveInterval)
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	slots := make(chan struct{}, keepAlivesInFlight)
+	timer := s.cfg.Clock.NewTimer(s.untilNextKeepAlive(s.cfg.Clock.Now()))
 	defer timer.Stop()
 	retry := s.cfg.RetryMin
 	for {
@@ -125,30 +138,64 @@ func (s *session) keepAliveLoop() {
 			return
 		case <-timer.C():
 		}
-		sent := s.cfg.Clock.Now()
-		if s.keepAliveOnce() {
-			retry = s.cfg.RetryMin
-			// Paced from the send, not the answer: on a loaded machine a slow answer must not push every
-			// later keepalive back and eat the safety margin.
-			timer.Reset(max(0, s.cfg.KeepAliveInterval-s.cfg.Clock.Now().Sub(sent)))
-			continue
-		}
-		if s.ctx.Err() != nil {
+		select {
+		case slots <- struct{}{}:
+		case <-s.ctx.Done():
 			return
 		}
-		timer.Reset(clock.Jitter(retry))
-		retry = min(2*retry, s.cfg.KeepAliveInterval)
+		sent := s.cfg.Clock.Now()
+		answered := make(chan bool, 1)
+		calls.Go(func() {
+			defer func() { <-slots }()
+			answered <- s.keepAliveOnce(sent)
+		})
+		timer.Reset(s.untilNextKeepAlive(sent))
+		select {
+		case <-s.ctx.Done():
+			return
+		case ok := <-answered:
+			if ok {
+				retry = s.cfg.RetryMin
+				continue
+			}
+			if s.ctx.Err() != nil {
+				return
+			}
+			rearm(timer, min(clock.Jitter(retry), s.untilNextKeepAlive(sent)))
+			retry = min(2*retry, s.cfg.KeepAliveInterval)
+		case <-timer.C():
+			// Due again without an answer: send the next one now and let this one answer late.
+			timer.Reset(0)
+		}
 	}
 }
 
-// keepAliveOnce sends one keepalive and moves the deadline on success. A lease the server no longer
-// knows ends the session at once; any other error is retried until the watchdog decides.
-func (s *session) keepAliveOnce() bool {
-	sent := s.cfg.Clock.Now()
-	// One stuck call (a half-open connection) must not use up the whole margin: bound each attempt.
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.KeepAliveInterval)
-	defer cancel()
-	resp, err := s.leases.KeepAliveOnce(ctx, s.id)
+// rearm resets a timer that may have fired meanwhile, dropping the stale tick.
+func rearm(t clock.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
+		}
+	}
+	t.Reset(d)
+}
+
+// untilNextKeepAlive is how long after now the keepalive following one sent at sent is due: a
+// KeepAliveInterval after it, paced from the send and not the answer (on a loaded machine a slow
+// answer must not push every later keepalive back and eat the safety margin), but no later than
+// halfway to the end of the session's validity, so that a session granted or last renewed slowly
+// is renewed before it runs out.
+func (s *session) untilNextKeepAlive(sent time.Time) time.Duration {
+	now := s.cfg.Clock.Now()
+	return max(0, min(sent.Add(s.cfg.KeepAliveInterval).Sub(now), s.validUntil().Sub(now)/2))
+}
+
+// keepAliveOnce sends one keepalive, sent at sent, and moves the deadline on success. A lease the
+// server no longer knows ends the session at once; any other error is retried until the watchdog
+// decides. The call lives as long as the session: an answer is worth having until then.
+func (s *session) keepAliveOnce(sent time.Time) bool {
+	resp, err := s.leases.KeepAliveOnce(s.ctx, s.id)
 	if err == nil && resp.TTL <= 0 {
 		err = rpctypes.ErrLeaseNotFound
 	}

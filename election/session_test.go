@@ -19,6 +19,7 @@ type scriptedLease struct {
 	mu        sync.Mutex
 	keepAlive func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error)
 	revoke    func() error // nil: every revoke succeeds
+	granting  func()       // nil: a grant is answered at once
 	calls     chan struct{}
 	revoked   chan struct{} // one value per revoke attempt
 }
@@ -40,6 +41,9 @@ func (l *scriptedLease) set(f func(ctx context.Context) (*clientv3.LeaseKeepAliv
 }
 
 func (l *scriptedLease) Grant(_ context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	if l.granting != nil {
+		l.granting()
+	}
 	return &clientv3.LeaseGrantResponse{ID: 42, TTL: ttl}, nil
 }
 
@@ -219,6 +223,83 @@ func TestKeepAliveMovesDeadlineFromSendTime(t *testing.T) {
 	}
 }
 
+// A keepalive answered after the next one was due still renews the session, from its own send time:
+// on an etcd busy with a burst of campaigns an answer can take longer than KeepAliveInterval, and
+// giving up on it at the interval would lose a session the server kept.
+func TestLateKeepAliveAnswerStillCounts(t *testing.T) {
+	c := clock.NewFake(t0)
+	lease := newScriptedLease()
+	answered := make(chan struct{})
+	lease.set(func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		// Answered in real time well past the (real-time) interval of 50ms, unless the call was given up.
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		close(answered)
+		return &clientv3.LeaseKeepAliveResponse{TTL: 10}, nil
+	})
+	cfg := Config{Clock: c, KeepAliveInterval: 50 * time.Millisecond, RetryMin: 10 * time.Millisecond}.withDefaults()
+	var wg sync.WaitGroup
+	life, endLife := context.WithCancel(t.Context())
+	s, err := grantSession(t.Context(), lease, cfg, &wg, life)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { endLife(); s.lose(ErrClosed); wg.Wait() })
+	first := s.validUntil()
+	(&sessionFixture{clock: c}).waitTimers(t, 2) // the keepalive loop and the watchdog are armed
+	c.Advance(50 * time.Millisecond)             // the first keepalive is due
+	waitDone(t, answered, "the slow keepalive to be answered")
+	want := t0.Add(50*time.Millisecond + 10*time.Second - cfg.SafetyMargin)
+	deadline := time.After(5 * time.Second)
+	for !s.validUntil().Equal(want) {
+		select {
+		case <-time.After(time.Millisecond):
+		case <-deadline:
+			t.Fatalf("validUntil = %v (granted: %v), want %v: the late answer was given up", s.validUntil(), first, want)
+		}
+	}
+}
+
+// A session whose grant was answered late (its deadline counts from the request) is renewed before
+// it runs out, not a whole KeepAliveInterval after the grant.
+func TestSlowGrantIsRenewedBeforeItRunsOut(t *testing.T) {
+	c := clock.NewFake(t0)
+	lease := newScriptedLease()
+	lease.granting = func() { c.Advance(7 * time.Second) } // 0.5s of validity left on arrival
+	lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		return &clientv3.LeaseKeepAliveResponse{TTL: 10}, nil
+	})
+	cfg := Config{Clock: c}.withDefaults()
+	var wg sync.WaitGroup
+	life, endLife := context.WithCancel(t.Context())
+	s, err := grantSession(t.Context(), lease, cfg, &wg, life)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { endLife(); s.lose(ErrClosed); wg.Wait() })
+	if got := s.validUntil(); !got.Equal(t0.Add(7500 * time.Millisecond)) {
+		t.Fatalf("validUntil after the slow grant = %v, want t0+7.5s", got)
+	}
+	// Step towards the end of the validity; a keepalive must go out and renew before it.
+	for s.validUntil().Equal(t0.Add(7500 * time.Millisecond)) {
+		if !c.Now().Before(t0.Add(7500 * time.Millisecond)) {
+			t.Fatalf("the session ran out at %v without a keepalive", c.Now())
+		}
+		select {
+		case <-lease.calls:
+		case <-c.Changed():
+		case <-time.After(20 * time.Millisecond):
+		}
+		c.Advance(25 * time.Millisecond)
+	}
+	if err := s.err(); err != nil {
+		t.Fatalf("session lost: %v", err)
+	}
+}
+
 func TestLeaseNotFoundEndsSessionAtOnce(t *testing.T) {
 	f := newSessionFixture(t, false)
 	f.lease.set(func(context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
@@ -247,20 +328,26 @@ func TestTransientKeepAliveErrorsAreRetried(t *testing.T) {
 		}
 		return &clientv3.LeaseKeepAliveResponse{TTL: 10}, nil
 	})
+	// Fake time moves in small steps, each after the loop has had a chance to act on the last answer,
+	// until the deadline moves: the retries (100, 200, 400 ms, jittered) must renew the session well
+	// before it would end at t0+7.5s.
 	f.clock.Advance(10 * time.Second / 3)
-	for range 4 {
-		f.waitCall(t)
-		f.waitTimers(t, 2)
-		f.clock.Advance(400 * time.Millisecond) // covers the retry backoff so far (100, 200, 400 ms, jittered)
-	}
-	deadline := time.After(5 * time.Second)
 	for !f.term.ValidUntil().After(t0.Add(7500 * time.Millisecond)) {
-		select {
-		case <-f.clock.Changed():
-		case <-deadline:
+		if f.clock.Now().After(t0.Add(7 * time.Second)) {
 			t.Fatalf("deadline never moved after retries; ValidUntil = %v", f.term.ValidUntil())
 		}
+		select {
+		case <-f.lease.calls:
+		case <-f.clock.Changed():
+		case <-time.After(20 * time.Millisecond):
+		}
+		f.clock.Advance(50 * time.Millisecond)
 	}
+	mu.Lock()
+	if failures != 3 {
+		t.Errorf("%d failed keepalives before the renewal, want 3", failures)
+	}
+	mu.Unlock()
 	if err := f.term.Check(); err != nil {
 		t.Fatalf("transient errors must not end the term: %v", err)
 	}
