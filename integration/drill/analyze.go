@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/baton-run/baton/takeover"
@@ -331,36 +333,31 @@ func (d *Drill) fetchRun(ctx context.Context, wid, runID string) (*run, error) {
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &r.Owner)
 	}
 	if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED || r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		iter := d.tc.GetWorkflowHistory(cctx, wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
-		for iter.HasNext() {
-			ev, err := iter.Next()
-			if err != nil {
-				break
-			}
-			if a := ev.GetWorkflowExecutionTerminatedEventAttributes(); a != nil {
-				r.Reason = a.GetReason()
-			}
-			if a := ev.GetWorkflowExecutionContinuedAsNewEventAttributes(); a != nil {
-				r.NextRunID = a.GetNewExecutionRunId()
-			}
-		}
-		cancel()
+		ev := d.firstEvent(ctx, wid, runID, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+		r.Reason = ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()
+		r.NextRunID = ev.GetWorkflowExecutionContinuedAsNewEventAttributes().GetNewExecutionRunId()
 	}
 	if r.continuation() {
 		// The dispatcher's input starts with the Owner's fields (dispatcher.Input embeds it).
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		iter := d.tc.GetWorkflowHistory(cctx, wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		if iter.HasNext() {
-			if ev, err := iter.Next(); err == nil {
-				if p := ev.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads(); len(p) > 0 {
-					_ = converter.GetDefaultDataConverter().FromPayload(p[0], &r.InputOwner)
-				}
-			}
+		ev := d.firstEvent(ctx, wid, runID, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		if p := ev.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads(); len(p) > 0 {
+			_ = converter.GetDefaultDataConverter().FromPayload(p[0], &r.InputOwner)
 		}
-		cancel()
 	}
 	return r, nil
+}
+
+// firstEvent is the first event of the run's history under filter (its close event, or its start
+// event), nil when it cannot be read.
+func (d *Drill) firstEvent(ctx context.Context, wid, runID string, filter enumspb.HistoryEventFilterType) *historypb.HistoryEvent {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	iter := d.tc.GetWorkflowHistory(ctx, wid, runID, false, filter)
+	if !iter.HasNext() {
+		return nil
+	}
+	ev, _ := iter.Next()
+	return ev
 }
 
 func (d *Drill) allQueues() []string {
@@ -636,7 +633,7 @@ func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[s
 			}
 			s.Changes = append(s.Changes, c)
 			solo := strings.HasPrefix(q, "solo")
-			if !solo && !containsStr(f.Affected, q) {
+			if !solo && !slices.Contains(f.Affected, q) {
 				f.Affected = append(f.Affected, q)
 			}
 			f.NewRuns += len(c.Runs)
@@ -654,13 +651,4 @@ func termLabels(ts []*term) []string {
 		out = append(out, fmt.Sprintf("%s@%d", t.Server, t.Token))
 	}
 	return out
-}
-
-func containsStr(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

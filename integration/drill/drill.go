@@ -83,10 +83,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,10 +94,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -129,11 +129,7 @@ func ParseKinds(s string) ([]Kind, error) {
 	var out []Kind
 	for _, f := range strings.Split(s, ",") {
 		k := Kind(strings.TrimSpace(f))
-		found := false
-		for _, a := range AllKinds {
-			found = found || a == k
-		}
-		if !found {
+		if !slices.Contains(AllKinds, k) {
 			return nil, fmt.Errorf("unknown fault kind %q (kinds: %v)", k, AllKinds)
 		}
 		out = append(out, k)
@@ -141,49 +137,52 @@ func ParseKinds(s string) ([]Kind, error) {
 	return out, nil
 }
 
-// Config tunes a drill. The zero value of a field means its default.
+// Config tunes a drill. The zero value of a field means its default. The report shows it.
 type Config struct {
-	Workers int           // demo-worker processes; default 5
-	Queues  int           // queues, q00.., all served by every worker; default 20
-	Project string        // default "drill"
-	Seed    uint64        // fault order and targets; 0: from the clock (the report shows it)
-	TTL     time.Duration // election lease TTL of the workers; default 2s (whole seconds)
+	Workers int    `json:"workers"` // demo-worker processes; default 5
+	Queues  int    `json:"queues"`  // queues, q00.., all served by every worker; default 20
+	Project string `json:"project"` // default "drill"
+	Seed    uint64 `json:"seed"`    // fault order and targets; 0: from the clock
+	// TTL is the election lease TTL of the workers; default 2s (whole seconds).
+	TTL time.Duration `json:"ttl_ns"`
 	// Duration bounds the fault phase: a new fault starts only while it has not passed. Default 5m.
-	Duration time.Duration
+	Duration time.Duration `json:"fault_phase_ns"`
 	// Cycles, when positive, ends the fault phase after that many rounds of every kind.
-	Cycles int
+	Cycles int `json:"cycles,omitempty"`
 	// Kinds are the fault kinds to inject; default AllKinds. Kinds that need control of a server
 	// given by BATON_* variables (external) are skipped and listed in the report.
-	Kinds []Kind
+	Kinds []Kind `json:"kinds"`
 	// Settle is the pause after the fleet settled before the next step; default 2s.
-	Settle time.Duration
+	Settle time.Duration `json:"settle_ns"`
 	// TakeoverSLA bounds the wait for every queue to be owned again after a step; default 30s (the
 	// PRD's p95 takeover target).
-	TakeoverSLA time.Duration
+	TakeoverSLA time.Duration `json:"takeover_sla_ns"`
 	// CleanupSLA bounds how long an orphaned run or heartbeat key may live; default 2m (the PRD's).
-	CleanupSLA time.Duration
+	CleanupSLA time.Duration `json:"cleanup_sla_ns"`
 	// The workers' heartbeat and reconciler settings; defaults 1s, 6s and 10s.
-	HeartbeatInterval, StaleAfter, ReconcileInterval time.Duration
+	HeartbeatInterval time.Duration `json:"heartbeat_interval_ns"`
+	StaleAfter        time.Duration `json:"stale_after_ns"`
+	ReconcileInterval time.Duration `json:"reconcile_interval_ns"`
 	// LoadRate, when positive, runs the load phase: that many dispatch requests per second per loaded
 	// queue, sent with SignalWorkflow while the faults run; 0: no load.
-	LoadRate float64
+	LoadRate float64 `json:"load_rate"`
 	// LoadQueues is how many of the queues (the first ones) get the load; default all.
-	LoadQueues int
+	LoadQueues int `json:"load_queues"`
 	// LoadBin is the demo-worker binary that runs `load` (or a directory holding it); default the
 	// workers' binary. A drill of an older worker build uses today's producer this way.
-	LoadBin string
+	LoadBin string `json:"load_bin,omitempty"`
 	// LoadSettle bounds, after the last send, the wait for the ledger to show every accepted request
 	// handled and no record pending; default 60s.
-	LoadSettle time.Duration
+	LoadSettle time.Duration `json:"load_settle_ns"`
 	// PollInterval is the period of each worker's /status poll; default 150ms.
-	PollInterval time.Duration
+	PollInterval time.Duration `json:"poll_interval_ns"`
 	// Bin is the demo-worker binary (or a directory holding it); empty: built into the work dir.
-	Bin string
+	Bin string `json:"bin,omitempty"`
 	// LogDir keeps the logs of every process there; empty: a temporary directory, removed at the end
 	// unless the drill found a violation.
-	LogDir string
+	LogDir string `json:"-"`
 	// Out receives progress lines; default io.Discard.
-	Out io.Writer
+	Out io.Writer `json:"-"`
 }
 
 func (c Config) withDefaults() Config {
@@ -234,6 +233,7 @@ type Drill struct {
 	bin     string
 	queues  []string
 
+	stack    *stack.Stack
 	etcd     *etcdtest.Cluster
 	proxies  [][]*etcdtest.Proxy // per worker slot, one per etcd endpoint
 	redis    *redistest.Server
@@ -336,16 +336,17 @@ func (d *Drill) setup(ctx context.Context) error {
 	}
 
 	began = time.Now()
-	if d.etcd, err = etcdtest.StartCluster(etcdtest.Options{Members: 3}); err != nil {
-		return fmt.Errorf("etcd: %w", err)
+	d.stack, err = stack.Start(ctx, stack.Options{EtcdMembers: 3, Redis: stack.RedisReal, RedisAppendOnly: true, Dir: d.dir,
+		Temporal: func(ctx context.Context, _ string) (stack.Temporal, error) {
+			t, err := startTemporal(ctx, d.dir, "default", 90*time.Second)
+			d.temporal = t
+			return t, err
+		}})
+	if err != nil {
+		return err
 	}
-	if d.redis, err = redistest.StartServer(redistest.Options{AppendOnly: true}); err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	if d.temporal, err = startTemporal(ctx, d.dir, "default", 90*time.Second); err != nil {
-		return fmt.Errorf("temporal: %w", err)
-	}
-	if d.tc, err = client.Dial(client.Options{HostPort: d.temporal.hostPort, Namespace: d.temporal.namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}); err != nil {
+	d.etcd, d.redis = d.stack.Etcd, d.stack.Redis
+	if d.tc, err = d.temporal.NewClient(); err != nil {
 		return fmt.Errorf("temporal client: %w", err)
 	}
 	d.rdb = d.redis.NewClient()
@@ -439,19 +440,13 @@ func (d *Drill) teardown() {
 	if d.ec != nil {
 		d.ec.Close()
 	}
-	if d.temporal != nil {
-		d.temporal.close()
-	}
-	if d.redis != nil {
-		_ = d.redis.Close()
+	if d.stack != nil {
+		_ = d.stack.Close()
 	}
 	for _, ps := range d.proxies {
 		for _, p := range ps {
 			_ = p.Close()
 		}
-	}
-	if d.etcd != nil {
-		_ = d.etcd.Close()
 	}
 	if d.tempDir {
 		d.mu.Lock()

@@ -131,9 +131,23 @@ func (d *Drill) inject(ctx context.Context, k Kind) {
 	case KindEtcdMember:
 		err = d.faultEtcdMember(ctx)
 	case KindRedisRestart:
-		err = d.faultRedis(ctx)
+		err = d.faultServer(ctx, k, "redis-server", &d.redisN, func(crash bool) error {
+			stop := d.redis.Stop
+			if crash {
+				stop = d.redis.Kill
+			}
+			if err := stop(); err != nil {
+				return err
+			}
+			if !sleepCtx(ctx, time.Second) {
+				return ctx.Err()
+			}
+			return d.redis.Restart()
+		})
 	case KindTemporalRestart:
-		err = d.faultTemporal(ctx)
+		err = d.faultServer(ctx, k, "temporal", &d.temporalN, func(crash bool) error {
+			return d.temporal.restart(ctx, crash, time.Second, 90*time.Second)
+		})
 	case KindOrphan:
 		err = d.faultOrphan(ctx)
 	}
@@ -396,37 +410,20 @@ func (d *Drill) faultEtcdMember(ctx context.Context) error {
 	return nil
 }
 
-func (d *Drill) faultRedis(ctx context.Context) error {
-	crash, how := d.alternate(&d.redisN)
-	f := d.newFault(KindRedisRestart, "redis-server ("+how+")")
-	d.logf("fault #%d: restart redis-server (%s, 1s down)", f.N, how)
-	s := d.step(f, "restart", time.Now())
-	var err error
+// faultServer restarts a server, the *n-th time: it crashes (SIGKILL) every other time, else stops
+// cleanly (SIGTERM), and comes back a second later on its address with its data.
+func (d *Drill) faultServer(ctx context.Context, kind Kind, name string, n *int, restart func(crash bool) error) error {
+	d.mu.Lock()
+	crash, how := *n%2 == 1, "SIGTERM"
+	*n++
+	d.mu.Unlock()
 	if crash {
-		err = d.redis.Kill()
-	} else {
-		err = d.redis.Stop()
+		how = "SIGKILL"
 	}
-	if err != nil {
-		return err
-	}
-	if !sleepCtx(ctx, time.Second) {
-		return ctx.Err()
-	}
-	if err := d.redis.Restart(); err != nil {
-		return err
-	}
-	f.Notes = append(f.Notes, fmt.Sprintf("down %v", time.Since(s.At).Round(time.Millisecond)))
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
-	return nil
-}
-
-func (d *Drill) faultTemporal(ctx context.Context) error {
-	crash, how := d.alternate(&d.temporalN)
-	f := d.newFault(KindTemporalRestart, "temporal ("+how+")")
-	d.logf("fault #%d: restart the Temporal server (%s, 1s down)", f.N, how)
+	f := d.newFault(kind, name+" ("+how+")")
+	d.logf("fault #%d: restart %s (%s, 1s down)", f.N, name, how)
 	s := d.step(f, "restart", time.Now())
-	if err := d.temporal.restart(ctx, crash, time.Second, 90*time.Second); err != nil {
+	if err := restart(crash); err != nil {
 		return err
 	}
 	f.Notes = append(f.Notes, fmt.Sprintf("down %v", time.Since(s.At).Round(time.Millisecond)))
@@ -490,17 +487,4 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 		f.Notes = append(f.Notes, fmt.Sprintf("orphan run %s and its heartbeat key cleaned %v after the crash", shortRun(runID), f.CleanupLatency.Round(100*time.Millisecond)))
 	}
 	return nil
-}
-
-// alternate returns, for the *n-th restart of a server, whether it is a crash (SIGKILL, every other
-// time) or a clean stop (SIGTERM), and the signal's name.
-func (d *Drill) alternate(n *int) (crash bool, how string) {
-	d.mu.Lock()
-	crash = *n%2 == 1
-	*n++
-	d.mu.Unlock()
-	if crash {
-		return true, "SIGKILL"
-	}
-	return false, "SIGTERM"
 }

@@ -134,14 +134,14 @@ func (d *Drill) startLoad(ctx context.Context) error {
 	}
 	d.logf("load: %v requests/s per queue on %s (demo-worker load -mode=signal)", d.cfg.LoadRate, strings.Join(l.queues, ","))
 	err = testkit.Poll(ctx, 60*time.Second, 100*time.Millisecond, func() error {
-		if l.proc.Exited() || strings.Contains(l.proc.Line("load: "), "accepted=") {
-			return nil
+		switch {
+		case l.proc.Exited():
+			return testkit.Final(fmt.Errorf("exited with code %d", l.proc.Code()))
+		case !strings.Contains(l.proc.Line("load: "), "accepted="):
+			return errors.New("no summary line")
 		}
-		return errors.New("no summary line")
+		return nil
 	})
-	if err == nil && l.proc.Exited() {
-		err = fmt.Errorf("exited with code %d", l.proc.Code())
-	}
 	if err != nil {
 		return fmt.Errorf("the load did not start sending: %w: %s", err, l.proc.Tail(1500))
 	}
@@ -234,63 +234,53 @@ func (d *Drill) endLoad(ctx context.Context) {
 	// The ledger settles: every accepted request done and no record pending, or the bound passed.
 	var states map[string]record
 	var rev int64
-	deadline := time.Now().Add(d.cfg.LoadSettle)
-	for {
-		states, rev, err = d.ledgerStates(ctx)
-		if err != nil && ctx.Err() != nil {
-			return
+	err = testkit.Poll(ctx, d.cfg.LoadSettle, 500*time.Millisecond, func() (err error) {
+		if states, rev, err = d.ledgerStates(ctx); err != nil {
+			return err
 		}
-		if err == nil {
-			notDone, pending := 0, 0
-			for _, r := range reqs {
-				if states[r.key].state != "done" {
-					notDone++
-				}
-			}
-			// Every pending record, the watch's or not yet: a settled ledger has none of the load's.
-			for _, rec := range states {
-				if rec.state == "pending" {
-					pending++
-				}
-			}
-			if notDone == 0 && pending == 0 {
-				st.SettledAfter = time.Since(stopped)
-				break
+		for _, r := range reqs {
+			if states[r.key].state != "done" {
+				return errors.New("an accepted request is not done")
 			}
 		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				failed("reading the ledger: %v", err)
-				return
+		// Every pending record, the watch's or not yet: a settled ledger has none of the load's.
+		for _, rec := range states {
+			if rec.state == "pending" {
+				return errors.New("a record is pending")
 			}
-			break
 		}
-		if !sleepCtx(ctx, 500*time.Millisecond) {
-			return
-		}
+		return nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err == nil:
+		st.SettledAfter = time.Since(stopped)
+	case states == nil:
+		failed("reading the ledger: %v", err)
+		return
 	}
 	// The watch must have seen every put up to the revision the verdict is read at.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	err = testkit.Poll(ctx, 30*time.Second, 100*time.Millisecond, func() error {
 		l.mu.Lock()
 		seen, werr := l.watchRev, l.watchErr
 		l.mu.Unlock()
 		if werr != nil {
-			failed("the ledger watch failed, so a second completion could go unseen: %v", werr)
-			return
+			return testkit.Final(fmt.Errorf("the ledger watch failed, so a second completion could go unseen: %w", werr))
 		}
-		if seen >= rev {
-			break
+		if seen < rev {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_ = d.ec.RequestProgress(pctx)
+			return fmt.Errorf("the ledger watch saw revision %d, not %d, after the ledger settled", seen, rev)
 		}
-		if time.Now().After(deadline) {
-			failed("the ledger watch saw revision %d, not %d, 30s after the ledger settled", seen, rev)
-			return
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			failed("%v", err)
 		}
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_ = d.ec.RequestProgress(pctx)
-		cancel()
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return
-		}
+		return
 	}
 
 	lost, double, pending := l.judge(st, reqs, states)
@@ -343,10 +333,7 @@ func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]r
 	sort.Strings(double)
 	sort.Strings(pending)
 	st.Lost, st.Double, st.Pending = len(lost), len(double), len(pending)
-	st.P50, st.P99 = benchreport.Percentile(lat, 50), benchreport.Percentile(lat, 99)
-	for _, x := range lat {
-		st.Max = max(st.Max, x)
-	}
+	st.P50, st.P99, st.Max = benchreport.Percentile(lat, 50), benchreport.Percentile(lat, 99), benchreport.Percentile(lat, 100)
 	return lost, double, pending
 }
 

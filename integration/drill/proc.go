@@ -48,18 +48,18 @@ type sample struct {
 
 // event is one log line of interest.
 type event struct {
-	Msg      string
-	Level    string
-	TS       time.Time
-	Queue    string
-	Token    int64
-	HasToken bool
-	WallNS   int64
-	Started  int64 // started_wall_ns
-	RunID    string
-	Prior    string // prior_run_id
-	ServerID string
-	Err      string
+	Msg      string    `json:"msg"`
+	Level    string    `json:"level"`
+	TS       time.Time `json:"ts"`
+	Queue    string    `json:"queue"`
+	Token    int64     `json:"-"`
+	HasToken bool      `json:"-"`
+	WallNS   int64     `json:"wall_ns"`
+	Started  int64     `json:"started_wall_ns"`
+	RunID    string    `json:"run_id"`
+	Prior    string    `json:"prior_run_id"`
+	ServerID string    `json:"server_id"`
+	Err      string    `json:"error"`
 }
 
 // Messages the drill reads from the workers' logs.
@@ -96,38 +96,17 @@ var keptMsgs = func() map[string]bool {
 }()
 
 func parseEvent(line []byte) (event, bool) {
-	var m map[string]any
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber() // wall_ns does not fit a float64 exactly
-	if dec.Decode(&m) != nil {
+	var e struct {
+		event
+		Token *int64 `json:"token"` // absent is not 0
+	}
+	if json.Unmarshal(line, &e) != nil || !keptMsgs[e.Msg] {
 		return event{}, false
 	}
-	msg, _ := m["msg"].(string)
-	if !keptMsgs[msg] {
-		return event{}, false
+	if e.Token != nil {
+		e.event.Token, e.HasToken = *e.Token, true
 	}
-	e := event{Msg: msg}
-	e.Level, _ = m["level"].(string)
-	if s, ok := m["ts"].(string); ok {
-		e.TS, _ = time.Parse(time.RFC3339Nano, s)
-	}
-	e.Queue, _ = m["queue"].(string)
-	e.RunID, _ = m["run_id"].(string)
-	e.Prior, _ = m["prior_run_id"].(string)
-	e.ServerID, _ = m["server_id"].(string)
-	e.Err, _ = m["error"].(string)
-	num := func(k string) (int64, bool) {
-		n, ok := m[k].(json.Number)
-		if !ok {
-			return 0, false
-		}
-		v, err := n.Int64()
-		return v, err == nil
-	}
-	e.Token, e.HasToken = num("token")
-	e.WallNS, _ = num("wall_ns")
-	e.Started, _ = num("started_wall_ns")
-	return e, true
+	return e.event, true
 }
 
 // startProc starts a demo worker, its log in the drill's directory, and waits until it is ready.

@@ -18,36 +18,19 @@ type Report struct {
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"duration_ns"`
 	// Complete is false when the drill was interrupted before its checks ran.
-	Complete bool         `json:"complete"`
-	Config   ReportConfig `json:"config"`
-	Servers  Servers      `json:"servers"`
-	Skipped  []string     `json:"skipped_kinds,omitempty"`
-	Faults   []*Fault     `json:"faults"`
-	Kinds    []KindStats  `json:"latency_by_kind"`
-	Checks   CheckStats   `json:"checks"`
+	Complete bool        `json:"complete"`
+	Config   Config      `json:"config"`
+	Servers  Servers     `json:"servers"`
+	Skipped  []string    `json:"skipped_kinds,omitempty"`
+	Faults   []*Fault    `json:"faults"`
+	Kinds    []KindStats `json:"latency_by_kind"`
+	Checks   CheckStats  `json:"checks"`
 	// Load is what became of the load phase's requests (nil without LoadRate, or when the producer
 	// did not get to the end).
 	Load       *LoadStats  `json:"load,omitempty"`
 	Violations []Violation `json:"violations"`
 	// Logs is the directory holding every process's log, when it outlives the drill.
 	Logs string `json:"logs,omitempty"`
-}
-
-// ReportConfig is the configuration the drill ran with.
-type ReportConfig struct {
-	Workers           int           `json:"workers"`
-	Queues            int           `json:"queues"`
-	Project           string        `json:"project"`
-	Seed              uint64        `json:"seed"`
-	TTL               time.Duration `json:"ttl_ns"`
-	FaultPhase        time.Duration `json:"fault_phase_ns"`
-	Cycles            int           `json:"cycles,omitempty"`
-	Kinds             []Kind        `json:"kinds"`
-	TakeoverSLA       time.Duration `json:"takeover_sla_ns"`
-	CleanupSLA        time.Duration `json:"cleanup_sla_ns"`
-	HeartbeatInterval time.Duration `json:"heartbeat_interval_ns"`
-	StaleAfter        time.Duration `json:"stale_after_ns"`
-	ReconcileInterval time.Duration `json:"reconcile_interval_ns"`
 }
 
 // Servers tells where the servers ran.
@@ -92,10 +75,7 @@ func (d *Drill) report(complete bool) *Report {
 	defer d.mu.Unlock()
 	r := &Report{
 		Started: d.started, Duration: time.Since(d.started), Complete: complete,
-		Config: ReportConfig{Workers: d.cfg.Workers, Queues: d.cfg.Queues, Project: d.cfg.Project, Seed: d.cfg.Seed,
-			TTL: d.cfg.TTL, FaultPhase: d.cfg.Duration, Cycles: d.cfg.Cycles, Kinds: d.cfg.Kinds,
-			TakeoverSLA: d.cfg.TakeoverSLA, CleanupSLA: d.cfg.CleanupSLA, HeartbeatInterval: d.cfg.HeartbeatInterval,
-			StaleAfter: d.cfg.StaleAfter, ReconcileInterval: d.cfg.ReconcileInterval},
+		Config:     d.cfg,
 		Skipped:    d.skipped,
 		Load:       d.loadStats,
 		Faults:     d.faults,
@@ -149,10 +129,7 @@ func (d *Drill) report(complete bool) *Report {
 		}
 		ls := lat[k]
 		ks.Samples = len(ls)
-		ks.P50, ks.P95 = benchreport.Percentile(ls, 50), benchreport.Percentile(ls, 95)
-		for _, l := range ls {
-			ks.Max = max(ks.Max, l)
-		}
+		ks.P50, ks.P95, ks.Max = benchreport.Percentile(ls, 50), benchreport.Percentile(ls, 95), benchreport.Percentile(ls, 100)
 		r.Kinds = append(r.Kinds, *ks)
 	}
 	return r
@@ -165,16 +142,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tFAULT\tTARGET\tSTEPS\tAFFECTED\tNEW RUNS\t(REBALANCE)\tTAKEOVER p50\tTAKEOVER max\tVIOLATIONS\tNOTES")
 	for _, f := range r.Faults {
-		var mx time.Duration
-		for _, l := range f.Latencies {
-			mx = max(mx, l)
-		}
 		affected := fmt.Sprint(len(f.Affected))
 		if n := len(f.Affected); n > 0 && n <= 3 {
 			affected += " (" + strings.Join(f.Affected, ",") + ")"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", f.N, f.Kind, f.Target, len(f.Steps), affected, f.NewRuns,
-			f.Rebalanced, fmtDur(benchreport.Percentile(f.Latencies, 50)), fmtDur(mx), f.Violations, strings.Join(f.Notes, "; "))
+			f.Rebalanced, fmtDur(benchreport.Percentile(f.Latencies, 50)), fmtDur(benchreport.Percentile(f.Latencies, 100)), f.Violations, strings.Join(f.Notes, "; "))
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nTakeover latency by fault kind (injection -> new leader's run started, per affected queue):")

@@ -1,5 +1,5 @@
 // Package workerproc builds and runs demo-worker processes and reads their HTTP endpoints, for the
-// demo and the process-level tests (end-to-end, security).
+// demo, the drill and the process-level tests (end-to-end, security).
 package workerproc
 
 import (
