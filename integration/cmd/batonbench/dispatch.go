@@ -22,6 +22,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -44,11 +45,12 @@ const (
 	naiveActivity = "bench.NaiveDispatch"
 )
 
-// handledLog records, in process, when each dispatch key's handler finished and how often.
+// handledLog records, in process, when each dispatch key's handler first finished and how often.
 type handledLog struct {
 	mu    sync.Mutex
 	first map[string]time.Time
 	count map[string]int
+	total int
 }
 
 func newHandledLog() *handledLog {
@@ -59,10 +61,11 @@ func (h *handledLog) handle(key string) {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.first[key]; !ok {
+	if h.count[key] == 0 {
 		h.first[key] = now
 	}
 	h.count[key]++
+	h.total++
 }
 
 func (h *handledLog) get(key string) (time.Time, int) {
@@ -71,14 +74,10 @@ func (h *handledLog) get(key string) (time.Time, int) {
 	return h.first[key], h.count[key]
 }
 
-func (h *handledLog) total() int {
+func (h *handledLog) handled() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
-	for _, c := range h.count {
-		n += c
-	}
-	return n
+	return h.total
 }
 
 // naiveDispatcher is the baseline: the reference dispatcher before Baton's dispatch work, in
@@ -109,22 +108,17 @@ type sentReq struct {
 // stream sends requests at rate per second (Poisson arrivals) until ctx ends, each in its own
 // goroutine, and returns them once every send returned.
 func stream(ctx context.Context, rate float64, name string, send func(context.Context, dispatcher.Request) error) []*sentReq {
-	var (
-		mu  sync.Mutex
-		out []*sentReq
-		wg  sync.WaitGroup
-	)
+	var out []*sentReq
+	var wg sync.WaitGroup
 	next := time.Now()
 	for i := 0; ; i++ {
-		next = next.Add(time.Duration(expRand() / rate * float64(time.Second)))
+		next = next.Add(time.Duration(mrand.ExpFloat64() / rate * float64(time.Second)))
 		if !sleepCtx(ctx, time.Until(next)) {
 			break
 		}
 		req := benchRequest(name, i)
 		r := &sentReq{key: req.Key(), sent: time.Now()}
-		mu.Lock()
 		out = append(out, r)
-		mu.Unlock()
 		wg.Go(func() {
 			// A send outlives the stream: Dispatch keeps trying across a handover for its bound.
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dispatchSendBound)
@@ -155,8 +149,7 @@ func benchRequest(name string, i int) dispatcher.Request {
 // instants, as the takeover before Baton did. The Temporal workers keep running throughout, so a
 // crashed worker's held workflow task (the e2e chaos test's subject) is not part of these figures.
 func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	began := time.Now()
-	s, err := startServers(cluster, need{temporal: true, etcd: true})
+	s, err := startServers(ctx, cluster, need{temporal: true, etcd: true})
 	if err != nil {
 		return nil, err
 	}
@@ -178,81 +171,23 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 			w.Stop()
 		}
 	}()
-	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
-		w := worker.New(tc, takeover.DefaultTaskQueue(benchProject, q), worker.Options{})
-		dispatcher.Register(w, acts)
-		if err := w.Start(); err != nil {
-			return nil, err
-		}
-		workers = append(workers, w)
-	}
-	for _, q := range []string{"n-rest", "n-chaos", "n-tput"} {
-		w := worker.New(tc, q, worker.Options{})
-		w.RegisterWorkflowWithOptions(naiveDispatcher, workflow.RegisterOptions{Name: naiveWorkflow})
-		w.RegisterActivityWithOptions(func(_ context.Context, key string) error { naive.handle(key); return nil },
-			activity.RegisterOptions{Name: naiveActivity})
-		if err := w.Start(); err != nil {
-			return nil, err
-		}
-		workers = append(workers, w)
-	}
-
-	type node struct {
-		id  string
-		cli *clientv3.Client
-		el  *election.Elector
-		mgr *takeover.Manager
-	}
 	var nodes []*node
-	defer func() {
-		for _, n := range nodes {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = n.el.Close(cctx)
-			cancel()
-			n.cli.Close()
-		}
-	}()
 	for _, id := range []string{"node-a", "node-b"} {
-		cli, err := cluster.NewClient()
+		n, err := s.node(id)
 		if err != nil {
 			return nil, err
 		}
-		el, err := election.New(cli, election.Config{})
-		if err != nil {
-			cli.Close()
-			return nil, err
-		}
-		mgr, err := takeover.New(tc, takeover.Config{StepDown: takeover.LeaveRunning})
-		if err != nil {
-			cli.Close()
-			return nil, err
-		}
-		nodes = append(nodes, &node{id, cli, el, mgr})
-	}
-	take := func(n *node, q string) (*election.Term, error) {
-		term, err := n.el.Campaign(ctx, benchProject, q, n.id)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := n.mgr.Take(ctx, term); err != nil {
-			return nil, fmt.Errorf("%s: %s's takeover: %w", q, n.id, err)
-		}
-		return term, nil
-	}
-	naiveStart := func(q string) error {
-		for attempt := 0; ; attempt++ {
-			_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "naive-" + q, TaskQueue: q}, naiveWorkflow)
-			if err == nil || attempt == 50 {
-				return err
-			}
-			if !sleepCtx(ctx, 100*time.Millisecond) { // Temporal refuses a same-ID start within ~1 s of the last
-				return ctx.Err()
-			}
-		}
+		nodes = append(nodes, n)
 	}
 	var chaosTerm *election.Term
 	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
-		term, err := take(nodes[0], q)
+		w := worker.New(tc, takeover.DefaultTaskQueue(benchProject, q), worker.Options{})
+		dispatcher.Register(w, acts)
+		workers = append(workers, w)
+		if err := w.Start(); err != nil {
+			return nil, err
+		}
+		term, _, err := nodes[0].take(ctx, q)
 		if err != nil {
 			return nil, err
 		}
@@ -260,7 +195,21 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 			chaosTerm = term
 		}
 	}
+	naiveStart := func(q string) error { // Temporal refuses a same-ID start within ~1 s of the last
+		return testkit.Poll(ctx, 5*time.Second, 100*time.Millisecond, func() error {
+			_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "naive-" + q, TaskQueue: q}, naiveWorkflow)
+			return err
+		})
+	}
 	for _, q := range []string{"n-rest", "n-chaos", "n-tput"} {
+		w := worker.New(tc, q, worker.Options{})
+		w.RegisterWorkflowWithOptions(naiveDispatcher, workflow.RegisterOptions{Name: naiveWorkflow})
+		w.RegisterActivityWithOptions(func(_ context.Context, key string) error { naive.handle(key); return nil },
+			activity.RegisterOptions{Name: naiveActivity})
+		workers = append(workers, w)
+		if err := w.Start(); err != nil {
+			return nil, err
+		}
 		if err := naiveStart(q); err != nil {
 			return nil, err
 		}
@@ -332,7 +281,7 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 						return err
 					}
 					leader = 1 - leader
-					if term, err = take(nodes[leader], "d-chaos"); err != nil {
+					if term, _, err = nodes[leader].take(ctx, "d-chaos"); err != nil {
 						return err
 					}
 				}
@@ -350,26 +299,20 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 	// of the requests handled, up to the last one handled.
 	burst := func(n int, name string, send func(context.Context, dispatcher.Request) error, log *handledLog, conc int) (float64, error) {
 		began := time.Now()
-		before := log.total()
-		slots := make(chan struct{}, conc)
-		var wg sync.WaitGroup
+		before := log.handled()
 		var failed atomic.Int64
-		for i := range n {
-			slots <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-slots }()
-				sctx, cancel := context.WithTimeout(ctx, dispatchSendBound)
-				defer cancel()
-				if send(sctx, benchRequest(name, i)) != nil {
-					failed.Add(1)
-				}
-			})
-		}
-		wg.Wait()
+		_ = testkit.Parallel(ctx, n, conc, func(ctx context.Context, i int) error {
+			sctx, cancel := context.WithTimeout(ctx, dispatchSendBound)
+			defer cancel()
+			if send(sctx, benchRequest(name, i)) != nil {
+				failed.Add(1)
+			}
+			return nil
+		})
 		want := n - int(failed.Load())
-		last, lastAt := log.total()-before, time.Now()
+		last, lastAt := log.handled()-before, time.Now()
 		for deadline := time.Now().Add(dispatchSettle); last < want && time.Now().Before(deadline); sleepCtx(ctx, 5*time.Millisecond) {
-			if got := log.total() - before; got != last {
+			if got := log.handled() - before; got != last {
 				last, lastAt = got, time.Now()
 			}
 		}
@@ -406,49 +349,38 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 		return keys
 	}
 	batonKeys := append(accepted(chaosDispatch), accepted(chaosSignal)...)
+	// tally counts the keys handled never and more than once.
+	tally := func(keys []string, times func(key string) int) (lost, twice float64) {
+		for _, k := range keys {
+			if n := times(k); n == 0 {
+				lost++
+			} else if n > 1 {
+				twice++
+			}
+		}
+		return lost, twice
+	}
 	var dones map[string]int
-	for deadline := time.Now().Add(dispatchSettle); ; {
+	inLedger := func(k string) int { return dones[k] }
+	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
 		if dones, err = ledgerDones(ctx, s.etcd, startRev.Header.Revision+1); err != nil {
 			return nil, err
 		}
-		missing := 0
-		for _, k := range batonKeys {
-			if dones[k] == 0 {
-				missing++
-			}
-		}
-		if missing == 0 || time.Now().After(deadline) {
+		if missing, _ := tally(batonKeys, inLedger); missing == 0 || time.Now().After(deadline) {
 			break
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
 	}
-	count := func(keys []string, lost func(string) bool, twice func(string) bool) (l, t float64) {
-		for _, k := range keys {
-			if lost(k) {
-				l++
-			}
-			if twice(k) {
-				t++
-			}
-		}
-		return l, t
-	}
-	lostD, twiceD := count(accepted(chaosDispatch), func(k string) bool { return dones[k] == 0 }, func(k string) bool { return dones[k] > 1 })
-	lostS, twiceS := count(accepted(chaosSignal), func(k string) bool { return dones[k] == 0 }, func(k string) bool { return dones[k] > 1 })
-	handlerTwice := 0.0
-	for _, k := range batonKeys {
-		if _, c := baton.get(k); c > 1 {
-			handlerTwice++
-		}
-	}
+	lostD, twiceD := tally(accepted(chaosDispatch), inLedger)
+	lostS, twiceS := tally(accepted(chaosSignal), inLedger)
+	_, handlerTwice := tally(batonKeys, func(k string) int { _, c := baton.get(k); return c })
 	naiveKeys := accepted(chaosNaive)
 	// The naive workflow's losses are final once the queue is quiet: its terminated runs are gone.
-	for last, quietSince := naive.total(), time.Now(); time.Since(quietSince) < 2*time.Second; sleepCtx(ctx, 100*time.Millisecond) {
-		if n := naive.total(); n != last {
+	for last, quietSince := naive.handled(), time.Now(); time.Since(quietSince) < 2*time.Second; sleepCtx(ctx, 100*time.Millisecond) {
+		if n := naive.handled(); n != last {
 			last, quietSince = n, time.Now()
 		}
 	}
-	lostN, twiceN := count(naiveKeys, func(k string) bool { _, c := naive.get(k); return c == 0 }, func(k string) bool { _, c := naive.get(k); return c > 1 })
+	lostN, twiceN := tally(naiveKeys, func(k string) int { _, c := naive.get(k); return c })
 
 	latencyReturned := func(rs []*sentReq) []float64 {
 		var out []float64
@@ -486,7 +418,6 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 		len(chaosDispatch), len(accepted(chaosDispatch)), int(lostD), int(twiceD),
 		len(chaosSignal), len(accepted(chaosSignal)), int(lostS), int(twiceS),
 		len(chaosNaive), len(naiveKeys), int(lostN), int(twiceN))
-	fmt.Printf("batonbench: dispatch: section took %v\n", time.Since(began).Round(time.Second))
 
 	const naiveSignal = "naive signal, one-at-a-time workflow (send -> handled)"
 	none := func(f benchreport.Figure) bool { return f.P99 == 0 }
@@ -588,5 +519,3 @@ func ledgerDones(ctx context.Context, cli *clientv3.Client, from int64) (map[str
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool { return clock.Sleep(ctx, clock.Real(), d) }
-
-func expRand() float64 { return mrand.ExpFloat64() }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,6 +13,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // A leader is what both implementations look like to the measurements.
@@ -22,17 +22,22 @@ type leader interface {
 	campaign(ctx context.Context) (time.Time, error)
 	// resign ends the current term gracefully.
 	resign(ctx context.Context) error
+	// prefix holds the election's keys: the leader's and its followers'.
+	prefix() string
 	close()
 }
 
+// newLeader makes a candidate for queue whose etcd client talks to endpoints (default: all members).
+type newLeader func(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (leader, error)
+
 type batonLeader struct {
-	el   *election.Elector
-	cli  *clientv3.Client
-	id   string
-	term *election.Term
+	el        *election.Elector
+	cli       *clientv3.Client
+	id, queue string
+	term      *election.Term
 }
 
-func newBaton(cluster *etcdtest.Cluster, id string, ttl time.Duration, endpoints ...string) (*batonLeader, error) {
+func newBaton(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (leader, error) {
 	cli, err := cluster.NewClient(endpoints...)
 	if err != nil {
 		return nil, err
@@ -42,11 +47,11 @@ func newBaton(cluster *etcdtest.Cluster, id string, ttl time.Duration, endpoints
 		cli.Close()
 		return nil, err
 	}
-	return &batonLeader{el: el, cli: cli, id: id}, nil
+	return &batonLeader{el: el, cli: cli, id: id, queue: queue}, nil
 }
 
 func (b *batonLeader) campaign(ctx context.Context) (time.Time, error) {
-	term, err := b.el.Campaign(ctx, "bench", "q", b.id)
+	term, err := b.el.Campaign(ctx, "bench", b.queue, b.id)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -56,6 +61,8 @@ func (b *batonLeader) campaign(ctx context.Context) (time.Time, error) {
 
 func (b *batonLeader) resign(ctx context.Context) error { return b.term.Resign(ctx) }
 
+func (b *batonLeader) prefix() string { return b.el.ElectionKey("bench", b.queue) }
+
 func (b *batonLeader) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -64,13 +71,13 @@ func (b *batonLeader) close() {
 }
 
 type bareLeader struct {
-	cli  *clientv3.Client
-	sess *concurrency.Session
-	e    *concurrency.Election
-	id   string
+	cli     *clientv3.Client
+	sess    *concurrency.Session
+	e       *concurrency.Election
+	id, pfx string
 }
 
-func newBare(cluster *etcdtest.Cluster, prefix, id string, ttl time.Duration, endpoints ...string) (*bareLeader, error) {
+func newBare(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (leader, error) {
 	cli, err := cluster.NewClient(endpoints...)
 	if err != nil {
 		return nil, err
@@ -80,7 +87,8 @@ func newBare(cluster *etcdtest.Cluster, prefix, id string, ttl time.Duration, en
 		cli.Close()
 		return nil, err
 	}
-	return &bareLeader{cli: cli, sess: sess, e: concurrency.NewElection(sess, prefix), id: id}, nil
+	pfx := "/bench/bare-" + queue
+	return &bareLeader{cli: cli, sess: sess, e: concurrency.NewElection(sess, pfx), id: id, pfx: pfx}, nil
 }
 
 func (b *bareLeader) campaign(ctx context.Context) (time.Time, error) {
@@ -92,6 +100,8 @@ func (b *bareLeader) campaign(ctx context.Context) (time.Time, error) {
 
 func (b *bareLeader) resign(ctx context.Context) error { return b.e.Resign(ctx) }
 
+func (b *bareLeader) prefix() string { return b.pfx }
+
 func (b *bareLeader) close() {
 	b.sess.Orphan()
 	b.cli.Close()
@@ -100,32 +110,27 @@ func (b *bareLeader) close() {
 // benchGraceful alternates leadership between two candidates: the leader resigns as soon as the
 // follower waits, then campaigns again at once, as a rolling restart does. The figure is the time
 // from the resign call to the successor's win.
-func benchGraceful(ctx context.Context, cluster *etcdtest.Cluster, o options) (benchreport.Figure, error) {
-	ours, err := handovers(ctx, cluster, o.rounds, func(id string) (leader, error) {
-		return newBaton(cluster, id, 10*time.Second)
-	}, "/baton/election/bench/q")
-	if err != nil {
-		return benchreport.Figure{}, err
+func benchGraceful(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+	var samples [2][]time.Duration
+	for k, mk := range []newLeader{newBaton, newBare} {
+		var err error
+		if samples[k], err = handovers(ctx, cluster, o.rounds, mk); err != nil {
+			return nil, err
+		}
 	}
-	bare, err := handovers(ctx, cluster, o.rounds, func(id string) (leader, error) {
-		return newBare(cluster, "/bench/bare-graceful", id, 10*time.Second)
-	}, "/bench/bare-graceful")
-	if err != nil {
-		return benchreport.Figure{}, err
-	}
-	return benchreport.NewFigure("graceful handover (resign -> successor's term; follower joined 5-50 ms before)", "ms",
-		benchreport.Millis(ours), "bare concurrency.Election", benchreport.Millis(bare),
+	return []benchreport.Figure{benchreport.NewFigure("graceful handover (resign -> successor's term; follower joined 5-50 ms before)", "ms",
+		benchreport.Millis(samples[0]), "bare concurrency.Election", benchreport.Millis(samples[1]),
 		"p95 <= 50 ms and <= 1.5x baseline p95",
-		func(f benchreport.Figure) bool { return f.P95 <= 50 && f.P95 <= 1.5*f.BaselineP95 }), nil
+		func(f benchreport.Figure) bool { return f.P95 <= 50 && f.P95 <= 1.5*f.BaselineP95 })}, nil
 }
 
-func handovers(ctx context.Context, cluster *etcdtest.Cluster, rounds int, mk func(id string) (leader, error), prefix string) ([]time.Duration, error) {
-	a, err := mk("a")
+func handovers(ctx context.Context, cluster *etcdtest.Cluster, rounds int, mk newLeader) ([]time.Duration, error) {
+	a, err := mk(cluster, "a", "q", 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	defer a.close()
-	b, err := mk("b")
+	b, err := mk(cluster, "b", "q", 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -139,38 +144,17 @@ func handovers(ctx context.Context, cluster *etcdtest.Cluster, rounds int, mk fu
 	if _, err := a.campaign(ctx); err != nil {
 		return nil, err
 	}
-	cur, next := leader(a), leader(b)
+	cur, next := a, b
 	samples := make([]time.Duration, 0, rounds)
 	for range rounds {
-		won := make(chan time.Time, 1)
-		errc := make(chan error, 1)
-		go func() {
-			at, err := next.campaign(ctx)
-			if err != nil {
-				errc <- err
-				return
-			}
-			won <- at
-		}()
-		if err := waitKeys(ctx, observer, prefix, 2); err != nil {
-			return nil, err
-		}
 		// In a rolling restart the old leader stops shortly after a follower joined: the follower's
 		// watch is fresh, which is the case where a watch opened at a past revision waits for etcd's
 		// 100 ms resync of unsynced watchers.
-		time.Sleep(joinGap())
-		start := time.Now()
-		if err := cur.resign(ctx); err != nil {
+		d, err := handover(ctx, observer, next, joinGap(), func() error { return cur.resign(ctx) })
+		if err != nil {
 			return nil, err
 		}
-		select {
-		case at := <-won:
-			samples = append(samples, at.Sub(start))
-		case err := <-errc:
-			return nil, err
-		case <-time.After(30 * time.Second):
-			return nil, errors.New("successor did not win within 30s")
-		}
+		samples = append(samples, d)
 		cur, next = next, cur
 	}
 	return samples, nil
@@ -179,104 +163,78 @@ func handovers(ctx context.Context, cluster *etcdtest.Cluster, rounds int, mk fu
 // joinGap is the time between a follower joining and the leader resigning: 5 to 50 ms.
 func joinGap() time.Duration { return 5*time.Millisecond + rand.N(45*time.Millisecond) }
 
-// waitKeys polls until prefix holds n keys: the follower is waiting for the leader.
-func waitKeys(ctx context.Context, cli *clientv3.Client, prefix string, n int64) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+// handover starts next's campaign, waits until it waits behind the leader (its prefix holds two keys),
+// waits gap, and returns the time from act (which ends the leader's term) to next's win.
+func handover(ctx context.Context, observer *clientv3.Client, next leader, gap time.Duration, act func() error) (time.Duration, error) {
+	prefix := next.prefix()
+	won := make(chan time.Time, 1)
+	errc := make(chan error, 1)
+	go func() {
+		at, err := next.campaign(ctx)
 		if err != nil {
-			return err
+			errc <- err
+			return
 		}
-		if resp.Count == n {
-			return nil
+		won <- at
+	}()
+	if err := testkit.Poll(ctx, 10*time.Second, time.Millisecond, func() error {
+		resp, err := observer.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && resp.Count != 2 {
+			err = fmt.Errorf("%s: %d keys, want 2 (a follower)", prefix, resp.Count)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %d keys, want %d", prefix, resp.Count, n)
-		}
-		time.Sleep(time.Millisecond)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	time.Sleep(gap)
+	start := time.Now()
+	if err := act(); err != nil {
+		return 0, err
+	}
+	select {
+	case at := <-won:
+		return at.Sub(start), nil
+	case err := <-errc:
+		return 0, err
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("successor did not win within 30s")
 	}
 }
 
 // benchCrash measures crash failover: the leader's connection to etcd is blackholed and the
 // successor wins once etcd expires the lease. Rounds run o.parallel at a time on independent queues.
-func benchCrash(ctx context.Context, cluster *etcdtest.Cluster, o options) (benchreport.Figure, error) {
-	ours, err := crashes(ctx, cluster, o, func(i int, id string, endpoints ...string) (leader, string, error) {
-		l, err := newBaton(cluster, id, o.crashTTL, endpoints...)
-		if err != nil {
-			return nil, "", err
+func benchCrash(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+	var samples [2][]time.Duration
+	for k, mk := range []newLeader{newBaton, newBare} {
+		samples[k] = make([]time.Duration, o.crashRounds)
+		if err := testkit.Parallel(ctx, o.crashRounds, o.parallel, func(ctx context.Context, i int) (err error) {
+			samples[k][i], err = crashOnce(ctx, cluster, o.crashTTL, i, mk)
+			return err
+		}); err != nil {
+			return nil, err
 		}
-		queue := fmt.Sprintf("crash-%d", i)
-		return &queueLeader{batonLeader: l, queue: queue}, l.el.ElectionKey("bench", queue), nil
-	})
-	if err != nil {
-		return benchreport.Figure{}, err
-	}
-	bare, err := crashes(ctx, cluster, o, func(i int, id string, endpoints ...string) (leader, string, error) {
-		prefix := fmt.Sprintf("/bench/bare-crash-%d", i)
-		l, err := newBare(cluster, prefix, id, o.crashTTL, endpoints...)
-		return l, prefix, err
-	})
-	if err != nil {
-		return benchreport.Figure{}, err
 	}
 	limit := float64(o.crashTTL+500*time.Millisecond) / float64(time.Millisecond)
-	return benchreport.NewFigure(fmt.Sprintf("crash failover, TTL %v (cut -> successor's term)", o.crashTTL), "ms",
-		benchreport.Millis(ours), "bare concurrency.Election", benchreport.Millis(bare),
+	return []benchreport.Figure{benchreport.NewFigure(fmt.Sprintf("crash failover, TTL %v (cut -> successor's term)", o.crashTTL), "ms",
+		benchreport.Millis(samples[0]), "bare concurrency.Election", benchreport.Millis(samples[1]),
 		fmt.Sprintf("p95 <= TTL + 500 ms = %.0f ms", limit),
-		func(f benchreport.Figure) bool { return f.P95 <= limit }), nil
+		func(f benchreport.Figure) bool { return f.P95 <= limit })}, nil
 }
 
-type queueLeader struct {
-	*batonLeader
-	queue string
-}
-
-func (q *queueLeader) campaign(ctx context.Context) (time.Time, error) {
-	term, err := q.el.Campaign(ctx, "bench", q.queue, q.id)
-	if err != nil {
-		return time.Time{}, err
-	}
-	q.term = term
-	return term.Started(), nil
-}
-
-func crashes(ctx context.Context, cluster *etcdtest.Cluster, o options, mk func(i int, id string, endpoints ...string) (leader, string, error)) ([]time.Duration, error) {
-	var mu sync.Mutex
-	var samples []time.Duration
-	var firstErr error
-	for done := 0; done < o.crashRounds; done += o.parallel {
-		var wg sync.WaitGroup
-		for i := done; i < min(done+o.parallel, o.crashRounds); i++ {
-			wg.Go(func() {
-				d, err := crashOnce(ctx, cluster, i, mk)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				samples = append(samples, d)
-			})
-		}
-		wg.Wait()
-		if firstErr != nil {
-			return nil, firstErr
-		}
-	}
-	return samples, nil
-}
-
-func crashOnce(ctx context.Context, cluster *etcdtest.Cluster, i int, mk func(i int, id string, endpoints ...string) (leader, string, error)) (time.Duration, error) {
+// crashOnce measures one crash failover on queue crash-<i>.
+func crashOnce(ctx context.Context, cluster *etcdtest.Cluster, ttl time.Duration, i int, mk newLeader) (time.Duration, error) {
 	proxy, err := etcdtest.NewProxy(cluster.MemberEndpoint(0))
 	if err != nil {
 		return 0, err
 	}
 	defer proxy.Close()
-	old, prefix, err := mk(i, "old", proxy.URL())
+	queue := fmt.Sprintf("crash-%d", i)
+	old, err := mk(cluster, "old", queue, ttl, proxy.URL())
 	if err != nil {
 		return 0, err
 	}
 	defer old.close()
-	successor, _, err := mk(i, "new")
+	successor, err := mk(cluster, "new", queue, ttl)
 	if err != nil {
 		return 0, err
 	}
@@ -290,29 +248,7 @@ func crashOnce(ctx context.Context, cluster *etcdtest.Cluster, i int, mk func(i 
 	if _, err := old.campaign(ctx); err != nil {
 		return 0, err
 	}
-	won := make(chan time.Time, 1)
-	errc := make(chan error, 1)
-	go func() {
-		at, err := successor.campaign(ctx)
-		if err != nil {
-			errc <- err
-			return
-		}
-		won <- at
-	}()
-	if err := waitKeys(ctx, observer, prefix, 2); err != nil {
-		return 0, err
-	}
 	// Let a keepalive cycle pass so the cut lands at a random point of the lease's life.
-	time.Sleep(time.Duration(i%7) * 100 * time.Millisecond)
-	start := time.Now()
-	proxy.Blackhole()
-	select {
-	case at := <-won:
-		return at.Sub(start), nil
-	case err := <-errc:
-		return 0, err
-	case <-time.After(30 * time.Second):
-		return 0, errors.New("successor did not win within 30s of the cut")
-	}
+	return handover(ctx, observer, successor, time.Duration(i%7)*100*time.Millisecond,
+		func() error { proxy.Blackhole(); return nil })
 }

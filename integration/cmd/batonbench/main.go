@@ -1,4 +1,4 @@
-// Command batonbench measures Baton beside same-run baselines on real servers started in-process,
+// Command batonbench measures Baton beside same-run baselines on real servers started on loopback,
 // prints one table and writes bench-results.json. It is `make bench`.
 package main
 
@@ -23,29 +23,15 @@ func main() {
 	}
 }
 
+// options are the flags; see their usage in run.
 type options struct {
-	out         string
-	doc         string
-	rounds      int
-	crashRounds int
-	parallel    int
-	crashTTL    time.Duration
-	only        string
-	takeovers   int
-
-	replacements      int
-	replaceHeartbeats []time.Duration
-
-	heartbeats      int
-	reconcileRounds int
-	naiveRounds     int
-	workers         int
-
-	sweepRuns, sweepRounds, sweepNaiveRounds int
-
-	scaleQueues, scaleWorkers int
-	scaleTTL, scaleRest       time.Duration
-	scaleProfile              string
+	out, doc, only, scaleProfile                           string
+	rounds, crashRounds, parallel, takeovers, replacements int
+	heartbeats, reconcileRounds, naiveRounds, workers      int
+	sweepRuns, sweepRounds, sweepNaiveRounds               int
+	scaleQueues, scaleWorkers                              int
+	crashTTL, scaleTTL, scaleRest                          time.Duration
+	replaceHeartbeats                                      []time.Duration
 }
 
 func run() error {
@@ -99,8 +85,8 @@ func run() error {
 		name string
 		run  func(context.Context, *etcdtest.Cluster, options) ([]benchreport.Figure, error)
 	}{
-		{"graceful handover", one(benchGraceful)},
-		{"crash failover", one(benchCrash)},
+		{"graceful handover", benchGraceful},
+		{"crash failover", benchCrash},
 		{"takeover (FAIL path)", benchTakeover},
 		{"replacement after an out-of-band close", benchReplace},
 		{"reconcile", benchReconcile},
@@ -113,10 +99,12 @@ func run() error {
 		if !strings.Contains(b.name, o.only) {
 			continue
 		}
+		start := time.Now()
 		f, err := b.run(ctx, cluster, o)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.name, err)
 		}
+		fmt.Printf("batonbench: %s: section took %v\n", b.name, time.Since(start).Round(time.Second))
 		figures = append(figures, f...)
 	}
 	fmt.Println()
@@ -132,15 +120,4 @@ func run() error {
 		fmt.Println("wrote", o.doc)
 	}
 	return nil
-}
-
-// one adapts a benchmark that yields a single figure.
-func one(f func(context.Context, *etcdtest.Cluster, options) (benchreport.Figure, error)) func(context.Context, *etcdtest.Cluster, options) ([]benchreport.Figure, error) {
-	return func(ctx context.Context, c *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-		fig, err := f(ctx, c, o)
-		if err != nil {
-			return nil, err
-		}
-		return []benchreport.Figure{fig}, nil
-	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
@@ -28,40 +29,23 @@ const benchProject = "bench"
 // KEYS, then one HGETALL per key, then terminate and DEL per stale entry. The termination rate limit is
 // lifted: the figure is the cycle's own cost (with the default 20/s, a 1,000-run backlog drains in 50 s).
 func benchReconcile(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	s, err := startServers(cluster, need{redis: true, temporal: true, etcd: true})
+	s, err := startServers(ctx, cluster, need{redis: true, temporal: true, etcd: true})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	cli, tc, rdb := s.etcd, s.tc, s.rdb
-	closeEl := func(el *election.Elector) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = el.Close(cctx)
-	}
-	queues, err := election.New(cli, election.Config{})
+	tc, rdb := s.tc, s.rdb
+	queues, err := s.elector(s.etcd, election.Config{})
 	if err != nil {
 		return nil, err
 	}
-	defer closeEl(queues)
-	recEl, err := election.New(cli, election.Config{Prefix: reconciler.DefaultElectionPrefix})
+	term, err := s.reconcilerTerm(s.etcd, benchProject)
 	if err != nil {
 		return nil, err
 	}
-	defer closeEl(recEl)
-	term, err := recEl.Campaign(ctx, benchProject, reconciler.ElectionQueue, "bench-reconciler")
-	if err != nil {
-		return nil, err
-	}
-	rec, err := reconciler.New(reconciler.Config{Project: benchProject, ServerID: "bench-reconciler",
-		TerminateRate: 1e6, TerminateBurst: 1000, Workers: 8}, rdb, tc, queues)
-	if err != nil {
-		return nil, err
-	}
-
 	stale := o.heartbeats / 100
 	fmt.Printf("batonbench: reconcile: writing %d heartbeat entries (%d stale)\n", o.heartbeats, stale)
-	ours, oursCalls, err := reconcileCycles(ctx, rec, term, rdb, o)
+	ours, oursCalls, err := reconcileCycles(ctx, rdb, tc, queues, term, o)
 	if err != nil {
 		return nil, err
 	}
@@ -96,13 +80,8 @@ func benchReconcile(ctx context.Context, cluster *etcdtest.Cluster, o options) (
 	defer rc.Close()
 	cc := rc.NewClient()
 	defer cc.Close()
-	crec, err := reconciler.New(reconciler.Config{Project: benchProject, ServerID: "bench-reconciler",
-		TerminateRate: 1e6, TerminateBurst: 1000, Workers: 8}, cc, tc, queues)
-	if err != nil {
-		return nil, err
-	}
 	fmt.Printf("batonbench: reconcile: writing %d heartbeat entries (%d stale) on a 3-master cluster\n", o.heartbeats, stale)
-	onCluster, clusterCalls, err := reconcileCycles(ctx, crec, term, cc, o)
+	onCluster, clusterCalls, err := reconcileCycles(ctx, cc, tc, queues, term, o)
 	if err != nil {
 		return nil, fmt.Errorf("on Redis Cluster: %w", err)
 	}
@@ -114,10 +93,16 @@ func benchReconcile(ctx context.Context, cluster *etcdtest.Cluster, o options) (
 	), nil
 }
 
-// reconcileCycles writes o.heartbeats entries, then measures o.reconcileRounds cycles, each after the
-// previous cycle's deleted stale entries are written again. It returns each cycle's duration (ms) and
-// Redis round trips.
-func reconcileCycles(ctx context.Context, rec *reconciler.Reconciler, term reconciler.Term, rdb redis.UniversalClient, o options) ([]float64, []float64, error) {
+// reconcileCycles writes o.heartbeats entries to rdb, then measures o.reconcileRounds cycles of a
+// reconciler on rdb, each after the previous cycle's deleted stale entries are written again. It
+// returns each cycle's duration (ms) and Redis round trips.
+func reconcileCycles(ctx context.Context, rdb redis.UniversalClient, tc client.Client, queues *election.Elector, term reconciler.Term,
+	o options) ([]float64, []float64, error) {
+	rec, err := reconciler.New(reconciler.Config{Project: benchProject, ServerID: "bench-reconciler",
+		TerminateRate: 1e6, TerminateBurst: 1000, Workers: 8}, rdb, tc, queues)
+	if err != nil {
+		return nil, nil, err
+	}
 	stale := o.heartbeats / 100
 	if err := writeEntries(ctx, rdb, o.heartbeats, false); err != nil {
 		return nil, nil, err
@@ -159,7 +144,9 @@ func writeEntries(ctx context.Context, rdb redis.UniversalClient, n int, onlySta
 		if err != nil {
 			return err
 		}
-		at := now
+		// The fresh ones are dated an hour ahead: they stay fresh however long a loaded machine
+		// takes over the cycles.
+		at := now.Add(time.Hour)
 		if isStale {
 			at = now.Add(-time.Hour)
 		}
@@ -177,13 +164,9 @@ func writeEntries(ctx context.Context, rdb redis.UniversalClient, n int, onlySta
 	return err
 }
 
-type terminateClient interface {
-	TerminateWorkflow(ctx context.Context, workflowID, runID, reason string, details ...any) error
-}
-
 // naiveCycle is what a reconciler written without care does: KEYS, one read per key, and for each
 // stale entry a terminate and a DEL.
-func naiveCycle(ctx context.Context, rdb *redis.Client, tc terminateClient) (time.Duration, int, int, error) {
+func naiveCycle(ctx context.Context, rdb *redis.Client, tc client.Client) (time.Duration, int, int, error) {
 	start := time.Now()
 	calls := 0
 	now, err := rdb.Time(ctx).Result()

@@ -14,7 +14,7 @@ import (
 // beside the same measurement with a tenth of the workers in the same run: the latency should barely
 // move and the Redis commands per heartbeat must not move at all.
 func benchRegistry(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	s, err := startServers(cluster, need{redis: true})
+	s, err := startServers(ctx, cluster, need{redis: true})
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func benchRegistry(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 	}
 	fmt.Printf("batonbench: registry: %d workers: %.0f heartbeats/s (%d workers: %.0f/s); registering all took %v\n",
 		large.Workers, large.PerSecond, small.Workers, small.PerSecond, large.RegisterElapsed.Round(time.Millisecond))
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	ms := benchreport.Ms
 	lat := benchreport.Figure{Name: fmt.Sprintf("registry heartbeat, %d workers", large.Workers), Unit: "ms",
 		Samples: large.Heartbeats, P50: ms(large.P50), P95: ms(large.P95), P99: ms(large.P99),
 		Baseline: fmt.Sprintf("%d workers", small.Workers), BaselineP50: ms(small.P50), BaselineP95: ms(small.P95),

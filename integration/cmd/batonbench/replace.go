@@ -6,23 +6,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/grpc"
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
 
 // benchReplace measures how soon a leader replaces a dispatcher run that an operator terminated
 // behind its back: from the terminate call to the leader's status showing a new open run in the
-// same term. Each round runs one real Node (embedded etcd, in-process Temporal, redis-server;
+// same term. Each round runs one real Node (embedded etcd, Temporal, redis-server;
 // reconciler and worker registry on) that leads o.replacements queues, so every sample is the first
 // close of its term, as an operator's terminate in production is: a term backs off further on each
 // close after the first (Takeover.RetryMin doubling up to RetryMax), which bounds a workflow that
@@ -38,15 +34,14 @@ func benchReplace(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]
 	if o.replacements < 1 {
 		return nil, fmt.Errorf("-replacements must be at least 1, got %d", o.replacements)
 	}
-	s, err := startServers(cluster, need{redis: true, temporal: true, etcd: true})
+	s, err := startServers(ctx, cluster, need{redis: true, temporal: true, etcd: true})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	cli, srv, tc, rdb := s.etcd, s.temporal, s.tc, s.rdb
 	var figures []benchreport.Figure
 	for round, hb := range o.replaceHeartbeats {
-		f, err := replaceRound(ctx, cli, srv, tc, rdb, fmt.Sprintf("%s-replace-%d", benchProject, round), hb, o.replacements)
+		f, err := replaceRound(ctx, s, fmt.Sprintf("%s-replace-%d", benchProject, round), hb, o.replacements)
 		if err != nil {
 			return nil, err
 		}
@@ -59,15 +54,11 @@ func benchReplace(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]
 // default) leading n queues, and one out-of-band terminate per queue. The Node has a Temporal client
 // of its own, whose calls are counted while it rests: supervising a run costs one long poll and one
 // describe per watch interval by design.
-func replaceRound(ctx context.Context, cli *clientv3.Client, srv *temporalx.Server, tc client.Client, rdb redis.UniversalClient,
-	project string, hb time.Duration, n int) ([]benchreport.Figure, error) {
+func replaceRound(ctx context.Context, s *servers, project string, hb time.Duration, n int) ([]benchreport.Figure, error) {
+	tc := s.tc
 	var calls atomic.Int64
-	nodeTC, err := srv.NewClient(func(co *client.Options) {
-		co.ConnectionOptions.DialOptions = append(co.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				calls.Add(1)
-				return invoker(ctx, method, req, reply, cc, opts...)
-			}))
+	nodeTC, err := s.temporal.NewClient(func(co *client.Options) {
+		co.ConnectionOptions.DialOptions = append(co.ConnectionOptions.DialOptions, counting(&calls, func(string) bool { return true }))
 	})
 	if err != nil {
 		return nil, err
@@ -79,7 +70,7 @@ func replaceRound(ctx context.Context, cli *clientv3.Client, srv *temporalx.Serv
 	}
 	const serverID = "bench-leader"
 	node, err := baton.New(baton.Config{Project: project, Queues: queues, ServerID: serverID,
-		Heartbeat: heartbeat.Config{Interval: hb}}, cli, nodeTC, rdb)
+		Heartbeat: heartbeat.Config{Interval: hb}}, s.etcd, nodeTC, s.rdb)
 	if err != nil {
 		return nil, err
 	}
@@ -107,10 +98,10 @@ func replaceRound(ctx context.Context, cli *clientv3.Client, srv *temporalx.Serv
 		}
 		bareRuns[i] = run.GetRunID()
 	}
-	if err := waitFor(ctx, time.Minute, "every queue led with an open dispatcher run", func() error {
+	if err := testkit.Poll(ctx, time.Minute, 10*time.Millisecond, func() error {
 		for _, q := range queues {
 			if qs, ok := queueStatus(node, q); !ok || !qs.Leading || !qs.DispatcherOpen {
-				return fmt.Errorf("%s: %+v", q, qs)
+				return fmt.Errorf("%s not led with an open dispatcher run: %+v", q, qs)
 			}
 		}
 		return nil
@@ -163,15 +154,12 @@ func replaceRound(ctx context.Context, cli *clientv3.Client, srv *temporalx.Serv
 		if err := checkOwned(ctx, tc, after.WorkflowID, after.RunID, after.Token, serverID); err != nil {
 			return nil, fmt.Errorf("%s after the replacement: %w", q, err)
 		}
-		old, err := tc.DescribeWorkflowExecution(ctx, before.WorkflowID, before.RunID)
+		closedAt, err := terminated(ctx, tc, before.WorkflowID, before.RunID)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", q, err)
 		}
-		if status := old.GetWorkflowExecutionInfo().GetStatus(); status != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
-			return nil, fmt.Errorf("%s: the terminated run %s is %v", q, before.RunID, status)
-		}
-		// The server runs in this process: its close time is on the same clock.
-		closed = append(closed, old.GetWorkflowExecutionInfo().GetCloseTime().AsTime().Sub(start))
+		// The server runs on this host: its close time is on the same clock.
+		closed = append(closed, closedAt.Sub(start))
 
 		start = time.Now()
 		if err := tc.TerminateWorkflow(ctx, bareID(i), bareRuns[i], "batonbench: operator"); err != nil {
@@ -206,23 +194,4 @@ func queueStatus(n *baton.Node, queue string) (baton.QueueStatus, bool) {
 		}
 	}
 	return baton.QueueStatus{}, false
-}
-
-// waitFor polls f every 10 ms until it returns nil, or fails naming what and f's last error.
-func waitFor(ctx context.Context, d time.Duration, what string, f func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %v: %w", what, d, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // A fleet is N in-process workers campaigning for the same Q queues, each with its own etcd client
@@ -39,11 +40,9 @@ type fleet struct {
 }
 
 type fleetWorker struct {
-	id      string
 	proxy   *etcdtest.Proxy
 	cli     *clientv3.Client
 	el      *election.Elector
-	runner  *balance.Runner
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	leading atomic.Int64
@@ -59,7 +58,7 @@ func (f *fleet) start(ctx context.Context, id string) (*fleetWorker, error) {
 		proxy.Close()
 		return nil, err
 	}
-	w := &fleetWorker{id: id, proxy: proxy, cli: cli}
+	w := &fleetWorker{proxy: proxy, cli: cli}
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	lead := func(tctx context.Context) {
@@ -94,11 +93,12 @@ func (f *fleet) start(ctx context.Context, id string) (*fleetWorker, error) {
 			return nil, err
 		}
 		w.el = el
-		if w.runner, err = balance.New(el, cli, balance.Config{Project: "scale", ServerID: id, Queues: f.queues, Disabled: !f.balance}); err != nil {
+		runner, err := balance.New(el, cli, balance.Config{Project: "scale", ServerID: id, Queues: f.queues, Disabled: !f.balance})
+		if err != nil {
 			return nil, err
 		}
 		w.wg.Go(func() {
-			_ = w.runner.Run(wctx, func(string) election.Callbacks {
+			_ = runner.Run(wctx, func(string) election.Callbacks {
 				return election.Callbacks{OnElected: func(tctx context.Context, _ *election.Term) error { lead(tctx); return nil }}
 			})
 		})
@@ -129,14 +129,13 @@ func (f *fleet) closeAll() {
 
 // waitAllLed waits until every queue is led; it returns how long that took.
 func (f *fleet) waitAllLed(ctx context.Context, since time.Time, timeout time.Duration) (time.Duration, error) {
-	deadline := time.Now().Add(timeout)
-	for f.led.Load() < int64(len(f.queues)) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return 0, fmt.Errorf("%d of %d queues led after %v", f.led.Load(), len(f.queues), timeout)
+	err := testkit.Poll(ctx, timeout, 2*time.Millisecond, func() error {
+		if n := f.led.Load(); n < int64(len(f.queues)) {
+			return fmt.Errorf("%d of %d queues led", n, len(f.queues))
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return time.Since(since), nil
+		return nil
+	})
+	return time.Since(since), err
 }
 
 // settle waits until the leadership counts stop changing for a second, and returns the largest.
@@ -309,17 +308,8 @@ func etcdMessages() (float64, map[string]float64) {
 }
 
 func rssMiB() float64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	kb, _ := strconv.ParseFloat(strings.TrimSuffix(benchreport.ProcValue("/proc/self/status", "VmRSS"), " kB"), 64)
+	return kb / 1024
 }
 
 // benchScale measures o.scaleWorkers workers over o.scaleQueues queues on one etcd, through Baton
@@ -347,7 +337,7 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 		return benchreport.Figure{Name: name, Unit: unit, Samples: 1, P50: v, P95: v, P99: v, Baseline: base,
 			BaselineP50: bv, BaselineP95: bv, Target: target, Met: met}
 	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	ms := benchreport.Ms
 	ttlMs := ms(o.scaleTTL)
 	return []benchreport.Figure{
 		one("scale "+n+": every queue led after start", "ms", ms(baton.allLed), "bare concurrency.Election", ms(bare.allLed),

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +16,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/takeover"
 )
@@ -28,69 +26,41 @@ const sweepProject = "sweep"
 
 // benchSweep measures the reconciler's Temporal-side sweep over o.sweepRuns open dispatcher runs, each
 // the run of its queue's live leader (the steady state a sweep meets every cycle: nothing to end), on
-// the in-process Temporal server and the bench's etcd. A whole reconcile cycle is timed; its Redis half
+// the bench's Temporal server and the bench's etcd. A whole reconcile cycle is timed; its Redis half
 // scans an empty server. The baseline, in the same run over the same runs, decides each listed run with
 // a leader lookup of its own, one etcd read per run.
 func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	began := time.Now()
-	s, err := startServers(cluster, need{redis: true})
+	// The test server reads the namespace from persistence for every listed run (temporalserve, as
+	// temporaltest, turns this on so that tests see new search attributes at once): 1 ms a run, the
+	// test server's cost, not the sweep's. A production server answers from its namespace cache.
+	s, err := startServers(ctx, cluster, need{redis: true, temporal: true,
+		temporalConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": false}})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	// The test server reads the namespace from persistence for every listed run (temporaltest turns
-	// this on so that tests see new search attributes at once): 1 ms a run, the test server's cost,
-	// not the sweep's. A production server answers from its namespace cache.
-	ts, err := temporalx.StartServer(temporalx.Options{DynamicConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": false}})
-	if err != nil {
-		return nil, err
-	}
-	defer ts.Close()
-	tc, err := ts.NewClient()
-	if err != nil {
-		return nil, err
-	}
-	defer tc.Close()
+	tc := s.tc
 	// The leader lookups go through a client of their own whose range reads are counted.
 	var ranges atomic.Int64
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if method == "/etcdserverpb.KV/Range" {
-					ranges.Add(1)
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})}})
+		DialOptions: []grpc.DialOption{counting(&ranges, func(m string) bool { return m == "/etcdserverpb.KV/Range" })}})
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	closeEl := func(el *election.Elector) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = el.Close(cctx)
-	}
-	queues, err := election.New(cli, election.Config{})
+	s.closers = append(s.closers, cli.Close)
+	queues, err := s.elector(cli, election.Config{})
 	if err != nil {
 		return nil, err
 	}
-	defer closeEl(queues)
-	owners, err := cluster.NewClient()
+	owners, err := s.etcdClient()
 	if err != nil {
 		return nil, err
 	}
-	defer owners.Close()
-	ownerEl, err := election.New(owners, election.Config{})
+	ownerEl, err := s.elector(owners, election.Config{})
 	if err != nil {
 		return nil, err
 	}
-	defer closeEl(ownerEl)
-	recEl, err := election.New(owners, election.Config{Prefix: reconciler.DefaultElectionPrefix})
-	if err != nil {
-		return nil, err
-	}
-	defer closeEl(recEl)
-	term, err := recEl.Campaign(ctx, sweepProject, reconciler.ElectionQueue, "bench-reconciler")
+	term, err := s.reconcilerTerm(owners, sweepProject)
 	if err != nil {
 		return nil, err
 	}
@@ -102,12 +72,22 @@ func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	n := o.sweepRuns
 	fmt.Printf("batonbench: sweep: %d queues elected and their dispatcher runs started\n", n)
 	setup := time.Now()
-	if err := startLedRuns(ctx, ownerEl, tc, n); err != nil {
+	// Elected and started several at once; each run's task queue has no poller, so the runs stay open.
+	if err := testkit.Parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+		return startLedRun(ctx, ownerEl, tc, fmt.Sprintf("q%06d", i))
+	}); err != nil {
 		return nil, err
 	}
 	started := time.Since(setup)
 	query := fmt.Sprintf("WorkflowId STARTS_WITH %s AND ExecutionStatus = 'Running'", strconv.Quote(takeover.WorkflowIDPrefix(sweepProject)))
-	if err := waitIndexed(ctx, tc, query, n); err != nil {
+	// A run is listed only once it is indexed, a moment after its start.
+	if err := testkit.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func() error {
+		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+		if err == nil && resp.GetCount() < int64(n) {
+			err = fmt.Errorf("visibility indexed %d of %d runs", resp.GetCount(), n)
+		}
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	fmt.Printf("batonbench: sweep: set-up %v (%v to elect and start, then visibility indexing)\n",
@@ -141,7 +121,6 @@ func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 		naive = append(naive, float64(d)/float64(time.Millisecond))
 		naiveReads = append(naiveReads, float64(ranges.Load()))
 	}
-	fmt.Printf("batonbench: sweep: section took %v\n", time.Since(began).Round(time.Millisecond))
 	name := fmt.Sprintf("reconcile sweep, %d open dispatcher runs", n)
 	return []benchreport.Figure{
 		benchreport.NewFigure(name, "ms", ours, "a leader lookup per run", naive, "p95 <= 2000 ms",
@@ -151,38 +130,8 @@ func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	}, nil
 }
 
-// startLedRuns elects el for n queues of sweepProject and starts each queue's dispatcher run with its
-// leader's owner memo, on a task queue nobody polls (the runs stay open), several at once.
-func startLedRuns(ctx context.Context, el *election.Elector, tc client.Client, n int) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range next {
-				if err := startLedRun(ctx, el, tc, fmt.Sprintf("q%06d", i)); err != nil {
-					cancel(err)
-				}
-			}
-		})
-	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return ctx.Err()
-}
-
+// startLedRun elects el for queue of sweepProject and starts the queue's dispatcher run with its
+// leader's owner memo.
 func startLedRun(ctx context.Context, el *election.Elector, tc client.Client, queue string) error {
 	term, err := el.Campaign(ctx, sweepProject, queue, "bench-owner")
 	if err != nil {
@@ -197,26 +146,6 @@ func startLedRun(ctx context.Context, el *election.Elector, tc client.Client, qu
 	_, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "batonbench-sweep-nobody-polls",
 		Memo: map[string]any{takeover.MemoKey: owner}}, takeover.DefaultWorkflowType, owner)
 	return err
-}
-
-// waitIndexed waits until Temporal visibility counts want runs for query: a run is listed only once
-// it is indexed, a moment after its start.
-func waitIndexed(ctx context.Context, tc client.Client, query string, want int) error {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
-		if err == nil && resp.GetCount() >= int64(want) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("visibility indexed %d of %d runs in 5 minutes (last error %v)", resp.GetCount(), want, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // naiveSweep is the sweep as first written: the same paginated listing, then one leader lookup per

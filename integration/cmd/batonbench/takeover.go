@@ -7,7 +7,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
@@ -31,64 +30,33 @@ const takeoverTarget = 100 // ms, p95
 // terminate-first path node-a's run is terminated. The baseline is a bare StartWorkflow of a fresh
 // workflow ID on the same server, measured between the two.
 func benchTakeover(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	s, err := startServers(cluster, need{temporal: true})
+	s, err := startServers(ctx, cluster, need{temporal: true})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
 	tc := s.tc
-
-	type node struct {
-		el  *election.Elector
-		mgr *takeover.Manager
-	}
-	mk := func() (*node, func(), error) {
-		cli, err := cluster.NewClient()
-		if err != nil {
-			return nil, nil, err
-		}
-		el, err := election.New(cli, election.Config{})
-		if err != nil {
-			return nil, nil, err
-		}
-		mgr, err := takeover.New(tc, takeover.Config{StepDown: takeover.LeaveRunning})
-		if err != nil {
-			return nil, nil, err
-		}
-		return &node{el, mgr}, func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = el.Close(cctx)
-			cli.Close()
-		}, nil
-	}
-	a, closeA, err := mk()
+	a, err := s.node("node-a")
 	if err != nil {
 		return nil, err
 	}
-	defer closeA()
-	b, closeB, err := mk()
+	b, err := s.node("node-b")
 	if err != nil {
 		return nil, err
 	}
-	defer closeB()
 
-	// take wins queue i for id and takes the dispatcher over on the path it must take; the run is
+	// take wins queue i for n and takes the dispatcher over on the path it must take; the run is
 	// checked in Temporal after the latency is taken.
-	take := func(n *node, id string, i int, want takeover.Path) (*election.Term, takeover.Run, error) {
+	take := func(n *node, i int, want takeover.Path) (*election.Term, takeover.Run, error) {
 		q := fmt.Sprintf("tq-%03d", i)
-		term, err := n.el.Campaign(ctx, benchProject, q, id)
-		if err != nil {
-			return nil, takeover.Run{}, err
-		}
-		run, err := n.mgr.Take(ctx, term)
+		term, run, err := n.take(ctx, q)
 		if err != nil {
 			return nil, takeover.Run{}, err
 		}
 		if run.Path != want {
-			return nil, takeover.Run{}, fmt.Errorf("%s: %s's takeover took path %s, want %s", q, id, run.Path, want)
+			return nil, takeover.Run{}, fmt.Errorf("%s: %s's takeover took path %s, want %s", q, n.id, run.Path, want)
 		}
-		if err := checkOwned(ctx, tc, run.WorkflowID, run.RunID, term.Token(), id); err != nil {
+		if err := checkOwned(ctx, tc, run.WorkflowID, run.RunID, term.Token(), n.id); err != nil {
 			return nil, takeover.Run{}, fmt.Errorf("%s: %w", q, err)
 		}
 		return term, run, nil
@@ -99,7 +67,7 @@ func benchTakeover(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 	terms := make([]*election.Term, o.takeovers)
 	prior := make([]takeover.Run, o.takeovers)
 	for i := range o.takeovers {
-		if terms[i], prior[i], err = take(a, "node-a", i, takeover.PathStart); err != nil {
+		if terms[i], prior[i], err = take(a, i, takeover.PathStart); err != nil {
 			return nil, err
 		}
 		fresh = append(fresh, prior[i].Latency)
@@ -122,23 +90,21 @@ func benchTakeover(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 	}
 	time.Sleep(time.Until(aged))
 
-	var terminated []time.Duration
+	var termFirst []time.Duration
 	for i := range o.takeovers {
 		if err := terms[i].Resign(ctx); err != nil {
 			return nil, err
 		}
-		_, run, err := take(b, "node-b", i, takeover.PathTerminateFirst)
+		_, run, err := take(b, i, takeover.PathTerminateFirst)
 		if err != nil {
 			return nil, err
 		}
-		terminated = append(terminated, run.Latency)
+		termFirst = append(termFirst, run.Latency)
 		if run.Attempts > 1 {
 			retried = append(retried, run.Latency)
 		}
-		if status, err := runStatus(ctx, tc, run.WorkflowID, prior[i].RunID); err != nil {
-			return nil, err
-		} else if status != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
-			return nil, fmt.Errorf("%s: node-a's run %s is %v after node-b's takeover, want terminated", run.WorkflowID, prior[i].RunID, status)
+		if _, err := terminated(ctx, tc, run.WorkflowID, prior[i].RunID); err != nil {
+			return nil, fmt.Errorf("node-a's run after node-b's takeover: %w", err)
 		}
 	}
 	if len(retried) > 0 {
@@ -151,7 +117,7 @@ func benchTakeover(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 		benchreport.NewFigure("takeover, FAIL path, no prior run (term start -> run open)", "ms",
 			benchreport.Millis(fresh), baseline, benchreport.Millis(bare), target, met),
 		benchreport.NewFigure("takeover, FAIL path, terminate-first: prior owner's run open (term start -> new run open)", "ms",
-			benchreport.Millis(terminated), baseline, benchreport.Millis(bare), target, met),
+			benchreport.Millis(termFirst), baseline, benchreport.Millis(bare), target, met),
 	}, nil
 }
 
@@ -163,11 +129,9 @@ func checkOwned(ctx context.Context, tc client.Client, workflowID, runID string,
 		return err
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	var owner takeover.Owner
-	if p, ok := info.GetMemo().GetFields()[takeover.MemoKey]; ok {
-		if err := converter.GetDefaultDataConverter().FromPayload(p, &owner); err != nil {
-			return fmt.Errorf("%s: memo %s: %w", workflowID, takeover.MemoKey, err)
-		}
+	owner, _, err := takeover.DecodeOwner(nil, info.GetMemo())
+	if err != nil {
+		return fmt.Errorf("%s: %w", workflowID, err)
 	}
 	if info.GetExecution().GetRunId() != runID || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING ||
 		owner.Token != token || owner.ServerID != serverID {
@@ -177,11 +141,15 @@ func checkOwned(ctx context.Context, tc client.Client, workflowID, runID string,
 	return nil
 }
 
-// runStatus is the status of one run.
-func runStatus(ctx context.Context, tc client.Client, workflowID, runID string) (enumspb.WorkflowExecutionStatus, error) {
+// terminated checks that a run is terminated, and returns when it closed.
+func terminated(ctx context.Context, tc client.Client, workflowID, runID string) (time.Time, error) {
 	resp, err := tc.DescribeWorkflowExecution(ctx, workflowID, runID)
 	if err != nil {
-		return 0, err
+		return time.Time{}, err
 	}
-	return resp.GetWorkflowExecutionInfo().GetStatus(), nil
+	info := resp.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		return time.Time{}, fmt.Errorf("%s: run %s is %v, want terminated", workflowID, runID, info.GetStatus())
+	}
+	return info.GetCloseTime().AsTime(), nil
 }
