@@ -24,7 +24,6 @@ import (
 
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
-	"github.com/baton-run/baton/integration/temporalserve"
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
@@ -42,7 +41,7 @@ type Options struct {
 	Redis       string
 	// RedisAppendOnly keeps Redis's data across a restart of the real server.
 	RedisAppendOnly bool
-	// Temporal starts the Temporal server, its data in dir; default InProcess.
+	// Temporal starts the Temporal server, its data in dir; default Child.
 	Temporal func(ctx context.Context, dir string) (Temporal, error)
 	// Dir is where the servers' data directory is made (removed by Close); default os.TempDir().
 	Dir string
@@ -132,20 +131,15 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	return s, interrupted(ctx)
 }
 
-// InProcess runs the Temporal server in this process (temporalserve; its database in memory) and
-// returns once its namespace is usable. The demo and devstack run it so: nothing more to build. The
-// server leaves goroutines behind when it stops, so a test process runs temporalx's child instead.
-func InProcess(ctx context.Context, _ string) (Temporal, error) {
-	srv, err := temporalserve.Start(temporalserve.Config{})
+// Child runs the Temporal server as temporalx's child process, its database in dir: the default, so
+// that a program that imports stack does not link the server; cmd/devstack and cmd/demo pass one that
+// runs it in-process (temporalserve.StartReady).
+func Child(ctx context.Context, dir string) (Temporal, error) {
+	s, err := temporalx.StartServerContext(ctx, temporalx.Options{Dir: dir})
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, temporalx.DefaultTimeout)
-	defer cancel()
-	if err := temporalx.WaitReady(ctx, srv.HostPort(), srv.Namespace()); err != nil {
-		return nil, errors.Join(err, srv.Close())
-	}
-	return srv, nil
+	return s, nil
 }
 
 func (o Options) withDefaults() Options {
@@ -156,7 +150,7 @@ func (o Options) withDefaults() Options {
 		o.Redis = RedisAuto
 	}
 	if o.Temporal == nil {
-		o.Temporal = InProcess
+		o.Temporal = Child
 	}
 	nop := func(string, ...any) {}
 	if o.Say == nil {

@@ -9,6 +9,7 @@
 package temporalserve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"go.temporal.io/server/temporal"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/integration/testkit"
 )
 
@@ -164,6 +166,23 @@ func Start(c Config) (*Server, error) {
 		return nil, fmt.Errorf("temporalserve: start: %w", err)
 	}
 	return &Server{srv: srv, hostPort: addr(c.Frontend), namespace: c.Namespace}, nil
+}
+
+// StartReady is Start, then temporalx.WaitReady: it returns once the namespace is usable, bounded
+// by ctx (and temporalx.DefaultTimeout). cmd/devstack and cmd/demo run the server in-process so:
+// nothing more to build. The server leaves goroutines behind when it stops, so a test process runs
+// temporalx's child instead.
+func StartReady(ctx context.Context, c Config) (*Server, error) {
+	s, err := Start(c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, temporalx.DefaultTimeout)
+	defer cancel()
+	if err := temporalx.WaitReady(ctx, s.HostPort(), s.Namespace()); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	return s, nil
 }
 
 // HostPort is the frontend's address, Host:Frontend.

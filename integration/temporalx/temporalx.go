@@ -21,26 +21,19 @@ package temporalx
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	commonpb "go.temporal.io/api/common/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/baton-run/baton/integration/testkit"
 )
@@ -105,12 +98,6 @@ type Server struct {
 	// logOwnedByT: Start's cleanup names the log already; logNamed: the tests Client named it to.
 	logOwnedByT bool
 	logNamed    sync.Map
-}
-
-// child is one run of the server process.
-type child struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once the process has exited and been waited for
 }
 
 // StartServer starts a Temporal server in a child process, its frontend on
@@ -189,135 +176,6 @@ func StartServerContext(ctx context.Context, opts Options) (*Server, error) {
 	}
 }
 
-// errExited: the child exited before it served.
-var errExited = errors.New("temporalx: server process exited before it served")
-
-// start runs the child and waits until it serves the namespace; on failure the child is gone.
-func (s *Server) start(ctx context.Context) error {
-	cmd := exec.Command(s.bin, s.args...)
-	if s.opts.LogFile != "" {
-		f, err := os.OpenFile(s.opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return fmt.Errorf("temporalx: server log: %w", err)
-		}
-		defer f.Close() // the child has its own descriptor
-		cmd.Stdout, cmd.Stderr = f, f
-	}
-	// The child watches its stdin: our end closes when this process dies, however it dies.
-	if _, err := cmd.StdinPipe(); err != nil {
-		return fmt.Errorf("temporalx: %w", err)
-	}
-	// Its own process group: a Ctrl-C reaches its starter, which stops it (a drill still reads it).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("temporalx: start server %s: %w", s.bin, err)
-	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(c.exited) }()
-	s.mu.Lock()
-	s.child = c
-	s.mu.Unlock()
-	if err := s.waitReady(ctx, c.exited); err != nil {
-		s.stop(syscall.SIGKILL)
-		return err
-	}
-	return nil
-}
-
-// WaitReady waits, bounded by ctx, until the Temporal server at hostPort serves namespace,
-// registering the namespace where it does not exist yet: for a server that temporalx did not start
-// (temporalserve in-process).
-func WaitReady(ctx context.Context, hostPort, namespace string) error {
-	s := &Server{opts: Options{Logger: zap.NewNop()}, hostPort: hostPort, namespace: namespace}
-	return s.waitReady(ctx, nil)
-}
-
-// waitReady waits until the frontend answers and the namespace is usable, registering it on an
-// external server where it does not exist yet; exited (nil for an external server) ends the wait.
-func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
-	for {
-		err := s.tryNamespace(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			tail := ""
-			if s.opts.LogFile != "" {
-				b, _ := os.ReadFile(s.opts.LogFile)
-				tail = fmt.Sprintf(" (log %s: %s)", s.opts.LogFile, testkit.Tail(string(b), 1500))
-			}
-			return fmt.Errorf("%w%s", errExited, tail)
-		case <-ctx.Done():
-			return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func (s *Server) tryNamespace(ctx context.Context) error {
-	nc, err := client.NewNamespaceClient(s.clientOptions())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-	defer rcancel()
-	_, err = nc.Describe(rctx, s.namespace)
-	var notFound *serviceerror.NamespaceNotFound
-	if errors.As(err, &notFound) {
-		err = nc.Register(rctx, &workflowservice.RegisterNamespaceRequest{
-			Namespace:                        s.namespace,
-			WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
-		})
-		var exists *serviceerror.NamespaceAlreadyExists
-		if errors.As(err, &exists) {
-			err = nil
-		}
-	}
-	if err != nil {
-		return err
-	}
-	// Describe and Register go straight to persistence; every service's
-	// namespace registry then reads the namespace through on a cache miss,
-	// except that a miss is remembered for 1s (readthroughCacheTTL) by a
-	// registry that has looked the name up before. Probe until the frontend
-	// (its registry) and history (its own registry) both know the namespace:
-	// a describe of a workflow that does not exist then fails with NotFound,
-	// not NamespaceNotFound.
-	c, err := client.Dial(s.clientOptions())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_, err = c.WorkflowService().DescribeWorkflowExecution(rctx, &workflowservice.DescribeWorkflowExecutionRequest{
-		Namespace: s.namespace,
-		Execution: &commonpb.WorkflowExecution{WorkflowId: "temporalx-namespace-probe"},
-	})
-	if errors.As(err, new(*serviceerror.NotFound)) {
-		return nil
-	}
-	return err
-}
-
-// encodeDynamicConfig is opts.DynamicConfig as cmd/temporal-dev's -dynamic-config: JSON, with a
-// time.Duration as its string ("1.5s"), which the server parses, not as nanoseconds, which it would
-// take for seconds.
-func encodeDynamicConfig(dc map[string]any) (string, error) {
-	m := make(map[string]any, len(dc))
-	for k, v := range dc {
-		if d, ok := v.(time.Duration); ok {
-			v = d.String()
-		}
-		m[k] = v
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "", fmt.Errorf("temporalx: Options.DynamicConfig: want values JSON can carry: %w", err)
-	}
-	return string(b), nil
-}
-
 // External reports whether the server is an external one (BATON_TEMPORAL_ADDRESS).
 func (s *Server) External() bool { return s.external }
 
@@ -347,94 +205,6 @@ func (s *Server) NewClient(opts ...func(*client.Options)) (client.Client, error)
 		f(&o)
 	}
 	return client.Dial(o)
-}
-
-// Stop stops the server gracefully (SIGTERM; the frontend port is closed
-// once it returns). Clients and workers are not closed: their calls then
-// fail with serviceerror.Unavailable ("connection refused") once the SDK's
-// retries give up, so bound calls with a context deadline. Stopping a
-// stopped server is a no-op. It returns ErrExternal for an external server.
-func (s *Server) Stop() error {
-	if s.external {
-		return ErrExternal
-	}
-	s.stop(syscall.SIGTERM)
-	return nil
-}
-
-// Kill stops the server as a crash does (SIGKILL): what it had not
-// written to its database is lost. It returns ErrExternal for an external
-// server.
-func (s *Server) Kill() error {
-	if s.external {
-		return ErrExternal
-	}
-	s.stop(syscall.SIGKILL)
-	return nil
-}
-
-// stop signals the child and waits for it to exit; a child that has not exited 25 s after SIGTERM
-// is killed.
-func (s *Server) stop(sig syscall.Signal) {
-	s.mu.Lock()
-	c := s.child
-	s.child = nil
-	s.mu.Unlock()
-	if c == nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(sig)
-	select {
-	case <-c.exited:
-	case <-time.After(25 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
-
-// Restart starts a stopped (or killed) server again, on the same address
-// and database: it comes back with its namespaces and executions. A
-// running server is stopped first. It returns once the namespace is usable,
-// retrying while ctx lasts (a port taken in between by someone else may be
-// freed). It returns ErrExternal for an external server.
-func (s *Server) Restart(ctx context.Context) error {
-	if s.external {
-		return ErrExternal
-	}
-	s.stop(syscall.SIGTERM)
-	for {
-		err := s.start(ctx)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// Close stops the server (if not yet stopped) and removes its database,
-// unless Options.Dir was given. Close is idempotent and does nothing for
-// an external server.
-func (s *Server) Close() error {
-	if s.external {
-		return nil
-	}
-	s.mu.Lock()
-	closed := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	if closed {
-		return nil
-	}
-	if s.opts.Dir != "" {
-		s.stop(syscall.SIGTERM)
-		return nil
-	}
-	s.stop(syscall.SIGKILL) // nobody reads the data again
-	return os.RemoveAll(s.dir)
 }
 
 // Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.LogFile, the

@@ -28,6 +28,7 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/integration/stack"
+	"github.com/baton-run/baton/integration/temporalserve"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
@@ -100,7 +101,8 @@ func (d *demo) step(format string, args ...any) {
 
 func (d *demo) script(ctx context.Context) error {
 	d.step("Starting the dev servers: etcd (embedded), Temporal (in-process) and Redis, on loopback.")
-	st, err := stack.Start(ctx, stack.Options{Dir: d.o.workDir, Warn: func(format string, args ...any) { say("  "+format, args...) }})
+	st, err := stack.Start(ctx, stack.Options{Dir: d.o.workDir, Temporal: inProcessTemporal,
+		Warn: func(format string, args ...any) { say("  "+format, args...) }})
 	if err != nil {
 		return err
 	}
@@ -356,4 +358,14 @@ func (d *demo) shutdown() {
 			say("  stopping the dev servers: %v", err)
 		}
 	}
+}
+
+// inProcessTemporal runs the Temporal server in this process (temporalserve, its database in memory):
+// nothing more to build.
+func inProcessTemporal(ctx context.Context, _ string) (stack.Temporal, error) {
+	s, err := temporalserve.StartReady(ctx, temporalserve.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/stack"
+	"github.com/baton-run/baton/integration/temporalserve"
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
@@ -139,7 +140,7 @@ type options struct {
 	// tmpDir is where the data dir is created; default os.TempDir().
 	tmpDir string
 	// redisBinary finds redis-server; default redistest.Binary. temporal starts Temporal; default
-	// stack.InProcess.
+	// inProcessTemporal.
 	redisBinary func() (string, error)
 	temporal    func(ctx context.Context, dir string) (stack.Temporal, error)
 }
@@ -190,6 +191,9 @@ type devstack struct {
 func start(ctx context.Context, o options) (*devstack, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
+	}
+	if o.temporal == nil {
+		o.temporal = inProcessTemporal
 	}
 	if o.stdout == nil {
 		o.stdout = io.Discard
@@ -293,4 +297,14 @@ func writeEnvFile(path string, vars []stack.EnvVar) (err error) {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// inProcessTemporal runs the Temporal server in this process (temporalserve, its database in memory):
+// nothing more to build.
+func inProcessTemporal(ctx context.Context, _ string) (stack.Temporal, error) {
+	s, err := temporalserve.StartReady(ctx, temporalserve.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
