@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,7 +97,7 @@ func loadThroughAKill(t *testing.T, c *cluster, mode string) {
 	}
 	final := waitLine(t, load, "load total:", 0)
 	t.Log(final)
-	v := fields(final)
+	v := workerproc.Counts(final)
 	if v["sent"] == 0 || v["accepted"] == 0 || v["ledger_accepted"] != v["accepted"] {
 		t.Fatalf("load sent nothing or the ledger report does not cover every accepted request: %s", final)
 	}
@@ -133,17 +132,4 @@ func waitLine(t *testing.T, p *workerproc.Proc, prefix string, d time.Duration) 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// fields parses the key=value counts of a load line.
-func fields(line string) map[string]int {
-	v := map[string]int{}
-	for _, f := range strings.Fields(line) {
-		if k, s, ok := strings.Cut(f, "="); ok {
-			if n, err := strconv.Atoi(s); err == nil {
-				v[k] = n
-			}
-		}
-	}
-	return v
 }
