@@ -130,22 +130,18 @@ func replaceRound(ctx context.Context, s *servers, project string, hb time.Durat
 		}
 		var after baton.QueueStatus
 		var noticed time.Duration
-		for {
+		if err := testkit.Poll(ctx, limit, time.Millisecond, func() error {
 			var ok bool
 			after, ok = queueStatus(node, q)
 			if noticed == 0 && ok && (after.Replacements > before.Replacements || after.RunID != before.RunID) {
 				noticed = time.Since(start)
 			}
-			if ok && after.DispatcherOpen && after.RunID != before.RunID {
-				break
+			if !ok || !after.DispatcherOpen || after.RunID == before.RunID {
+				return fmt.Errorf("%s: run %s not replaced after its terminate: %+v", q, before.RunID, after)
 			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			if since := time.Since(start); since > limit {
-				return nil, fmt.Errorf("%s: run %s not replaced %v after its terminate: %+v", q, before.RunID, since, after)
-			}
-			time.Sleep(time.Millisecond)
+			return nil
+		}); err != nil {
+			return nil, err
 		}
 		ours, seen = append(ours, time.Since(start)), append(seen, noticed)
 		if !after.Leading || after.Token != before.Token || after.Replacements != before.Replacements+1 {
