@@ -185,6 +185,9 @@ type Config struct {
 	Out io.Writer `json:"-"`
 }
 
+// DefaultConfig is the configuration with every default filled in (Seed from the clock).
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/workerproc"
 	"github.com/baton-run/baton/takeover"
@@ -328,7 +329,7 @@ func (d *Drill) waitSteady(ctx context.Context, step *Step, exclude map[*proc]bo
 func (d *Drill) candidates(ctx context.Context, queue string) string {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	prefix := "/baton/election/" + d.cfg.Project + "/" + queue + "/"
+	prefix := election.DefaultConfig().Prefix + "/" + d.cfg.Project + "/" + queue + "/"
 	resp, err := d.ec.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return "(" + err.Error() + ")"
