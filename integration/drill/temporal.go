@@ -53,5 +53,3 @@ func (t *temporalServer) restart(ctx context.Context, crash bool, down, timeout 
 	defer cancel()
 	return t.Restart(ctx)
 }
-
-func (t *temporalServer) close() { _ = t.Close() }
