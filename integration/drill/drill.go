@@ -396,7 +396,7 @@ func (d *Drill) setup(ctx context.Context) error {
 		return err
 	}
 	d.bgWG.Go(d.monitorOrphans)
-	if _, ok := d.waitSteady(ctx, setupStep, nil, 60*time.Second); !ok {
+	if !d.waitSteady(ctx, setupStep, nil, 60*time.Second) {
 		return errors.New("the fleet never settled after start-up (see the violations)")
 	}
 	d.logf("%d workers ready; every queue has one leader with an open dispatcher run", d.cfg.Workers)

@@ -46,8 +46,6 @@ type Step struct {
 	// Recovery marks a step that ends a fault or brings a worker (back): its handovers are the
 	// fleet rebalancing, counted as changes but not as takeover latencies.
 	Recovery bool `json:"recovery,omitempty"`
-	// Owners is the settled state after the step.
-	Owners map[string]owner `json:"-"`
 	// Changes lists, per queue whose leadership changed in the window, its new terms and runs.
 	Changes []QueueChange `json:"changes,omitempty"`
 }

@@ -97,9 +97,9 @@ const tsFormat = "15:04:05.000000"
 
 // owner is who holds a queue in a settled fleet.
 type owner struct {
-	Proc  string `json:"proc"`
-	Token int64  `json:"token"`
-	RunID string `json:"run_id"`
+	Proc  string
+	Token int64
+	RunID string
 }
 
 func (d *Drill) workflowID(queue string) string {
@@ -129,7 +129,7 @@ func (d *Drill) liveProcs(exclude map[*proc]bool) []*proc {
 // A queue already reported as not settling (stuck) is left out, so that one queue that stays without
 // an owner is reported once and does not make every later step wait out the bound; it rejoins the
 // checks once a worker leads it with a run again.
-func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) (map[string]owner, []problem) {
+func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
 	d.mu.Lock()
 	stuck := maps.Clone(d.stuck)
 	d.mu.Unlock()
@@ -182,7 +182,7 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) (map[string
 		}
 	}
 	if len(probs) > 0 {
-		return owners, probs
+		return probs
 	}
 	for _, q := range d.queues {
 		o, ok := owners[q]
@@ -211,11 +211,11 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) (map[string
 		}
 	}
 	if len(probs) > 0 {
-		return owners, probs
+		return probs
 	}
 	open, err := d.openRunsByVisibility(ctx)
 	if err != nil {
-		return owners, []problem{{check: CheckOwnerWithinSLA, detail: "visibility: " + err.Error()}}
+		return []problem{{check: CheckOwnerWithinSLA, detail: "visibility: " + err.Error()}}
 	}
 	for _, q := range d.queues {
 		if _, ok := owners[q]; !ok {
@@ -227,7 +227,7 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) (map[string
 				"visibility lists %d Running runs %v, the leader's is %s", len(runs), runs, owners[q].RunID)})
 		}
 	}
-	return owners, probs
+	return probs
 }
 
 type problem struct {
@@ -288,23 +288,19 @@ func (d *Drill) listRuns(ctx context.Context, query string, f func(wid, runID st
 // step how long that took. Visibility lags behind Temporal's mutable state (and /status is read
 // process by process), so momentary disagreement is expected right after a takeover; only what is
 // still wrong when the bound runs out is a violation.
-func (d *Drill) waitSteady(ctx context.Context, step *Step, exclude map[*proc]bool, timeout time.Duration) (map[string]owner, bool) {
-	began := time.Now()
-	deadline := began.Add(timeout)
+func (d *Drill) waitSteady(ctx context.Context, step *Step, exclude map[*proc]bool, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
 	for {
-		owners, probs := d.settled(ctx, exclude)
+		probs := d.settled(ctx, exclude)
 		if len(probs) == 0 {
 			if step != nil && step.Settled == 0 {
 				step.Settled = time.Since(step.At)
 			}
-			if step != nil {
-				step.Owners = owners
-			}
-			return owners, true
+			return true
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if ctx.Err() != nil {
-				return owners, false
+				return false
 			}
 			for _, p := range probs {
 				detail := fmt.Sprintf("not settled %v after the step: %s", timeout, p.detail)
@@ -316,10 +312,10 @@ func (d *Drill) waitSteady(ctx context.Context, step *Step, exclude map[*proc]bo
 				}
 				d.violate(Violation{Check: p.check, Queue: p.queue, At: time.Now(), Step: stepName(step), Detail: detail})
 			}
-			return owners, false
+			return false
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return owners, false
+			return false
 		}
 	}
 }

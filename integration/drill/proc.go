@@ -49,17 +49,14 @@ type sample struct {
 // event is one log line of interest.
 type event struct {
 	Msg      string    `json:"msg"`
-	Level    string    `json:"level"`
 	TS       time.Time `json:"ts"`
 	Queue    string    `json:"queue"`
 	Token    int64     `json:"-"`
 	HasToken bool      `json:"-"`
 	WallNS   int64     `json:"wall_ns"`
-	Started  int64     `json:"started_wall_ns"`
 	RunID    string    `json:"run_id"`
 	Prior    string    `json:"prior_run_id"`
 	ServerID string    `json:"server_id"`
-	Err      string    `json:"error"`
 }
 
 // Messages the drill reads from the workers' logs.

@@ -7,8 +7,8 @@
 // says so: it runs Baton's scripts, but it is not Redis, and fault drills against Redis (kill, pause,
 // restart) need the real server.
 //
-// Like the helpers underneath (etcdtest, redistest, temporalx), Start uses an already running server
-// named by BATON_ETCD_ENDPOINTS, BATON_REDIS_ADDR or BATON_TEMPORAL_ADDRESS.
+// Like the helpers underneath (etcdtest, redistest, and temporalx for the default Temporal), Start uses
+// an already running server named by BATON_ETCD_ENDPOINTS, BATON_REDIS_ADDR or BATON_TEMPORAL_ADDRESS.
 package stack
 
 import (

@@ -27,13 +27,9 @@ import (
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
-// Every test stops what it started. The stack's Temporal server is temporalx's child here (childTemporal):
-// the in-process one leaves goroutines behind when it stops.
+// Every test stops what it started. The stack's Temporal server is temporalx's child here
+// (stack.Child): the in-process one leaves goroutines behind when it stops.
 func TestMain(m *testing.M) { temporalx.VerifyTestMain(m) }
-
-func childTemporal(ctx context.Context, dir string) (stack.Temporal, error) {
-	return temporalx.StartServerContext(ctx, temporalx.Options{Dir: dir})
-}
 
 // ownServers makes the helpers start servers even when the BATON_* variables point at running ones.
 func ownServers(t *testing.T) {
@@ -59,7 +55,7 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	began := time.Now()
-	st, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisAuto, envFile: envFile, temporal: childTemporal,
+	st, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisAuto, envFile: envFile, temporal: stack.Child,
 		stdout: &stdout, stderr: &stderr, tmpDir: tmp})
 	if err != nil {
 		t.Fatalf("start: %v\nstderr: %s", err, stderr.String())
@@ -142,7 +138,7 @@ func TestStartFailureStopsWhatStarted(t *testing.T) {
 	ownServers(t)
 	tmp := t.TempDir()
 	var stdout bytes.Buffer
-	_, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisReal, temporal: childTemporal,
+	_, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisReal, temporal: stack.Child,
 		envFile: filepath.Join(tmp, "devstack.env"), stdout: &stdout, tmpDir: tmp,
 		redisBinary: func() (string, error) { return "", redistest.ErrNoBinary }})
 	if err == nil || !strings.Contains(err.Error(), "redis-server is not installed") {

@@ -299,12 +299,8 @@ func writeEnvFile(path string, vars []stack.EnvVar) (err error) {
 	return os.Rename(f.Name(), path)
 }
 
-// inProcessTemporal runs the Temporal server in this process (temporalserve, its database in memory):
-// nothing more to build.
+// inProcessTemporal runs the Temporal server in this process (temporalserve, its database in
+// memory): nothing more to build. On error the nil server is not used.
 func inProcessTemporal(ctx context.Context, _ string) (stack.Temporal, error) {
-	s, err := temporalserve.StartReady(ctx, temporalserve.Config{})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return temporalserve.StartReady(ctx, temporalserve.Config{})
 }
