@@ -571,6 +571,7 @@ type view struct {
 
 	mu         sync.Mutex
 	cands      map[string]map[string]cand // queue -> candidate key -> who, since when
+	deleted    map[string]time.Time       // queue -> when this worker's watch last saw a key of it go
 	ids        map[string]int             // server ID -> candidate keys
 	idsChanged bool                       // a server ID appeared or disappeared since the last announcement
 	ch         chan struct{}              // closed and replaced on every announced change, of any queue
@@ -590,7 +591,7 @@ type cand struct {
 }
 
 func newView(prefix string, queues []string) *view {
-	v := &view{prefix: prefix, queues: map[string]bool{}, cands: map[string]map[string]cand{},
+	v := &view{prefix: prefix, queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
 		ids: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1)}
 	for _, q := range queues {
 		v.queues[q] = true
@@ -672,17 +673,20 @@ func (v *view) workers() int {
 	return len(v.ids)
 }
 
-// standingSince returns when this worker's watch brought id's candidate key of queue (zero: found by a
-// read, or not standing).
-func (v *view) standingSince(queue, id string) time.Time {
+// watchingSince returns since when id's campaign for queue has watched the key it now waits on, as far
+// as this worker can tell: since its key stepped into line, or since a key of the queue last went
+// (a candidate whose predecessor goes watches the next older key from then on). Zero: both were
+// found by a read, long ago.
+func (v *view) watchingSince(queue, id string) time.Time {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	since := v.deleted[queue]
 	for _, c := range v.cands[queue] {
-		if c.id == id {
-			return c.seen
+		if c.id == id && c.seen.After(since) {
+			since = c.seen
 		}
 	}
-	return time.Time{}
+	return since
 }
 
 func (v *view) othersStand(queue, self string) bool {
@@ -731,6 +735,9 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 		delete(c, key)
 	}
 	if deleted {
+		if had {
+			v.deleted[queue] = time.Now()
+		}
 		return
 	}
 	if c == nil {
@@ -752,7 +759,7 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
 	listWatch(ctx, client, v.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
 		v.mu.Lock()
-		v.cands, v.ids = map[string]map[string]cand{}, map[string]int{}
+		v.cands, v.ids, v.deleted = map[string]map[string]cand{}, map[string]int{}, map[string]time.Time{}
 		for _, kv := range kvs {
 			v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
 		}

@@ -174,11 +174,12 @@ func (r *Runner) successor(queue string) string {
 // hintMemory, in Graces, is how long a winner still reads a hint to learn why its queue moved.
 const hintMemory = 10
 
-// watchSync is how long a candidate that has just stepped into line may take to hear of its
-// predecessor's resignation: its campaign watches the predecessor's key from the revision after a
-// read, and when the line changed in between (a fleet's deploy changes it all the time) etcd serves
-// that watch from its "unsynced" watchers, every 100 ms. A resigning leader waits that long after
-// its successor stepped in, while it still leads, so that the queue is not without a leader meanwhile.
+// watchSync is how long a candidate that has just stepped into line, or whose predecessor has just
+// gone, may take to hear of the next resignation: its campaign watches its predecessor's key from the
+// revision after a read, and when the line changed in between (a fleet's deploy changes it all the
+// time) etcd serves that watch from its "unsynced" watchers, every 100 ms. A resigning leader waits
+// that long after its successor's watch began, while it still leads, so that the queue is not without
+// a leader meanwhile.
 const watchSync = 100 * time.Millisecond
 
 // handOff prepares the resignation of a held term: it names the successor in a hint (the others
@@ -202,7 +203,7 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 		changed := r.view.changed()
 		var synced <-chan time.Time
 		if line := r.view.line(queue); len(line) > 1 && line[0] == r.cfg.ServerID && line[1] == h.To {
-			wait := watchSync - time.Since(r.view.standingSince(queue, h.To))
+			wait := watchSync - time.Since(r.view.watchingSince(queue, h.To))
 			if wait <= 0 {
 				return
 			}

@@ -112,9 +112,9 @@ func TestSurgeRolloutMovesEachQueueOnceForward(t *testing.T) {
 		live = append(live, f.startWith(fmt.Sprintf("old%d", i), versioned("v1.9.0")))
 	}
 	fair := queues / n
-	limit := (fair*5 + 3) / 4
-	// Balanced before the rollout (within ShedAbove × fair share), so that what moves afterwards is
-	// the rollout's doing.
+	limit := fair * 5 / 4 // within ShedAbove (1.25) × fair share, where shedding stops
+	// Balanced before the rollout (no worker above ShedAbove × fair share, so start-up shedding is
+	// over), so that what moves afterwards is the rollout's doing.
 	f.settle(live, limit, settleWithin)
 	before := f.marks()
 	for i := range n {
