@@ -43,7 +43,7 @@ if [[ ${1:-} == --emit ]]; then
 			bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
 			built=FAILED
 			mkdir -p "${bin%/*}" && (cd integration && GOTMPDIR=${bin%/*} "$GO" build -o "$bin" ./cmd/temporal-dev) &&
-				export BATON_TEMPORAL_SERVER_BIN=$bin && built=ok
+				export TEMPORALX_SERVER_BIN=$bin && built=ok
 			timings+=("$(printf '%-12s %-7s %dm%02ds' "  server" "$built" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)))")
 			(cd integration && "$GO" test -json "${common[@]}" -timeout "$INTEGRATION_TIMEOUT" "${integration_pkgs[@]}")
 			;;

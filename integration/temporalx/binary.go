@@ -13,8 +13,9 @@ import (
 )
 
 // EnvServerBinary names the environment variable with the path of a built cmd/temporal-dev, the
-// server StartServer runs. scripts/test.sh builds it once for every test package.
-const EnvServerBinary = "BATON_TEMPORAL_SERVER_BIN"
+// server StartServer runs. scripts/test.sh builds it once for every test package. Not BATON_*: the
+// demo workers that tests start inherit the environment and refuse BATON_* settings they do not know.
+const EnvServerBinary = "TEMPORALX_SERVER_BIN"
 
 const serverPackage = "github.com/baton-run/baton/integration/cmd/temporal-dev"
 

@@ -7,7 +7,7 @@
 // the CPU that the tests' short etcd TTLs need. The child ends with its starter: it exits when the
 // pipe on its stdin closes, which the kernel does when the starter dies, however it dies.
 //
-// The binary is the one named by BATON_TEMPORAL_SERVER_BIN (scripts/test.sh builds it once); without
+// The binary is the one named by TEMPORALX_SERVER_BIN (scripts/test.sh builds it once); without
 // it, the first server of a process builds cmd/temporal-dev into the user's cache directory (once for
 // all processes: go build runs under a file lock and does nothing when the binary is up to date).
 //
