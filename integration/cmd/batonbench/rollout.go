@@ -103,19 +103,24 @@ func (f *rolloutFleet) stop(id string) {
 }
 
 // settle waits until every queue is led and the counts have not changed for a second.
-func (f *rolloutFleet) settle(ctx context.Context) error {
+func (f *rolloutFleet) settle(ctx context.Context) error { return f.settleWithin(ctx, len(f.queues)) }
+
+// settleWithin waits until every queue is led, no worker leads more than limit, and the counts have
+// not changed for a second.
+func (f *rolloutFleet) settleWithin(ctx context.Context, limit int) error {
 	deadline := time.Now().Add(time.Minute)
 	var last string
 	stable := time.Now()
 	for ctx.Err() == nil {
 		f.mu.Lock()
-		total := 0
+		total, busiest := 0, 0
 		for _, n := range f.leading {
 			total += n
+			busiest = max(busiest, n)
 		}
 		snap := fmt.Sprint(f.leading, len(f.gaps))
 		f.mu.Unlock()
-		if snap != last || total != len(f.queues) {
+		if snap != last || total != len(f.queues) || busiest > limit {
 			last, stable = snap, time.Now()
 		} else if time.Since(stable) > time.Second {
 			return nil
@@ -183,9 +188,10 @@ func runRollout(ctx context.Context, cluster *etcdtest.Cluster, project string, 
 	if err := f.settle(ctx); err != nil {
 		return rolloutResult{}, err
 	}
-	// Let the start-up rebalancing finish (its cooldown) before the rollout is counted.
+	// Let the start-up rebalancing finish (its cooldown) before the rollout is counted: shedding
+	// stops once no worker leads more than ShedAbove (1.25) × its fair share.
 	time.Sleep(6 * time.Second)
-	if err := f.settle(ctx); err != nil {
+	if err := f.settleWithin(ctx, rolloutQueues/rolloutWorkers*5/4); err != nil {
 		return rolloutResult{}, err
 	}
 	f.mu.Lock()
