@@ -246,13 +246,18 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 		vwg.Go(func() { r.view.notify(vctx) })
 		vwg.Go(func() { r.roster.run(vctx, r.client, r.el.Config().RetryMax, members) })
 		// Others must know this worker's version before its first candidacy shows, or they would take
-		// it for a worker of unknown version and hold every rebalancing move until they see it.
+		// it for a worker of unknown version and hold every rebalancing move until they see it. That
+		// wait is bounded by the election TTL: a record etcd refuses (a role without the balance
+		// prefix) must not keep the worker out of every election. Without it others only hold their
+		// rebalancing moves, which is safe.
+		wctx, wcancel := context.WithTimeout(ctx, r.el.Config().TTL)
 		for _, c := range []chan struct{}{ready, members, r.roster.published} {
 			select {
 			case <-c:
-			case <-ctx.Done():
+			case <-wctx.Done():
 			}
 		}
+		wcancel()
 	}
 	errs := make(chan error, len(r.cfg.Queues))
 	for _, q := range r.cfg.Queues {

@@ -233,60 +233,84 @@ func (r *roster) run(ctx context.Context, client *clientv3.Client, retryMax time
 }
 
 // keep grants the record's lease, publishes the record and keeps the lease alive; it publishes again
-// on every change of the draining flag and after a lost lease.
+// on every change of the draining flag and after a lost lease. A record etcd refuses (a role without
+// the balance prefix) or cannot take is tried again with backoff, not in a loop: the grant before it
+// succeeds, so only a published record ends the backoff. The failure is logged when it starts, and
+// once more when it ends.
 func (r *roster) keep(ctx context.Context, client *clientv3.Client, retryMax time.Duration) {
-	backoff := 50 * time.Millisecond
+	const first = 50 * time.Millisecond
+	backoff := first
+	var failing error
 	for ctx.Err() == nil {
-		grant, err := client.Grant(ctx, int64(r.ttl/time.Second))
-		if err != nil {
-			if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
-				return
+		var err error
+		if grant, gerr := client.Grant(ctx, int64(r.ttl/time.Second)); gerr != nil {
+			err = gerr
+		} else {
+			kctx, cancel := context.WithCancel(ctx)
+			alive, kerr := client.KeepAlive(kctx, grant.ID)
+			err = kerr
+			if kerr == nil {
+				r.lease.Store(int64(grant.ID))
+				err = r.serve(kctx, client, grant.ID, alive)
+				r.lease.Store(0)
 			}
-			backoff = min(2*backoff, retryMax)
+			cancel()
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
+			if _, rerr := client.Revoke(rctx, grant.ID); rerr != nil && ctx.Err() == nil {
+				r.log.Warn("balance member lease not revoked; it expires", zap.Error(rerr))
+			}
+			rcancel()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			// Published, then the lease was lost: publish again at once.
+			if failing != nil {
+				r.log.Info("balance member record published again")
+				failing = nil
+			}
+			backoff = first
 			continue
 		}
-		backoff = 50 * time.Millisecond
-		kctx, cancel := context.WithCancel(ctx)
-		alive, err := client.KeepAlive(kctx, grant.ID)
-		if err == nil {
-			r.lease.Store(int64(grant.ID))
-			r.serve(kctx, client, grant.ID, alive)
-			r.lease.Store(0)
+		if failing == nil {
+			r.log.Warn("balance member record not published; retrying with backoff (hand-overs do not name this worker meanwhile)",
+				zap.String("key", r.memberKey(r.self)), zap.Error(err))
 		}
-		cancel()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
-		if _, err := client.Revoke(rctx, grant.ID); err != nil && ctx.Err() == nil {
-			r.log.Warn("balance member lease not revoked; it expires", zap.Error(err))
+		failing = err
+		if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+			return
 		}
-		rcancel()
+		backoff = min(2*backoff, retryMax)
 	}
 }
 
 // serve publishes the record on lease and again on every change, until the lease is lost or ctx ends.
-func (r *roster) serve(ctx context.Context, client *clientv3.Client, lease clientv3.LeaseID, alive <-chan *clientv3.LeaseKeepAliveResponse) {
-	publish := func() bool {
+// It returns the error of a publish that failed, nil otherwise.
+func (r *roster) serve(ctx context.Context, client *clientv3.Client, lease clientv3.LeaseID, alive <-chan *clientv3.LeaseKeepAliveResponse) error {
+	publish := func() error {
 		r.mu.Lock()
 		b, _ := json.Marshal(r.me)
 		r.mu.Unlock()
 		_, err := client.Put(ctx, r.memberKey(r.self), string(b), clientv3.WithLease(lease))
-		return err == nil
+		return err
 	}
-	if !publish() {
-		return
+	if err := publish(); err != nil {
+		return err
 	}
 	r.once.Do(func() { close(r.published) })
 	for {
 		select {
 		case _, ok := <-alive:
 			if !ok {
-				return
+				return nil
 			}
 		case <-r.republish:
-			if !publish() {
-				return
+			if err := publish(); err != nil {
+				return err
 			}
 		case <-ctx.Done():
-			return
+			return nil
 		}
 	}
 }

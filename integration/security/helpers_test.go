@@ -37,7 +37,7 @@ import (
 )
 
 // Baton's etcd key prefixes: the queue elections, the reconciler election and the dispatch ledger.
-var batonPrefixes = []string{"/baton/election/", "/baton/reconciler/", "/baton/dispatch/"}
+var batonPrefixes = []string{"/baton/election/", "/baton/election-balance/", "/baton/reconciler/", "/baton/dispatch/"}
 
 // secureEtcd is an embedded etcd that serves clients over TLS only, requires a client certificate
 // signed by its CA, and has authentication on: root (for the test's own setup) and user, whose role
