@@ -17,6 +17,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == scaleWorkerMode {
+		if err := scaleWorker(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "batonbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "batonbench:", err)
 		os.Exit(1)
@@ -25,11 +32,11 @@ func main() {
 
 // options are the flags; see their usage in run.
 type options struct {
-	out, doc, only, scaleProfile                           string
+	out, doc, only, scaleProfile, scaleRows                string
 	rounds, crashRounds, parallel, takeovers, replacements int
 	heartbeats, reconcileRounds, naiveRounds, workers      int
 	sweepRuns, sweepRounds, sweepNaiveRounds               int
-	scaleQueues, scaleWorkers                              int
+	scale10k                                               bool
 	crashTTL, scaleTTL, scaleRest                          time.Duration
 	replaceHeartbeats                                      []time.Duration
 }
@@ -52,14 +59,20 @@ func run() error {
 	flag.IntVar(&o.sweepRounds, "sweep-rounds", 10, "reconcile cycles measured over the open runs")
 	flag.IntVar(&o.sweepNaiveRounds, "sweep-naive-rounds", 3, "sweeps with a leader lookup per run measured (slow)")
 	flag.IntVar(&o.workers, "workers", 10_000, "registered workers heartbeating in the registry figure")
-	flag.IntVar(&o.scaleQueues, "scale-queues", 1000, "queues of the scale figures")
-	flag.IntVar(&o.scaleWorkers, "scale-workers", 5, "workers of the scale figures")
-	flag.DurationVar(&o.scaleTTL, "scale-ttl", 3*time.Second, "lease TTL of the scale figures")
-	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest")
+	flag.StringVar(&o.scaleRows, "scale-rows", "1000x5,3000x5", "the scale curve: <queues>x<workers> rows, comma-separated")
+	flag.BoolVar(&o.scale10k, "scale-10k", false, "run the 10,000-queue scale rows alone (10000x5,10000x10; about 10 minutes on 2 cores) instead of -scale-rows, with memory per worker process at 10000x10")
+	flag.DurationVar(&o.scaleTTL, "scale-ttl", 0, "lease TTL of the scale figures; 0 is election's default")
+	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest, and how long the scale section's leadership counts must not change to count as settled")
 	flag.StringVar(&o.scaleProfile, "scale-profile", "", "directory for CPU, mutex and block profiles of the scale section's Baton start-up")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
+	if o.scale10k {
+		o.scaleRows = "10000x5,10000x10"
+		if o.only == "" {
+			o.only = "scale"
+		}
+	}
 	for _, f := range strings.Split(*replaceHeartbeats, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(f))
 		if err != nil || d < 0 {
