@@ -1,5 +1,6 @@
 // Command devstack starts, on loopback, the real servers a Baton demo or a developer needs: an
-// embedded etcd cluster, an in-process Temporal server and a Redis server. It prints their endpoints
+// embedded etcd cluster, a Temporal server (package stack's default: a child process that ends with
+// devstack, so this binary does not link the server) and a Redis server. It prints their endpoints
 // as shell-sourceable lines (and writes them to -env-file once everything is ready), keeps the
 // servers up until SIGINT or SIGTERM, then stops them in reverse order and removes their data.
 //
@@ -29,7 +30,6 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/stack"
-	"github.com/baton-run/baton/integration/temporalserve"
 	"github.com/baton-run/baton/integration/temporalx"
 )
 
@@ -140,7 +140,7 @@ type options struct {
 	// tmpDir is where the data dir is created; default os.TempDir().
 	tmpDir string
 	// redisBinary finds redis-server; default redistest.Binary. temporal starts Temporal; default
-	// inProcessTemporal.
+	// stack.Child.
 	redisBinary func() (string, error)
 	temporal    func(ctx context.Context, dir string) (stack.Temporal, error)
 }
@@ -193,7 +193,7 @@ func start(ctx context.Context, o options) (*devstack, error) {
 		return nil, err
 	}
 	if o.temporal == nil {
-		o.temporal = inProcessTemporal
+		o.temporal = stack.Child
 	}
 	if o.stdout == nil {
 		o.stdout = io.Discard
@@ -297,10 +297,4 @@ func writeEnvFile(path string, vars []stack.EnvVar) (err error) {
 		return err
 	}
 	return os.Rename(f.Name(), path)
-}
-
-// inProcessTemporal runs the Temporal server in this process (temporalserve, its database in
-// memory): nothing more to build. On error the nil server is not used.
-func inProcessTemporal(ctx context.Context, _ string) (stack.Temporal, error) {
-	return temporalserve.StartReady(ctx, temporalserve.Config{})
 }
