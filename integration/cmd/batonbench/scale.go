@@ -641,7 +641,7 @@ func one(name, unit string, v float64, base string, bv float64, target string, m
 		BaselineP50: bv, BaselineP95: bv, Target: target, Met: met}
 }
 
-func scaleFigures(row scaleRow, ttl time.Duration, full bool, baton, bare, plain scaleResult) []benchreport.Figure {
+func scaleFigures(row scaleRow, ttl time.Duration, full bool, baton, bare, plain scaleResult) (figs []benchreport.Figure) {
 	n := "scale " + row.String()
 	ms := benchreport.Ms
 	const bareName, plainName = "bare concurrency.Election", "Baton without balancing"
@@ -665,7 +665,7 @@ func scaleFigures(row scaleRow, ttl time.Duration, full bool, baton, bare, plain
 		fmt.Printf("batonbench: scale %v: TWO LEADERS: %s\n", row, baton.overlap)
 	}
 	ledMs, bareMs := val(baton, baton.allLed), val(bare, bare.allLed)
-	figs := []benchreport.Figure{
+	figs = []benchreport.Figure{
 		one(n+": every queue led after start", "ms", ledMs, bareName, bareMs,
 			"<= 10000 ms and <= 3 x bare", ledMs >= 0 && ledMs <= 10000 && bareMs > 0 && ledMs <= 3*bareMs),
 	}
