@@ -116,11 +116,48 @@ func TestSurgeRolloutMovesEachQueueOnceForward(t *testing.T) {
 	// Balanced before the rollout (no worker above ShedAbove × fair share, so start-up shedding is
 	// over), so that what moves afterwards is the rollout's doing.
 	f.settle(live, limit, settleWithin)
+	// The counts can settle while a balancer still sheds (a term is counted until its hand-off ends):
+	// wait until no hand-off is in flight either (a hand-off hint lives from the decision until the
+	// term has ended; the key layout is in package balance's doc).
+	cli := etcdtest.Client(t, f.cluster)
+	hints := f.keys.Config().Prefix + "-balance/p/h/"
+	testkit.Eventually(t, settleWithin, "start-up shedding over", func() error {
+		resp, err := cli.Get(t.Context(), hints, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return err
+		}
+		if resp.Count != 0 {
+			return fmt.Errorf("%d hand-offs in flight", resp.Count)
+		}
+		total := 0
+		for _, w := range live {
+			if l := w.runner.Leading(); l > limit {
+				return fmt.Errorf("%s leads %d (limit %d)", w.id, l, limit)
+			} else {
+				total += l
+			}
+		}
+		if total != queues {
+			return fmt.Errorf("%d of %d queues led", total, queues)
+		}
+		return nil
+	})
+	f.settle(live, limit, settleWithin)
 	before := f.marks()
 	for i := range n {
 		nw := f.startWith(fmt.Sprintf("new%d", i), versioned("v1.10.0"))
 		// The new worker stands in line behind every queue an old worker leads, ready to be named.
 		f.waitLinedUp(nw, live[i:])
+		// And every worker's own view shows it (etcd showed it first): a leader that resigns names
+		// its successor from its view.
+		testkit.Eventually(t, settleWithin, "every worker sees "+nw.id, func() error {
+			for _, w := range live {
+				if got := w.runner.Workers(); got != n+1 {
+					return fmt.Errorf("%s sees %d workers", w.id, got)
+				}
+			}
+			return nil
+		})
 		live[i].stop()
 		live[i] = nw
 		f.settle(live, queues, settleWithin)
