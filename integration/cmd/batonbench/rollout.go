@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -155,6 +156,32 @@ func (f *rolloutFleet) reasons(ctx context.Context) (map[string]int64, error) {
 	return by, nil
 }
 
+// noHandOffs waits until no hand-off is in flight: a hand-off hint lives from the decision until the
+// term has ended (the key layout is in package balance's doc), and a shed decided before the rollout
+// must not be counted as the rollout's.
+func (f *rolloutFleet) noHandOffs(ctx context.Context) error {
+	cli, err := f.cluster.NewClient()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	prefix := election.DefaultConfig().Prefix + "-balance/" + f.project + "/h/"
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return err
+		}
+		if resp.Count == 0 {
+			return f.settle(ctx)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d hand-offs still in flight after a minute", resp.Count)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 type rolloutResult struct {
 	changesPerQueue float64
 	reasons         map[string]int64 // owner changes during the rollout by reason, as the balancer counted them
@@ -192,6 +219,9 @@ func runRollout(ctx context.Context, cluster *etcdtest.Cluster, project string, 
 	// stops once no worker leads more than ShedAbove (1.25) × its fair share.
 	time.Sleep(6 * time.Second)
 	if err := f.settleWithin(ctx, rolloutQueues/rolloutWorkers*5/4); err != nil {
+		return rolloutResult{}, err
+	}
+	if err := f.noHandOffs(ctx); err != nil {
 		return rolloutResult{}, err
 	}
 	f.mu.Lock()
