@@ -34,7 +34,7 @@ type Config struct {
 	// at least 1.
 	ShedAbove float64
 	// ShedInterval is the pause between two handovers of one worker, so that rebalancing never storms.
-	// Default 20ms.
+	// Default 20ms, or MoveWindow / MaxMoves when the move cap allows more moves than that.
 	ShedInterval time.Duration
 	// Disabled campaigns for every queue all the time, as plain elections do.
 	Disabled bool
@@ -50,7 +50,11 @@ type Config struct {
 	// Cooldown is the least time between two balancing moves of one queue: a term younger than this
 	// is not shed. Default 5s.
 	Cooldown time.Duration
-	// MaxMoves caps the balancing moves (sheds) of this worker per MoveWindow. Default 10 per 1s.
+	// MaxMoves caps the balancing moves (sheds) of this worker per MoveWindow. Default 10 per 1s, or
+	// one in twenty of the worker's queues if that is more: a cap that does not grow with the queues
+	// would take minutes to spread a large fleet's start-up (a worker of 10,000 queues that won half of
+	// them at 10 moves per second), while one in twenty per second still moves a queue at most once in
+	// a Cooldown and never storms.
 	MaxMoves   int
 	MoveWindow time.Duration
 	// Logger receives rebalancing decisions. Default: no-op.
@@ -63,9 +67,6 @@ func (c Config) withDefaults() Config {
 	if c.ShedAbove == 0 {
 		c.ShedAbove = 1.25
 	}
-	if c.ShedInterval == 0 {
-		c.ShedInterval = 20 * time.Millisecond
-	}
 	if c.Grace == 0 {
 		c.Grace = 500 * time.Millisecond
 	}
@@ -73,10 +74,13 @@ func (c Config) withDefaults() Config {
 		c.Cooldown = 5 * time.Second
 	}
 	if c.MaxMoves == 0 {
-		c.MaxMoves = 10
+		c.MaxMoves = max(10, len(c.Queues)/20)
 	}
 	if c.MoveWindow == 0 {
 		c.MoveWindow = time.Second
+	}
+	if c.ShedInterval == 0 {
+		c.ShedInterval = min(20*time.Millisecond, c.MoveWindow/time.Duration(max(c.MaxMoves, 1)))
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
