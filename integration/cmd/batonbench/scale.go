@@ -364,6 +364,7 @@ type scaleResult struct {
 	lost, terms, overlp int
 	overlap             string
 	failed              string
+	notLed              int      // queues not led when the wait after start gave up
 	phases              []string // how long each step took, for the log
 }
 
@@ -418,6 +419,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 	stopProfile()
 	took("all led")
 	if err != nil {
+		r.notLed = len(f.queues) - int(f.led.Load())
 		r.failed = fmt.Sprintf("not every queue led within %v of start: %v", scaleWait, err)
 		return r, ctx.Err()
 	}
@@ -607,6 +609,8 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	for _, p := range curve {
 		cell := func(r scaleResult, d time.Duration) string {
 			switch {
+			case r.notLed > 0 && d == r.allLed:
+				return fmt.Sprintf("%d not led after %v", r.notLed, scaleWait)
 			case d == 0 && r.failed != "":
 				return "failed"
 			case d == 0:
