@@ -681,8 +681,8 @@ func scaleFigures(row scaleRow, ttl time.Duration, full bool, baton, bare, plain
 			one(fmt.Sprintf("%s: queues with two leaders at once (of %d terms)", n, baton.terms), "queues", float64(baton.overlp),
 				plainName, float64(plain.overlp), "0", baton.overlp == 0 && baton.terms > 0))
 	}()
-	if ledMs < 0 {
-		return figs
+	if baton.notLed > 0 {
+		return figs // nothing after start-up was measured
 	}
 	restNote := ""
 	if !baton.restOK {
