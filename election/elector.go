@@ -196,7 +196,7 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		return nil, campaignErr(cctx, prefix, err)
 	}
 	if line.predecessor != "" {
-		if err := e.waitPredecessors(cctx, prefix, rev, line.predecessor, line.header); err != nil {
+		if err := e.waitPredecessors(cctx, prefix, rev, candidate{line.predecessor, line.predRev}, line.header); err != nil {
 			return abandon(err)
 		}
 		// Verify with a linearizable read that our key is still the oldest, at our revision, on our
@@ -246,6 +246,7 @@ type entered struct {
 	rev         int64  // the key's create revision: the term's fencing token
 	header      int64  // the revision of the transaction
 	predecessor string // the youngest older candidate's key; empty when ours leads
+	predRev     int64  // its create revision
 }
 
 // enter puts our candidate key and, in the same transaction, reads the two youngest candidates: ours
@@ -276,7 +277,7 @@ func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value stri
 				return entered{}, fmt.Errorf("%w: the transaction that put our key does not read it back at revision %d", ErrKeyLost, in.rev)
 			}
 			if len(kvs) > 1 {
-				in.predecessor = string(kvs[1].Key)
+				in.predecessor, in.predRev = string(kvs[1].Key), kvs[1].CreateRevision
 			}
 			return in, nil
 		}
@@ -293,15 +294,19 @@ func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value stri
 	}
 }
 
+// candidate is a candidate key and its create revision.
+type candidate struct {
+	key string
+	rev int64
+}
+
 // waitPredecessors returns once no candidate older than rev remains, starting with the predecessor
-// the campaign's own transaction read at revision seen. Unlike etcd's waitDeletes it watches from
-// the revision after its read: a watch at a past revision joins etcd's "unsynced" watchers, which are
-// served every 100 ms, and that delay would land on every graceful handover.
-func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64, predecessor string, seen int64) error {
+// the campaign's own transaction read at revision seen.
+func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64, predecessor candidate, seen int64) error {
 	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
 	backoff := e.cfg.RetryMin
 	for {
-		if predecessor == "" {
+		if predecessor.key == "" {
 			resp, err := e.client.Get(ctx, prefix+"/", opts...)
 			if err != nil {
 				return err
@@ -309,14 +314,14 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 			if len(resp.Kvs) == 0 {
 				return nil
 			}
-			predecessor, seen = string(resp.Kvs[0].Key), resp.Header.Revision
+			predecessor, seen = candidate{string(resp.Kvs[0].Key), resp.Kvs[0].CreateRevision}, resp.Header.Revision
 		}
-		deleted, err := e.waitDelete(ctx, predecessor, seen+1)
+		gone, err := e.waitGone(ctx, predecessor, seen)
 		if err != nil {
 			return err
 		}
-		predecessor = ""
-		if deleted {
+		predecessor = candidate{}
+		if gone {
 			backoff = e.cfg.RetryMin
 			continue
 		}
@@ -328,12 +333,33 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 	}
 }
 
-func (e *Elector) waitDelete(ctx context.Context, key string, fromRev int64) (bool, error) {
+// waitGone returns true once the candidate c, which existed at revision seen, is gone, and false
+// when the watch broke first. Unlike etcd's waitDeletes it watches from the current revision, not
+// from the one after its read: a watch from a past revision joins etcd's "unsynced" watchers, which
+// are served every 100 ms, and a graceful handover whose leader resigns within that time (it resigns
+// as soon as its successor stands in line) would wait for them. What changed between the read and
+// the watch's start is covered by the watch's created notice: its revision says whether anything was
+// written since seen, and only then is the key read again.
+func (e *Elector) waitGone(ctx context.Context, c candidate, seen int64) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range e.client.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut()) {
+	for resp := range e.client.Watch(wctx, c.key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 		if resp.Err() != nil {
 			break
+		}
+		if resp.Created {
+			if resp.Header.Revision <= seen {
+				continue
+			}
+			// Gone, or replaced by a younger key of the same session (no longer our predecessor).
+			g, err := e.client.Get(ctx, c.key)
+			if err != nil {
+				return false, err
+			}
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != c.rev {
+				return true, nil
+			}
+			continue
 		}
 		for _, ev := range resp.Events {
 			if ev.Type == clientv3.EventTypeDelete {
