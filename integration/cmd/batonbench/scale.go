@@ -395,6 +395,12 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 			fmt.Printf("batonbench: scale %v (%s): %s\n", row, name, r.failed)
 		}
 	}()
+	// Only a balancer moves queues once every one is led, so only its fleet waits a whole rest window
+	// for still counts; the others are still once nothing changed for a second.
+	still := time.Second
+	if m.balance {
+		still = o.scaleRest
+	}
 	phase := time.Now()
 	took := func(what string) {
 		r.phases = append(r.phases, fmt.Sprintf("%s %v", what, time.Since(phase).Round(10*time.Millisecond)))
@@ -423,7 +429,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 		r.failed = fmt.Sprintf("not every queue led within %v of start: %v", scaleWait, err)
 		return r, ctx.Err()
 	}
-	r.countsStart, r.startOK = f.settle(ctx, f.workers, o.scaleRest, scaleSettleWithin)
+	r.countsStart, r.startOK = f.settle(ctx, f.workers, still, scaleSettleWithin)
 	took("counts still")
 	elections := float64(row.workers*row.queues) / 1000
 	debug.FreeOSMemory()
@@ -491,7 +497,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 		}
 		f.workers = live
 		took("rolling restart")
-		r.countsRolled, r.rolledOK = f.settle(ctx, live, o.scaleRest, scaleSettleWithin)
+		r.countsRolled, r.rolledOK = f.settle(ctx, live, still, scaleSettleWithin)
 		took("counts still")
 	}
 	return r, nil
