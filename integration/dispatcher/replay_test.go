@@ -25,7 +25,7 @@ const recordDir = "BATON_RECORD_HISTORIES"
 // SideEffect) fails here.
 func TestCurrentRunsReplay(t *testing.T) {
 	e := newEnv(t)
-	opts := dispatcher.RegisterOptions{HistoryLimit: 40, MaxConcurrent: 4}
+	opts := dispatcher.RegisterOptions{HistoryLimit: 20, MaxConcurrent: 4}
 	stop := e.workerWith(t, &handled{}, opts)
 	runA, termA := e.take(t, "node-a")
 	var keys []string
