@@ -542,7 +542,8 @@ func fmtClose(r *run) string {
 // (package balance) may then move a queue on purpose, by a graceful handover, to spread leadership
 // (it does so at once when one worker won many queues in a takeover): so the new terms of a queue
 // are cut into segments at every balance handover, and each segment must hold exactly one new run
-// (none is allowed only for a segment that was handed over before it started one). The runs of the
+// (none is allowed only for a segment that was handed over before it started one, or that the next
+// fault cut short before its takeover was done). The runs of the
 // segments after a balance handover are counted as rebalancing. The takeover latency of a queue is
 // from the step's instant to the start (Temporal's record) of the first run of its first segment.
 func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[string][]*run) {
@@ -610,7 +611,11 @@ func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[s
 				}
 			}
 			for _, sg := range segs {
-				if len(sg.runs) > 1 || (len(sg.runs) == 0 && !sg.terms[len(sg.terms)-1].Balanced) {
+				last := sg.terms[len(sg.terms)-1]
+				// No run is fine for a term handed over before it started one, and for a term the next
+				// fault cut short (it ended in a later step's window, whose accounting covers the queue).
+				cut := last.EndHow != "open" && !last.End.IsZero() && !last.End.Before(s.End)
+				if len(sg.runs) > 1 || (len(sg.runs) == 0 && !last.Balanced && !cut) {
 					var ids []string
 					for _, r := range sg.runs {
 						ids = append(ids, r.RunID)

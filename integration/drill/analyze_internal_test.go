@@ -147,6 +147,31 @@ func TestAnalyzeStepAccounting(t *testing.T) {
 	if got := checks(d); len(got) != 1 || got[0] != CheckOneNewRun {
 		t.Fatalf("violations %v, want one %s", got, CheckOneNewRun)
 	}
+
+	// A term that the next fault cuts short before it started a run is that fault's business; one
+	// that ends within its own step without a run, or never ends, is a violation.
+	noRun := func(end time.Time, how string) map[string][]*term {
+		return map[string][]*term{"q1": {
+			{Election: "q1", Token: 10, Server: "a", Start: at(0), End: at(1000)},
+			{Election: "q1", Token: 40, Server: "d", Start: at(8000), End: end, EndHow: how},
+		}}
+	}
+	cut := &Step{Fault: &Fault{N: 4, Kind: KindSIGSTOP}, Name: "stop", At: at(9000)}
+	for _, tc := range []struct {
+		name  string
+		terms map[string][]*term
+		want  int
+	}{
+		{"cut by the next fault", noRun(at(9500), "sigstop"), 0},
+		{"ended in its own step", noRun(at(8500), "logged"), 1},
+		{"never ended", noRun(time.Time{}, "open"), 1},
+	} {
+		d = testDrill()
+		d.accountSteps([]*Step{{Fault: &Fault{N: 3, Kind: KindSIGKILL}, Name: "kill", At: at(1000)}, cut, next}, tc.terms, map[string][]*run{})
+		if got := checks(d); len(got) != tc.want {
+			t.Errorf("%s: violations %v, want %d", tc.name, got, tc.want)
+		}
+	}
 }
 
 // A run that continued as new is a normal end only when its successor is the next run of the same
