@@ -196,8 +196,17 @@ func TestCancelEndsTheRun(t *testing.T) {
 	if state.Dispatched != 1 || !slices.Equal(unhandled, []string{"t2", "t3"}) {
 		t.Fatalf("state = %+v, want t1 dispatched and t2, t3 unhandled", state)
 	}
-	if len(h.calls) != 1 {
-		t.Fatalf("handler calls = %v, want t1 only", h.calls)
+	// t2 and t3 arrive with the cancel: the run may have handed them to a handler before it saw the
+	// cancel (an activity task can start before its cancellation lands, on the test server as on a
+	// real one, and under load it does), but it never counts them as done: they are in Unhandled for
+	// the next run. t1 was handled once, and nothing else was handled at all.
+	if h.calls[req("t1").Key()] != 1 {
+		t.Fatalf("handler calls = %v, want t1 once", h.calls)
+	}
+	for key := range h.calls {
+		if key != req("t1").Key() && key != req("t2").Key() && key != req("t3").Key() {
+			t.Fatalf("handler called for %s, which the run never accepted: %v", key, h.calls)
+		}
 	}
 }
 
