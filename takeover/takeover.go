@@ -181,6 +181,14 @@ func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, er
 		attempts++
 		run, next, err := m.attempt(ctx, term, id, owner, path, log)
 		if err == nil {
+			// The last answer may have come in after a pause (SIGSTOP, a stalled VM) that outlived the
+			// term: what was confirmed then no longer holds, so the takeover must not report success.
+			if cerr := term.Check(); cerr != nil {
+				m.endOwnRun(ctx, id, owner, run.RunID, log)
+				run, err = Run{}, fmt.Errorf("%w: term ended after the run started: %w", ErrSuperseded, cerr)
+			}
+		}
+		if err == nil {
 			run.Attempts = attempts
 			run.Latency = m.cfg.Clock.Now().Sub(since)
 			m.metrics.takeover(ctx, owner.Project, owner.Queue, "started", run.Path)
@@ -284,17 +292,21 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 			// etcd did not answer: the next attempt finds this run open with our owner and reuses it.
 			return Run{}, path, err
 		}
-		// Started by a term that ended on the way: the run is ours alone, so ending it by its own run ID
-		// cannot touch a successor's. If this fails, the successor's takeover replaces it.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
-		terr := m.client.TerminateWorkflowWithOptions(tctx, client.TerminateWorkflowOptions{WorkflowID: id, RunID: run.RunID,
-			Reason: fmt.Sprintf("baton: started by %s at token %d after its term ended", owner.ServerID, owner.Token)})
-		cancel()
-		log.Warn("dispatcher run started by an ended term; terminated by its run ID", zap.String("run_id", run.RunID),
-			zap.NamedError("terminate_error", terr))
+		m.endOwnRun(ctx, id, owner, run.RunID, log)
 		return Run{}, path, err
 	}
 	return run, path, nil
+}
+
+// endOwnRun terminates a run started by a term that ended on the way. The run is ours alone, so ending
+// it by its own run ID cannot touch a successor's. If this fails, the successor's takeover replaces it.
+func (m *Manager) endOwnRun(ctx context.Context, id string, owner Owner, runID string, log *zap.Logger) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
+	terr := m.client.TerminateWorkflowWithOptions(tctx, client.TerminateWorkflowOptions{WorkflowID: id, RunID: runID,
+		Reason: fmt.Sprintf("baton: started by %s at token %d after its term ended", owner.ServerID, owner.Token)})
+	cancel()
+	log.Warn("dispatcher run started by an ended term; terminated by its run ID", zap.String("run_id", runID),
+		zap.NamedError("terminate_error", terr))
 }
 
 type priorRun struct {
