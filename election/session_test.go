@@ -223,6 +223,19 @@ func TestKeepAliveMovesDeadlineFromSendTime(t *testing.T) {
 	}
 }
 
+// startSession grants a session on lease with cfg, ended and waited for when the test ends.
+func startSession(t *testing.T, lease *scriptedLease, cfg Config) *session {
+	t.Helper()
+	var wg sync.WaitGroup
+	life, endLife := context.WithCancel(t.Context())
+	s, err := grantSession(t.Context(), lease, cfg, &wg, life)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { endLife(); s.lose(ErrClosed); wg.Wait() })
+	return s
+}
+
 // A keepalive answered after the next one was due still renews the session, from its own send time:
 // on an etcd busy with a burst of campaigns an answer can take longer than KeepAliveInterval, and
 // giving up on it at the interval would lose a session the server kept.
@@ -241,13 +254,7 @@ func TestLateKeepAliveAnswerStillCounts(t *testing.T) {
 		return &clientv3.LeaseKeepAliveResponse{TTL: 10}, nil
 	})
 	cfg := Config{Clock: c, KeepAliveInterval: 50 * time.Millisecond, RetryMin: 10 * time.Millisecond}.withDefaults()
-	var wg sync.WaitGroup
-	life, endLife := context.WithCancel(t.Context())
-	s, err := grantSession(t.Context(), lease, cfg, &wg, life)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { endLife(); s.lose(ErrClosed); wg.Wait() })
+	s := startSession(t, lease, cfg)
 	first := s.validUntil()
 	(&sessionFixture{clock: c}).waitTimers(t, 2) // the keepalive loop and the watchdog are armed
 	c.Advance(50 * time.Millisecond)             // the first keepalive is due
@@ -273,13 +280,7 @@ func TestSlowGrantIsRenewedBeforeItRunsOut(t *testing.T) {
 		return &clientv3.LeaseKeepAliveResponse{TTL: 10}, nil
 	})
 	cfg := Config{Clock: c}.withDefaults()
-	var wg sync.WaitGroup
-	life, endLife := context.WithCancel(t.Context())
-	s, err := grantSession(t.Context(), lease, cfg, &wg, life)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { endLife(); s.lose(ErrClosed); wg.Wait() })
+	s := startSession(t, lease, cfg)
 	if got := s.validUntil(); !got.Equal(t0.Add(7500 * time.Millisecond)) {
 		t.Fatalf("validUntil after the slow grant = %v, want t0+7.5s", got)
 	}
