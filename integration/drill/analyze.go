@@ -164,8 +164,14 @@ func (d *Drill) analyze(ctx context.Context) {
 		m += len(rs)
 	}
 	d.mu.Lock()
-	d.termCount, d.runCount = n, m
-	d.mu.Unlock()
+	defer d.mu.Unlock()
+	d.checks.Terms, d.checks.Runs = n, m
+	// The workers have exited, so their logs hold every run of the load's handler.
+	for _, c := range d.handlerRuns {
+		if c > 1 && d.loadStats != nil {
+			d.loadStats.Redispatched++
+		}
+	}
 }
 
 // buildTerms reconstructs every term from the logs. A term's end is its logged end, with two
@@ -362,7 +368,7 @@ func (d *Drill) firstEvent(ctx context.Context, wid, runID string, filter enumsp
 
 func (d *Drill) allQueues() []string {
 	qs := append([]string(nil), d.queues...)
-	for i := 1; i <= d.soloN; i++ {
+	for i := 1; i <= d.count(KindOrphan); i++ {
 		qs = append(qs, fmt.Sprintf("solo%d", i))
 	}
 	return qs
@@ -414,13 +420,7 @@ func (d *Drill) checkRuns(terms map[string][]*term, runs map[string][]*run) {
 				last = r
 			}
 		}
-		byToken := map[int64][]*run{}
-		for _, r := range rs {
-			if !r.continuation() {
-				byToken[r.Owner.Token] = append(byToken[r.Owner.Token], r)
-			}
-		}
-		for tok, same := range byToken {
+		for tok, same := range newRuns(rs) {
 			if len(same) > 1 {
 				var ids []string
 				for _, r := range same {
@@ -555,15 +555,9 @@ func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[s
 			s.End = time.Now()
 		}
 	}
-	// A term's new run is the head of a chain; the runs it continued into are the same dispatcher.
 	runsOf := map[string]map[int64][]*run{}
 	for q, rs := range runs {
-		runsOf[q] = map[int64][]*run{}
-		for _, r := range rs {
-			if !r.continuation() {
-				runsOf[q][r.Owner.Token] = append(runsOf[q][r.Owner.Token], r)
-			}
-		}
+		runsOf[q] = newRuns(rs)
 	}
 	for _, s := range steps {
 		if s.Fault == nil {
@@ -648,6 +642,18 @@ func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[s
 			}
 		}
 	}
+}
+
+// newRuns groups a queue's runs by the token of the term that started them. A term's new run is the
+// head of a chain; the runs it continued into are the same dispatcher.
+func newRuns(rs []*run) map[int64][]*run {
+	out := map[int64][]*run{}
+	for _, r := range rs {
+		if !r.continuation() {
+			out[r.Owner.Token] = append(out[r.Owner.Token], r)
+		}
+	}
+	return out
 }
 
 func termLabels(ts []*term) []string {

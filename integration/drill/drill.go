@@ -98,6 +98,7 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/stack"
+	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -240,7 +241,7 @@ type Drill struct {
 	etcd     *etcdtest.Cluster
 	proxies  [][]*etcdtest.Proxy // per worker slot, one per etcd endpoint
 	redis    *redistest.Server
-	temporal *temporalServer
+	temporal *temporalx.Server // restarted by its fault unless External
 	tc       client.Client
 	rdb      *redis.Client
 	ec       *clientv3.Client
@@ -253,19 +254,12 @@ type Drill struct {
 	procs      []*proc // every process ever started
 	slots      []*proc // the current process of each worker slot
 	gens       []int
-	soloN      int
-	etcdKills  int
-	redisN     int
-	temporalN  int
 	faults     []*Fault
 	steps      []*Step
 	violations []Violation
 	skipped    []string
-	orphans    orphanStats
-	samples    int
+	checks     CheckStats // the live counts; analyze adds the terms and runs
 	monitoring bool
-	termCount  int
-	runCount   int
 	stuck      map[string]time.Time // queues reported without an owner, until they have one again
 	load       *loadPhase           // nil without LoadRate
 	loadStats  *LoadStats
@@ -301,7 +295,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		d.endLoad(ctx)
 	}
 	d.finish(ctx)
-	d.countRedispatches()
 	if err := ctx.Err(); err != nil {
 		return d.report(false), fmt.Errorf("drill interrupted: %w", err)
 	}
@@ -341,9 +334,19 @@ func (d *Drill) setup(ctx context.Context) error {
 	began = time.Now()
 	d.stack, err = stack.Start(ctx, stack.Options{EtcdMembers: 3, Redis: stack.RedisReal, RedisAppendOnly: true, Dir: d.dir,
 		Temporal: func(ctx context.Context, _ string) (stack.Temporal, error) {
-			t, err := startTemporal(ctx, d.dir, "default", 90*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			t, err := temporalx.StartServerContext(ctx, temporalx.Options{Namespace: "default", Dir: d.dir,
+				LogFile: filepath.Join(d.dir, "temporal.log"), DynamicConfig: map[string]any{
+					// The drill reads visibility several times a second; the default is 10 per second.
+					"frontend.namespaceRPS.visibility":        1000,
+					"frontend.namespaceBurstRatio.visibility": 1,
+				}})
+			if err != nil {
+				return nil, err
+			}
 			d.temporal = t
-			return t, err
+			return t, nil
 		}})
 	if err != nil {
 		return err
@@ -358,7 +361,7 @@ func (d *Drill) setup(ctx context.Context) error {
 	}
 	d.logf("servers up in %v: etcd %s (external %v), Temporal %s (external %v), Redis %s (external %v)",
 		time.Since(began).Round(100*time.Millisecond), strings.Join(d.etcd.Endpoints(), ","), d.etcd.External(),
-		d.temporal.hostPort, !d.temporal.canRestart(), d.redis.Addr(), d.redis.External())
+		d.temporal.HostPort(), d.temporal.External(), d.redis.Addr(), d.redis.External())
 
 	for _, k := range d.cfg.Kinds {
 		switch {
@@ -366,7 +369,7 @@ func (d *Drill) setup(ctx context.Context) error {
 			d.skipped = append(d.skipped, string(k)+": etcd is external ("+etcdtest.EnvEndpoints+")")
 		case k == KindRedisRestart && d.redis.External():
 			d.skipped = append(d.skipped, string(k)+": Redis is external ("+redistest.EnvAddr+")")
-		case k == KindTemporalRestart && !d.temporal.canRestart():
+		case k == KindTemporalRestart && d.temporal.External():
 			d.skipped = append(d.skipped, string(k)+": Temporal is external (BATON_TEMPORAL_ADDRESS)")
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -69,6 +70,43 @@ func (d *Drill) newFault(kind Kind, target string) *Fault {
 	return f
 }
 
+// count is how many faults of kind k the drill has started so far.
+func (d *Drill) count(k Kind) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, f := range d.faults {
+		if f.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// leaderFault starts a fault of kind k aimed at one of the live slot workers that lead queues (any
+// live slot worker if none does), picked with the drill's random source, and logs it as
+// "<verb> <worker> (leads n queues)<more>".
+func (d *Drill) leaderFault(k Kind, verb, more string) (*proc, *Fault, error) {
+	counts := d.leadCounts()
+	var cands []*proc
+	for p, n := range counts {
+		if n > 0 {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		cands = d.liveProcs(nil)
+	}
+	if len(cands) == 0 {
+		return nil, nil, errors.New("no live worker")
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].id < cands[j].id })
+	p := cands[d.rng.IntN(len(cands))]
+	f := d.newFault(k, p.id)
+	d.logf("fault #%d: %s %s (leads %d queues)%s", f.N, verb, p.id, counts[p], more)
+	return p, f, nil
+}
+
 // step records an injection instant. Call it right before (or, for instants the injection itself
 // returns, right after) the injection.
 func (d *Drill) step(f *Fault, name string, at time.Time) *Step {
@@ -129,22 +167,12 @@ func (d *Drill) inject(ctx context.Context, k Kind) {
 	case KindEtcdMember:
 		err = d.faultEtcdMember(ctx)
 	case KindRedisRestart:
-		err = d.faultServer(ctx, k, "redis-server", &d.redisN, func(crash bool) error {
-			stop := d.redis.Stop
-			if crash {
-				stop = d.redis.Kill
-			}
-			if err := stop(); err != nil {
-				return err
-			}
-			if !sleepCtx(ctx, time.Second) {
-				return ctx.Err()
-			}
-			return d.redis.Restart()
-		})
+		err = d.faultServer(ctx, k, "redis-server", d.redis.Stop, d.redis.Kill, func(context.Context) error { return d.redis.Restart() })
 	case KindTemporalRestart:
-		err = d.faultServer(ctx, k, "temporal", &d.temporalN, func(crash bool) error {
-			return d.temporal.restart(ctx, crash, time.Second, 90*time.Second)
+		err = d.faultServer(ctx, k, "temporal", d.temporal.Stop, d.temporal.Kill, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			return d.temporal.Restart(ctx)
 		})
 	case KindOrphan:
 		err = d.faultOrphan(ctx)
@@ -196,12 +224,10 @@ func (d *Drill) holdUntil(ctx context.Context, s *Step, exclude map[*proc]bool, 
 // have handed its queues over (drained its Temporal workers, resigned) and exited 0 -- and later
 // starts a new incarnation in its slot.
 func (d *Drill) faultRestart(ctx context.Context, kind Kind) error {
-	p := d.pickLeader()
-	if p == nil {
-		return errors.New("no live worker")
+	p, f, err := d.leaderFault(kind, strings.ToUpper(string(kind)), "")
+	if err != nil {
+		return err
 	}
-	f := d.newFault(kind, p.id)
-	d.logf("fault #%d: %s %s (leads %d queues)", f.N, strings.ToUpper(string(kind)), p.id, d.leadCounts()[p])
 	var gone time.Time
 	var s *Step
 	if kind == KindSIGKILL {
@@ -271,12 +297,10 @@ func (d *Drill) waitStopped(ctx context.Context, f *Fault, p *proc) error {
 }
 
 func (d *Drill) faultSIGSTOP(ctx context.Context) error {
-	p := d.pickLeader()
-	if p == nil {
-		return errors.New("no live worker")
+	p, f, err := d.leaderFault(KindSIGSTOP, "SIGSTOP", " for longer than the TTL")
+	if err != nil {
+		return err
 	}
-	f := d.newFault(KindSIGSTOP, p.id)
-	d.logf("fault #%d: SIGSTOP %s (leads %d queues) for longer than the TTL", f.N, p.id, d.leadCounts()[p])
 	s := d.step(f, "stop", time.Now())
 	stoppedAt := p.send(syscall.SIGSTOP)
 	d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
@@ -312,12 +336,10 @@ func (d *Drill) faultSIGSTOP(ctx context.Context) error {
 }
 
 func (d *Drill) faultPartition(ctx context.Context) error {
-	p := d.pickLeader()
-	if p == nil {
-		return errors.New("no live worker")
+	p, f, err := d.leaderFault(KindPartition, "partition", " from etcd")
+	if err != nil {
+		return err
 	}
-	f := d.newFault(KindPartition, p.id)
-	d.logf("fault #%d: partition %s (leads %d queues) from etcd", f.N, p.id, d.leadCounts()[p])
 	s := d.step(f, "partition", time.Now())
 	for _, px := range d.proxies[p.slot] {
 		px.Blackhole()
@@ -370,12 +392,8 @@ func (d *Drill) faultRolling(ctx context.Context) error {
 
 func (d *Drill) faultEtcdMember(ctx context.Context) error {
 	leader := d.etcd.Leader()
-	d.mu.Lock()
-	n := d.etcdKills
-	d.etcdKills++
-	d.mu.Unlock()
 	victim, what := leader, "raft leader"
-	if n%2 == 1 || leader < 0 {
+	if d.count(KindEtcdMember)%2 == 1 || leader < 0 {
 		var followers []int
 		for i := range d.etcd.Size() {
 			if i != leader {
@@ -408,20 +426,23 @@ func (d *Drill) faultEtcdMember(ctx context.Context) error {
 	return nil
 }
 
-// faultServer restarts a server, the *n-th time: it crashes (SIGKILL) every other time, else stops
-// cleanly (SIGTERM), and comes back a second later on its address with its data.
-func (d *Drill) faultServer(ctx context.Context, kind Kind, name string, n *int, restart func(crash bool) error) error {
-	d.mu.Lock()
-	crash, how := *n%2 == 1, "SIGTERM"
-	*n++
-	d.mu.Unlock()
+// faultServer restarts a server: every other time it crashes (kill), else it stops cleanly (stop,
+// SIGTERM), and it comes back (start) a second later on its address with its data.
+func (d *Drill) faultServer(ctx context.Context, kind Kind, name string, stop, kill func() error, start func(context.Context) error) error {
+	crash, how := d.count(kind)%2 == 1, "SIGTERM"
 	if crash {
-		how = "SIGKILL"
+		stop, how = kill, "SIGKILL"
 	}
 	f := d.newFault(kind, name+" ("+how+")")
 	d.logf("fault #%d: restart %s (%s, 1s down)", f.N, name, how)
 	s := d.step(f, "restart", time.Now())
-	if err := restart(crash); err != nil {
+	if err := stop(); err != nil {
+		return err
+	}
+	if !sleepCtx(ctx, time.Second) {
+		return ctx.Err()
+	}
+	if err := start(ctx); err != nil {
 		return err
 	}
 	f.Notes = append(f.Notes, fmt.Sprintf("down %v", time.Since(s.At).Round(time.Millisecond)))
@@ -434,12 +455,8 @@ func (d *Drill) faultServer(ctx context.Context, kind Kind, name string, n *int,
 // worker) finds the key stale, terminates exactly that run and deletes the key. It must be done
 // within CleanupSLA of the crash.
 func (d *Drill) faultOrphan(ctx context.Context) error {
-	d.mu.Lock()
-	d.soloN++
-	n := d.soloN
-	d.mu.Unlock()
-	queue := fmt.Sprintf("solo%d", n)
-	f := d.newFault(KindOrphan, "solo"+fmt.Sprint(n)+"-0")
+	queue := fmt.Sprintf("solo%d", d.count(KindOrphan)+1)
+	f := d.newFault(KindOrphan, queue+"-0")
 	d.logf("fault #%d: crash of the only worker of queue %s (the reconciler must clean up)", f.N, queue)
 	d.step(f, "start", time.Now())
 	// It takes no part in the reconciler election: the crash must leave the cleanup to another worker.
@@ -482,7 +499,7 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 			"after the crash of %s: %v", p.id, err)})
 	default:
 		f.CleanupLatency = time.Since(killed)
-		f.Notes = append(f.Notes, fmt.Sprintf("orphan run %s and its heartbeat key cleaned %v after the crash", shortRun(runID), f.CleanupLatency.Round(100*time.Millisecond)))
+		f.Notes = append(f.Notes, fmt.Sprintf("orphan run %s and its heartbeat key cleaned %v after the crash", runID[max(0, len(runID)-8):], f.CleanupLatency.Round(100*time.Millisecond)))
 	}
 	return nil
 }

@@ -314,7 +314,7 @@ func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]r
 			if rec.state != "" {
 				desc = rec.raw
 			}
-			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", short(r.key), r.queue, r.sent.Format(tsFormat), desc))
+			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", r.key[:min(12, len(r.key))], r.queue, r.sent.Format(tsFormat), desc))
 		}
 		if ds := l.dones[r.key]; len(ds) > 0 {
 			lat = append(lat, ds[0].Sub(r.sent))
@@ -322,12 +322,12 @@ func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]r
 	}
 	for k, ds := range l.dones {
 		if len(ds) > 1 {
-			double = append(double, fmt.Sprintf("%s: %s", short(k), strings.Join(l.values[k], ", ")))
+			double = append(double, fmt.Sprintf("%s: %s", k[:min(12, len(k))], strings.Join(l.values[k], ", ")))
 		}
 	}
 	for k, rec := range states {
 		if rec.state == "pending" && l.touched[k] {
-			pending = append(pending, fmt.Sprintf("%s: %s", short(k), rec.raw))
+			pending = append(pending, fmt.Sprintf("%s: %s", k[:min(12, len(k))], rec.raw))
 		}
 	}
 	sort.Strings(double)
@@ -335,18 +335,6 @@ func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]r
 	st.Lost, st.Double, st.Pending = len(lost), len(double), len(pending)
 	st.P50, st.P99, st.Max = benchreport.Percentile(lat, 50), benchreport.Percentile(lat, 99), benchreport.Percentile(lat, 100)
 	return lost, double, pending
-}
-
-// countRedispatches counts the keys whose handler ran more than once. It runs after the workers
-// have exited, so their logs are complete.
-func (d *Drill) countRedispatches() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.handlerRuns {
-		if c > 1 && d.loadStats != nil {
-			d.loadStats.Redispatched++
-		}
-	}
 }
 
 // record is one ledger record as the drill reads it.
@@ -411,13 +399,6 @@ func readAccepted(path string) ([]acceptedReq, error) {
 		return nil, errors.New(path + ": no request listed")
 	}
 	return out, nil
-}
-
-func short(key string) string {
-	if len(key) > 12 {
-		return key[:12]
-	}
-	return key
 }
 
 func firstN(s []string, n int) string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
-	"github.com/baton-run/baton/integration/workerproc"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -39,12 +37,10 @@ func (d *Drill) poll(p *proc) {
 		if p.isStopped() {
 			continue
 		}
-		sent := time.Now()
-		st, ok := workerproc.Status(p.Addr)
+		s, ok := p.read()
 		if !ok {
 			continue
 		}
-		s := sample{Sent: sent, Recv: time.Now(), St: st}
 		p.mu.Lock()
 		p.last, p.lastOK = s, true
 		p.mu.Unlock()
@@ -60,7 +56,7 @@ func (d *Drill) poll(p *proc) {
 // ([Sent', Recv'] ⊆ [Since, Sent]), both led at the same instant: a definite violation.
 func (d *Drill) checkSample(p *proc, s sample) {
 	d.mu.Lock()
-	d.samples++
+	d.checks.StatusSamples++
 	others := append([]*proc(nil), d.procs...)
 	d.mu.Unlock()
 	for _, q := range s.St.Queues {
@@ -138,11 +134,7 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
 	oks := make([]bool, len(procs))
 	var wg sync.WaitGroup
 	for i, p := range procs {
-		wg.Go(func() {
-			sent := time.Now()
-			st, ok := workerproc.Status(p.Addr)
-			stats[i], oks[i] = sample{Sent: sent, Recv: time.Now(), St: st}, ok
-		})
+		wg.Go(func() { stats[i], oks[i] = p.read() })
 	}
 	wg.Wait()
 	var probs []problem
@@ -356,14 +348,6 @@ func stepName(s *Step) string {
 	return s.Name
 }
 
-// orphanStats summarizes the live orphan watch.
-type orphanStats struct {
-	Checks   int           `json:"checks"`
-	Episodes int           `json:"episodes"` // times a queue had a run or key not its leader's
-	MaxAge   time.Duration `json:"max_age_ns"`
-	MaxQueue string        `json:"max_queue,omitempty"`
-}
-
 // monitorOrphans watches, every second, every queue for an orphan: an open dispatcher run (the
 // workflow's current run in Temporal's mutable state) or a heartbeat key that is not the run of the
 // queue's one live leader (from the latest /status samples). A takeover fixes both within about the
@@ -426,12 +410,10 @@ func (d *Drill) monitorOrphans() {
 				bad = strings.TrimSpace(bad + " heartbeat key of run " + r)
 			}
 			d.mu.Lock()
-			d.orphans.Checks++
+			d.checks.OrphanChecks++
 			if bad == "" {
 				if s, ok := since[q]; ok {
-					if age := now.Sub(s); age > d.orphans.MaxAge {
-						d.orphans.MaxAge, d.orphans.MaxQueue = age, q
-					}
+					d.checks.MaxOrphanAge = max(d.checks.MaxOrphanAge, now.Sub(s))
 					delete(since, q)
 					delete(flagged, q)
 				}
@@ -440,7 +422,7 @@ func (d *Drill) monitorOrphans() {
 			}
 			if _, ok := since[q]; !ok {
 				since[q] = now
-				d.orphans.Episodes++
+				d.checks.OrphanEpisodes++
 			}
 			age := now.Sub(since[q])
 			d.mu.Unlock()
@@ -479,24 +461,4 @@ func leading(st baton.Status) int {
 		}
 	}
 	return n
-}
-
-// pickLeader picks, with the drill's random source, one of the live slot workers that lead at least
-// one queue (any live slot worker if none does).
-func (d *Drill) pickLeader() *proc {
-	counts := d.leadCounts()
-	var cands []*proc
-	for p, n := range counts {
-		if n > 0 {
-			cands = append(cands, p)
-		}
-	}
-	if len(cands) == 0 {
-		cands = d.liveProcs(nil)
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	sort.Slice(cands, func(i, j int) bool { return cands[i].id < cands[j].id })
-	return cands[d.rng.IntN(len(cands))]
 }

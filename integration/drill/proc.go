@@ -147,7 +147,7 @@ func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []str
 // clientEnv is the environment every process of the drill gets: its project and the servers.
 func (d *Drill) clientEnv(etcd []string) []string {
 	env := []string{"BATON_PROJECT=" + d.cfg.Project, "BATON_ETCD_ENDPOINTS=" + strings.Join(etcd, ","),
-		"BATON_TEMPORAL_ADDRESS=" + d.temporal.hostPort, "BATON_TEMPORAL_NAMESPACE=" + d.temporal.namespace,
+		"BATON_TEMPORAL_ADDRESS=" + d.temporal.HostPort(), "BATON_TEMPORAL_NAMESPACE=" + d.temporal.Namespace(),
 		"BATON_REDIS_ADDR=" + d.redis.Addr()}
 	if pw := d.redis.Password(); pw != "" {
 		env = append(env, "BATON_REDIS_PASSWORD="+pw)
@@ -255,6 +255,13 @@ func (p *proc) teardownKill() {
 	}
 	p.mu.Unlock()
 	p.Kill()
+}
+
+// read reads p's /status now; false while p cannot answer.
+func (p *proc) read() (sample, bool) {
+	sent := time.Now()
+	st, ok := workerproc.Status(p.Addr)
+	return sample{Sent: sent, Recv: time.Now(), St: st}, ok
 }
 
 func (p *proc) snapshotEvents() []event {

@@ -80,14 +80,14 @@ func (d *Drill) report(complete bool) *Report {
 		Load:       d.loadStats,
 		Faults:     d.faults,
 		Violations: append([]Violation{}, d.violations...),
-		Checks: CheckStats{Terms: d.termCount, Runs: d.runCount, StatusSamples: d.samples, OrphanChecks: d.orphans.Checks,
-			OrphanEpisodes: d.orphans.Episodes, MaxOrphanAge: d.orphans.MaxAge, Processes: len(d.procs)},
+		Checks:     d.checks,
 	}
+	r.Checks.Processes = len(d.procs)
 	if d.etcd != nil {
 		r.Servers.Etcd, r.Servers.EtcdExternal = d.etcd.Endpoints(), d.etcd.External()
 	}
 	if d.temporal != nil {
-		r.Servers.Temporal, r.Servers.TemporalExternal = d.temporal.hostPort, !d.temporal.canRestart()
+		r.Servers.Temporal, r.Servers.TemporalExternal = d.temporal.HostPort(), d.temporal.External()
 	}
 	if d.redis != nil {
 		r.Servers.Redis, r.Servers.RedisExternal = d.redis.Addr(), d.redis.External()
@@ -110,27 +110,20 @@ func (d *Drill) report(complete bool) *Report {
 		}
 	}
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At.Before(r.Violations[j].At) })
-	byKind := map[Kind]*KindStats{}
-	var lat = map[Kind][]time.Duration{}
-	for _, f := range d.faults {
-		ks := byKind[f.Kind]
-		if ks == nil {
-			ks = &KindStats{Kind: f.Kind}
-			byKind[f.Kind] = ks
-		}
-		ks.Faults++
-		lat[f.Kind] = append(lat[f.Kind], f.Latencies...)
-		ks.Cleanup = max(ks.Cleanup, f.CleanupLatency)
-	}
 	for _, k := range AllKinds {
-		ks := byKind[k]
-		if ks == nil {
-			continue
+		ks, ls := KindStats{Kind: k}, []time.Duration(nil)
+		for _, f := range d.faults {
+			if f.Kind == k {
+				ks.Faults++
+				ls = append(ls, f.Latencies...)
+				ks.Cleanup = max(ks.Cleanup, f.CleanupLatency)
+			}
 		}
-		ls := lat[k]
-		ks.Samples = len(ls)
-		ks.P50, ks.P95, ks.Max = benchreport.Percentile(ls, 50), benchreport.Percentile(ls, 95), benchreport.Percentile(ls, 100)
-		r.Kinds = append(r.Kinds, *ks)
+		if ks.Faults > 0 {
+			ks.Samples = len(ls)
+			ks.P50, ks.P95, ks.Max = benchreport.Percentile(ls, 50), benchreport.Percentile(ls, 95), benchreport.Percentile(ls, 100)
+			r.Kinds = append(r.Kinds, ks)
+		}
 	}
 	return r
 }

@@ -19,8 +19,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func shortRun(runID string) string { return runID[max(0, len(runID)-8):] }
-
 func fmtDur(d time.Duration) string {
 	switch {
 	case d <= 0:
