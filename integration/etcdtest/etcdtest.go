@@ -64,12 +64,6 @@ type Options struct {
 	// network connection" / "mux: server closed"; that is expected.
 	Logger *zap.Logger
 
-	// Timeout bounds the waits for readiness and leader election; default DefaultTimeout.
-	Timeout time.Duration
-	// Fsync turns fsync on. By default the members run with UnsafeNoFsync:
-	// StopMember only simulates a process crash (the OS page cache survives),
-	// so no acknowledged write is lost, and tests do not stall on disk flushes.
-	Fsync bool
 	// Configure, if set, is called on every member's config right before each
 	// start (including restarts), after etcdtest has filled it in. Append to
 	// cfg.GRPCAdditionalServerOptions rather than replace it: StopMember
@@ -111,7 +105,7 @@ type member struct {
 }
 
 // StartCluster starts opts.Members members on free loopback ports and returns
-// once all are ready and a leader is elected (bounded by opts.Timeout).
+// once all are ready and a leader is elected (bounded by DefaultTimeout).
 // If BATON_ETCD_ENDPOINTS is set, it starts nothing and returns an external
 // cluster over those endpoints (opts.Members is then ignored).
 func StartCluster(opts Options) (*Cluster, error) {
@@ -120,9 +114,6 @@ func StartCluster(opts Options) (*Cluster, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
 	}
 	if env := strings.TrimSpace(os.Getenv(EnvEndpoints)); env != "" {
 		var eps []string
@@ -220,7 +211,7 @@ func (c *Cluster) startNew() error {
 // what happens when members start concurrently; a port that does not listen
 // yet answers at once.
 func (c *Cluster) startAll(retryBind bool) error {
-	deadline := time.Now().Add(c.opts.Timeout)
+	deadline := time.Now().Add(DefaultTimeout)
 	for i := range c.members {
 		if err := c.startMember(i, deadline, retryBind); err != nil {
 			return err
@@ -261,7 +252,9 @@ func (c *Cluster) config(i int) *embed.Config {
 	// etcd defaults (100ms heartbeat, 1s election): reliable on a loaded 2-core machine.
 	cfg.TickMs = 100
 	cfg.ElectionMs = 1000
-	cfg.UnsafeNoFsync = !c.opts.Fsync
+	// StopMember only simulates a process crash (the OS page cache survives), so no acknowledged
+	// write is lost without fsync, and tests do not stall on disk flushes.
+	cfg.UnsafeNoFsync = true
 	// NewClient pings every 2s; the server default (5s) would answer with a
 	// "too_many_pings" GOAWAY.
 	cfg.GRPCKeepAliveMinTime = time.Second
@@ -473,7 +466,7 @@ func (c *Cluster) RestartMember(i int) error {
 	}
 	m := c.members[i]
 	m.stop(&c.bg)
-	deadline := time.Now().Add(c.opts.Timeout)
+	deadline := time.Now().Add(DefaultTimeout)
 	if err := c.startMember(i, deadline, true); err != nil {
 		return err
 	}
@@ -537,25 +530,12 @@ func (c *Cluster) Close() error {
 // logs go to a file that is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
-	keepLog := func() {}
-	if opts.Logger == nil && os.Getenv(EnvEndpoints) == "" {
-		var log *testkit.LogFile
-		log, keepLog = testkit.ServerLog(t, "etcd")
-		opts.Logger = log.Logger
-	}
-	c, err := StartCluster(opts)
-	if err != nil {
-		t.Error(err)
-		keepLog()
-		t.FailNow()
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
+	return testkit.StartServer(t, "etcd", opts.Logger != nil || os.Getenv(EnvEndpoints) != "", func(log *testkit.LogFile) (*Cluster, error) {
+		if log != nil {
+			opts.Logger = log.Logger
 		}
-		keepLog()
+		return StartCluster(opts)
 	})
-	return c
 }
 
 // Client returns c.NewClient(endpoints...) for tests: t.Fatal on error, closed on cleanup.
@@ -569,8 +549,9 @@ func Client(t testing.TB, c *Cluster, endpoints ...string) *clientv3.Client {
 	return cli
 }
 
-// PickPorts is testkit.PickPorts, for callers that predate it.
-func PickPorts(n int) ([]int, error) { return testkit.PickPorts(n) }
+// VerifyTestMain is testkit.VerifyTestMain (goleak's, with the grace that a stopped member's peer
+// connections need).
+var VerifyTestMain = testkit.VerifyTestMain
 
 // Client connection tracking: gRPC transport credentials (insecure) that
 // remember every accepted connection, so that a member stop can cut them at

@@ -28,11 +28,13 @@ type ClusterOptions struct {
 	Masters int
 	// Password, when set, is required of every client.
 	Password string
+	// LogFile is the file every master appends its log to (a line starts with its process ID);
+	// default each its own, removed by Close.
+	LogFile string
 }
 
 // Cluster is a Redis Cluster of masters without replicas on loopback (or an external cluster).
 type Cluster struct {
-	external bool
 	addrs    []string
 	password string
 	servers  []*Server
@@ -57,7 +59,7 @@ func CLIBinary() (string, error) {
 // knows every other.
 func StartClusterServers(opts ClusterOptions) (*Cluster, error) {
 	if v := strings.TrimSpace(os.Getenv(EnvClusterAddrs)); v != "" {
-		c := &Cluster{external: true, addrs: strings.Split(v, ","), password: os.Getenv(EnvPassword)}
+		c := &Cluster{addrs: strings.Split(v, ","), password: os.Getenv(EnvPassword)}
 		return c, c.waitOK(DefaultTimeout, 0)
 	}
 	if opts.Masters == 0 {
@@ -72,7 +74,7 @@ func StartClusterServers(opts ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{password: opts.Password}
 	for range opts.Masters {
-		s, err := startLocal(Options{Password: opts.Password, cluster: true})
+		s, err := startLocal(Options{Password: opts.Password, LogFile: opts.LogFile, cluster: true})
 		if err != nil {
 			return nil, errors.Join(err, c.Close())
 		}
@@ -135,14 +137,8 @@ func clusterReady(info string, nodes int) error {
 	return nil
 }
 
-// External reports whether the cluster was started elsewhere (BATON_REDIS_CLUSTER_ADDRS).
-func (c *Cluster) External() bool { return c.external }
-
 // Addrs returns the masters' host:port (the seeds, for an external cluster).
 func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
-
-// Servers returns the masters' processes (none for an external cluster).
-func (c *Cluster) Servers() []*Server { return append([]*Server(nil), c.servers...) }
 
 // ClientOptions returns cluster client options; Protocol 2 as for a single server.
 func (c *Cluster) ClientOptions() *redis.ClusterOptions {
@@ -161,20 +157,16 @@ func (c *Cluster) Close() error {
 	return errors.Join(errs...)
 }
 
-// StartCluster is StartClusterServers for tests: t.Fatal on error; on cleanup every server is
-// stopped, and when t failed their logs are kept (in testkit.EnvLogDir) and named in t's output.
+// StartCluster is StartClusterServers for tests: t.Fatal on error, Close on cleanup. Without
+// opts.LogFile, the masters' log is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
-	c, err := StartClusterServers(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range c.servers {
-			s.cleanup(t)
+	return testkit.StartServer(t, "redis-cluster", opts.LogFile != "" || os.Getenv(EnvClusterAddrs) != "", func(log *testkit.LogFile) (*Cluster, error) {
+		if log != nil {
+			opts.LogFile = log.Path
 		}
+		return StartClusterServers(opts)
 	})
-	return c
 }
 
 // ClusterClient returns c.NewClient() for tests, closed on cleanup. On an external cluster the

@@ -1,9 +1,9 @@
 // Package redistest runs a real redis-server process on a free loopback port for integration tests,
-// benchmarks and the demo: one server per call, with its own working directory, stoppable, killable,
-// pausable and restartable on the same port. StartCluster runs a Redis Cluster of such servers.
+// benchmarks and the demo: one server per call, with its own working directory, stoppable, killable
+// and restartable on the same port. StartCluster runs a Redis Cluster of such servers.
 //
 // When BATON_REDIS_ADDR is set (host:port), StartServer starts nothing and uses that server (with
-// BATON_REDIS_PASSWORD, if set); Stop, Kill, Pause and Restart then return ErrExternal and tests that
+// BATON_REDIS_PASSWORD, if set); Stop, Kill and Restart then return ErrExternal and tests that
 // need them skip themselves.
 package redistest
 
@@ -58,6 +58,9 @@ type Options struct {
 	// TLS, when set, makes the server accept TLS connections only, on the port it is given. It needs
 	// a redis-server built with TLS (Debian's is).
 	TLS *TLS
+	// LogFile is the file redis-server appends its log to; default redis.log in its working
+	// directory, which Close removes (Start chooses one that outlives a failed test).
+	LogFile string
 
 	cluster bool // a Redis Cluster node (StartCluster): cluster mode, with a bus port of its own
 }
@@ -87,7 +90,6 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	paused bool
 }
 
 // Binary returns the path of redis-server, or ErrNoBinary.
@@ -126,6 +128,9 @@ func startLocal(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
+	if opts.LogFile == "" {
+		opts.LogFile = filepath.Join(dir, "redis.log")
+	}
 	s := &Server{opts: opts, bin: bin, dir: dir, password: opts.Password}
 	for attempt := 0; attempt < 5; attempt++ {
 		// A cluster node's bus port is set explicitly: the default, port+10000, may be taken or past 65535.
@@ -157,7 +162,7 @@ func (s *Server) args() []string {
 	args = append(args,
 		"--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--daemonize", "no", "--protected-mode", "no",
-		"--logfile", filepath.Join(s.dir, "redis.log"), "--loglevel", "warning",
+		"--logfile", s.opts.LogFile, "--loglevel", "warning",
 	)
 	if s.opts.AppendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -186,12 +191,12 @@ func (s *Server) start() error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	s.mu.Lock()
-	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
 	if err := s.waitReady(DefaultTimeout); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
-		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		log, _ := os.ReadFile(s.opts.LogFile)
 		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, testkit.Tail(string(log), 2000))
 	}
 	return nil
@@ -251,14 +256,11 @@ func (s *Server) signalStop(sig syscall.Signal) error {
 		return ErrExternal
 	}
 	s.mu.Lock()
-	cmd, exited, paused := s.cmd, s.exited, s.paused
-	s.cmd, s.paused = nil, false
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
 	s.mu.Unlock()
 	if cmd == nil {
 		return nil
-	}
-	if paused {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
 	}
 	_ = cmd.Process.Signal(sig)
 	select {
@@ -267,29 +269,6 @@ func (s *Server) signalStop(sig syscall.Signal) error {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-	return nil
-}
-
-// Pause stops the process with SIGSTOP: connections stay open and every command hangs, as with a
-// frozen host. Resume undoes it.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
-
-// Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
-
-func (s *Server) signal(sig syscall.Signal, paused bool) error {
-	if s.external {
-		return ErrExternal
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return errors.New("redistest: server is not running")
-	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("redistest: %v: %w", sig, err)
-	}
-	s.paused = paused
 	return nil
 }
 
@@ -325,45 +304,16 @@ func (s *Server) Close() error {
 	return err
 }
 
-// Start is StartServer for tests: t.Fatal on error, Close on cleanup. When t failed, the server's
-// log is kept (in testkit.EnvLogDir) and named in t's output.
+// Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.LogFile, the
+// server's log is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	s, err := StartServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.cleanup(t) })
-	return s
-}
-
-// cleanup closes s at the end of t, keeping its log when t failed.
-func (s *Server) cleanup(t testing.TB) {
-	if t.Failed() && !s.external {
-		_ = s.Kill() // the log is complete once the process is gone
-		if path, err := s.keepLog(); err != nil {
-			t.Logf("redis-server %s log not kept: %v", s.addr, err)
-		} else {
-			t.Logf("redis-server %s log kept: %s", s.addr, path)
+	return testkit.StartServer(t, "redis", opts.LogFile != "" || os.Getenv(EnvAddr) != "", func(log *testkit.LogFile) (*Server, error) {
+		if log != nil {
+			opts.LogFile = log.Path
 		}
-	}
-	if err := s.Close(); err != nil {
-		t.Error(err)
-	}
-}
-
-// keepLog copies the server's log out of its working directory, which Close removes.
-func (s *Server) keepLog() (string, error) {
-	log, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(os.Getenv(testkit.EnvLogDir), "baton-redis-*.log")
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(log)
-	return f.Name(), errors.Join(err, f.Close())
+		return StartServer(opts)
+	})
 }
 
 // Client returns s.NewClient() for tests, closed on cleanup. On an external server the test's keys
@@ -381,7 +331,7 @@ func Prefix(t testing.TB) string {
 	return fmt.Sprintf("t%x:%s:", rand.Uint32(), strings.ReplaceAll(t.Name(), "/", "."))
 }
 
-// SkipExternal skips a test that must stop, kill, pause or restart the server.
+// SkipExternal skips a test that must stop, kill or restart the server.
 func SkipExternal(t testing.TB, s *Server) {
 	t.Helper()
 	if s.External() {

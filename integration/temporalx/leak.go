@@ -4,23 +4,12 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/baton-run/baton/integration/testkit"
 )
 
-// LeakGrace is how long VerifyTestMain waits for goroutines to exit. It covers etcdtest.LeakGrace
-// (10s), so that packages using both can use temporalx.VerifyTestMain. The Temporal server runs in
-// its own process: every goroutine left in the test's is a leak.
-const LeakGrace = 10 * time.Second
-
-// VerifyTestMain is goleak.VerifyTestMain for packages that use temporalx (options passed to
-// goleak), with a grace period of LeakGrace.
-func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
-	testkit.VerifyTestMain(m, LeakGrace, func() error { return goleak.Find(opts...) })
-}
+// VerifyTestMain is testkit.VerifyTestMain, for packages that use temporalx.
+var VerifyTestMain = testkit.VerifyTestMain
 
 // Main is TestMain for packages whose tests share one Temporal server: it starts the server into
 // *srv, runs the tests, stops the server, checks for leaks as VerifyTestMain does, and exits.
@@ -35,10 +24,7 @@ func Main(m *testing.M, opts Options, srv **Server) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		opts.LogFile = log.Path
-		if opts.Logger == nil {
-			opts.Logger = log.Logger
-		}
+		opts.logTo(log)
 	}
 	keepLog := func(code int) {
 		if log == nil {
@@ -62,7 +48,7 @@ func Main(m *testing.M, opts Options, srv **Server) {
 	code := m.Run()
 	_ = s.Close()
 	if code == 0 {
-		if err := testkit.FindLeaks(LeakGrace, func() error { return goleak.Find() }); err != nil {
+		if err := testkit.FindLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
 			code = 1
 		}

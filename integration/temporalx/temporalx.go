@@ -1,6 +1,6 @@
-// Package temporalx runs a real Temporal server for integration tests, benchmarks and the drill: the
-// server of cmd/temporal-dev (temporalserve: go.temporal.io/server v1.32.1, the Temporal CLI dev
-// server's configuration, SQLite) in a child process on free loopback ports.
+// Package temporalx runs a real Temporal server for integration tests, benchmarks, the drill and the
+// dev servers (package stack): the server of cmd/temporal-dev (go.temporal.io/server v1.32.1, the
+// Temporal CLI dev server's configuration, SQLite) in a child process on free loopback ports.
 //
 // Out of process, so that a test binary does not link the server (a quarter of a gigabyte, half a
 // minute of linking under -race) and the server does not run under the test's race detector, taking
@@ -94,10 +94,8 @@ type Server struct {
 	child  *child // nil while stopped, and for an external server
 	closed bool
 
-	log *testkit.LogFile // where the server logs, when Start or Main chose the file
-	// logOwnedByT: Start's cleanup names the log already; logNamed: the tests Client named it to.
-	logOwnedByT bool
-	logNamed    sync.Map
+	log      *testkit.LogFile // where the server logs, when Main chose the file
+	logNamed sync.Map         // the tests Client named it to
 }
 
 // StartServer starts a Temporal server in a child process, its frontend on
@@ -212,29 +210,21 @@ func (s *Server) NewClient(opts ...func(*client.Options)) (client.Client, error)
 // testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	keepLog := func() {}
-	var log *testkit.LogFile
-	if opts.LogFile == "" && os.Getenv(EnvAddress) == "" {
-		log, keepLog = testkit.ServerLog(t, "temporal")
-		opts.LogFile = log.Path
-		if opts.Logger == nil {
-			opts.Logger = log.Logger
-		}
-	}
-	s, err := StartServer(opts)
-	if err != nil {
-		t.Error(err)
-		keepLog()
-		t.FailNow()
-	}
-	s.log, s.logOwnedByT = log, true
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-		keepLog()
+	return testkit.StartServer(t, "temporal", opts.LogFile != "" || os.Getenv(EnvAddress) != "", func(log *testkit.LogFile) (*Server, error) {
+		opts.logTo(log)
+		return StartServer(opts)
 	})
-	return s
+}
+
+// logTo makes log (if any) the server's log file and, without a Logger, the SDK clients' log.
+func (o *Options) logTo(log *testkit.LogFile) {
+	if log == nil {
+		return
+	}
+	o.LogFile = log.Path
+	if o.Logger == nil {
+		o.Logger = log.Logger
+	}
 }
 
 // Client returns s.NewClient() for tests: t.Fatal on error, closed on cleanup. A failing t names the
@@ -246,7 +236,7 @@ func Client(t testing.TB, s *Server) client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	if _, named := s.logNamed.LoadOrStore(t, true); !named && s.log != nil && !s.logOwnedByT {
+	if _, named := s.logNamed.LoadOrStore(t, true); !named && s.log != nil {
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("temporal server log (kept when a test fails): %s", s.log.Path)
