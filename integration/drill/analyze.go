@@ -335,9 +335,7 @@ func (d *Drill) fetchRun(ctx context.Context, wid, runID string) (*run, error) {
 	if info.GetCloseTime() != nil && info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		r.Close = info.GetCloseTime().AsTime()
 	}
-	if p, ok := info.GetMemo().GetFields()[takeover.MemoKey]; ok {
-		_ = converter.GetDefaultDataConverter().FromPayload(p, &r.Owner)
-	}
+	r.Owner, _, _ = takeover.DecodeOwner(nil, info.GetMemo())
 	if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED || r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
 		ev := d.firstEvent(ctx, wid, runID, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
 		r.Reason = ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()

@@ -208,11 +208,12 @@ func faultN(f *Fault) int {
 // restartDelay is how long a killed worker stays away before its new incarnation starts.
 const restartDelay = 2 * time.Second
 
-// holdUntil keeps a fault in place until t, then waits for the fleet to settle again before the
-// caller's next step: a fault's consequences can come late (a session that lost its keepalives to
+// holdUntil waits for the fleet (minus exclude) to settle after step s, keeps the fault in place
+// until t, and waits for it to settle again before the caller's next step: a fault's consequences can come late (a session that lost its keepalives to
 // an etcd leader election ends its terms at its lease deadline, and its keys stay until the new
 // raft leader expires its lease), and they must land in the window of the step that caused them.
 func (d *Drill) holdUntil(ctx context.Context, s *Step, exclude map[*proc]bool, t time.Time) bool {
+	d.waitSteady(ctx, s, exclude, d.cfg.TakeoverSLA)
 	if !sleepCtx(ctx, time.Until(t)) {
 		return false
 	}
@@ -243,9 +244,7 @@ func (d *Drill) faultRestart(ctx context.Context, kind Kind) error {
 		f.Notes = append(f.Notes, fmt.Sprintf("exited %v after SIGTERM", gone.Sub(p.termAt).Round(time.Millisecond)))
 		p.mu.Unlock()
 	}
-	exclude := map[*proc]bool{p: true}
-	d.waitSteady(ctx, s, exclude, d.cfg.TakeoverSLA)
-	if !d.holdUntil(ctx, s, exclude, gone.Add(restartDelay)) {
+	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, gone.Add(restartDelay)) {
 		return ctx.Err()
 	}
 	np, err := d.restartSlot(ctx, f, "restart", p.slot)
@@ -303,7 +302,6 @@ func (d *Drill) faultSIGSTOP(ctx context.Context) error {
 	}
 	s := d.step(f, "stop", time.Now())
 	stoppedAt := p.send(syscall.SIGSTOP)
-	d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
 	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, stoppedAt.Add(d.cfg.TTL+time.Second)) {
 		p.send(syscall.SIGCONT)
 		return ctx.Err()
@@ -353,7 +351,6 @@ func (d *Drill) faultPartition(ctx context.Context) error {
 		}
 		return nil
 	})
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
 	if !d.holdUntil(ctx, s, nil, cut.Add(d.cfg.TTL+time.Second)) {
 		return ctx.Err()
 	}
@@ -409,7 +406,6 @@ func (d *Drill) faultEtcdMember(ctx context.Context) error {
 		return err
 	}
 	killed := time.Now()
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
 	// Terms lost to the raft election end at the workers' lease deadlines, and the successors wait
 	// for the old leases to expire on the new raft leader: hold long enough for both.
 	if !d.holdUntil(ctx, s, nil, killed.Add(2*d.cfg.TTL+2*time.Second)) {

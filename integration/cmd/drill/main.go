@@ -1,13 +1,8 @@
-// Command drill is `make drill`: Baton's chaos drill on loopback. It starts a 3-member etcd, a
-// Temporal server (a child process on a SQLite file, so that it can be restarted with its state),
-// redis-server, and N demo workers over M queues; injects faults one at a time for a bounded time
-// (SIGKILL, SIGSTOP past the TTL, rolling SIGTERM restarts, etcd member kills including the raft
-// leader, Redis and Temporal restarts, client-to-etcd partitions, a sole owner's crash) while a
-// producer sends dispatch requests with SignalWorkflow (-load-rate); checks Baton's invariants
-// against Temporal's, Redis's and the workers' own records, and every accepted request against the
-// etcd dispatch ledger (lost, completed twice, left pending); prints a
-// fault-by-fault table and the takeover latency per fault kind; and exits non-zero on any violation.
-// See package github.com/baton-run/baton/integration/drill for what is checked and how.
+// Command drill is `make drill`: Baton's chaos drill on loopback -- a 3-member etcd, a Temporal server
+// it can restart, redis-server and N demo workers over M queues, faults injected one at a time while a
+// producer sends dispatch requests (-load-rate) -- which prints a fault-by-fault table and the takeover
+// latency per fault kind. Package github.com/baton-run/baton/integration/drill describes the faults
+// and what is checked.
 //
 // Exit codes: 0 no violation, 1 violations found, 2 the drill could not run (or was interrupted).
 package main
@@ -39,7 +34,7 @@ func run() int {
 	flag.IntVar(&cfg.Cycles, "cycles", 0, "stop after this many rounds of every fault kind (0: only -duration bounds it)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault order and targets (0: from the clock; the report shows it)")
 	flag.DurationVar(&cfg.TTL, "ttl", def.TTL, "election lease TTL of the workers (2s or more, whole seconds)")
-	flag.StringVar(&kinds, "faults", "all", "comma-separated fault kinds: sigkill,sigterm,sigstop,partition,rolling,etcd-member,redis-restart,temporal-restart,orphan")
+	flag.StringVar(&kinds, "faults", "all", fmt.Sprintf("comma-separated fault kinds, or all: %v", drill.AllKinds))
 	flag.DurationVar(&cfg.Settle, "settle", def.Settle, "pause between faults once the fleet has settled")
 	flag.DurationVar(&cfg.TakeoverSLA, "takeover-sla", def.TakeoverSLA, "bound for every queue to be owned again after a step")
 	flag.DurationVar(&cfg.CleanupSLA, "cleanup-sla", def.CleanupSLA, "bound for an orphaned run or heartbeat key to be cleaned up")
