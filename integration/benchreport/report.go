@@ -68,6 +68,15 @@ func NewFigure(name, unit string, samples []float64, baseline string, baselineSa
 	return f
 }
 
+// Single is a figure of one value beside one baseline value: a count, a rate, a ratio, a memory size.
+func Single(name, unit string, v float64, baseline string, bv float64, target string, met bool) Figure {
+	return Figure{Name: name, Unit: unit, Samples: 1, P50: v, P95: v, P99: v, Baseline: baseline,
+		BaselineP50: bv, BaselineP95: bv, Target: target, Met: met}
+}
+
+// Informational is the met func of a figure without a target.
+func Informational(Figure) bool { return true }
+
 var columns = []string{"figure", "unit", "n", "p50", "p95", "p99", "baseline", "baseline p50", "baseline p95", "target", "met"}
 
 func (f Figure) cells() []string {

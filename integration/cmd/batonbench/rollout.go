@@ -1,10 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,6 +15,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // The rollout section: a rolling restart of 5 workers over 100 queues, each old worker replaced by a
@@ -25,119 +26,10 @@ import (
 // 1.33-1.35 times per stop-then-start; that balancer is gone, so it is no longer measured.)
 const rolloutWorkers, rolloutQueues = 5, 100
 
-type rolloutFleet struct {
-	cluster *etcdtest.Cluster
-	project string
-	queues  []string
-	meters  *sdkmetric.MeterProvider
-	reader  *sdkmetric.ManualReader
-
-	mu      sync.Mutex
-	owners  map[string]int       // terms started per queue
-	ended   map[string]time.Time // when the queue's last term ended, while nobody leads it
-	gaps    []time.Duration      // per handover: from a term's end to the next term's start
-	leading map[string]int       // per worker
-	workers map[string]func()    // stop per worker
-}
-
-func (f *rolloutFleet) start(ctx context.Context, id, version string) error {
-	cli, err := f.cluster.NewClient()
-	if err != nil {
-		return err
-	}
-	el, err := election.New(cli, election.Config{TTL: 5 * time.Second})
-	if err != nil {
-		cli.Close()
-		return err
-	}
-	r, err := balance.New(el, cli, balance.Config{Project: f.project, ServerID: id, Queues: f.queues, Version: version,
-		MeterProvider: f.meters})
-	if err != nil {
-		cli.Close()
-		return err
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_ = r.Run(wctx, func(q string) election.Callbacks {
-			return election.Callbacks{OnElected: func(tctx context.Context, term *election.Term) error {
-				f.mu.Lock()
-				f.owners[q]++
-				if end, ok := f.ended[q]; ok {
-					f.gaps = append(f.gaps, term.Started().Sub(end))
-					delete(f.ended, q)
-				}
-				f.leading[id]++
-				f.mu.Unlock()
-				<-tctx.Done()
-				end, _ := term.Ended()
-				f.mu.Lock()
-				f.ended[q] = end
-				f.leading[id]--
-				f.mu.Unlock()
-				return nil
-			}}
-		})
-	})
-	f.mu.Lock()
-	f.workers[id] = func() {
-		cancel()
-		wg.Wait()
-		cctx, c := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_ = el.Close(cctx)
-		c()
-		cli.Close()
-	}
-	f.mu.Unlock()
-	return nil
-}
-
-func (f *rolloutFleet) stop(id string) {
-	f.mu.Lock()
-	stop := f.workers[id]
-	delete(f.workers, id)
-	f.mu.Unlock()
-	stop()
-	f.mu.Lock()
-	delete(f.leading, id) // every term of the worker has ended
-	f.mu.Unlock()
-}
-
-// settle waits until every queue is led and the counts have not changed for a second.
-func (f *rolloutFleet) settle(ctx context.Context) error { return f.settleWithin(ctx, len(f.queues)) }
-
-// settleWithin waits until every queue is led, no worker leads more than limit, and the counts have
-// not changed for a second.
-func (f *rolloutFleet) settleWithin(ctx context.Context, limit int) error {
-	deadline := time.Now().Add(time.Minute)
-	var last string
-	stable := time.Now()
-	for ctx.Err() == nil {
-		f.mu.Lock()
-		total, busiest := 0, 0
-		for _, n := range f.leading {
-			total += n
-			busiest = max(busiest, n)
-		}
-		snap := fmt.Sprint(f.leading, len(f.gaps))
-		f.mu.Unlock()
-		if snap != last || total != len(f.queues) || busiest > limit {
-			last, stable = snap, time.Now()
-		} else if time.Since(stable) > time.Second {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not settled within a minute: %s", snap)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return ctx.Err()
-}
-
-// reasons sums the owner changes counted so far by the workers, by reason.
-func (f *rolloutFleet) reasons(ctx context.Context) (map[string]int64, error) {
+// reasons sums the owner changes the fleet's balancers counted so far, by reason.
+func reasons(ctx context.Context, reader *sdkmetric.ManualReader) (map[string]int64, error) {
 	var rm metricdata.ResourceMetrics
-	if err := f.reader.Collect(ctx, &rm); err != nil {
+	if err := reader.Collect(ctx, &rm); err != nil {
 		return nil, err
 	}
 	by := map[string]int64{}
@@ -156,30 +48,41 @@ func (f *rolloutFleet) reasons(ctx context.Context) (map[string]int64, error) {
 	return by, nil
 }
 
+// settleRollout waits until every queue is led, no worker leads more than limit, and neither the
+// counts nor the terms started have changed for a second.
+func settleRollout(ctx context.Context, f *fleet, limit int) error {
+	counts, ok, err := settle(ctx, time.Second, 20*time.Millisecond, time.Minute, func() ([]int, bool, error) {
+		counts := f.counts()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return append(counts, f.starts), f.led.Load() == int64(len(f.queues)) && slices.Max(counts) <= limit, nil
+	})
+	if err == nil && !ok {
+		err = fmt.Errorf("not settled within a minute: leading, then terms started: %v", counts)
+	}
+	return cmp.Or(err, ctx.Err())
+}
+
 // noHandOffs waits until no hand-off is in flight: a hand-off hint lives from the decision until the
 // term has ended (the key layout is in package balance's doc), and a shed decided before the rollout
 // must not be counted as the rollout's.
-func (f *rolloutFleet) noHandOffs(ctx context.Context) error {
+func noHandOffs(ctx context.Context, f *fleet) error {
 	cli, err := f.cluster.NewClient()
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
 	prefix := election.DefaultConfig().Prefix + "-balance/" + f.project + "/h/"
-	deadline := time.Now().Add(time.Minute)
-	for {
+	if err := testkit.Poll(ctx, time.Minute, 20*time.Millisecond, func() error {
 		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			return err
+		if err == nil && resp.Count > 0 {
+			err = fmt.Errorf("%d hand-offs still in flight", resp.Count)
 		}
-		if resp.Count == 0 {
-			return f.settle(ctx)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d hand-offs still in flight after a minute", resp.Count)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	}); err != nil {
+		return err
 	}
+	return settleRollout(ctx, f, len(f.queues))
 }
 
 type rolloutResult struct {
@@ -191,47 +94,42 @@ type rolloutResult struct {
 }
 
 func runRollout(ctx context.Context, cluster *etcdtest.Cluster, project string, surge, versioned bool) (rolloutResult, error) {
-	f := &rolloutFleet{cluster: cluster, project: project, owners: map[string]int{}, ended: map[string]time.Time{},
-		leading: map[string]int{}, workers: map[string]func(){}, reader: sdkmetric.NewManualReader()}
-	f.meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader))
-	defer func() { _ = f.meters.Shutdown(context.WithoutCancel(ctx)) }()
-	for i := range rolloutQueues {
-		f.queues = append(f.queues, fmt.Sprintf("q%03d", i))
-	}
-	defer func() {
-		for id := range f.workers {
-			f.stop(id)
-		}
-	}()
+	reader := sdkmetric.NewManualReader()
+	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = meters.Shutdown(context.WithoutCancel(ctx)) }()
+	// Nobody is cut off, so the workers dial etcd directly: a proxy's hop would add to the gaps.
+	f := &fleet{cluster: cluster, project: project, queues: queueNames(rolloutQueues), ttl: 5 * time.Second,
+		balance: true, direct: true, meters: meters}
+	defer f.stopAll(ctx)
 	v1, v2 := "", ""
 	if versioned {
 		v1, v2 = "v1", "v2"
 	}
+	var olds []*fleetWorker
 	for i := range rolloutWorkers {
-		if err := f.start(ctx, fmt.Sprintf("old%d", i), v1); err != nil {
+		w, err := f.start(ctx, fmt.Sprintf("old%d", i), v1)
+		if err != nil {
 			return rolloutResult{}, err
 		}
+		olds = append(olds, w)
 	}
-	if err := f.settle(ctx); err != nil {
+	if err := settleRollout(ctx, f, len(f.queues)); err != nil {
 		return rolloutResult{}, err
 	}
 	// Let the start-up rebalancing finish (its cooldown) before the rollout is counted: shedding
 	// stops once no worker leads more than ShedAbove (1.25) × its fair share.
 	time.Sleep(6 * time.Second)
-	if err := f.settleWithin(ctx, rolloutQueues/rolloutWorkers*5/4); err != nil {
+	if err := settleRollout(ctx, f, rolloutQueues/rolloutWorkers*5/4); err != nil {
 		return rolloutResult{}, err
 	}
-	if err := f.noHandOffs(ctx); err != nil {
+	if err := noHandOffs(ctx, f); err != nil {
 		return rolloutResult{}, err
 	}
 	f.mu.Lock()
-	before := 0
-	for _, n := range f.owners {
-		before += n
-	}
+	before := f.starts
 	f.gaps = nil
 	f.mu.Unlock()
-	reasonsBefore, err := f.reasons(ctx)
+	reasonsBefore, err := reasons(ctx, reader)
 	if err != nil {
 		return rolloutResult{}, err
 	}
@@ -241,65 +139,48 @@ func runRollout(ctx context.Context, cluster *etcdtest.Cluster, project string, 
 	// leads nothing, within ShedAbove × fair share; spreading to it would move 1/workers more.)
 	floor := 1.0
 	if !surge {
-		f.mu.Lock()
-		floor += float64(f.leading["old0"]) / float64(len(f.queues))
-		f.mu.Unlock()
+		floor += float64(olds[0].leading.Load()) / float64(len(f.queues))
 	}
-	for i := range rolloutWorkers {
-		old, nw := fmt.Sprintf("old%d", i), fmt.Sprintf("new%d", i)
-		if surge {
-			if err := f.start(ctx, nw, v2); err != nil {
-				return rolloutResult{}, err
-			}
-			time.Sleep(300 * time.Millisecond) // a new pod's readiness delay before the old one goes
-			f.stop(old)
-		} else {
-			f.stop(old)
-			if err := f.start(ctx, nw, v2); err != nil {
-				return rolloutResult{}, err
-			}
+	for i, old := range olds {
+		if !surge {
+			f.stop(ctx, old)
 		}
-		if err := f.settle(ctx); err != nil {
+		if _, err := f.start(ctx, fmt.Sprintf("new%d", i), v2); err != nil {
+			return rolloutResult{}, err
+		}
+		if surge {
+			time.Sleep(300 * time.Millisecond) // a new pod's readiness delay before the old one goes
+			f.stop(ctx, old)
+		}
+		if err := settleRollout(ctx, f, len(f.queues)); err != nil {
 			return rolloutResult{}, err
 		}
 	}
 	// The balance after the rollout, including whatever rebalancing follows it.
 	time.Sleep(6 * time.Second)
-	if err := f.settle(ctx); err != nil {
+	if err := settleRollout(ctx, f, len(f.queues)); err != nil {
 		return rolloutResult{}, err
 	}
-	reasons, err := f.reasons(ctx)
+	by, err := reasons(ctx, reader)
 	if err != nil {
 		return rolloutResult{}, err
 	}
 	for k, n := range reasonsBefore {
-		if reasons[k] -= n; reasons[k] == 0 {
-			delete(reasons, k)
+		if by[k] -= n; by[k] == 0 {
+			delete(by, k)
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	after, busiest := 0, 0
-	for _, n := range f.owners {
-		after += n
-	}
-	for _, n := range f.leading {
-		busiest = max(busiest, n)
-	}
 	slices.Sort(f.gaps)
-	return rolloutResult{changesPerQueue: float64(after-before) / float64(len(f.queues)), reasons: reasons,
-		gaps: f.gaps, busiestShare: float64(busiest) / (float64(len(f.queues)) / rolloutWorkers), floor: floor}, nil
+	return rolloutResult{changesPerQueue: float64(f.starts-before) / float64(len(f.queues)), reasons: by,
+		gaps: f.gaps, busiestShare: float64(slices.Max(f.counts())) / (float64(len(f.queues)) / rolloutWorkers), floor: floor}, nil
 }
 
 func benchRollout(ctx context.Context, cluster *etcdtest.Cluster, _ options) ([]benchreport.Figure, error) {
 	var figs []benchreport.Figure
 	const baseline = "unversioned workers (no forward-only)"
-	one := func(name, unit string, v float64, bv float64, target string, met bool) benchreport.Figure {
-		return benchreport.Figure{Name: name, Unit: unit, Samples: 1, P50: v, P95: v, P99: v,
-			Baseline: baseline, BaselineP50: bv, BaselineP95: bv, Target: target, Met: met}
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	pct := func(gaps []time.Duration, p float64) float64 { return ms(benchreport.Percentile(gaps, p)) }
+	pct := func(gaps []time.Duration, p float64) float64 { return benchreport.Ms(benchreport.Percentile(gaps, p)) }
 	for _, surge := range []bool{true, false} {
 		kind := "stop-then-start"
 		if surge {
@@ -321,15 +202,13 @@ func benchRollout(ctx context.Context, cluster *etcdtest.Cluster, _ options) ([]
 			pct(got.gaps, 50), pct(got.gaps, 99), pct(got.gaps, 100), overMs(got.gaps, 50), len(got.gaps), pct(base.gaps, 99),
 			got.busiestShare, base.busiestShare, time.Since(began).Round(time.Second))
 		n := fmt.Sprintf("rollout %s %dx%d", kind, rolloutWorkers, rolloutQueues)
-		gap := benchreport.Figure{Name: n + ": leaderless gap per handover", Unit: "ms", Samples: len(got.gaps),
-			P50: pct(got.gaps, 50), P95: pct(got.gaps, 95), P99: pct(got.gaps, 99),
-			Baseline: baseline, BaselineP50: pct(base.gaps, 50), BaselineP95: pct(base.gaps, 95),
-			Target: "p99 <= 50 ms", Met: pct(got.gaps, 99) <= 50}
 		figs = append(figs,
-			one(n+": owner changes per queue", "changes", got.changesPerQueue, base.changesPerQueue,
+			benchreport.Single(n+": owner changes per queue", "changes", got.changesPerQueue, baseline, base.changesPerQueue,
 				fmt.Sprintf("<= %.2f (floor %.2f + 0.05)", floor+0.05, floor), got.changesPerQueue <= floor+0.05),
-			gap,
-			one(n+": busiest worker after the rollout", "x fair share", got.busiestShare, base.busiestShare, "<= 1.25", got.busiestShare <= 1.25))
+			benchreport.NewFigure(n+": leaderless gap per handover", "ms", benchreport.Millis(got.gaps), baseline,
+				benchreport.Millis(base.gaps), "p99 <= 50 ms", func(f benchreport.Figure) bool { return f.P99 <= 50 }),
+			benchreport.Single(n+": busiest worker after the rollout", "x fair share", got.busiestShare, baseline, base.busiestShare,
+				"<= 1.25", got.busiestShare <= 1.25))
 	}
 	return figs, nil
 }

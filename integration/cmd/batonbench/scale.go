@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -11,19 +12,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.opentelemetry.io/otel/metric"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
-	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
@@ -45,27 +38,6 @@ const (
 	scaleSettleWithin = 90 * time.Second
 )
 
-// sessionLostMessage is the warning election logs when a session (and every term on it) is lost; the
-// section counts these, because the Elector has no metric of its own for it.
-const sessionLostMessage = "election session lost"
-
-// lossCounter is a zap core that counts the elector's session-loss warnings and drops everything else.
-type lossCounter struct{ n *atomic.Int64 }
-
-func newLossCounter() lossCounter { return lossCounter{n: new(atomic.Int64)} }
-
-func (c lossCounter) logger() *zap.Logger                        { return zap.New(c) }
-func (c lossCounter) Enabled(l zapcore.Level) bool               { return l >= zapcore.WarnLevel }
-func (c lossCounter) With([]zapcore.Field) zapcore.Core          { return c }
-func (c lossCounter) Write(zapcore.Entry, []zapcore.Field) error { c.n.Add(1); return nil }
-func (c lossCounter) Sync() error                                { return nil }
-func (c lossCounter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Message == sessionLostMessage && c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-
 // scaleRow is one point of the curve.
 type scaleRow struct{ queues, workers int }
 
@@ -86,247 +58,13 @@ func parseScaleRows(s string) ([]scaleRow, error) {
 	return rows, nil
 }
 
-func scaleQueueNames(n int) []string {
-	qs := make([]string, n)
-	for i := range qs {
-		qs[i] = fmt.Sprintf("q%05d", i)
-	}
-	return qs
-}
-
-// A fleet is in-process workers campaigning for the same queues, each with its own etcd client behind
-// its own proxy (so one can be cut off as a crash would), either through Baton (election + balance) or
-// through bare concurrency.Election. Another section can reuse it: set the fields, then start workers
-// with a workerSpec (its version, a term hook of its own).
-type fleet struct {
-	cluster *etcdtest.Cluster
-	project string
-	queues  []string
-	ttl     time.Duration // 0: election's default
-	bare    bool
-	balance bool
-	lost    atomic.Int64         // session losses of the Baton workers that were not cut off, once closed
-	meters  metric.MeterProvider // the balancers' metrics; nil: none
-
-	led     atomic.Int64 // queues whose current leader's term is live, as the workers see it
-	workers []*fleetWorker
-
-	mu    sync.Mutex
-	terms map[string][][2]time.Time // per queue, every ended Baton term as [start, end] (monotonic clock)
-}
-
-type fleetWorker struct {
-	id      string
-	proxy   *etcdtest.Proxy
-	cli     *clientv3.Client
-	el      *election.Elector
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	leading atomic.Int64
-	losses  lossCounter // its elector's session losses
-	cut     bool        // cut off on purpose: its session loss is the point, not a want of CPU
-}
-
-// workerSpec is what differs between the workers of a fleet.
-type workerSpec struct {
-	id, version string
-	// onTerm, when set, is called as a Baton term starts; the func it returns is called once it ended.
-	onTerm func(*election.Term) func()
-}
-
-func (f *fleet) start(ctx context.Context, spec workerSpec) (*fleetWorker, error) {
-	proxy, err := etcdtest.NewProxy(f.cluster.Endpoints()[0])
-	if err != nil {
-		return nil, err
-	}
-	cli, err := f.cluster.NewClient(proxy.URL())
-	if err != nil {
-		proxy.Close()
-		return nil, err
-	}
-	w := &fleetWorker{id: spec.id, proxy: proxy, cli: cli, losses: newLossCounter()}
-	wctx, cancel := context.WithCancel(ctx)
-	w.stop = cancel
-	lead := func(tctx context.Context) {
-		w.leading.Add(1)
-		f.led.Add(1)
-		<-tctx.Done()
-		f.led.Add(-1)
-		w.leading.Add(-1)
-	}
-	if f.bare {
-		ttl := f.ttl
-		if ttl == 0 {
-			ttl = election.DefaultConfig().TTL
-		}
-		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
-		if err != nil {
-			w.release()
-			return nil, err
-		}
-		for _, q := range f.queues {
-			w.wg.Go(func() {
-				e := concurrency.NewElection(s, "/bench-bare/"+f.project+"/"+q)
-				if err := e.Campaign(wctx, spec.id); err != nil {
-					return
-				}
-				tctx, c := context.WithCancel(wctx)
-				stop := context.AfterFunc(s.Ctx(), c)
-				lead(tctx)
-				stop()
-				c()
-			})
-		}
-		w.wg.Go(func() { <-wctx.Done(); s.Orphan() })
-	} else {
-		el, err := election.New(cli, election.Config{TTL: f.ttl, Logger: w.losses.logger()})
-		if err != nil {
-			w.release()
-			return nil, err
-		}
-		w.el = el
-		runner, err := balance.New(el, cli, balance.Config{Project: f.project, ServerID: spec.id, Version: spec.version,
-			Queues: f.queues, Disabled: !f.balance, MeterProvider: f.meters})
-		if err != nil {
-			w.release()
-			return nil, err
-		}
-		w.wg.Go(func() {
-			_ = runner.Run(wctx, func(string) election.Callbacks {
-				return election.Callbacks{OnElected: func(tctx context.Context, term *election.Term) error {
-					var ended func()
-					if spec.onTerm != nil {
-						ended = spec.onTerm(term)
-					}
-					lead(tctx)
-					if end, ok := term.Ended(); ok {
-						f.mu.Lock()
-						if f.terms == nil {
-							f.terms = map[string][][2]time.Time{}
-						}
-						f.terms[term.Queue()] = append(f.terms[term.Queue()], [2]time.Time{term.Started(), end})
-						f.mu.Unlock()
-					}
-					if ended != nil {
-						ended()
-					}
-					return nil
-				}}
-			})
-		})
-	}
-	f.workers = append(f.workers, w)
-	return w, nil
-}
-
-// close stops a worker gracefully (Baton resigns every term) and releases it.
-func (w *fleetWorker) close(ctx context.Context) {
-	w.stop()
-	w.wg.Wait()
-	if w.el != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_ = w.el.Close(cctx)
-		cancel()
-	}
-	w.release()
-}
-
-func (w *fleetWorker) release() {
-	w.cli.Close()
-	w.proxy.Close()
-}
-
-func (f *fleet) closeAll(ctx context.Context) {
-	for _, w := range f.workers {
-		f.close(ctx, w)
-	}
-	f.workers = nil
-}
-
-// close closes w and counts its session losses unless it was cut off on purpose.
-func (f *fleet) close(ctx context.Context, w *fleetWorker) {
-	w.close(ctx)
-	if !w.cut {
-		f.lost.Add(w.losses.n.Load())
-	}
-}
-
-// overlaps counts the queues where a term started before its predecessor's ended (two leaders at
-// once), the check integration/balance makes; the first is described.
-func (f *fleet) overlaps() (int, string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n, first := 0, ""
-	for q, terms := range f.terms {
-		sorted := slices.Clone(terms)
-		slices.SortFunc(sorted, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
-		for i := 1; i < len(sorted); i++ {
-			if sorted[i][0].Before(sorted[i-1][1]) {
-				if n == 0 {
-					first = fmt.Sprintf("queue %s: a term started %v before its predecessor's ended", q, sorted[i-1][1].Sub(sorted[i][0]))
-				}
-				n++
-				break
-			}
-		}
-	}
-	return n, first
-}
-
-func (f *fleet) termCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, t := range f.terms {
-		n += len(t)
-	}
-	return n
-}
-
-// waitAllLed waits until every queue is led; it returns how long that took since since.
-func (f *fleet) waitAllLed(ctx context.Context, since time.Time, timeout time.Duration) (time.Duration, error) {
-	err := testkit.Poll(ctx, timeout, 2*time.Millisecond, func() error {
-		if n := f.led.Load(); n < int64(len(f.queues)) {
-			return fmt.Errorf("%d of %d queues led", n, len(f.queues))
-		}
-		return nil
-	})
-	return time.Since(since), err
-}
-
-func (f *fleet) counts(live []*fleetWorker) []int {
-	counts := make([]int, len(live))
-	for i, w := range live {
-		counts[i] = int(w.leading.Load())
-	}
-	return counts
-}
-
-// settle waits until every queue is led and the leadership counts have not changed for still, and
-// returns them; ok is false when that did not happen within timeout (the counts are the last seen).
-func (f *fleet) settle(ctx context.Context, live []*fleetWorker, still, timeout time.Duration) (counts []int, ok bool) {
-	deadline := time.Now().Add(timeout)
-	var last []int
-	stableSince := time.Now()
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		counts := f.counts(live)
-		if !slices.Equal(counts, last) || f.led.Load() < int64(len(f.queues)) {
-			last, stableSince = counts, time.Now()
-		} else if time.Since(stableSince) >= still {
-			return last, true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return last, false
-}
-
 // atRest measures the etcd requests per second over a window of d in which the leadership counts did
 // not change, trying again (within the bound) while they do; ok is false when no window was still, and
 // the figure is then the last window's.
 func (f *fleet) atRest(ctx context.Context, d, within time.Duration) (perSec float64, methods string, ok bool) {
 	deadline := time.Now().Add(within)
 	for {
-		before := f.counts(f.workers)
+		before := f.counts()
 		m0, by0 := etcdMessages()
 		select {
 		case <-ctx.Done():
@@ -342,7 +80,7 @@ func (f *fleet) atRest(ctx context.Context, d, within time.Duration) (perSec flo
 		}
 		slices.Sort(parts)
 		perSec, methods = (m1-m0)/d.Seconds(), strings.Join(parts, ", ")
-		if slices.Equal(before, f.counts(f.workers)) && f.led.Load() == int64(len(f.queues)) {
+		if slices.Equal(before, f.counts()) && f.led.Load() == int64(len(f.queues)) {
 			return perSec, methods, true
 		}
 		if time.Now().After(deadline) {
@@ -383,13 +121,12 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 	}
 	// A project per fleet: keys a fleet leaves behind (a cut worker's, until its lease expires) are
 	// never another fleet's candidates.
-	f := &fleet{cluster: cluster, project: fmt.Sprintf("%s-%v-%s", scaleProject, row, kind), queues: scaleQueueNames(row.queues),
+	f := &fleet{cluster: cluster, project: fmt.Sprintf("%s-%v-%s", scaleProject, row, kind), queues: queueNames(row.queues),
 		ttl: o.scaleTTL, bare: m.bare, balance: m.balance}
 	defer func() {
-		f.closeAll(ctx)
+		f.stopAll(ctx)
 		r.lost = int(f.lost.Load())
-		r.terms = f.termCount()
-		r.overlp, r.overlap = f.overlaps()
+		r.overlp, r.terms, r.overlap = overlaps(f.terms)
 		fmt.Printf("batonbench: scale %v (%s): %s\n", row, name, strings.Join(r.phases, ", "))
 		if r.failed != "" {
 			fmt.Printf("batonbench: scale %v (%s): %s\n", row, name, r.failed)
@@ -416,7 +153,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 	}
 	start := time.Now()
 	for i := range row.workers {
-		if _, err := f.start(ctx, workerSpec{id: fmt.Sprintf("w%d", i)}); err != nil {
+		if _, err := f.start(ctx, fmt.Sprintf("w%d", i), ""); err != nil {
 			stopProfile()
 			return r, err
 		}
@@ -429,7 +166,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 		r.failed = fmt.Sprintf("not every queue led within %v of start: %v", scaleWait, err)
 		return r, ctx.Err()
 	}
-	r.countsStart, r.startOK = f.settle(ctx, f.workers, still, scaleSettleWithin)
+	r.countsStart, r.startOK = f.settle(ctx, still, scaleSettleWithin)
 	took("counts still")
 	elections := float64(row.workers*row.queues) / 1000
 	debug.FreeOSMemory()
@@ -481,23 +218,18 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 	if m.roll {
 		// Rolling restart of every worker, a cut one included: each stops (resigning its terms), a new
 		// one starts, and the next goes once every queue is led.
-		live := make([]*fleetWorker, 0, len(f.workers))
-		for i, w := range f.workers {
-			f.close(ctx, w)
-			nw, err := f.start(ctx, workerSpec{id: fmt.Sprintf("w%d-r", i)})
-			if err != nil {
+		for i, w := range slices.Clone(f.workers) {
+			f.stop(ctx, w)
+			if _, err := f.start(ctx, fmt.Sprintf("w%d-r", i), ""); err != nil {
 				return r, err
 			}
-			live = append(live, nw)
 			if _, err := f.waitAllLed(ctx, time.Now(), scaleWait); err != nil {
-				f.workers = append(live, f.workers[i+1:]...)
 				r.failed = fmt.Sprintf("not every queue led within %v during the rolling restart: %v", scaleWait, err)
 				return r, ctx.Err()
 			}
 		}
-		f.workers = live
 		took("rolling restart")
-		r.countsRolled, r.rolledOK = f.settle(ctx, live, still, scaleSettleWithin)
+		r.countsRolled, r.rolledOK = f.settle(ctx, still, scaleSettleWithin)
 		took("counts still")
 	}
 	return r, nil
@@ -562,27 +294,18 @@ func procMiB(path, key string) float64 {
 	return kb / 1024
 }
 
-// scaleTTL is the lease TTL the section's workers run with.
-func scaleTTL(o options) time.Duration {
-	if o.scaleTTL != 0 {
-		return o.scaleTTL
-	}
-	return election.DefaultConfig().TTL
-}
-
 // benchScale measures every row of the curve, then memory per worker process.
 func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
 	rows, err := parseScaleRows(o.scaleRows)
 	if err != nil {
 		return nil, err
 	}
-	ttl := scaleTTL(o)
+	ttl := cmp.Or(o.scaleTTL, election.DefaultConfig().TTL) // the lease TTL the section's workers run with
 	fmt.Printf("batonbench: scale: rows %v, TTL %v\n", rows, ttl)
 	var figures []benchreport.Figure
 	type curvePoint struct {
 		row         scaleRow
 		baton, bare scaleResult
-		took        time.Duration
 	}
 	var curve []curvePoint
 	for i, row := range rows {
@@ -604,7 +327,7 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 				return nil, fmt.Errorf("%v without balancing: %w", row, err)
 			}
 		}
-		curve = append(curve, curvePoint{row, baton, bare, time.Since(began)})
+		curve = append(curve, curvePoint{row, baton, bare})
 		figures = append(figures, scaleFigures(row, ttl, full, baton, bare, plain)...)
 		fmt.Printf("batonbench: scale %v: took %v\n", row, time.Since(began).Round(time.Second))
 	}
@@ -646,14 +369,8 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	return append(figures, pf...), nil
 }
 
-func one(name, unit string, v float64, base string, bv float64, target string, met bool) benchreport.Figure {
-	return benchreport.Figure{Name: name, Unit: unit, Samples: 1, P50: v, P95: v, P99: v, Baseline: base,
-		BaselineP50: bv, BaselineP95: bv, Target: target, Met: met}
-}
-
 func scaleFigures(row scaleRow, ttl time.Duration, full bool, baton, bare, plain scaleResult) (figs []benchreport.Figure) {
-	n := "scale " + row.String()
-	ms := benchreport.Ms
+	n, one, ms := "scale "+row.String(), benchreport.Single, benchreport.Ms
 	const bareName, plainName = "bare concurrency.Election", "Baton without balancing"
 	fair := float64((row.queues + row.workers - 1) / row.workers)
 	most := func(c []int) float64 {
