@@ -17,27 +17,20 @@ import (
 )
 
 // A leader is what both implementations look like to the measurements.
-type leader interface {
+type leader struct {
 	// campaign blocks until elected and returns when the win was observed.
-	campaign(ctx context.Context) (time.Time, error)
+	campaign func(ctx context.Context) (time.Time, error)
 	// resign ends the current term gracefully.
-	resign(ctx context.Context) error
+	resign func(ctx context.Context) error
 	// prefix holds the election's keys: the leader's and its followers'.
-	prefix() string
-	close()
+	prefix string
+	close  func()
 }
 
 // newLeader makes a candidate for queue whose etcd client talks to endpoints (default: all members).
-type newLeader func(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (leader, error)
+type newLeader func(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (*leader, error)
 
-type batonLeader struct {
-	el        *election.Elector
-	cli       *clientv3.Client
-	id, queue string
-	term      *election.Term
-}
-
-func newBaton(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (leader, error) {
+func newBaton(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (*leader, error) {
 	cli, err := cluster.NewClient(endpoints...)
 	if err != nil {
 		return nil, err
@@ -47,37 +40,28 @@ func newBaton(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, en
 		cli.Close()
 		return nil, err
 	}
-	return &batonLeader{el: el, cli: cli, id: id, queue: queue}, nil
+	var term *election.Term
+	return &leader{
+		campaign: func(ctx context.Context) (time.Time, error) {
+			t, err := el.Campaign(ctx, "bench", queue, id)
+			if err != nil {
+				return time.Time{}, err
+			}
+			term = t
+			return term.Started(), nil
+		},
+		resign: func(ctx context.Context) error { return term.Resign(ctx) },
+		prefix: el.ElectionKey("bench", queue),
+		close: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			_ = el.Close(ctx)
+			cli.Close()
+		},
+	}, nil
 }
 
-func (b *batonLeader) campaign(ctx context.Context) (time.Time, error) {
-	term, err := b.el.Campaign(ctx, "bench", b.queue, b.id)
-	if err != nil {
-		return time.Time{}, err
-	}
-	b.term = term
-	return term.Started(), nil
-}
-
-func (b *batonLeader) resign(ctx context.Context) error { return b.term.Resign(ctx) }
-
-func (b *batonLeader) prefix() string { return b.el.ElectionKey("bench", b.queue) }
-
-func (b *batonLeader) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	_ = b.el.Close(ctx)
-	b.cli.Close()
-}
-
-type bareLeader struct {
-	cli     *clientv3.Client
-	sess    *concurrency.Session
-	e       *concurrency.Election
-	id, pfx string
-}
-
-func newBare(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (leader, error) {
+func newBare(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, endpoints ...string) (*leader, error) {
 	cli, err := cluster.NewClient(endpoints...)
 	if err != nil {
 		return nil, err
@@ -88,23 +72,13 @@ func newBare(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, end
 		return nil, err
 	}
 	pfx := "/bench/bare-" + queue
-	return &bareLeader{cli: cli, sess: sess, e: concurrency.NewElection(sess, pfx), id: id, pfx: pfx}, nil
-}
-
-func (b *bareLeader) campaign(ctx context.Context) (time.Time, error) {
-	if err := b.e.Campaign(ctx, b.id); err != nil {
-		return time.Time{}, err
-	}
-	return time.Now(), nil
-}
-
-func (b *bareLeader) resign(ctx context.Context) error { return b.e.Resign(ctx) }
-
-func (b *bareLeader) prefix() string { return b.pfx }
-
-func (b *bareLeader) close() {
-	b.sess.Orphan()
-	b.cli.Close()
+	e := concurrency.NewElection(sess, pfx)
+	return &leader{
+		campaign: func(ctx context.Context) (time.Time, error) { err := e.Campaign(ctx, id); return time.Now(), err },
+		resign:   e.Resign,
+		prefix:   pfx,
+		close:    func() { sess.Orphan(); cli.Close() },
+	}, nil
 }
 
 // benchGraceful alternates leadership between two candidates: the leader resigns as soon as the
@@ -165,8 +139,8 @@ func joinGap() time.Duration { return 5*time.Millisecond + rand.N(45*time.Millis
 
 // handover starts next's campaign, waits until it waits behind the leader (its prefix holds two keys),
 // waits gap, and returns the time from act (which ends the leader's term) to next's win.
-func handover(ctx context.Context, observer *clientv3.Client, next leader, gap time.Duration, act func() error) (time.Duration, error) {
-	prefix := next.prefix()
+func handover(ctx context.Context, observer *clientv3.Client, next *leader, gap time.Duration, act func() error) (time.Duration, error) {
+	prefix := next.prefix
 	won := make(chan time.Time, 1)
 	errc := make(chan error, 1)
 	go func() {
