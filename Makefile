@@ -59,14 +59,14 @@ lint:
 bench: deps
 	cd integration && $(GO) run ./cmd/batonbench -out ../bench-results.json -doc ../docs/benchmarks.md
 
-## demo: the main job on an embedded default: real etcd and Temporal in-process, a local Redis, three
-## demo workers over four queues, a crash and a graceful handover, explained as they happen.
+## demo: the main job on an embedded default: real etcd, a real Temporal server (a child process), a local
+## Redis, three demo workers over four queues, a crash and a graceful handover, explained as they happen.
 DEMO_BIN := $(CURDIR)/.demo/bin
 demo: deps
 	@mkdir -p $(DEMO_BIN)
 	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
-	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo
-	$(DEMO_BIN)/demo -bin $(DEMO_BIN)
+	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo && $(GO) build -o $(DEMO_BIN)/temporal-dev ./cmd/temporal-dev
+	TEMPORALX_SERVER_BIN=$(DEMO_BIN)/temporal-dev $(DEMO_BIN)/demo -bin $(DEMO_BIN)
 
 ## drill: chaos drill on loopback (3-member etcd, Temporal, Redis, 5 demo workers over 20 queues): faults one
 ## at a time for DRILL_DURATION while a producer signals 10 requests/s to 2 queues; a fault-by-fault table, the

@@ -34,8 +34,7 @@ const (
 	RedisInprocess = "inprocess" // the miniredis stand-in
 )
 
-// Options configures Start. The zero value is one etcd member, Redis in auto mode and an in-process
-// Temporal server.
+// Options configures Start. The zero value is one etcd member, Redis in auto mode and Child.
 type Options struct {
 	EtcdMembers int
 	Redis       string
@@ -132,8 +131,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 }
 
 // Child runs the Temporal server as temporalx's child process, its database in dir: the default, so
-// that a program that imports stack does not link the server; cmd/devstack and cmd/demo pass one that
-// runs it in-process (temporalserve.StartReady).
+// that a program that imports stack does not link the server.
 func Child(ctx context.Context, dir string) (Temporal, error) {
 	s, err := temporalx.StartServerContext(ctx, temporalx.Options{Dir: dir})
 	if err != nil {

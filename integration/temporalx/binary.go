@@ -3,11 +3,11 @@ package temporalx
 import (
 	"bytes"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -69,20 +69,12 @@ func buildServer() (string, error) {
 	return bin, nil
 }
 
-// moduleDir is the directory of the go.mod above the working directory.
+// moduleDir is the directory of the go.mod that go finds from the working directory.
 func moduleDir() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("no go.mod above the working directory (go env GOMOD: %q, %v)", mod, err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return filepath.Dir(mod), nil
 }

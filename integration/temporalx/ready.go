@@ -11,19 +11,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/baton-run/baton/integration/testkit"
 )
-
-// WaitReady waits, bounded by ctx, until the Temporal server at hostPort serves namespace,
-// registering the namespace where it does not exist yet: for a server that temporalx did not start
-// (temporalserve in-process).
-func WaitReady(ctx context.Context, hostPort, namespace string) error {
-	s := &Server{opts: Options{Logger: zap.NewNop()}, hostPort: hostPort, namespace: namespace}
-	return s.waitReady(ctx, nil)
-}
 
 // waitReady waits until the frontend answers and the namespace is usable, registering it on an
 // external server where it does not exist yet; exited (nil for an external server) ends the wait.

@@ -1,9 +1,9 @@
 // Command demo is `make demo`: Baton as its users run it, on one machine. It starts the dev servers
-// (real etcd and a real Temporal server in this process, and Redis: package stack), three demo-worker
-// processes over four queues, shows who leads what, kills the leader of one queue and shows the
-// takeover, stops the leader of another queue gracefully and shows the handover, and shuts
-// everything down, explaining each step in plain words. `make demo` builds demo-worker and passes its
-// directory with -bin.
+// (package stack: real etcd in this process, a real Temporal server in a child process, and Redis),
+// three demo-worker processes over four queues, shows who leads what, kills the leader of one queue
+// and shows the takeover, stops the leader of another queue gracefully and shows the handover, and
+// shuts everything down, explaining each step in plain words. `make demo` builds demo-worker and
+// passes its directory with -bin, and builds the Temporal server for temporalx (TEMPORALX_SERVER_BIN).
 package main
 
 import (
@@ -28,7 +28,6 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/integration/stack"
-	"github.com/baton-run/baton/integration/temporalserve"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
@@ -100,8 +99,8 @@ func (d *demo) step(format string, args ...any) {
 }
 
 func (d *demo) script(ctx context.Context) error {
-	d.step("Starting the dev servers: etcd (embedded), Temporal (in-process) and Redis, on loopback.")
-	st, err := stack.Start(ctx, stack.Options{Dir: d.o.workDir, Temporal: inProcessTemporal,
+	d.step("Starting the dev servers: etcd (embedded), Temporal (a child process) and Redis, on loopback.")
+	st, err := stack.Start(ctx, stack.Options{Dir: d.o.workDir,
 		Warn: func(format string, args ...any) { say("  "+format, args...) }})
 	if err != nil {
 		return err
@@ -358,10 +357,4 @@ func (d *demo) shutdown() {
 			say("  stopping the dev servers: %v", err)
 		}
 	}
-}
-
-// inProcessTemporal runs the Temporal server in this process (temporalserve, its database in
-// memory): nothing more to build. On error the nil server is not used.
-func inProcessTemporal(ctx context.Context, _ string) (stack.Temporal, error) {
-	return temporalserve.StartReady(ctx, temporalserve.Config{})
 }

@@ -192,9 +192,6 @@ func start(ctx context.Context, o options) (*devstack, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if o.temporal == nil {
-		o.temporal = stack.Child
-	}
 	if o.stdout == nil {
 		o.stdout = io.Discard
 	}
