@@ -382,23 +382,19 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 	}
 	lostN, twiceN := tally(naiveKeys, func(k string) int { _, c := naive.get(k); return c })
 
-	latencyReturned := func(rs []*sentReq) []float64 {
+	// latency is, for each accepted request that done says was done, the time from its send to then.
+	latency := func(rs []*sentReq, done func(r *sentReq) (time.Time, bool)) []float64 {
 		var out []float64
 		for _, r := range rs {
-			if r.accepted {
-				out = append(out, float64(r.returned.Sub(r.sent))/float64(time.Millisecond))
+			if at, ok := done(r); r.accepted && ok {
+				out = append(out, benchreport.Ms(at.Sub(r.sent)))
 			}
 		}
 		return out
 	}
-	latencyHandled := func(rs []*sentReq, log *handledLog) []float64 {
-		var out []float64
-		for _, r := range rs {
-			if at, c := log.get(r.key); r.accepted && c > 0 {
-				out = append(out, float64(at.Sub(r.sent))/float64(time.Millisecond))
-			}
-		}
-		return out
+	returned := func(r *sentReq) (time.Time, bool) { return r.returned, true }
+	handledBy := func(log *handledLog) func(r *sentReq) (time.Time, bool) {
+		return func(r *sentReq) (time.Time, bool) { at, c := log.get(r.key); return at, c > 0 }
 	}
 	// A Dispatch still retrying when its bound ended is undecided for its sender; the ledger says
 	// whether the request was handled anyway.
@@ -420,36 +416,33 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 		len(chaosNaive), len(naiveKeys), int(lostN), int(twiceN))
 
 	const naiveSignal = "naive signal, one-at-a-time workflow (send -> handled)"
-	none := func(f benchreport.Figure) bool { return f.P99 == 0 }
-	one := func(v float64) []float64 { return []float64{v} }
-	chaos := fmt.Sprintf("across %d takeovers (graceful + leader loss)", takeovers)
+	chaos, info := fmt.Sprintf("across %d takeovers (graceful + leader loss)", takeovers), benchreport.Informational
+	naiveLost := fmt.Sprintf("naive signal sent once (of %d accepted)", len(naiveKeys))
+	naiveTput, tputTarget := fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), fmt.Sprintf(">= %d req/s", throughputTarget)
 	return []benchreport.Figure{
 		benchreport.NewFigure(fmt.Sprintf("dispatch latency at rest, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
 			len(accepted(restBaton)), len(restBaton), dispatchSendBound), "ms",
-			latencyReturned(restBaton), naiveSignal, latencyHandled(restNaive, naive), "informational", func(benchreport.Figure) bool { return true }),
+			latency(restBaton, returned), naiveSignal, latency(restNaive, handledBy(naive)), "informational", info),
 		benchreport.NewFigure(fmt.Sprintf("dispatch latency %s, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
 			chaos, len(accepted(chaosDispatch)), len(chaosDispatch), dispatchSendBound), "ms",
-			latencyReturned(chaosDispatch), naiveSignal+", handled ones", latencyHandled(chaosNaive, naive), "informational", func(benchreport.Figure) bool { return true }),
+			latency(chaosDispatch, returned), naiveSignal+", handled ones", latency(chaosNaive, handledBy(naive)), "informational", info),
 		benchreport.NewFigure("dispatch latency "+chaos+", Baton with fire-and-forget signals (send -> handled)", "ms",
-			latencyHandled(chaosSignal, baton), naiveSignal+", handled ones", latencyHandled(chaosNaive, naive), "informational", func(benchreport.Figure) bool { return true }),
-		benchreport.NewFigure(fmt.Sprintf("accepted but never handled %s, Baton Dispatch (of %d)", chaos, len(accepted(chaosDispatch))), "requests",
-			one(lostD), fmt.Sprintf("naive signal sent once (of %d accepted)", len(naiveKeys)), one(lostN), "0", none),
-		benchreport.NewFigure(fmt.Sprintf("Dispatch calls not returned within %v %s, Baton (of %d sent; the ledger shows %d of them handled)",
-			dispatchSendBound, chaos, len(chaosDispatch), undecidedDone), "requests",
-			one(float64(undecided)), fmt.Sprintf("naive signal sends refused (of %d sent)", len(chaosNaive)), one(float64(len(chaosNaive)-len(naiveKeys))),
-			"informational", func(benchreport.Figure) bool { return true }),
-		benchreport.NewFigure(fmt.Sprintf("accepted but never handled %s, Baton signal sent once (of %d)", chaos, len(accepted(chaosSignal))), "requests",
-			one(lostS), fmt.Sprintf("naive signal sent once (of %d accepted)", len(naiveKeys)), one(lostN), "0", none),
-		benchreport.NewFigure(fmt.Sprintf("handled twice (ledger done twice) %s, Baton Dispatch + signals", chaos), "requests",
-			one(twiceD+twiceS), "naive signal sent once (handler ran twice)", one(twiceN), "0", none),
-		benchreport.NewFigure(fmt.Sprintf("handler ran twice %s, Baton Dispatch + signals (at-least-once between ledger Begin and Complete)", chaos), "requests",
-			one(handlerTwice), "naive signal sent once (handler ran twice)", one(twiceN), "informational", func(benchreport.Figure) bool { return true }),
-		benchreport.NewFigure(fmt.Sprintf("throughput of one queue, Baton, %d fire-and-forget signals (with the etcd ledger)", dispatchBurst), "req/s",
-			one(tputSignal), fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), one(tputNaive),
-			fmt.Sprintf(">= %d req/s", throughputTarget), func(f benchreport.Figure) bool { return f.P50 >= throughputTarget }),
-		benchreport.NewFigure(fmt.Sprintf("throughput of one queue, Baton Dispatch, %d requests, 10 in flight (the server's update limit)", dispatchUpdateBurst), "req/s",
-			one(tputUpdate), fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), one(tputNaive),
-			fmt.Sprintf(">= %d req/s", throughputTarget), func(f benchreport.Figure) bool { return f.P50 >= throughputTarget }),
+			latency(chaosSignal, handledBy(baton)), naiveSignal+", handled ones", latency(chaosNaive, handledBy(naive)), "informational", info),
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton Dispatch (of %d)", chaos, len(accepted(chaosDispatch))), "requests",
+			lostD, naiveLost, lostN, "0", lostD == 0),
+		benchreport.Single(fmt.Sprintf("Dispatch calls not returned within %v %s, Baton (of %d sent; the ledger shows %d of them handled)",
+			dispatchSendBound, chaos, len(chaosDispatch), undecidedDone), "requests", float64(undecided),
+			fmt.Sprintf("naive signal sends refused (of %d sent)", len(chaosNaive)), float64(len(chaosNaive)-len(naiveKeys)), "informational", true),
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton signal sent once (of %d)", chaos, len(accepted(chaosSignal))), "requests",
+			lostS, naiveLost, lostN, "0", lostS == 0),
+		benchreport.Single(fmt.Sprintf("handled twice (ledger done twice) %s, Baton Dispatch + signals", chaos), "requests",
+			twiceD+twiceS, "naive signal sent once (handler ran twice)", twiceN, "0", twiceD+twiceS == 0),
+		benchreport.Single(fmt.Sprintf("handler ran twice %s, Baton Dispatch + signals (at-least-once between ledger Begin and Complete)", chaos), "requests",
+			handlerTwice, "naive signal sent once (handler ran twice)", twiceN, "informational", true),
+		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton, %d fire-and-forget signals (with the etcd ledger)", dispatchBurst), "req/s",
+			tputSignal, naiveTput, tputNaive, tputTarget, tputSignal >= throughputTarget),
+		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton Dispatch, %d requests, 10 in flight (the server's update limit)", dispatchUpdateBurst), "req/s",
+			tputUpdate, naiveTput, tputNaive, tputTarget, tputUpdate >= throughputTarget),
 	}, nil
 }
 
