@@ -2,13 +2,14 @@ package temporalx
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // child is one run of the server process.
@@ -52,20 +53,13 @@ func (s *Server) start(ctx context.Context) error {
 	return nil
 }
 
-// encodeDynamicConfig is opts.DynamicConfig as cmd/temporal-dev's -dynamic-config: JSON, with a
-// time.Duration as its string ("1.5s"), which the server parses, not as nanoseconds, which it would
+// encodeDynamicConfig is opts.DynamicConfig as cmd/temporal-dev's -dynamic-config: YAML, in which
+// a time.Duration is its string ("1.5s"), which the server parses, not nanoseconds, which it would
 // take for seconds.
 func encodeDynamicConfig(dc map[string]any) (string, error) {
-	m := make(map[string]any, len(dc))
-	for k, v := range dc {
-		if d, ok := v.(time.Duration); ok {
-			v = d.String()
-		}
-		m[k] = v
-	}
-	b, err := json.Marshal(m)
+	b, err := yaml.Marshal(dc)
 	if err != nil {
-		return "", fmt.Errorf("temporalx: Options.DynamicConfig: want values JSON can carry: %w", err)
+		return "", fmt.Errorf("temporalx: Options.DynamicConfig: want values YAML can carry: %w", err)
 	}
 	return string(b), nil
 }

@@ -67,7 +67,7 @@ func run(args []string) error {
 	fs.IntVar(&c.history, "history-port", 0, "history service port (default: a free one)")
 	fs.IntVar(&c.matching, "matching-port", 0, "matching service port (default: a free one)")
 	fs.IntVar(&c.worker, "worker-port", 0, "worker service port (default: a free one)")
-	dynamic := fs.String("dynamic-config", "", `dynamic config overrides, a JSON object, e.g. {"history.workflowIdReuseMinimalInterval": "100ms"}; keys are case-insensitive, numbers are seconds for duration settings`)
+	dynamic := fs.String("dynamic-config", "", `dynamic config overrides, a YAML (or JSON) mapping, e.g. {"history.workflowIdReuseMinimalInterval": "100ms"}; keys are case-insensitive, numbers are seconds for duration settings`)
 	level := zap.InfoLevel
 	fs.Var(&level, "log-level", "level of the server's log on stderr")
 	exitWithStdin := fs.Bool("exit-with-stdin", false, "exit at once when stdin closes: the process that started the server holds the other end, so the server ends with it, even when that process is killed")
@@ -77,10 +77,10 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	// Decoded as YAML, of which JSON is a part, because the server's settings take an int or a
-	// float: YAML makes a whole number an int, where encoding/json makes every number a float64.
+	// YAML, of which JSON is a part, because the server's settings take an int or a float: YAML
+	// makes a whole number an int, where encoding/json makes every number a float64.
 	if err := yaml.Unmarshal([]byte(*dynamic), &c.dynamicConfig); err != nil {
-		return fmt.Errorf("-dynamic-config: want a JSON object of setting -> value: %w", err)
+		return fmt.Errorf("-dynamic-config: want a mapping of setting -> value: %w", err)
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
