@@ -188,7 +188,7 @@ func benchCrash(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 			return nil, err
 		}
 	}
-	limit := float64(o.crashTTL+500*time.Millisecond) / float64(time.Millisecond)
+	limit := benchreport.Ms(o.crashTTL + 500*time.Millisecond)
 	return []benchreport.Figure{benchreport.NewFigure(fmt.Sprintf("crash failover, TTL %v (cut -> successor's term)", o.crashTTL), "ms",
 		benchreport.Millis(samples[0]), "bare concurrency.Election", benchreport.Millis(samples[1]),
 		fmt.Sprintf("p95 <= TTL + 500 ms = %.0f ms", limit),

@@ -61,7 +61,7 @@ func benchReconcile(ctx context.Context, cluster *etcdtest.Cluster, o options) (
 		if deleted != stale {
 			return nil, fmt.Errorf("naive cycle deleted %d, want %d", deleted, stale)
 		}
-		naive = append(naive, float64(d)/float64(time.Millisecond))
+		naive = append(naive, benchreport.Ms(d))
 		naiveCalls = append(naiveCalls, float64(calls))
 	}
 	name := fmt.Sprintf("reconcile cycle, %dk heartbeats, 1%% stale", o.heartbeats/1000)
@@ -120,7 +120,7 @@ func reconcileCycles(ctx context.Context, rdb redis.UniversalClient, tc client.C
 			return nil, nil, fmt.Errorf("reconcile cycle %d: scanned %d, stale %d, deleted %d, errors %d; want %d, %d, %d, 0",
 				round, rep.Scanned, rep.Stale, rep.Deleted, rep.CleanupErrors, o.heartbeats, stale, stale)
 		}
-		ms = append(ms, float64(rep.Duration)/float64(time.Millisecond))
+		ms = append(ms, benchreport.Ms(rep.Duration))
 		calls = append(calls, float64(rep.RedisCalls))
 	}
 	return ms, calls, nil

@@ -104,7 +104,7 @@ func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 			return nil, fmt.Errorf("sweep cycle %d: open %d, orphans %d, undecided %d, errors %d; want %d, 0, 0, 0",
 				round, rep.Open, rep.Orphans, rep.Undecided, rep.CleanupErrors, n)
 		}
-		ours = append(ours, float64(rep.Duration)/float64(time.Millisecond))
+		ours = append(ours, benchreport.Ms(rep.Duration))
 		oursReads = append(oursReads, float64(ranges.Load()))
 		fmt.Printf("batonbench: sweep: cycle %d: %v, %d visibility pages, %d etcd reads\n",
 			round, rep.Duration.Round(time.Millisecond), rep.TemporalCalls, ranges.Load())
@@ -118,7 +118,7 @@ func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 		if own != n {
 			return nil, fmt.Errorf("naive sweep %d: %d runs of their leader, want %d", round, own, n)
 		}
-		naive = append(naive, float64(d)/float64(time.Millisecond))
+		naive = append(naive, benchreport.Ms(d))
 		naiveReads = append(naiveReads, float64(ranges.Load()))
 	}
 	name := fmt.Sprintf("reconcile sweep, %d open dispatcher runs", n)
