@@ -87,9 +87,8 @@ type Server struct {
 	dir      string
 	busPort  int // the cluster bus port of a cluster node
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	mu   sync.Mutex
+	proc *testkit.Child // nil while stopped
 }
 
 // Binary returns the path of redis-server, or ErrNoBinary.
@@ -110,7 +109,7 @@ func Binary() (string, error) {
 func StartServer(opts Options) (*Server, error) {
 	if addr := strings.TrimSpace(os.Getenv(EnvAddr)); addr != "" {
 		s := &Server{opts: opts, external: true, addr: addr, password: os.Getenv(EnvPassword)}
-		if err := s.waitReady(DefaultTimeout); err != nil {
+		if err := s.waitReady(DefaultTimeout, nil); err != nil {
 			return nil, fmt.Errorf("redistest: external server %s: %w", addr, err)
 		}
 		return s, nil
@@ -182,36 +181,30 @@ func (s *Server) args() []string {
 // start launches the process on s.addr and waits until it answers.
 func (s *Server) start() error {
 	cmd := exec.Command(s.bin, s.args()...)
-	// Its own process group, so that a signal to the test's group (Ctrl-C) reaches the test first and
-	// the test stops the server itself.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p, err := testkit.StartChild(cmd)
+	if err != nil {
 		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
+	s.proc = p
 	s.mu.Unlock()
-	if err := s.waitReady(DefaultTimeout); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
+	if err := s.waitReady(DefaultTimeout, p.Exited()); err != nil {
+		p.Stop(syscall.SIGKILL, DefaultTimeout)
 		log, _ := os.ReadFile(s.opts.LogFile)
 		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, testkit.Tail(string(log), 2000))
 	}
 	return nil
 }
 
-func (s *Server) waitReady(timeout time.Duration) error {
+// waitReady waits until the server answers PING; exited (nil for an external server) ends the wait.
+func (s *Server) waitReady(timeout time.Duration, exited <-chan struct{}) error {
 	c := redis.NewClient(&redis.Options{Addr: s.addr, Password: s.password, MaxRetries: -1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, TLSConfig: s.clientTLS()})
 	defer c.Close()
-	s.mu.Lock()
-	exited := s.exited
-	s.mu.Unlock()
 	return testkit.Poll(context.Background(), timeout, 20*time.Millisecond, func() error {
 		select {
-		case <-exited: // nil for an external server: never
+		case <-exited:
 			return testkit.Final(errors.New("process exited"))
 		default:
 		}
@@ -256,18 +249,11 @@ func (s *Server) signalStop(sig syscall.Signal) error {
 		return ErrExternal
 	}
 	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
+	p := s.proc
+	s.proc = nil
 	s.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-exited:
-	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
+	if p != nil {
+		p.Stop(sig, 5*time.Second)
 	}
 	return nil
 }

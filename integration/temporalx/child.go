@@ -10,13 +10,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-)
 
-// child is one run of the server process.
-type child struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once the process has exited and been waited for
-}
+	"github.com/baton-run/baton/integration/testkit"
+)
 
 // errExited: the child exited before it served.
 var errExited = errors.New("temporalx: server process exited before it served")
@@ -36,17 +32,14 @@ func (s *Server) start(ctx context.Context) error {
 	if _, err := cmd.StdinPipe(); err != nil {
 		return fmt.Errorf("temporalx: %w", err)
 	}
-	// Its own process group: a Ctrl-C reaches its starter, which stops it (a drill still reads it).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	c, err := testkit.StartChild(cmd)
+	if err != nil {
 		return fmt.Errorf("temporalx: start server %s: %w", s.bin, err)
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(c.exited) }()
 	s.mu.Lock()
 	s.child = c
 	s.mu.Unlock()
-	if err := s.waitReady(ctx, c.exited); err != nil {
+	if err := s.waitReady(ctx, c.Exited()); err != nil {
 		s.stop(syscall.SIGKILL)
 		return err
 	}
@@ -95,15 +88,8 @@ func (s *Server) stop(sig syscall.Signal) {
 	c := s.child
 	s.child = nil
 	s.mu.Unlock()
-	if c == nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(sig)
-	select {
-	case <-c.exited:
-	case <-time.After(25 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
+	if c != nil {
+		c.Stop(sig, 25*time.Second)
 	}
 }
 

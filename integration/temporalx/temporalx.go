@@ -91,7 +91,7 @@ type Server struct {
 	args      []string // the same for every start: a restart is the same server
 
 	mu     sync.Mutex
-	child  *child // nil while stopped, and for an external server
+	child  *testkit.Child // nil while stopped, and for an external server
 	closed bool
 
 	log      *testkit.LogFile // where the server logs, when Main chose the file

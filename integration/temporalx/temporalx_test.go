@@ -586,7 +586,7 @@ func serveUntilKilled() {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
-	fmt.Println(s.child.cmd.Process.Pid)
+	fmt.Println(s.child.Pid())
 	select {}
 }
 
