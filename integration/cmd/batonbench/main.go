@@ -17,14 +17,13 @@ import (
 )
 
 func main() {
+	var err error
 	if len(os.Args) > 1 && os.Args[1] == scaleWorkerMode {
-		if err := scaleWorker(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "batonbench:", err)
-			os.Exit(1)
-		}
-		return
+		err = scaleWorker(os.Args[2:])
+	} else {
+		err = run()
 	}
-	if err := run(); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "batonbench:", err)
 		os.Exit(1)
 	}
