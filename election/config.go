@@ -47,6 +47,14 @@ type Config struct {
 	// bounds each attempt to revoke a session's lease. Default 2s.
 	ResignTimeout time.Duration
 
+	// MaxCampaignRequests bounds the campaign requests (the transaction that enters the line, the
+	// reads that verify a win or find a predecessor) one Elector has in flight at once; the rest wait
+	// their turn in the process. A process that campaigns for thousands of queues at start-up would
+	// otherwise put them all into etcd at once, and etcd answers a lease keepalive only after the
+	// requests in front of it: the session would be lost to the burst it caused. Default 64; at least
+	// 1. Resigns and deletes of candidate keys are not counted: they must not wait behind campaigns.
+	MaxCampaignRequests int
+
 	// Logger receives structured events (session granted and lost, term started and ended). Default: no-op.
 	Logger *zap.Logger
 
@@ -78,6 +86,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ResignTimeout == 0 {
 		c.ResignTimeout = 2 * time.Second
+	}
+	if c.MaxCampaignRequests == 0 {
+		c.MaxCampaignRequests = 64
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -121,6 +132,8 @@ func (c Config) Validate() error {
 		return bad("RetryMax", "must be at least RetryMin (%v), got %v", c.RetryMin, c.RetryMax)
 	case c.ResignTimeout <= 0:
 		return bad("ResignTimeout", "must be positive, got %v", c.ResignTimeout)
+	case c.MaxCampaignRequests < 1:
+		return bad("MaxCampaignRequests", "must be at least 1, got %d", c.MaxCampaignRequests)
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ func TestConfigValidate(t *testing.T) {
 		{"retry min above interval", Config{RetryMin: 4 * time.Second}, "RetryMin", "less than KeepAliveInterval"},
 		{"retry max below min", Config{RetryMin: time.Second, RetryMax: 500 * time.Millisecond}, "RetryMax", "at least RetryMin"},
 		{"negative resign timeout", Config{ResignTimeout: -time.Second}, "ResignTimeout", "must be positive"},
+		{"negative campaign request bound", Config{MaxCampaignRequests: -1}, "MaxCampaignRequests", "must be at least 1"},
 		{"prefix trailing slash", Config{Prefix: "/baton/"}, "Prefix", "must not end with '/'"},
 		{"prefix control char", Config{Prefix: "/ba\x00ton"}, "Prefix", "control characters"},
 	}

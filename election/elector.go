@@ -23,6 +23,7 @@ type Elector struct {
 	log    *zap.Logger
 
 	grant chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
+	slots chan struct{} // campaign requests in flight (Config.MaxCampaignRequests)
 	wg    sync.WaitGroup
 
 	// life ends when Close is called (or the client is closed); it stops the revoke retries of
@@ -56,6 +57,7 @@ func New(client *clientv3.Client, cfg Config) (*Elector, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		grant:     make(chan struct{}, 1),
+		slots:     make(chan struct{}, cfg.MaxCampaignRequests),
 		campaigns: make(map[string]struct{}),
 		stops:     make(map[*int]context.CancelFunc),
 	}, nil
@@ -202,7 +204,9 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		// Verify with a linearizable read that our key is still the oldest, at our revision, on our
 		// lease (etcd#11007: a campaign can otherwise return for a key that is already gone). A first
 		// candidate needs no such read: the transaction that put its key read the line atomically.
-		resp, err := e.client.Get(cctx, prefix+"/", clientv3.WithFirstCreate()...)
+		resp, err := inSlot(cctx, e, func() (*clientv3.GetResponse, error) {
+			return e.client.Get(cctx, prefix+"/", clientv3.WithFirstCreate()...)
+		})
 		if err != nil {
 			return abandon(err)
 		}
@@ -258,13 +262,15 @@ type entered struct {
 // fencing token.
 func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value string) (entered, error) {
 	for {
-		resp, err := e.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(s.id)),
-				clientv3.OpGet(prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(2),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))).
-			Else(clientv3.OpGet(key)).
-			Commit()
+		resp, err := inSlot(ctx, e, func() (*clientv3.TxnResponse, error) {
+			return e.client.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, value, clientv3.WithLease(s.id)),
+					clientv3.OpGet(prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(2),
+						clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))).
+				Else(clientv3.OpGet(key)).
+				Commit()
+		})
 		if err != nil {
 			return entered{}, err
 		}
@@ -294,6 +300,19 @@ func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value stri
 	}
 }
 
+// inSlot runs one campaign request once fewer than Config.MaxCampaignRequests are in flight, or
+// returns ctx's error.
+func inSlot[R any](ctx context.Context, e *Elector, request func() (R, error)) (R, error) {
+	select {
+	case e.slots <- struct{}{}:
+	case <-ctx.Done():
+		var zero R
+		return zero, ctx.Err()
+	}
+	defer func() { <-e.slots }()
+	return request()
+}
+
 // candidate is a candidate key and its create revision.
 type candidate struct {
 	key string
@@ -307,7 +326,7 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 	backoff := e.cfg.RetryMin
 	for {
 		if predecessor.key == "" {
-			resp, err := e.client.Get(ctx, prefix+"/", opts...)
+			resp, err := inSlot(ctx, e, func() (*clientv3.GetResponse, error) { return e.client.Get(ctx, prefix+"/", opts...) })
 			if err != nil {
 				return err
 			}
@@ -352,7 +371,7 @@ func (e *Elector) waitGone(ctx context.Context, c candidate, seen int64) (bool, 
 				continue
 			}
 			// Gone, or replaced by a younger key of the same session (no longer our predecessor).
-			g, err := e.client.Get(ctx, c.key)
+			g, err := inSlot(ctx, e, func() (*clientv3.GetResponse, error) { return e.client.Get(ctx, c.key) })
 			if err != nil {
 				return false, err
 			}

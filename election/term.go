@@ -165,7 +165,8 @@ func (t *Term) end(cause error) {
 }
 
 // watch ends the term when its key is deleted or replaced behind its back (an operator, a revoked
-// lease). It starts at fromRev, the revision after the verifying read, so nothing is missed.
+// lease). It covers every revision from fromRev, the revision after the verifying read, so nothing is
+// missed.
 func (t *Term) watch(fromRev int64) {
 	backoff := t.elector.cfg.RetryMin
 	for t.ctx.Err() == nil {
@@ -177,31 +178,51 @@ func (t *Term) watch(fromRev int64) {
 		if t.ctx.Err() != nil {
 			return
 		}
-		// The watch broke (etcd lost its raft leader, compaction, connection): re-read the key before
-		// watching again. The session watchdog covers the time etcd cannot answer at all.
+		// The watch broke (etcd lost its raft leader, compaction, connection): look again after a
+		// pause. The session watchdog covers the time etcd cannot answer at all.
 		if !t.elector.sleep(t.ctx, clock.Jitter(backoff)) {
 			return
 		}
 		backoff = min(2*backoff, t.elector.cfg.RetryMax)
-		resp, err := t.elector.client.Get(t.ctx, t.key)
-		if err != nil {
-			continue
-		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.token || resp.Kvs[0].Lease != int64(t.session.id) {
-			t.end(ErrKeyLost)
-			return
-		}
-		fromRev = max(next, resp.Header.Revision+1)
+		fromRev = next
 	}
 }
 
+// stillOurs reads the key: false when it is gone or no longer the term's.
+func (t *Term) stillOurs() (ok bool, rev int64, err error) {
+	resp, err := t.elector.client.Get(t.ctx, t.key)
+	if err != nil {
+		return false, 0, err
+	}
+	kvs := resp.Kvs
+	return len(kvs) == 1 && kvs[0].CreateRevision == t.token && kvs[0].Lease == int64(t.session.id), resp.Header.Revision, nil
+}
+
+// watchOnce watches the key from the current revision, not from fromRev: a watch from a past revision
+// joins etcd's "unsynced" watchers, which etcd catches up every 100 ms by reading every event since
+// the oldest of them, and a process that wins thousands of queues at once would keep that scan busy.
+// The watch's created notice says whether anything was written since fromRev; only then is the key
+// read again. next is the first revision not yet covered.
 func (t *Term) watchOnce(fromRev int64) (next int64, lost bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(t.ctx))
 	defer cancel()
 	next = fromRev
-	for resp := range t.elector.client.Watch(ctx, t.key, clientv3.WithRev(fromRev)) {
+	for resp := range t.elector.client.Watch(ctx, t.key, clientv3.WithCreatedNotify()) {
 		if resp.Err() != nil {
 			return next, false
+		}
+		if resp.Created {
+			if resp.Header.Revision >= next {
+				ours, rev, err := t.stillOurs()
+				if err != nil {
+					return next, false
+				}
+				if !ours {
+					return next, true
+				}
+				next = max(next, rev+1)
+			}
+			continue
 		}
 		for _, ev := range resp.Events {
 			if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != t.token || ev.Kv.Lease != int64(t.session.id) {
