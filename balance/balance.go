@@ -152,14 +152,16 @@ type Runner struct {
 	moves      []time.Time            // sheds within the last MoveWindow
 	lastLeader map[string]string      // who led each queue last, as seen here
 	named      map[string][]time.Time // successors this worker named a moment ago
-	countsMemo map[string]int
-	countsAt   time.Time
-	standing   standing // as last announced to every queue by setHeld
+	standing   standing               // as last announced to every queue by setHeld
 }
 
-// standing is what every queue's decision reads of this worker's leadership count: where it stands
-// against the fair share and the shedding limit, and the worker count behind both.
-type standing struct{ vsFair, overLimit, workers int }
+// standing is what every queue's decision reads of this worker's leadership count and the worker
+// count: where it stands against the fair share (Leading against FairShare), the shedding limit
+// (overShare) and ShedAbove × fair share unrounded (aboveShedAbove).
+type standing struct {
+	vsFair           int
+	overLimit, above bool
+}
 
 // New returns a Runner campaigning on el; client reads the election keys (the Elector's client).
 func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, error) {
@@ -173,8 +175,9 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 	r := &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{}, heldSince: map[string]time.Time{},
 		busy: map[string]int{}, lastLeader: map[string]string{}, named: map[string][]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
-		view: newView(el.Config().Prefix+"/"+cfg.Project+"/", cfg.Queues)}
-	r.roster = newRoster(rosterPrefix(el.Config().Prefix, cfg.Project), cfg.ServerID, cfg.Version, el.Config().TTL, r.log, r.view.poke)
+		view: newView(el.Config().Prefix+"/"+cfg.Project+"/", cfg.ServerID, cfg.Queues)}
+	r.view.onWorkers = r.restand
+	r.roster = newRoster(rosterPrefix(el.Config().Prefix, cfg.Project), cfg.ServerID, cfg.Version, el.Config().TTL, r.log, r.view.poke, r.view.wake)
 	var err error
 	if r.metrics, err = newBalanceMetrics(cfg.MeterProvider, r); err != nil {
 		return nil, fmt.Errorf("balance: metrics: %w", err)
@@ -204,7 +207,7 @@ func (r *Runner) TakingOver(queue string) (done func()) {
 			delete(r.busy, queue)
 		}
 		r.mu.Unlock()
-		r.view.poke()
+		r.view.wake(queue)
 	})
 }
 
@@ -394,15 +397,23 @@ func (r *Runner) setHeld(queue string, held bool) {
 		delete(r.held, queue)
 		delete(r.heldSince, queue)
 	}
-	// Every queue is woken only when this worker's standing moved (as the last worker below its share
-	// fills it up, not at each of its thousands of wins); a change of the worker count is announced by
-	// the view itself.
+	r.mu.Unlock()
+	r.restand()
+}
+
+// restand wakes every queue when this worker's standing moved: as the last worker below its share
+// fills it up, not at each of its thousands of wins, and not at each worker that joins the fleet
+// unless the fair share it brings changes a decision. At start-up every worker sees every other join
+// and leads more by the second; waking all its queues for each would cost queues × workers wake-ups
+// per worker.
+func (r *Runner) restand() {
 	w := max(r.view.workers(), 1)
 	fair := (len(r.cfg.Queues) + w - 1) / w
-	now := standing{vsFair: cmpInt(len(r.held), fair), workers: w}
-	if len(r.held) > int(math.Ceil(float64(fair)*r.cfg.ShedAbove)) {
-		now.overLimit = 1
-	}
+	r.mu.Lock()
+	led := len(r.held)
+	now := standing{vsFair: cmpInt(led, fair),
+		overLimit: led > int(math.Ceil(float64(fair)*r.cfg.ShedAbove)),
+		above:     float64(led) > float64(fair)*r.cfg.ShedAbove}
 	moved := now != r.standing
 	r.standing = now
 	r.mu.Unlock()
@@ -576,12 +587,16 @@ func (r *Runner) stopReason() string {
 // by poke, at most every notifyEvery, so that a burst of them wakes each queue a few times.
 type view struct {
 	prefix string // <election prefix>/<project>/
+	self   string // this worker's server ID
 	queues map[string]bool
+	// onWorkers is called when the set of workers changed (after a watch event, not the first read).
+	onWorkers func()
 
 	mu         sync.Mutex
 	cands      map[string]map[string]cand // queue -> candidate key -> who, since when
 	deleted    map[string]time.Time       // queue -> when this worker's watch last saw a key of it go
 	ids        map[string]int             // server ID -> candidate keys
+	led        map[string]int             // server ID -> queues it leads (its key is the oldest)
 	idsChanged bool                       // a server ID appeared or disappeared since the last announcement
 	ch         chan struct{}              // closed and replaced on every announced change, of any queue
 	qch        map[string]chan struct{}   // per queue, closed on a change of that queue or for all
@@ -599,9 +614,9 @@ type cand struct {
 	seen time.Time
 }
 
-func newView(prefix string, queues []string) *view {
-	v := &view{prefix: prefix, queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
-		ids: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1)}
+func newView(prefix, self string, queues []string) *view {
+	v := &view{prefix: prefix, self: self, queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
+		ids: map[string]int{}, led: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1)}
 	for _, q := range queues {
 		v.queues[q] = true
 	}
@@ -642,6 +657,14 @@ func (v *view) touch() {
 	case v.dirty <- struct{}{}:
 	default:
 	}
+}
+
+// wake wakes the waiters of one queue: a change that moves only its decision (a hint, the end of its
+// takeover).
+func (v *view) wake(queue string) {
+	v.mu.Lock()
+	v.wakeLocked(queue)
+	v.mu.Unlock()
 }
 
 // wakeLocked wakes the waiters of one queue; the caller holds mu.
@@ -714,6 +737,11 @@ func (v *view) othersStand(queue, self string) bool {
 func (v *view) leader(queue string) string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.leaderLocked(queue)
+}
+
+// leaderLocked is leader; the caller holds mu.
+func (v *view) leaderLocked(queue string) string {
 	var best cand
 	for _, c := range v.cands[queue] {
 		if best.id == "" || c.rev < best.rev {
@@ -723,7 +751,11 @@ func (v *view) leader(queue string) string {
 	return best.id
 }
 
-// apply records one key; the caller holds mu.
+// apply records one key; the caller holds mu. It wakes the queue's waiters when the queue's leader
+// changes, or when this worker leads it before or after (a leader's decisions read the whole line):
+// a candidate that steps in or out behind another worker's leader moves no decision of this worker's,
+// and at start-up every worker's thousands of candidates would otherwise wake every queue of every
+// worker once per candidate.
 func (v *view) apply(key, value string, rev int64, deleted bool) {
 	rest, ok := strings.CutPrefix(key, v.prefix)
 	if !ok {
@@ -733,7 +765,23 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 	if !ok || !v.queues[queue] {
 		return
 	}
-	v.wakeLocked(queue)
+	before := v.leaderLocked(queue)
+	defer func() {
+		after := v.leaderLocked(queue)
+		if after != before {
+			if before != "" {
+				if v.led[before]--; v.led[before] <= 0 {
+					delete(v.led, before)
+				}
+			}
+			if after != "" {
+				v.led[after]++
+			}
+		}
+		if after != before || before == v.self || after == v.self {
+			v.wakeLocked(queue)
+		}
+	}()
 	c := v.cands[queue]
 	prior, had := c[key]
 	if old, ok := c[key]; ok {
@@ -768,7 +816,7 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
 	listWatch(ctx, client, v.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
 		v.mu.Lock()
-		v.cands, v.ids, v.deleted = map[string]map[string]cand{}, map[string]int{}, map[string]time.Time{}
+		v.cands, v.ids, v.led, v.deleted = map[string]map[string]cand{}, map[string]int{}, map[string]int{}, map[string]time.Time{}
 		for _, kv := range kvs {
 			v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
 		}
@@ -786,11 +834,15 @@ func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.D
 		for _, ev := range evs {
 			v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)
 		}
-		// Only a change of the set of workers moves every queue's decision (the fair share); the
-		// queues whose candidates changed were woken by apply.
-		v.all = v.all || v.idsChanged
+		// Only a change of the set of workers may move every queue's decision (the fair share), and
+		// onWorkers wakes them all when it does; the queues whose candidates changed were woken by
+		// apply.
+		workers := v.idsChanged
 		v.idsChanged = false
 		v.mu.Unlock()
 		v.touch()
+		if workers && v.onWorkers != nil {
+			v.onWorkers()
+		}
 	})
 }

@@ -2,6 +2,7 @@ package balance
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestConfigValidate(t *testing.T) {
 
 // The view counts workers by server ID across keys and tells whether others stand for a queue.
 func TestView(t *testing.T) {
-	v := newView("/e/p/", []string{"a", "b"})
+	v := newView("/e/p/", "self", []string{"a", "b"})
 	v.apply("/e/p/a/1", "w1", 5, false)
 	v.apply("/e/p/a/2", "w2", 3, false)
 	v.apply("/e/p/b/1", "w1", 4, false)
@@ -66,11 +67,50 @@ func TestView(t *testing.T) {
 	if v.leader("a") != "w2" || v.leader("b") != "w1" || v.leader("c") != "" {
 		t.Fatalf("leaders a=%q b=%q c=%q", v.leader("a"), v.leader("b"), v.leader("c"))
 	}
-	if v.leader("a") != "w2" || v.leader("b") != "w1" || v.leader("c") != "" {
-		t.Fatalf("leaders a=%q b=%q c=%q", v.leader("a"), v.leader("b"), v.leader("c"))
+	if got := v.leaderCounts(); !maps.Equal(got, map[string]int{"w1": 1, "w2": 1}) {
+		t.Fatalf("leader counts %v", got)
 	}
 	v.apply("/e/p/a/2", "", 0, true)
 	if v.workers() != 1 || v.othersStand("a", "w1") || v.leader("a") != "w1" {
 		t.Fatalf("after delete: workers %d, others on a %v", v.workers(), v.othersStand("a", "w1"))
+	}
+	if got := v.leaderCounts(); !maps.Equal(got, map[string]int{"w1": 2}) {
+		t.Fatalf("leader counts after the delete %v", got)
+	}
+}
+
+// A queue's waiters wake when its leader changes or this worker leads it, not for every candidate
+// that steps in behind another worker's leader: at start-up that would be every key of every worker.
+func TestViewWakesOnlyForDecisions(t *testing.T) {
+	v := newView("/e/p/", "self", []string{"a", "b"})
+	woken := func(queue string, change func()) bool {
+		ch := v.changedFor(queue)
+		change()
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	steps := []struct {
+		name   string
+		queue  string
+		change func()
+		want   bool
+	}{
+		{"a first candidate leads", "a", func() { v.apply("/e/p/a/1", "w1", 1, false) }, true},
+		{"a candidate behind another worker's leader", "a", func() { v.apply("/e/p/a/2", "w2", 2, false) }, false},
+		{"this worker behind another's leader", "a", func() { v.apply("/e/p/a/3", "self", 3, false) }, false},
+		{"a candidate leaves the line", "a", func() { v.apply("/e/p/a/2", "", 0, true) }, false},
+		{"the leader goes", "a", func() { v.apply("/e/p/a/1", "", 0, true) }, true},
+		{"a candidate behind this worker's leader", "a", func() { v.apply("/e/p/a/4", "w4", 4, false) }, true},
+		{"another queue's change", "b", func() { v.apply("/e/p/a/5", "w5", 5, false) }, false},
+		{"a hint or the end of a takeover", "b", func() { v.wake("b") }, true},
+	}
+	for _, s := range steps {
+		if got := woken(s.queue, s.change); got != s.want {
+			t.Errorf("%s: woken %v, want %v", s.name, got, s.want)
+		}
 	}
 }

@@ -1,9 +1,9 @@
 package balance
 
 import (
+	"maps"
 	"slices"
 	"strings"
-	"time"
 )
 
 // compareVersions orders two version strings naturally: runs of digits compare as numbers, the rest
@@ -101,23 +101,13 @@ func (v *view) line(queue string) []string {
 	return ids
 }
 
-// leaderCounts counts the queues each server ID leads among this worker's queues.
+// leaderCounts returns how many of this worker's queues each server ID leads. The view keeps the
+// counts as keys come and go (apply), so that deciding a successor does not walk every queue: a
+// worker that stops decides the successor of each of its thousands of queues.
 func (v *view) leaderCounts() map[string]int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	counts := map[string]int{}
-	for _, cs := range v.cands {
-		var best cand
-		for _, c := range cs {
-			if best.id == "" || c.rev < best.rev {
-				best = c
-			}
-		}
-		if best.id != "" {
-			counts[best.id]++
-		}
-	}
-	return counts
+	return maps.Clone(v.led)
 }
 
 // candidateIDs returns every server ID standing for any of this worker's queues.
@@ -131,13 +121,5 @@ func (v *view) candidateIDs() []string {
 	return ids
 }
 
-// counts returns how many queues each worker leads, memoised for a few milliseconds: a worker that
-// stops decides the successor of every queue it leads at once, and must not walk every queue each time.
-func (r *Runner) counts() map[string]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.countsAt.IsZero() || time.Since(r.countsAt) > notifyEvery {
-		r.countsMemo, r.countsAt = r.view.leaderCounts(), time.Now()
-	}
-	return r.countsMemo
-}
+// counts returns how many queues each worker leads.
+func (r *Runner) counts() map[string]int { return r.view.leaderCounts() }

@@ -33,13 +33,13 @@ func TestCompareVersions(t *testing.T) {
 // A queue whose takeover is under way is never handed off, even by a draining worker; once the
 // takeover is done it is.
 func TestNoHandOffDuringTakeover(t *testing.T) {
-	v := newView("/e/p/", []string{"a"})
+	v := newView("/e/p/", "self", []string{"a"})
 	v.apply("/e/p/a/1", "w1", 1, false)
 	v.apply("/e/p/a/2", "w2", 2, false)
 	r := &Runner{cfg: Config{Project: "p", ServerID: "w1", Queues: []string{"a"}, Version: "v1"}.withDefaults(), view: v,
 		held: map[string]bool{"a": true}, heldSince: map[string]time.Time{"a": time.Now()}, busy: map[string]int{},
 		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
-	r.roster = newRoster("/e-balance/p/", "w1", "v1", 10*time.Second, r.log, v.poke)
+	r.roster = newRoster("/e-balance/p/", "w1", "v1", 10*time.Second, r.log, v.poke, v.wake)
 	r.roster.members["w2"] = member{Version: "v1"}
 	r.roster.me.Draining = true
 	done := r.TakingOver("a")
@@ -71,11 +71,11 @@ func TestSmallFleetRule(t *testing.T) {
 			for i := range tc.queues {
 				queues = append(queues, fmt.Sprintf("q%03d", i))
 			}
-			v := newView("/e/p/", queues)
+			v := newView("/e/p/", "self", queues)
 			r := &Runner{cfg: Config{Project: "p", ServerID: "w0", Queues: queues}.withDefaults(), view: v,
 				held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
 				lastLeader: map[string]string{}, named: map[string][]time.Time{}}
-			r.roster = newRoster("/e-balance/p/", "w0", "", 10*time.Second, r.log, v.poke)
+			r.roster = newRoster("/e-balance/p/", "w0", "", 10*time.Second, r.log, v.poke, v.wake)
 			last := fmt.Sprintf("w%d", len(tc.led)-1)
 			q := 0
 			for w, n := range tc.led {

@@ -52,7 +52,8 @@ type roster struct {
 	self   string
 	ttl    time.Duration
 	log    *zap.Logger
-	poke   func()
+	poke   func()             // a member changed: every queue's decision may move
+	wake   func(queue string) // a queue's hint changed: only that queue's decision may move
 
 	lease     atomic.Int64 // this worker's record lease; 0 until granted
 	republish chan struct{}
@@ -67,8 +68,8 @@ type roster struct {
 	newest   string
 }
 
-func newRoster(prefix, self, version string, ttl time.Duration, log *zap.Logger, poke func()) *roster {
-	return &roster{prefix: prefix, self: self, ttl: ttl, log: log, poke: poke,
+func newRoster(prefix, self, version string, ttl time.Duration, log *zap.Logger, poke func(), wake func(queue string)) *roster {
+	return &roster{prefix: prefix, self: self, ttl: ttl, log: log, poke: poke, wake: wake,
 		republish: make(chan struct{}, 1), published: make(chan struct{}),
 		me:      member{Version: version, Since: time.Now().UnixNano()},
 		members: map[string]member{}, hints: map[string]hint{}}
@@ -185,15 +186,16 @@ func (r *roster) recompute() {
 	r.versions = len(seen)
 }
 
-// apply records one key; the caller holds mu.
-func (r *roster) apply(key string, value []byte, deleted bool) {
+// apply records one key; the caller holds mu. It returns the queue whose hint the key is, or ""
+// for a member record (or a key of neither kind).
+func (r *roster) apply(key string, value []byte, deleted bool) (hintOf string) {
 	rest, ok := strings.CutPrefix(key, r.prefix)
 	if !ok {
-		return
+		return ""
 	}
 	kind, name, ok := strings.Cut(rest, "/")
 	if !ok {
-		return
+		return ""
 	}
 	switch kind {
 	case "m":
@@ -210,16 +212,18 @@ func (r *roster) apply(key string, value []byte, deleted bool) {
 				h.cleared = true
 				r.hints[name] = h
 			}
-			return
+			return name
 		}
 		var h hint
 		if json.Unmarshal(value, &h) != nil {
 			delete(r.hints, name)
-			return
+			return name
 		}
 		h.seen = time.Now()
 		r.hints[name] = h
+		return name
 	}
+	return ""
 }
 
 // run keeps this worker's record published and the picture current until ctx ends, then revokes
@@ -327,11 +331,24 @@ func (r *roster) watch(ctx context.Context, client *clientv3.Client, retryMax ti
 		r.mu.Unlock()
 		r.poke()
 	}, func(evs []*clientv3.Event) {
+		// A hint wakes its own queue only: a rollout hands thousands of queues over, each with a hint
+		// written and cleared, and waking every queue for each would cost queues² wake-ups.
+		var hinted []string
+		members := false
 		r.mu.Lock()
 		for _, ev := range evs {
-			r.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete)
+			if q := r.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete); q != "" {
+				hinted = append(hinted, q)
+			} else {
+				members = true
+			}
 		}
 		r.mu.Unlock()
-		r.poke()
+		if members {
+			r.poke()
+		}
+		for _, q := range hinted {
+			r.wake(q)
+		}
 	})
 }
