@@ -30,7 +30,7 @@ const sweepProject = "sweep"
 // scans an empty server. The baseline, in the same run over the same runs, decides each listed run with
 // a leader lookup of its own, one etcd read per run.
 func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	// The test server reads the namespace from persistence for every listed run (temporalserve, as
+	// The test server reads the namespace from persistence for every listed run (temporal-dev, as
 	// temporaltest, turns this on so that tests see new search attributes at once): 1 ms a run, the
 	// test server's cost, not the sweep's. A production server answers from its namespace cache.
 	s, err := startServers(ctx, cluster, need{redis: true, temporal: true,
