@@ -149,11 +149,16 @@ func TestRunHandsOverWhenStopped(t *testing.T) {
 	if resigning.who != first.who || resigning.cause != nil {
 		t.Fatalf("OnResign must run on %s while its term still holds; got %s with %v", first.who, resigning.who, resigning.cause)
 	}
+	afterResigning := seen
 	down := next(is("stepped down"))
 	if down.who != first.who || !errors.Is(down.cause, election.ErrResigned) {
 		t.Fatalf("want %s to step down after resigning, got %s: %v", first.who, down.who, down.cause)
 	}
-	second := next(is("elected"))
+	// The successor may be elected before the old leader's OnStepDown runs: OnStepDown reports a term
+	// that ended before its key was deleted, and the delete is what lets the successor win. Safety is
+	// the term's end before the successor's start, checked below.
+	seen = afterResigning
+	second := next(func(ev event) bool { return ev.what == "elected" && ev.who != first.who })
 	ended, _ := first.term.Ended()
 	gap := second.term.Started().Sub(ended)
 	if gap <= 0 || gap > 5*time.Second {
