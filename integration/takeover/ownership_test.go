@@ -275,3 +275,70 @@ func TestOwnerMemoReadWithTheClientsConverter(t *testing.T) {
 		t.Fatalf("a takeover that could not read the owner touched the run: current %s %v", id, st)
 	}
 }
+
+// pausedAfterStart is a real term whose process pauses (SIGSTOP, a stalled VM) right after etcd
+// confirmed it once more behind its dispatcher start: from then on its local check fails, as a term's
+// does when the pause outlived the lease. Nothing else about the term is faked.
+type pausedAfterStart struct {
+	*election.Term
+	started, paused atomic.Bool
+}
+
+func (p *pausedAfterStart) Confirm(ctx context.Context) error {
+	err := p.Term.Confirm(ctx)
+	if p.started.Load() {
+		p.paused.Store(true)
+	}
+	return err
+}
+
+func (p *pausedAfterStart) Check() error {
+	if p.paused.Load() {
+		return fmt.Errorf("%w: paused past the lease", election.ErrSessionLost)
+	}
+	return p.Term.Check()
+}
+
+// 12. A takeover whose term ended while its last confirmation was on the way (the process paused
+// after etcd answered) does not report success: it reports ErrSuperseded and ends the run it
+// started, by that run's ID, so that no run is left carrying an owner that no longer leads.
+func TestTakeoverConfirmedBeforeAPauseDoesNotSucceed(t *testing.T) {
+	e := newEnv(t)
+	const queue = "paused"
+	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
+	term := &pausedAfterStart{}
+	var runID atomic.Value
+	seeStarts, err := e.temporal.NewClient(func(o *client.Options) {
+		o.ConnectionOptions.DialOptions = append(o.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				err := invoker(ctx, method, req, reply, cc, opts...)
+				if r, ok := reply.(interface{ GetRunId() string }); ok && err == nil && strings.HasSuffix(method, "/StartWorkflowExecution") {
+					runID.Store(r.GetRunId())
+					term.started.Store(true)
+				}
+				return err
+			}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(seeStarts.Close)
+	a := e.nodeOn(t, seeStarts, "node-a", election.Config{}, takeover.Config{WorkflowType: testkit.ClosingDispatcher})
+	term.Term = a.campaign(t, queue)
+
+	run, err := a.mgr.Take(t.Context(), term)
+	if !errors.Is(err, takeover.ErrSuperseded) {
+		t.Fatalf("the takeover returned %+v, %v; want ErrSuperseded", run, err)
+	}
+	started, _ := runID.Load().(string)
+	if started == "" {
+		t.Fatal("the takeover never started a run")
+	}
+	id, err := takeover.WorkflowID(project, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := e.describe(t, id, started).status; st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		t.Fatalf("the run the paused term started is %v; want it terminated by its run ID", st)
+	}
+}
