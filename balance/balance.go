@@ -152,7 +152,7 @@ type Runner struct {
 	moves      []time.Time            // sheds within the last MoveWindow
 	lastLeader map[string]string      // who led each queue last, as seen here
 	named      map[string][]time.Time // successors this worker named a moment ago
-	standing   standing               // as last announced to every queue by setHeld
+	standing   standing               // as last announced to every queue by restand
 }
 
 // standing is what every queue's decision reads of this worker's leadership count and the worker
@@ -497,7 +497,7 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 	busy, since := r.busy[queue] > 0, r.heldSince[queue]
 	r.mu.Unlock()
 	if busy {
-		return "", 0 // TakingOver's done wakes every queue
+		return "", 0 // TakingOver's done wakes the queue
 	}
 	reason := ""
 	switch {
@@ -766,27 +766,30 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 		return
 	}
 	before := v.leaderLocked(queue)
-	defer func() {
-		after := v.leaderLocked(queue)
-		if after != before {
-			if before != "" {
-				if v.led[before]--; v.led[before] <= 0 {
-					delete(v.led, before)
-				}
-			}
-			if after != "" {
-				v.led[after]++
+	v.record(queue, key, value, rev, deleted)
+	after := v.leaderLocked(queue)
+	if after != before {
+		if before != "" {
+			if v.led[before]--; v.led[before] <= 0 {
+				delete(v.led, before)
 			}
 		}
-		if after != before || before == v.self || after == v.self {
-			v.wakeLocked(queue)
+		if after != "" {
+			v.led[after]++
 		}
-	}()
+	}
+	if after != before || before == v.self || after == v.self {
+		v.wakeLocked(queue)
+	}
+}
+
+// record stores or removes one candidate key of queue; the caller holds mu.
+func (v *view) record(queue, key, value string, rev int64, deleted bool) {
 	c := v.cands[queue]
 	prior, had := c[key]
-	if old, ok := c[key]; ok {
-		if v.ids[old.id]--; v.ids[old.id] <= 0 {
-			delete(v.ids, old.id)
+	if had {
+		if v.ids[prior.id]--; v.ids[prior.id] <= 0 {
+			delete(v.ids, prior.id)
 			v.idsChanged = true
 		}
 		delete(c, key)
