@@ -33,6 +33,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-run/baton/integration/testkit"
 )
@@ -63,9 +65,9 @@ type Options struct {
 	Logger *zap.Logger
 
 	// Configure, if set, is called on every member's config right before each
-	// start (including restarts), after etcdtest has filled it in. Leave
-	// cfg.ServiceRegister as it is: StopMember relies on it to cut client
-	// connections.
+	// start (including restarts), after etcdtest has filled it in. Append to
+	// cfg.GRPCAdditionalServerOptions rather than replace it: StopMember
+	// relies on the transport credentials set there to cut client connections.
 	Configure func(member int, cfg *embed.Config)
 	// ClientTLS, when set, makes every member serve its clients over TLS only, with https:// client
 	// URLs, this server certificate and key, and (with ClientCertAuth) client certificates checked
@@ -99,7 +101,7 @@ type member struct {
 	peerURL   url.URL
 	clientURL url.URL
 	etcd      *embed.Etcd  // nil while stopped
-	grpc      *grpcServers // the client gRPC servers of the current incarnation
+	conns     *connTracker // client connections of the current incarnation
 }
 
 // StartCluster starts opts.Members members on free loopback ports and returns
@@ -256,7 +258,7 @@ func (c *Cluster) config(i int) *embed.Config {
 	// NewClient pings every 2s; the server default (5s) would answer with a
 	// "too_many_pings" GOAWAY.
 	cfg.GRPCKeepAliveMinTime = time.Second
-	cfg.ServiceRegister = m.grpc.add
+	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{grpc.Creds(m.conns)}
 	if c.opts.ClientTLS != nil {
 		cfg.ClientTLSInfo = *c.opts.ClientTLS
 	}
@@ -271,7 +273,7 @@ func (c *Cluster) config(i int) *embed.Config {
 func (c *Cluster) startMember(i int, deadline time.Time, retryBind bool) error {
 	m := c.members[i]
 	for {
-		m.grpc = &grpcServers{}
+		m.conns = newConnTracker()
 		e, err := embed.StartEtcd(c.config(i))
 		if err == nil {
 			m.etcd = e
@@ -346,7 +348,7 @@ func (m *member) stop(bg *sync.WaitGroup) {
 		return
 	}
 	m.etcd = nil
-	m.grpc.stop()
+	m.conns.kill()
 	e.Server.HardStop()
 	for _, l := range e.Clients {
 		l.Close()
@@ -551,30 +553,61 @@ func Client(t testing.TB, c *Cluster, endpoints ...string) *clientv3.Client {
 // connections need).
 var VerifyTestMain = testkit.VerifyTestMain
 
-// grpcServers are the client gRPC servers of one member incarnation, which embed hands to
-// Config.ServiceRegister once the member is ready, so that a stop can end their connections at once:
-// embed's Close would otherwise wait for open watch and lease streams up to its request timeout.
-type grpcServers struct {
-	mu      sync.Mutex
-	servers []*grpc.Server
-	stopped bool
+// Client connection tracking: gRPC transport credentials (insecure) that
+// remember every accepted connection, so that a member stop can cut them at
+// once (embed's Close would otherwise wait for open watch / lease streams up
+// to its request timeout) and refuse new ones.
+
+var errMemberStopped = errors.New("etcdtest: member stopped")
+
+type connTracker struct {
+	credentials.TransportCredentials
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	killed bool
 }
 
-func (g *grpcServers) add(s *grpc.Server) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.stopped {
-		s.Stop() // the member stopped before it was ready; its Serve returns at once
-		return
-	}
-	g.servers = append(g.servers, s)
+func newConnTracker() *connTracker {
+	return &connTracker{TransportCredentials: insecure.NewCredentials(), conns: map[*trackedConn]struct{}{}}
 }
 
-func (g *grpcServers) stop() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.stopped = true
-	for _, s := range g.servers {
-		s.Stop()
+func (t *connTracker) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := t.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return nil, nil, err
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.killed {
+		conn.Close()
+		return nil, nil, errMemberStopped
+	}
+	tc := &trackedConn{Conn: conn, t: t}
+	t.conns[tc] = struct{}{}
+	return tc, info, nil
+}
+
+// Clone shares the state: all copies belong to the same member incarnation.
+func (t *connTracker) Clone() credentials.TransportCredentials { return t }
+
+func (t *connTracker) kill() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.killed = true
+	for c := range t.conns {
+		c.Conn.Close()
+	}
+	clear(t.conns)
+}
+
+type trackedConn struct {
+	net.Conn
+	t *connTracker
+}
+
+func (c *trackedConn) Close() error {
+	c.t.mu.Lock()
+	delete(c.t.conns, c)
+	c.t.mu.Unlock()
+	return c.Conn.Close()
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -166,42 +165,6 @@ func TestThreeMembersStopRestart(t *testing.T) {
 		return err
 	})
 	mustGet(t, cli, "k2", "leader-down")
-}
-
-// TestStopMemberCutsOpenStreams: a stopped member's open streams end at once, as a crashed
-// server's would, instead of hanging until embed's Close gives up on them seconds later.
-func TestStopMemberCutsOpenStreams(t *testing.T) {
-	c := Start(t, Options{})
-	skipExternal(t, c)
-	ws, err := pb.NewWatchClient(Client(t, c).ActiveConnection()).Watch(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	create := &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}
-	if err := ws.Send(&pb.WatchRequest{RequestUnion: create}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ws.Recv(); err != nil { // created
-		t.Fatal(err)
-	}
-	ended := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := ws.Recv(); err != nil {
-				ended <- err
-				return
-			}
-		}
-	}()
-	if err := c.StopMember(0); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-ended:
-		t.Logf("stream ended: %v", err)
-	case <-time.After(3 * time.Second): // embed's Close would keep it for its request timeout (5s)
-		t.Fatal("the watch stream of the stopped member is still open")
-	}
 }
 
 func TestRestartKeepsData(t *testing.T) {
