@@ -588,3 +588,89 @@ func TestRevokedLeaseEndsEveryTerm(t *testing.T) {
 		}
 	}
 }
+
+// A Run term whose key is deleted behind its back (an operator) ends with ErrKeyLost, at every stage
+// of the term: while OnElected holds it, after OnElected returned early, and while OnResign hands it
+// over. Run follows the key in its own goroutine, switching what it waits for between the stages.
+func TestDeletedKeyEndsARunTerm(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	operator := etcdtest.Client(t, c)
+	const limit = 20 * time.Second // the key's deletion reaches the watch in milliseconds; load may slow it
+	for _, stage := range []string{"elected", "returned", "resigning"} {
+		t.Run(stage, func(t *testing.T) {
+			a := newCandidate(t, c, "node-a", election.Config{ResignTimeout: time.Minute})
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			terms := make(chan *election.Term, 1)
+			resigning := make(chan struct{})
+			sawInResign := make(chan error, 1)
+			stepDown := make(chan error, 1)
+			ran := make(chan error, 1)
+			go func() {
+				ran <- a.el.Run(ctx, project, "deleted-"+stage, a.id, election.Callbacks{
+					OnElected: func(tctx context.Context, term *election.Term) error {
+						terms <- term
+						if stage == "returned" {
+							return nil
+						}
+						<-tctx.Done()
+						return nil
+					},
+					OnResign: func(hctx context.Context, term *election.Term) {
+						close(resigning)
+						select {
+						case <-term.Done():
+							sawInResign <- term.Err()
+						case <-hctx.Done():
+							sawInResign <- hctx.Err()
+						}
+					},
+					OnStepDown: func(_ *election.Term, cause error) {
+						select {
+						case stepDown <- cause:
+						default:
+						}
+					},
+				})
+			}()
+			var term *election.Term
+			select {
+			case term = <-terms:
+			case <-time.After(limit):
+				t.Fatalf("not elected within %v", limit)
+			}
+			if stage == "resigning" {
+				cancel()
+				<-resigning
+			}
+			if _, err := operator.Delete(t.Context(), term.Key()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-term.Done():
+			case <-time.After(limit):
+				t.Fatalf("term alive %v after its key was deleted", limit)
+			}
+			if !errors.Is(term.Err(), election.ErrKeyLost) {
+				t.Fatalf("term ended with %v, want ErrKeyLost", term.Err())
+			}
+			if stage == "resigning" {
+				if err := <-sawInResign; !errors.Is(err, election.ErrKeyLost) {
+					t.Fatalf("OnResign saw %v, want the term lost with ErrKeyLost", err)
+				}
+			}
+			select {
+			case cause := <-stepDown:
+				if !errors.Is(cause, election.ErrKeyLost) {
+					t.Fatalf("OnStepDown cause %v, want ErrKeyLost", cause)
+				}
+			case <-time.After(limit):
+				t.Fatal("no OnStepDown")
+			}
+			cancel()
+			if err := <-ran; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
