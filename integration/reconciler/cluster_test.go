@@ -22,6 +22,7 @@ import (
 // left alone. SCAN answers for one server only, so a scan through the cluster client alone would
 // see one master's keys.
 func TestReconcilerCleansEveryMasterOfACluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	cc := redistest.ClusterClient(t, cl)
 	e := &env{etcd: etcdtest.Start(t, etcdtest.Options{}), rdb: cc, tc: temporalx.Client(t, temporalServer),

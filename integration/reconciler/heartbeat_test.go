@@ -29,6 +29,7 @@ func (p pausedTerm) Check() error             { return nil }
 // The heartbeat carries the Redis server's time, the run and the fencing token; a lower token never
 // overwrites a higher one, and a superseded term writes nothing.
 func TestHeartbeatFencing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: time.Hour, KeyTTL: 10 * time.Hour})
@@ -111,6 +112,7 @@ func TestHeartbeatFencing(t *testing.T) {
 // Garbage in the owner's own key (a key of another type, a hash with a non-numeric token) is replaced;
 // Run stops when the term ends.
 func TestHeartbeatReplacesGarbageAndStopsWithTheTerm(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 100 * time.Millisecond})
@@ -167,6 +169,7 @@ func TestHeartbeatReplacesGarbageAndStopsWithTheTerm(t *testing.T) {
 
 // Redis down: Beat fails with a clear error naming the key, fast, without panicking.
 func TestHeartbeatRedisDown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	redistest.SkipExternal(t, e.redis)
 	p := project(t)

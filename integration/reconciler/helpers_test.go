@@ -26,7 +26,9 @@ import (
 )
 
 // One Temporal server for the package: every test uses queues of its own. etcd and Redis are started
-// per test, since tests stop and restart them.
+// per test, since tests stop and restart them. So every test runs in parallel with the others (two at
+// a time by default: -parallel is GOMAXPROCS), and the production-defaults test's minute of waiting for
+// its cycle overlaps the rest of the package.
 var temporalServer *temporalx.Server
 
 func TestMain(m *testing.M) { temporalx.Main(m, temporalx.Options{}, &temporalServer) }

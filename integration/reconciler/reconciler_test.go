@@ -77,6 +77,7 @@ func firstReport(reports []reconciler.Report, from int, ok func(reconciler.Repor
 // without any cleanup. Once etcd expires its lease (nobody leads the queue) its run is terminated and
 // its key deleted within 3 reconcile cycles.
 func TestCrashedOwnerCleanedUpWithinThreeCycles(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{TTL: 2 * time.Second}, heartbeat.Config{Interval: 200 * time.Millisecond})
@@ -129,6 +130,7 @@ func TestCrashedOwnerCleanedUpWithinThreeCycles(t *testing.T) {
 // 1. Crash simulation with production defaults (heartbeat 10s, stale 30s, cycle 1m, TTL 10s): the
 // crashed owner's run and key are gone within the 2-minute SLA.
 func TestCrashCleanupWithProductionDefaults(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("takes up to two minutes")
 	}
@@ -162,6 +164,7 @@ func TestCrashCleanupWithProductionDefaults(t *testing.T) {
 // 2. The run is terminated before its key is deleted: the key still exists when the terminate call
 // is made, and the reason names the reconciler.
 func TestTerminateBeforeDelete(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
@@ -224,6 +227,7 @@ func TestTerminateBeforeDelete(t *testing.T) {
 // cleanup keeps its entry and its run, whether it appears before the pre-terminate re-read or during
 // the terminate; and a stale-looking entry of a live leader is never touched.
 func TestSuccessorsAreNeverTouched(t *testing.T) {
+	t.Parallel()
 	for _, when := range []string{"before-reread", "during-terminate"} {
 		t.Run(when, func(t *testing.T) {
 			e := newEnv(t)
@@ -332,6 +336,7 @@ func takeOverAndBeat(t *testing.T, e *env, o *owner, project, queue, key string)
 // 4. One reconciler per project across 3 nodes: cycles never overlap and come from one leader at a
 // time; when the leader stops, another takes over.
 func TestOneReconcilerPerProject(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	cfg := reconciler.Config{Interval: 200 * time.Millisecond, StaleAfter: time.Second}
@@ -414,6 +419,7 @@ func TestOneReconcilerPerProject(t *testing.T) {
 // 5. Redis stopped and restarted mid-run: cycle errors are counted, nothing crashes, cycles and
 // heartbeats recover, and neither the queue's nor the reconciler's leadership changes.
 func TestRedisRestartMidRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	redistest.SkipExternal(t, e.redis)
 	p := project(t)
@@ -479,6 +485,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 // Garbage in Redis under the heartbeat prefix is counted as cleanup errors and logged with its key; it
 // never stops a cycle and is never acted on (an entry that names another workflow is not terminated).
 func TestMalformedEntriesNeverStopACycle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
@@ -540,6 +547,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 // first run of the chain, which is closed. Cleanup ends the chain's current run (by the chain's first
 // run ID), not only the closed one, so the continued run does not run on without an owner.
 func TestCrashedOwnersContinuedRunIsCleanedUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(p, "orders"))

@@ -176,6 +176,7 @@ func (e *env) wantStatus(t *testing.T, want enumspb.WorkflowExecutionStatus, wha
 // B any more, so the project's reconciler ends exactly B's run, by its run ID, and deletes B's entry;
 // A's new owner's run is untouched.
 func TestRemovedQueueIsCleanedUp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		away bool // every process gone until the entries are stale (scaled to zero), not a quick restart
@@ -264,6 +265,7 @@ func TestRemovedQueueIsCleanedUp(t *testing.T) {
 // it is still cut off -- its probes keep failing and it never campaigns -- and stands again, and
 // cycles, once Redis answers it.
 func TestResignedReconcilerStandsAgainOnlyOnceHealed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	proxy := etcdtest.NewTestProxy(t, e.redis.Addr())
@@ -385,6 +387,7 @@ func (pingCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // The sweep reads every page of the visibility listing: with pages of 3, one cycle over 8 orphaned
 // runs and 2 live leaders' runs ends exactly the 8 orphans.
 func TestSweepReadsEveryPage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{})
@@ -420,6 +423,7 @@ func TestSweepReadsEveryPage(t *testing.T) {
 // none yet): the listed run is terminated by its run ID, and the leader's own run is never touched --
 // even when the leader starts it between the sweep's listing and its terminate.
 func TestSweepEndsTheOldRunOfANewerLeaderByRunID(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	old := e.owner(t, "node-old", election.Config{}, heartbeat.Config{})
@@ -498,6 +502,7 @@ func TestSweepEndsTheOldRunOfANewerLeaderByRunID(t *testing.T) {
 // next cycle none; the others stay running for later cycles. A cycle the limit stops is not
 // reported as a lost term.
 func TestSweepTerminationsAreRateLimited(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{})

@@ -28,6 +28,7 @@ import (
 // sweep of Temporal's open runs still ends it because its queue has no leader. A run of a queue that
 // has a live leader at its token is left alone.
 func TestOrphanWithoutHeartbeatEntryIsTerminated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
@@ -59,6 +60,7 @@ func TestOrphanWithoutHeartbeatEntryIsTerminated(t *testing.T) {
 // A reconciler leader cut off from Redis resigns after a bounded number of failed cycles, so that a
 // healthy candidate takes over and cleans up; it does not stand again while Redis does not answer it.
 func TestReconcilerCutOffFromRedisHandsOver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	proxy := etcdtest.NewTestProxy(t, e.redis.Addr())
@@ -113,6 +115,7 @@ func TestReconcilerCutOffFromRedisHandsOver(t *testing.T) {
 // reads below). Live leaders' runs are left alone; runs whose owner resigned are terminated; runs whose
 // owner cannot be decided are left alone and counted.
 func TestSweepReadsLeadersOncePerCycle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{})
@@ -255,6 +258,7 @@ func TestSweepReadsLeadersOncePerCycle(t *testing.T) {
 // A reconciler leader cut off from Temporal (its Redis and etcd fine) fails every sweep, resigns after
 // a bounded number of failed cycles, and a healthy candidate takes over and cleans up.
 func TestReconcilerCutOffFromTemporalHandsOver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := project(t)
 	proxy := etcdtest.NewTestProxy(t, temporalServer.HostPort())
