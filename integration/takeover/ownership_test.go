@@ -74,6 +74,7 @@ func (h *holdStarts) intercept(ctx context.Context, method string, req, reply an
 // 7. A superseded leader's start, sent while its term held and applied by Temporal after its
 // successor's start, never ends the successor's run, and the superseded takeover reports so.
 func TestDelayedStartOfSupersededLeaderLeavesSuccessorsRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const queue = "delayed"
 	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
@@ -127,6 +128,7 @@ func TestDelayedStartOfSupersededLeaderLeavesSuccessorsRun(t *testing.T) {
 // 8. After continue-as-new, step-down ends the chain's current run (not the closed first run), and
 // Watch follows the chain.
 func TestStepDownAfterContinueAsNew(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const queue = "continuing"
 	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
@@ -163,6 +165,7 @@ func TestStepDownAfterContinueAsNew(t *testing.T) {
 // 9. Watch reports every kind of close that is not a continuation, and a new Take in the same term
 // replaces the run.
 func TestWatchReportsOutOfBandCloses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const queue = "closes"
 	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
@@ -216,6 +219,7 @@ func TestWatchReportsOutOfBandCloses(t *testing.T) {
 // --bump-revision) is a history regression: the takeover replaces it instead of holding the term with
 // no dispatcher.
 func TestHigherTokenUnderAConfirmedTermIsReplaced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const queue = "restored"
 	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))
@@ -243,6 +247,7 @@ func TestHigherTokenUnderAConfirmedTermIsReplaced(t *testing.T) {
 // owner is read and the term's own run reused; without it the takeover fails closed instead of reading
 // every token as 0.
 func TestOwnerMemoReadWithTheClientsConverter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const queue = "encoded"
 	dc := converter.NewCodecDataConverter(converter.GetDefaultDataConverter(),
@@ -303,6 +308,7 @@ func (p *pausedAfterStart) Check() error {
 // after etcd answered) does not report success: it reports ErrSuperseded and ends the run it
 // started, by that run's ID, so that no run is left carrying an owner that no longer leads.
 func TestTakeoverConfirmedBeforeAPauseDoesNotSucceed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const queue = "paused"
 	testkit.RunClosingDispatcher(t, e.tc, takeover.DefaultTaskQueue(project, queue))

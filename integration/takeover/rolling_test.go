@@ -18,6 +18,7 @@ import (
 // 4. Rolling restarts of 3 nodes over 5 queues, 20 rounds: for every queue, at every sample, at most
 // one open dispatcher run; every takeover produced exactly one new run.
 func TestRollingRestartsKeepOneDispatcherPerQueue(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	queues := []string{"q0", "q1", "q2", "q3", "q4"}
 	for _, q := range queues {

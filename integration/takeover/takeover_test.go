@@ -20,6 +20,7 @@ import (
 // 1. A restart replaces the stale dispatcher within one attempt; history shows the termination, by
 // the new owner, preceding the new run.
 func TestRestartReplacesStaleDispatcher(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name string
 		mode takeover.StartMode
@@ -76,6 +77,7 @@ func TestRestartReplacesStaleDispatcher(t *testing.T) {
 // 2. A run of an older deployment (no owner memo), taken over by a Manager in legacy mode (no conflict
 // policy on the start): it counts as token 0, is terminated by run ID, then replaced in one attempt.
 func TestLegacyAlreadyStartedIsTerminatedThenReplaced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker(t, "orders")
 	id, _ := takeover.WorkflowID(project, "orders")
@@ -109,6 +111,7 @@ func TestLegacyAlreadyStartedIsTerminatedThenReplaced(t *testing.T) {
 
 // 3. A superseded leader attempting takeover or step-down terminates nothing.
 func TestSupersededLeaderTerminatesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker(t, "orders")
 	a := e.node(t, "node-a", election.Config{}, takeover.Config{})
@@ -164,6 +167,7 @@ func TestSupersededLeaderTerminatesNothing(t *testing.T) {
 
 // 5. Duplicate dispatch keys, sent twice and once more after a takeover, are processed once.
 func TestDuplicateDispatchAcrossTakeover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.worker(t, "orders")
 	cfg := takeover.Config{StepDown: takeover.LeaveRunning}
@@ -228,6 +232,7 @@ func waitState(t *testing.T, e *env, run takeover.Run, ok func(dispatcher.State)
 // 6. Temporal down: a clear error after bounded attempts, no panic, and the term is released: Run
 // resigns when OnElected fails, so another node can lead.
 func TestTemporalDownReleasesTheTerm(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	if e.temporal.External() {
 		t.Skip("BATON_TEMPORAL_ADDRESS is set: cannot stop an external Temporal")

@@ -10,6 +10,7 @@ import (
 // Two projects with a queue of the same name in one namespace: each dispatcher run is started on its
 // own project's task queue, so one project's workers never run the other's dispatcher tasks.
 func TestProjectsSharingAQueueNameGetTheirOwnTaskQueues(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	n := e.node(t, "node-a", election.Config{}, takeover.Config{StepDown: takeover.LeaveRunning})
 	seen := map[string]string{} // task queue -> project
