@@ -40,6 +40,10 @@ type fleet struct {
 	led     atomic.Int64 // queues whose current leader's term is live, as the workers see it
 	workers []*fleetWorker
 
+	firstMu    sync.Mutex
+	firstLed   map[string]bool // queues that have had a leader since the fleet started
+	allFirstAt time.Time       // when the last queue got its first leader
+
 	mu     sync.Mutex
 	starts int                       // Baton terms started
 	terms  map[string][][2]time.Time // per queue, every ended Baton term as [start, end]
@@ -107,9 +111,10 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 	if err != nil {
 		return nil, err
 	}
-	lead := func(tctx context.Context) {
+	lead := func(q string, tctx context.Context) {
 		w.leading.Add(1)
 		f.led.Add(1)
+		f.firstLeader(q)
 		<-tctx.Done()
 		f.led.Add(-1)
 		w.leading.Add(-1)
@@ -128,7 +133,7 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 				}
 				tctx, c := context.WithCancel(wctx)
 				stop := context.AfterFunc(s.Ctx(), c)
-				lead(tctx)
+				lead(q, tctx)
 				stop()
 				c()
 			})
@@ -155,7 +160,7 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 					delete(f.vacant, q)
 				}
 				f.mu.Unlock()
-				lead(tctx)
+				lead(q, tctx)
 				if end, ok := term.Ended(); ok {
 					f.mu.Lock()
 					if f.terms == nil {
@@ -235,6 +240,21 @@ func (f *fleet) waitAllLed(ctx context.Context, since time.Time, timeout time.Du
 		return nil
 	})
 	return time.Since(since), err
+}
+
+// firstLeader records that queue has a leader; the first time every queue has had one is allFirstAt.
+func (f *fleet) firstLeader(queue string) {
+	f.firstMu.Lock()
+	defer f.firstMu.Unlock()
+	if f.firstLed == nil {
+		f.firstLed = map[string]bool{}
+	}
+	if !f.firstLed[queue] {
+		f.firstLed[queue] = true
+		if len(f.firstLed) == len(f.queues) {
+			f.allFirstAt = time.Now()
+		}
+	}
 }
 
 // counts is how many queues each live worker leads.
