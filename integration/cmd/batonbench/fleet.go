@@ -192,13 +192,21 @@ func (w *fleetWorker) release() {
 // counts its session losses unless it was cut off on purpose.
 func (f *fleet) stop(ctx context.Context, w *fleetWorker) {
 	w.stop()
+	if w.cut {
+		// Nothing gets through its blackholed proxy, and a watch cancelled behind a stream that never
+		// drains can wait forever (a bare campaign did, in concurrency.waitDeletes): close its client
+		// first, as the crash it stands for would.
+		w.release()
+	}
 	w.wg.Wait()
 	if w.el != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		_ = w.el.Close(cctx)
 		cancel()
 	}
-	w.release()
+	if !w.cut {
+		w.release()
+	}
 	if !w.cut {
 		f.lost.Add(w.losses.n.Load())
 	}
