@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/baton-run/baton/clock"
 )
@@ -25,10 +22,9 @@ type Elector struct {
 	cfg    Config
 	log    *zap.Logger
 
-	grant   chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
-	slots   chan struct{} // campaign requests in flight (Config.MaxCampaignRequests)
-	watches atomic.Uint64 // watches opened, to spread them over the watch streams (watchContext)
-	wg      sync.WaitGroup
+	grant chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
+	slots chan struct{} // campaign requests in flight (Config.MaxCampaignRequests)
+	wg    sync.WaitGroup
 
 	// life ends when Close is called (or the client is closed); it stops the revoke retries of
 	// sessions lost earlier.
@@ -230,7 +226,6 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		token:   rev,
 		value:   value,
 		started: e.cfg.Clock.Now(),
-		from:    watchFrom,
 		ctx:     tctx,
 		cancel:  tcancel,
 		log: e.log.With(zap.String("project", project), zap.String("queue", queue),
@@ -244,9 +239,7 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		tcancel(err)
 		return abandon(err)
 	}
-	if !withCallback {
-		e.wg.Go(func() { t.followKey(nil, nil) }) // Run follows its terms' keys itself (lead)
-	}
+	e.wg.Go(func() { t.watch(watchFrom) })
 	// wall_ns lets a drill that runs every process on one host compare terms across processes.
 	t.log.Info("leadership started", zap.Int64("wall_ns", t.started.UnixNano()))
 	return t, nil
@@ -367,7 +360,7 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 // the watch's start is covered by the watch's created notice: its revision says whether anything was
 // written since seen, and only then is the key read again.
 func (e *Elector) waitGone(ctx context.Context, c candidate, seen int64) (bool, error) {
-	wctx, cancel := e.watchContext(ctx)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for resp := range e.client.Watch(wctx, c.key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 		if resp.Err() != nil {
@@ -394,24 +387,6 @@ func (e *Elector) waitGone(ctx context.Context, c candidate, seen int64) (bool, 
 		}
 	}
 	return false, ctx.Err()
-}
-
-// watchStreams is how many gRPC watch streams an Elector spreads its per-key watches over. etcd's
-// client registers the watches of one stream one at a time, each waiting for etcd's answer before
-// the next is sent, so a process that opens thousands of watches at once (its start-up, or a lost
-// peer's keys leaving every line it stood in) would queue them behind each other for seconds. The
-// client puts watches whose contexts carry different gRPC metadata on different streams.
-const watchStreams = 16
-
-// watchStreamKey is the gRPC metadata key that picks a watch's stream; etcd ignores it.
-const watchStreamKey = "baton-watch-stream"
-
-// watchContext returns a context for one watch that needs a raft leader (a partitioned member's
-// watch ends instead of going quiet), on the next of the Elector's watch streams in turn; cancel ends
-// the watch.
-func (e *Elector) watchContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	stream := strconv.FormatUint(e.watches.Add(1)%watchStreams, 10)
-	return context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, stream))
 }
 
 // deleteKey removes our candidate key after a failed campaign, bounded by ResignTimeout and not by

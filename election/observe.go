@@ -92,7 +92,7 @@ func (e *Elector) observe(ctx context.Context, prefix string, out chan<- Leader)
 			last, sent = cur, true
 		}
 		// Wait for any change under the prefix, then read the leader again.
-		wctx, cancel := e.watchContext(ctx)
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for resp := range e.client.Watch(wctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 			if resp.Err() != nil || len(resp.Events) > 0 {
 				break

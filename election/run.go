@@ -114,8 +114,7 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 }
 
 // lead runs OnElected for one term and returns why the term ended and OnElected's error, once
-// OnElected has returned and the term has ended. While it waits, Run's goroutine follows the term's
-// key itself, so a leader costs one goroutine fewer (at ten thousand queues, thousands).
+// OnElected has returned and the term has ended.
 func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks) (cause, cbErr error) {
 	returned := make(chan struct{})
 	go func() {
@@ -123,40 +122,36 @@ func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks) (cause, cb
 		cbErr = cb.OnElected(term.Context(), term)
 		close(term.callbackDone) // a lost session may revoke the lease now
 	}()
-	if term.followKey(returned, ctx.Done()) {
+	select {
+	case <-returned:
+		if cbErr != nil && term.Err() == nil {
+			// Nothing runs under the term any more: hand it over at once.
+			e.resign(ctx, term, nil, returned)
+			break
+		}
 		select {
-		case <-returned:
-			if cbErr != nil && term.Err() == nil {
-				// Nothing runs under the term any more: hand it over at once.
-				e.resign(ctx, term, nil, returned)
-			} else if term.followKey(ctx.Done(), nil) {
-				e.resign(ctx, term, cb.OnResign, returned)
-			}
-		default: // ctx ended
+		case <-term.Done():
+		case <-ctx.Done():
 			e.resign(ctx, term, cb.OnResign, returned)
 		}
+	case <-term.Done():
+	case <-ctx.Done():
+		e.resign(ctx, term, cb.OnResign, returned)
 	}
 	<-returned
 	<-term.Done()
 	return term.Err(), cbErr
 }
 
-// resign hands a live term over: onResign while the term still holds (its key still followed), then
-// the term ends (its context is cancelled with ErrResigned), then OnElected gets ResignTimeout to
-// return, and only then is the key deleted so that a follower can win. A callback that ignores its
-// cancelled context past that bound holds the queue up no longer; fencing must cover what it still
-// does.
+// resign hands a live term over: onResign while the term still holds, then the term ends (its
+// context is cancelled with ErrResigned), then OnElected gets ResignTimeout to return, and only then
+// is the key deleted so that a follower can win. A callback that ignores its cancelled context past
+// that bound holds the queue up no longer; fencing must cover what it still does.
 func (e *Elector) resign(ctx context.Context, term *Term, onResign func(context.Context, *Term), returned <-chan struct{}) {
 	bg := context.WithoutCancel(ctx)
 	if onResign != nil && term.Err() == nil {
 		hctx, cancel := context.WithTimeout(bg, e.cfg.ResignTimeout)
-		handed := make(chan struct{})
-		go func() {
-			defer close(handed)
-			onResign(hctx, term)
-		}()
-		term.followKey(handed, nil)
-		<-handed
+		onResign(hctx, term)
 		cancel()
 	}
 	term.end(ErrResigned)

@@ -27,10 +27,6 @@ type Term struct {
 	started time.Time
 	log     *zap.Logger
 
-	// from is the first revision the key watch has not yet covered; only the goroutine that follows
-	// the key (followKey) reads or writes it.
-	from int64
-
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -168,48 +164,29 @@ func (t *Term) end(cause error) {
 	})
 }
 
-// followKey ends the term when its key is deleted or replaced behind its back (an operator, a revoked
-// lease). It covers every revision from t.from on, so nothing is missed, and returns true when stop or
-// alsoStop was closed while the term still held (nil channels never are), false once the term ended.
-// t.from is then the first revision not yet covered, so a later call carries on where this one
-// stopped. Run follows its term's key in its own goroutine while it waits for the term to end, so a
-// leader costs no goroutine for it; a term from Campaign has one of its own.
-func (t *Term) followKey(stop, alsoStop <-chan struct{}) (stopped bool) {
+// watch ends the term when its key is deleted or replaced behind its back (an operator, a revoked
+// lease). It covers every revision from fromRev, the revision after the verifying read, so nothing is
+// missed.
+func (t *Term) watch(fromRev int64) {
 	backoff := t.elector.cfg.RetryMin
 	for t.ctx.Err() == nil {
-		switch t.watchOnce(stop, alsoStop) {
-		case keyLost:
+		next, lost := t.watchOnce(fromRev)
+		if lost {
 			t.end(ErrKeyLost)
-			return false
-		case watchStopped:
-			return t.ctx.Err() == nil
+			return
 		}
 		if t.ctx.Err() != nil {
-			return false
+			return
 		}
 		// The watch broke (etcd lost its raft leader, compaction, connection): look again after a
 		// pause. The session watchdog covers the time etcd cannot answer at all.
-		timer := t.elector.cfg.Clock.NewTimer(clock.Jitter(backoff))
-		select {
-		case <-timer.C():
-		case <-t.ctx.Done():
-		case <-stop:
-		case <-alsoStop:
+		if !t.elector.sleep(t.ctx, clock.Jitter(backoff)) {
+			return
 		}
-		timer.Stop()
 		backoff = min(2*backoff, t.elector.cfg.RetryMax)
+		fromRev = next
 	}
-	return false
 }
-
-// watchEnd is why one watch of the term's key ended.
-type watchEnd int
-
-const (
-	watchBroken  watchEnd = iota // the watch broke or the term ended: look at t.ctx
-	watchStopped                 // a stop channel was closed
-	keyLost                      // the key was deleted or replaced
-)
 
 // stillOurs reads the key: false when it is gone or no longer the term's.
 func (t *Term) stillOurs() (ok bool, rev int64, err error) {
@@ -221,46 +198,38 @@ func (t *Term) stillOurs() (ok bool, rev int64, err error) {
 	return len(kvs) == 1 && kvs[0].CreateRevision == t.token && kvs[0].Lease == int64(t.session.id), resp.Header.Revision, nil
 }
 
-// watchOnce watches the key from the current revision, not from t.from: a watch from a past revision
+// watchOnce watches the key from the current revision, not from fromRev: a watch from a past revision
 // joins etcd's "unsynced" watchers, which etcd catches up every 100 ms by reading every event since
 // the oldest of them, and a process that wins thousands of queues at once would keep that scan busy.
-// The watch's created notice says whether anything was written since t.from; only then is the key
-// read again. It advances t.from past every revision it covered.
-func (t *Term) watchOnce(stop, alsoStop <-chan struct{}) watchEnd {
-	ctx, cancel := t.elector.watchContext(t.ctx)
+// The watch's created notice says whether anything was written since fromRev; only then is the key
+// read again. next is the first revision not yet covered.
+func (t *Term) watchOnce(fromRev int64) (next int64, lost bool) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(t.ctx))
 	defer cancel()
-	events := t.elector.client.Watch(ctx, t.key, clientv3.WithCreatedNotify())
-	for {
-		var resp clientv3.WatchResponse
-		var ok bool
-		select {
-		case resp, ok = <-events:
-		case <-stop:
-			return watchStopped
-		case <-alsoStop:
-			return watchStopped
-		}
-		if !ok || resp.Err() != nil {
-			return watchBroken
+	next = fromRev
+	for resp := range t.elector.client.Watch(ctx, t.key, clientv3.WithCreatedNotify()) {
+		if resp.Err() != nil {
+			return next, false
 		}
 		if resp.Created {
-			if resp.Header.Revision >= t.from {
+			if resp.Header.Revision >= next {
 				ours, rev, err := t.stillOurs()
 				if err != nil {
-					return watchBroken
+					return next, false
 				}
 				if !ours {
-					return keyLost
+					return next, true
 				}
-				t.from = max(t.from, rev+1)
+				next = max(next, rev+1)
 			}
 			continue
 		}
 		for _, ev := range resp.Events {
 			if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != t.token || ev.Kv.Lease != int64(t.session.id) {
-				return keyLost
+				return next, true
 			}
 		}
-		t.from = max(t.from, resp.Header.Revision+1)
+		next = max(next, resp.Header.Revision+1)
 	}
+	return next, false
 }
