@@ -641,7 +641,11 @@ func TestDeletedKeyEndsARunTerm(t *testing.T) {
 			}
 			if stage == "resigning" {
 				cancel()
-				<-resigning
+				select {
+				case <-resigning:
+				case <-time.After(limit):
+					t.Fatalf("no OnResign within %v of the stop", limit)
+				}
 			}
 			if _, err := operator.Delete(t.Context(), term.Key()); err != nil {
 				t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,9 +54,13 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// project is unique per test, so tests sharing the Temporal server never meet.
+// projects counts the projects handed out in this test binary.
+var projects atomic.Int64
+
+// project is unique per test, so tests sharing the Temporal server never meet, also when they run in
+// parallel (the counter) and across runs against a kept server (the time).
 func project(t *testing.T) string {
-	return fmt.Sprintf("p%d", time.Now().UnixNano()%1e12)
+	return fmt.Sprintf("p%d-%d", time.Now().UnixNano()%1e12, projects.Add(1))
 }
 
 // owner is one simulated worker process owning queues: its own etcd client (through a proxy that can

@@ -40,15 +40,13 @@ type fleet struct {
 	led     atomic.Int64 // queues whose current leader's term is live, as the workers see it
 	workers []*fleetWorker
 
-	firstMu    sync.Mutex
-	firstLed   map[string]bool // queues that have had a leader since the fleet started
-	allFirstAt time.Time       // when the last queue got its first leader
-
-	mu     sync.Mutex
-	starts int                       // Baton terms started
-	terms  map[string][][2]time.Time // per queue, every ended Baton term as [start, end]
-	vacant map[string]time.Time      // per queue, when its last term ended, while no term has started since
-	gaps   []time.Duration           // per handover: from a term's end to the queue's next term's start
+	mu         sync.Mutex
+	firstLed   map[string]bool           // queues that have had a leader since the fleet started
+	allFirstAt time.Time                 // when the last queue got its first leader
+	starts     int                       // Baton terms started
+	terms      map[string][][2]time.Time // per queue, every ended Baton term as [start, end]
+	vacant     map[string]time.Time      // per queue, when its last term ended, while no term has started since
+	gaps       []time.Duration           // per handover: from a term's end to the queue's next term's start
 }
 
 type fleetWorker struct {
@@ -111,7 +109,7 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 	if err != nil {
 		return nil, err
 	}
-	lead := func(q string, tctx context.Context) {
+	lead := func(tctx context.Context, q string) {
 		w.leading.Add(1)
 		f.led.Add(1)
 		f.firstLeader(q)
@@ -133,7 +131,7 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 				}
 				tctx, c := context.WithCancel(wctx)
 				stop := context.AfterFunc(s.Ctx(), c)
-				lead(q, tctx)
+				lead(tctx, q)
 				stop()
 				c()
 			})
@@ -160,7 +158,7 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 					delete(f.vacant, q)
 				}
 				f.mu.Unlock()
-				lead(q, tctx)
+				lead(tctx, q)
 				if end, ok := term.Ended(); ok {
 					f.mu.Lock()
 					if f.terms == nil {
@@ -206,8 +204,6 @@ func (f *fleet) stop(ctx context.Context, w *fleetWorker) {
 	}
 	if !w.cut {
 		w.release()
-	}
-	if !w.cut {
 		f.lost.Add(w.losses.n.Load())
 	}
 	f.workers = slices.DeleteFunc(f.workers, func(o *fleetWorker) bool { return o == w })
@@ -252,8 +248,8 @@ func (f *fleet) waitAllLed(ctx context.Context, since time.Time, timeout time.Du
 
 // firstLeader records that queue has a leader; the first time every queue has had one is allFirstAt.
 func (f *fleet) firstLeader(queue string) {
-	f.firstMu.Lock()
-	defer f.firstMu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.firstLed == nil {
 		f.firstLed = map[string]bool{}
 	}

@@ -160,11 +160,11 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 		}
 	}
 	r.allLed, err = f.waitAllLed(ctx, start, scaleWait)
-	f.firstMu.Lock()
+	f.mu.Lock()
 	if !f.allFirstAt.IsZero() {
 		r.everyFirst = f.allFirstAt.Sub(start)
 	}
-	f.firstMu.Unlock()
+	f.mu.Unlock()
 	stopProfile()
 	took("all led")
 	if err != nil {
