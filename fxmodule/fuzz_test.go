@@ -77,8 +77,17 @@ func FuzzLoadClientEnv(f *testing.F) {
 		if distinct && verr != nil && strings.Contains(verr.Error(), strings.TrimSpace(secret)) {
 			t.Fatalf("Validate error holds the secret: %q", verr)
 		}
-		if distinct && strings.Contains(c.String(), strings.TrimSpace(secret)) {
-			t.Fatalf("String() holds the secret: %s", c)
+		// The secret's text may also come from other values ("0 00" from the endpoints "0,00"), so
+		// String() is compared with that of the same configuration with other secrets: any difference
+		// is the secret showing.
+		other := c
+		for _, p := range []*string{&other.EtcdPassword, &other.RedisPassword, &other.TemporalAPIKey} {
+			if *p != "" {
+				*p += "-other"
+			}
+		}
+		if c.String() != other.String() {
+			t.Fatalf("String() depends on the secret: %s", c)
 		}
 	})
 }
