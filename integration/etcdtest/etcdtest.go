@@ -5,7 +5,7 @@
 // Members listen on 127.0.0.1 with their own data dirs. Faults can be injected:
 // StopMember simulates a crash (client connections are cut at once, no
 // leadership transfer), RestartMember/Restart start members again on the same
-// data dirs and ports.
+// data dirs and ports, MoveLeader hands raft leadership over.
 //
 // When the environment variable BATON_ETCD_ENDPOINTS is set (comma-separated
 // client URLs), StartCluster starts nothing and returns a Cluster over those
@@ -13,6 +13,7 @@
 package etcdtest
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -481,6 +482,36 @@ func (c *Cluster) RestartMember(i int) error {
 	}
 	if err := waitReady(m.etcd, deadline); err != nil {
 		return fmt.Errorf("etcdtest: member %d: %w", i, err)
+	}
+	return nil
+}
+
+// MoveLeader hands raft leadership to member to, as etcd's MoveLeader API does, and returns once
+// to leads. Unlike a restart, no member stops: client connections stay up. A new leader extends
+// every lease by its TTL plus the election timeout.
+func (c *Cluster) MoveLeader(ctx context.Context, to int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.checkMember(to); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(DefaultTimeout)
+	lead, err := c.waitLeaderLocked(deadline)
+	if err != nil {
+		return err
+	}
+	if lead == to {
+		return nil
+	}
+	target := c.members[to].etcd
+	if target == nil {
+		return fmt.Errorf("etcdtest: member %d is stopped", to)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	srv := c.members[lead].etcd.Server
+	if err := srv.MoveLeader(ctx, uint64(srv.MemberID()), uint64(target.Server.MemberID())); err != nil {
+		return fmt.Errorf("etcdtest: move leader from member %d to %d: %w", lead, to, err)
 	}
 	return nil
 }
