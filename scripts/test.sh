@@ -8,7 +8,8 @@
 #
 # Environment: GO, GOTESTSUM (the binary; the Makefile installs it), FUZZTIME (per fuzz target),
 # RACE_TIMEOUT, INTEGRATION_TIMEOUT, TEST_FLAGS (extra go test flags for unit and integration, e.g.
-# "-run TestX"), UNIT_PKGS and INTEGRATION_PKGS (default ./... each), TEST_FORMAT (gotestsum's --format).
+# "-run TestX"), UNIT_PKGS and INTEGRATION_PKGS (default ./... each), INTEGRATION_PARALLEL (integration
+# packages run at once; default twice the CPUs), TEST_FORMAT (gotestsum's --format).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -19,6 +20,10 @@ INTEGRATION_TIMEOUT=${INTEGRATION_TIMEOUT:-25m}
 read -ra extra <<<"${TEST_FLAGS:-}"
 read -ra unit_pkgs <<<"${UNIT_PKGS:-./...}"
 read -ra integration_pkgs <<<"${INTEGRATION_PKGS:-./...}"
+# The integration packages spend most of their time waiting on servers (TTLs, takeovers, reconcile
+# cycles), not computing: four at a time on 2 cores took the phase from 5m26s to 2m56s quiet, and to
+# 3m29s with two `yes > /dev/null` beside it, every test passing. go test's default is one per CPU.
+INTEGRATION_PARALLEL=${INTEGRATION_PARALLEL:-$((2 * $(nproc)))}
 
 # -ldflags=-w: no DWARF in the test binaries. Nothing in a test run reads it (stack traces come from
 # the symbol table, which stays), and linking the integration binaries is where a warm run spends
@@ -54,7 +59,8 @@ if [[ ${1:-} == --emit ]]; then
 				(cd integration && "$GO" build ./...) || compiled=1
 				mapfile -t integration_pkgs < <(cd integration && "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
 			fi
-			(cd integration && "$GO" test -json "${common[@]}" -timeout "$INTEGRATION_TIMEOUT" "${integration_pkgs[@]}") && ((compiled == 0))
+			(cd integration && "$GO" test -json -p "$INTEGRATION_PARALLEL" "${common[@]}" -timeout "$INTEGRATION_TIMEOUT" \
+				"${integration_pkgs[@]}") && ((compiled == 0))
 			;;
 		*)
 			echo "test.sh: unknown phase $phase (unit, fuzz, integration)" >&2
