@@ -33,15 +33,25 @@ common=(-race -count=1 -ldflags=-w "${extra[@]}")
 # The phases, run by gotestsum through --raw-command: JSON on stdout. gotestsum reports whatever comes
 # on stderr as errors, so the fuzz script's progress lines and the phase timings go to $TEST_REPORT,
 # printed after gotestsum's summary.
+#
+# Fuzzing, when integration runs too, runs beside the integration packages' tests: they wait on
+# servers far more than they compute, and fuzzing is compute alone. Its JSON is held in a file and
+# follows integration's, so that the two streams do not interleave.
+timing() { printf '%-12s %-7s %dm%02ds%s' "$1" "$2" $(($3 / 60)) $(($3 % 60)) "${4:-}"; }
 if [[ ${1:-} == --emit ]]; then
 	shift
 	status=0
 	timings=()
+	fuzz_beside=0
+	[[ " $* " == *" fuzz "* && " $* " == *" integration "* ]] && fuzz_beside=1
 	for phase in "$@"; do
 		start=$SECONDS
 		case $phase in
 		unit) "$GO" test -json "${common[@]}" -timeout "$RACE_TIMEOUT" "${unit_pkgs[@]}" ;;
-		fuzz) scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT" ;;
+		fuzz)
+			((fuzz_beside)) && continue
+			scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT"
+			;;
 		integration)
 			# The Temporal server that the tests start as a child process (integration/temporalx), built
 			# once for every package and without -race; go build does nothing when it is up to date.
@@ -49,7 +59,7 @@ if [[ ${1:-} == --emit ]]; then
 			built=FAILED
 			mkdir -p "${bin%/*}" && (cd integration && GOTMPDIR=${bin%/*} "$GO" build -o "$bin" ./cmd/temporal-dev) &&
 				export TEMPORALX_SERVER_BIN=$bin && built=ok
-			timings+=("$(printf '%-12s %-7s %dm%02ds' "  server" "$built" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)))")
+			timings+=("$(timing "  server" "$built" $((SECONDS - start)))")
 			compiled=0
 			if [[ -z ${INTEGRATION_PKGS:-} ]]; then
 				# go test ./... would race-compile the packages without tests too: the server command, its
@@ -59,8 +69,25 @@ if [[ ${1:-} == --emit ]]; then
 				(cd integration && "$GO" build ./...) || compiled=1
 				mapfile -t integration_pkgs < <(cd integration && "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
 			fi
+			if ((fuzz_beside)); then
+				fuzz_json=$(mktemp)
+				fuzz_start=$SECONDS
+				scripts/fuzz-short.sh "$FUZZTIME" -json >"$fuzz_json" 2>>"$TEST_REPORT" &
+				fuzz_pid=$!
+			fi
 			(cd integration && "$GO" test -json -p "$INTEGRATION_PARALLEL" "${common[@]}" -timeout "$INTEGRATION_TIMEOUT" \
 				"${integration_pkgs[@]}") && ((compiled == 0))
+			rc=$?
+			if ((fuzz_beside)); then
+				wait "$fuzz_pid"
+				fuzz_rc=$?
+				cat "$fuzz_json"
+				rm -f "$fuzz_json"
+				result=ok
+				((fuzz_rc == 0)) || result=FAILED status=1
+				timings+=("$(timing fuzz "$result" $((SECONDS - fuzz_start)) " (beside integration's tests)")")
+			fi
+			((rc == 0))
 			;;
 		*)
 			echo "test.sh: unknown phase $phase (unit, fuzz, integration)" >&2
@@ -71,7 +98,7 @@ if [[ ${1:-} == --emit ]]; then
 		((rc == 0)) || status=1
 		result=ok
 		((rc == 0)) || result=FAILED
-		timings+=("$(printf '%-12s %-7s %dm%02ds' "$phase" "$result" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)))")
+		timings+=("$(timing "$phase" "$result" $((SECONDS - start)))")
 	done
 	{
 		echo
