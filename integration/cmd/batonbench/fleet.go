@@ -59,6 +59,9 @@ type fleetWorker struct {
 	leading atomic.Int64
 	losses  lossCounter // its elector's session losses
 	cut     bool        // cut off on purpose: its session loss is the point, not a want of CPU
+
+	mu      sync.Mutex
+	leaders map[string]string // queue -> leader's server ID, from OnNewLeader, as a Node keeps it for its status
 }
 
 // sessionLostMessage is the warning election logs when a session (and every term on it) is lost; a
@@ -150,7 +153,14 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 	}
 	w.wg.Go(func() {
 		_ = runner.Run(wctx, func(q string) election.Callbacks {
-			return election.Callbacks{OnElected: func(tctx context.Context, term *election.Term) error {
+			return election.Callbacks{OnNewLeader: func(l election.Leader) {
+				w.mu.Lock()
+				if w.leaders == nil {
+					w.leaders = map[string]string{}
+				}
+				w.leaders[q] = l.ID
+				w.mu.Unlock()
+			}, OnElected: func(tctx context.Context, term *election.Term) error {
 				f.mu.Lock()
 				f.starts++
 				if end, ok := f.vacant[q]; ok {
