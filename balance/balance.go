@@ -231,13 +231,21 @@ func (r *Runner) FairShare() int {
 func (r *Runner) Workers() int { return r.view.workers() }
 
 // Run campaigns for every queue until ctx ends, calling the queue's callbacks (from callbacks) as
-// election.Run does. It returns when every campaign has ended (each held term resigned, as
-// election.Run does).
+// election.Run does; OnNewLeader comes from the Runner's one watch on the election keys rather than a
+// watch per queue (see leaders.go), unless balancing is Disabled. It returns when every campaign has
+// ended (each held term resigned, as election.Run does).
 func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.Callbacks) error {
+	cbs := make(map[string]election.Callbacks, len(r.cfg.Queues))
+	newLeader := map[string]func(election.Leader){} // served from the view (leaders.go)
 	for _, q := range r.cfg.Queues {
-		if callbacks(q).OnElected == nil {
+		cb := callbacks(q)
+		if cb.OnElected == nil {
 			return fmt.Errorf("%w: Callbacks.OnElected must not be nil", ErrInvalidConfig)
 		}
+		if !r.cfg.Disabled && cb.OnNewLeader != nil {
+			newLeader[q], cb.OnNewLeader = cb.OnNewLeader, nil
+		}
+		cbs[q] = cb
 	}
 	// The view outlives the queues' campaigns by the hand-offs of a stop: a leader that resigns
 	// watches its named successor step into line first.
@@ -251,6 +259,9 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 		ready, members := make(chan struct{}), make(chan struct{})
 		vwg.Go(func() { r.view.run(vctx, r.client, r.el.Config().RetryMax, ready) })
 		vwg.Go(func() { r.view.notify(vctx) })
+		if len(newLeader) > 0 {
+			vwg.Go(func() { r.view.deliverLeaders(vctx, newLeader) })
+		}
 		vwg.Go(func() { r.roster.run(vctx, r.client, r.el.Config().RetryMax, members) })
 		// Others must know this worker's version before its first candidacy shows, or they would take
 		// it for a worker of unknown version and hold every rebalancing move until they see it. That
@@ -268,7 +279,7 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 	}
 	errs := make(chan error, len(r.cfg.Queues))
 	for _, q := range r.cfg.Queues {
-		wg.Go(func() { errs <- r.queue(ctx, q, callbacks(q)) })
+		wg.Go(func() { errs <- r.queue(ctx, q, cbs[q]) })
 	}
 	wg.Wait()
 	close(errs)
@@ -602,6 +613,8 @@ type view struct {
 	qch        map[string]chan struct{}   // per queue, closed on a change of that queue or for all
 	all        bool                       // the pending announcement is for every queue
 	dirty      chan struct{}              // a change waits to be announced
+	newLeaders map[string]bool            // queues whose leader may have changed since deliverLeaders last looked
+	leadersDue chan struct{}              // newLeaders is not empty
 }
 
 const notifyEvery = 5 * time.Millisecond
@@ -616,7 +629,8 @@ type cand struct {
 
 func newView(prefix, self string, queues []string) *view {
 	v := &view{prefix: prefix, self: self, queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
-		ids: map[string]int{}, led: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1)}
+		ids: map[string]int{}, led: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1),
+		newLeaders: map[string]bool{}, leadersDue: make(chan struct{}, 1)}
 	for _, q := range queues {
 		v.queues[q] = true
 	}
@@ -737,18 +751,7 @@ func (v *view) othersStand(queue, self string) bool {
 func (v *view) leader(queue string) string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.leaderLocked(queue)
-}
-
-// leaderLocked is leader; the caller holds mu.
-func (v *view) leaderLocked(queue string) string {
-	var best cand
-	for _, c := range v.cands[queue] {
-		if best.id == "" || c.rev < best.rev {
-			best = c
-		}
-	}
-	return best.id
+	return v.leaderLocked(queue).ID
 }
 
 // apply records one key; the caller holds mu. It wakes the queue's waiters when the queue's leader
@@ -769,16 +772,19 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 	v.record(queue, key, value, rev, deleted)
 	after := v.leaderLocked(queue)
 	if after != before {
-		if before != "" {
-			if v.led[before]--; v.led[before] <= 0 {
-				delete(v.led, before)
+		v.leaderMayHaveChangedLocked(queue)
+	}
+	if after.ID != before.ID {
+		if before.ID != "" {
+			if v.led[before.ID]--; v.led[before.ID] <= 0 {
+				delete(v.led, before.ID)
 			}
 		}
-		if after != "" {
-			v.led[after]++
+		if after.ID != "" {
+			v.led[after.ID]++
 		}
 	}
-	if after != before || before == v.self || after == v.self {
+	if after.ID != before.ID || before.ID == v.self || after.ID == v.self {
 		v.wakeLocked(queue)
 	}
 }
@@ -828,6 +834,9 @@ func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.D
 				cd.seen = time.Time{} // found by a read: it has stood for a while
 				c[k] = cd
 			}
+		}
+		for q := range v.queues {
+			v.leaderMayHaveChangedLocked(q) // a queue nobody stands for any more is applied nothing
 		}
 		v.idsChanged = false // the poke below announces the read to every queue
 		v.mu.Unlock()

@@ -18,6 +18,8 @@
 //   - Always an owner: a queue with no other candidate is always campaigned for, whatever the share,
 //     and is never shed or withdrawn from. The gap between fair share (deferral) and ShedAbove × fair
 //     share (shedding) keeps a queue from being passed back and forth.
+//   - Leaders: each queue's Callbacks.OnNewLeader is called from the same watch, so that a worker
+//     does not also observe every queue on a watch of its own (election.Run would).
 //
 // A worker alone leads everything; as others join, the leaders above ShedAbove × fair share hand queues
 // over until none is. With the default ShedAbove 1.25, no worker leads more than 1.25 × its fair share
