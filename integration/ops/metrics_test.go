@@ -253,6 +253,24 @@ func TestMetricNamesExist(t *testing.T) {
 			}
 		}
 	})
+	// Another worker leads orders and restored when the demo worker starts, and goes without naming a
+	// successor: the demo worker wins orders from it (balance owner changes). Restored has a leader from
+	// before its run below is started until the demo worker takes it over: the reconciler's sweep ends
+	// an open run whose queue has no leader, and would end that run before the takeover sees it.
+	prevEl, err := election.New(ec, election.Config{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prevEl.Close(context.WithoutCancel(t.Context())) })
+	var prevTerms []*election.Term
+	for _, q := range []string{"orders", "restored"} {
+		term, err := prevEl.Campaign(t.Context(), project, q, "ops-previous")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prevTerms = append(prevTerms, term)
+	}
+
 	// A run of "restored" left by an owner whose token is far above anything this etcd has issued, as
 	// after a restore without --bump-revision: the worker's takeover counts a regression and replaces
 	// it. Its task queue has no worker, so it stays open until then.
@@ -265,18 +283,6 @@ func TestMetricNamesExist(t *testing.T) {
 		ElectionKey: "/baton/election/" + project + "/restored/0", TakeoverStartedAt: time.Now()}
 	preRun, err := tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: restoredID, TaskQueue: "ops-nobody-polls",
 		Memo: map[string]any{takeover.MemoKey: pre}}, takeover.DefaultWorkflowType, pre)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Another worker leads orders when the demo worker starts, and goes without naming a successor:
-	// the demo worker wins orders from it (balance owner changes).
-	prevEl, err := election.New(ec, election.Config{TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = prevEl.Close(context.WithoutCancel(t.Context())) })
-	prevTerm, err := prevEl.Campaign(t.Context(), project, "orders", "ops-previous")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,13 +306,27 @@ func TestMetricNamesExist(t *testing.T) {
 		}
 		return baton.QueueStatus{}, false
 	}
-	waitFor(t, 30*time.Second, "the worker leads the queues nobody else leads", func() bool {
+	waitFor(t, 30*time.Second, "the worker leads the queue nobody else leads", func() bool {
 		_, refunds := leads("refunds")
-		_, restored := leads("restored")
-		return refunds && restored
+		return refunds
 	})
-	if err := prevTerm.Resign(t.Context()); err != nil {
-		t.Fatal(err)
+	// Restored must never be without a candidate key: the worker stands in line before the other goes.
+	waitFor(t, 30*time.Second, "the worker stands in line for restored", func() bool {
+		resp, err := ec.Get(t.Context(), prevEl.ElectionKey(project, "restored")+"/", clientv3.WithPrefix())
+		if err != nil {
+			return false
+		}
+		for _, kv := range resp.Kvs {
+			if string(kv.Value) == "ops-1" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, term := range prevTerms {
+		if err := term.Resign(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitFor(t, 30*time.Second, "the worker leads every queue", func() bool {
 		for _, q := range queues {
