@@ -820,28 +820,32 @@ func (v *view) record(queue, key, value string, rev int64, deleted bool) {
 	}
 }
 
+// load replaces what the view knows with a read of every candidate key, and announces it to every
+// queue.
+func (v *view) load(kvs []*mvccpb.KeyValue) {
+	v.mu.Lock()
+	v.cands, v.ids, v.led, v.deleted = map[string]map[string]cand{}, map[string]int{}, map[string]int{}, map[string]time.Time{}
+	for _, kv := range kvs {
+		v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
+	}
+	for _, c := range v.cands {
+		for k, cd := range c {
+			cd.seen = time.Time{} // found by a read: it has stood for a while
+			c[k] = cd
+		}
+	}
+	for q := range v.queues {
+		v.leaderMayHaveChangedLocked(q) // a queue nobody stands for any more is applied nothing
+	}
+	v.idsChanged = false // the poke below announces the read to every queue
+	v.mu.Unlock()
+	v.poke()
+}
+
 // run keeps the view: a read of every candidate key, then a watch from the next revision; after a
 // broken watch, read again. ready is closed after the first read.
 func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
-	listWatch(ctx, client, v.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
-		v.mu.Lock()
-		v.cands, v.ids, v.led, v.deleted = map[string]map[string]cand{}, map[string]int{}, map[string]int{}, map[string]time.Time{}
-		for _, kv := range kvs {
-			v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
-		}
-		for _, c := range v.cands {
-			for k, cd := range c {
-				cd.seen = time.Time{} // found by a read: it has stood for a while
-				c[k] = cd
-			}
-		}
-		for q := range v.queues {
-			v.leaderMayHaveChangedLocked(q) // a queue nobody stands for any more is applied nothing
-		}
-		v.idsChanged = false // the poke below announces the read to every queue
-		v.mu.Unlock()
-		v.poke()
-	}, func(evs []*clientv3.Event) {
+	listWatch(ctx, client, v.prefix, retryMax, ready, v.load, func(evs []*clientv3.Event) {
 		v.mu.Lock()
 		for _, ev := range evs {
 			v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)
