@@ -34,10 +34,9 @@ common=(-race -count=1 -ldflags=-w "${extra[@]}")
 # on stderr as errors, so the fuzz script's progress lines and the phase timings go to $TEST_REPORT,
 # printed after gotestsum's summary.
 #
-# Work overlaps where it can, because the integration packages' tests wait on servers far more than
-# they compute: the Temporal server that they start as a child process (integration/temporalx) is
-# built from the start, beside the unit tests, and fuzzing runs beside the integration tests. Fuzz's
-# JSON is held in a file and follows integration's, so that the two streams do not interleave.
+# Fuzzing, when integration runs too, runs beside the integration packages' tests: they wait on
+# servers far more than they compute, and fuzzing is compute alone. Its JSON is held in a file and
+# follows integration's, so that the two streams do not interleave.
 timing() { printf '%-12s %-7s %dm%02ds%s' "$1" "$2" $(($3 / 60)) $(($3 % 60)) "${4:-}"; }
 if [[ ${1:-} == --emit ]]; then
 	shift
@@ -45,19 +44,6 @@ if [[ ${1:-} == --emit ]]; then
 	timings=()
 	fuzz_beside=0
 	[[ " $* " == *" fuzz "* && " $* " == *" integration "* ]] && fuzz_beside=1
-	if [[ " $* " == *" integration "* ]]; then
-		# Built once for every package and without -race; go build does nothing when it is up to date.
-		server_bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
-		server_took=$(mktemp)
-		(
-			began=$SECONDS
-			mkdir -p "${server_bin%/*}" && (cd integration && GOTMPDIR=${server_bin%/*} "$GO" build -o "$server_bin" ./cmd/temporal-dev)
-			rc=$?
-			echo $((SECONDS - began)) >"$server_took"
-			exit $rc
-		) &
-		server_pid=$!
-	fi
 	for phase in "$@"; do
 		start=$SECONDS
 		case $phase in
@@ -67,10 +53,13 @@ if [[ ${1:-} == --emit ]]; then
 			scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT"
 			;;
 		integration)
+			# The Temporal server that the tests start as a child process (integration/temporalx), built
+			# once for every package and without -race; go build does nothing when it is up to date.
+			bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
 			built=FAILED
-			wait "$server_pid" && export TEMPORALX_SERVER_BIN=$server_bin && built=ok
-			timings+=("$(timing "  server" "$built" "$(cat "$server_took")" " (built from the start, beside the phases before)")")
-			rm -f "$server_took"
+			mkdir -p "${bin%/*}" && (cd integration && GOTMPDIR=${bin%/*} "$GO" build -o "$bin" ./cmd/temporal-dev) &&
+				export TEMPORALX_SERVER_BIN=$bin && built=ok
+			timings+=("$(timing "  server" "$built" $((SECONDS - start)))")
 			compiled=0
 			if [[ -z ${INTEGRATION_PKGS:-} ]]; then
 				# go test ./... would race-compile the packages without tests too: the server command, its
