@@ -83,6 +83,46 @@ func (e *Elector) SessionValidUntil() (time.Time, bool) {
 	return s.validUntil(), true
 }
 
+// KeepSession holds a granted session until ctx ends or the Elector is closed, and grants a new one
+// after each loss (with jittered backoff, RetryMin doubling to RetryMax, while grants fail). Without
+// it a session exists only while something campaigns, and a process that stands for no queue (a
+// balancer keeps most workers out of most lines) would have none: SessionValidUntil, and a readiness
+// check built on it, would report etcd unreachable, and its first takeover would wait for a grant. It
+// returns nil when ctx ends, ErrClosed once the Elector is closed.
+func (e *Elector) KeepSession(ctx context.Context) error {
+	backoff := e.cfg.RetryMin
+	var failing error
+	for {
+		s, err := e.session(ctx)
+		switch {
+		case err == nil:
+			if failing != nil {
+				e.log.Info("election session granted again")
+				failing = nil
+			}
+			backoff = e.cfg.RetryMin
+			select {
+			case <-s.ctx.Done(): // lost or closed: grant another (or learn of the Close)
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		case errors.Is(err, ErrClosed):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		}
+		if failing == nil {
+			e.log.Warn("election session not granted; retrying with backoff", zap.Error(err))
+		}
+		failing = err
+		if !e.sleep(ctx, clock.Jitter(backoff)) {
+			return nil
+		}
+		backoff = min(2*backoff, e.cfg.RetryMax)
+	}
+}
+
 // Campaign blocks until this process leads (project, queue) and returns the term, or returns an error
 // when ctx ends, the session is lost (an error wrapping ErrSessionLost) or etcd fails. It never blocks
 // past the loss of its session. value is what the term is known by, normally the server ID.
@@ -182,10 +222,12 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		if errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
 			// etcd already dropped our lease: do not wait for the next keepalive to find out.
 			s.lose(ErrLeaseNotFound)
-		} else {
+		} else if !errors.Is(err, errNotSent) {
 			// The put may have been applied although the call failed (its context ended in flight):
 			// a key left behind would stand in the election for this live session, blocking the queue
-			// for everyone until the session ends.
+			// for everyone until the session ends. A put never sent left nothing: a balancer that
+			// withdraws thousands of waiting candidacies at start-up would otherwise send as many
+			// deletes for nothing.
 			e.deleteOwnKey(ctx, s, key)
 		}
 		return nil, campaignErr(cctx, prefix, err)
@@ -300,14 +342,18 @@ func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value stri
 	}
 }
 
+// errNotSent marks a campaign request that never left the process: its context ended while it waited
+// for a slot.
+var errNotSent = errors.New("request not sent")
+
 // inSlot runs one campaign request once fewer than Config.MaxCampaignRequests are in flight, or
-// returns ctx's error.
+// returns ctx's error, marked errNotSent.
 func inSlot[R any](ctx context.Context, e *Elector, request func() (R, error)) (R, error) {
 	select {
 	case e.slots <- struct{}{}:
 	case <-ctx.Done():
 		var zero R
-		return zero, ctx.Err()
+		return zero, fmt.Errorf("%w (%w)", ctx.Err(), errNotSent)
 	}
 	defer func() { <-e.slots }()
 	return request()

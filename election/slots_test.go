@@ -33,8 +33,8 @@ func TestCampaignRequestsAreBounded(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := inSlot(ctx, e, func() (int, error) { t.Error("a request ran past the bound"); return 0, nil }); !errors.Is(err, context.Canceled) {
-		t.Errorf("a waiter whose context ended: %v, want context.Canceled", err)
+	if _, err := inSlot(ctx, e, func() (int, error) { t.Error("a request ran past the bound"); return 0, nil }); !errors.Is(err, context.Canceled) || !errors.Is(err, errNotSent) {
+		t.Errorf("a waiter whose context ended: %v, want context.Canceled, marked errNotSent", err)
 	}
 	close(release)
 	wg.Wait()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Invariant 1 across many graceful handovers: one leader at a time, and the successor's term never
@@ -676,5 +677,56 @@ func TestDeletedKeyEndsARunTerm(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 		})
+	}
+}
+
+// KeepSession holds a session for a process that campaigns for nothing (a balanced worker that
+// stands in no line), and grants a new one when etcd drops the lease.
+func TestKeepSessionWithoutCampaigns(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cand := newCandidate(t, c, "idle", election.Config{TTL: 2 * time.Second})
+	operator := etcdtest.Client(t, c)
+	if _, ok := cand.el.SessionValidUntil(); ok {
+		t.Fatal("a session before anything asked for one")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	kept := make(chan error, 1)
+	go func() { kept <- cand.el.KeepSession(ctx) }()
+	leases := func() []clientv3.LeaseID {
+		resp, err := operator.Leases(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []clientv3.LeaseID
+		for _, l := range resp.Leases {
+			ids = append(ids, l.ID)
+		}
+		return ids
+	}
+	var first clientv3.LeaseID
+	testkit.Eventually(t, 30*time.Second, "a session without campaigns", func() error {
+		if _, ok := cand.el.SessionValidUntil(); !ok {
+			return errors.New("no session")
+		}
+		ids := leases()
+		if len(ids) != 1 {
+			return fmt.Errorf("leases %v, want one", ids)
+		}
+		first = ids[0]
+		return nil
+	})
+	if _, err := operator.Revoke(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "a new session after the lease was revoked", func() error {
+		ids := leases()
+		if _, ok := cand.el.SessionValidUntil(); !ok || len(ids) != 1 || ids[0] == first {
+			return fmt.Errorf("session %v, leases %v (the revoked one: %x)", ok, ids, first)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-kept; err != nil {
+		t.Fatalf("KeepSession after its context ended: %v, want nil", err)
 	}
 }
