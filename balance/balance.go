@@ -57,6 +57,15 @@ type Config struct {
 	// a Cooldown and never storms.
 	MaxMoves   int
 	MoveWindow time.Duration
+	// Settle is how long a starting worker looks at the fleet's member records before it stands for a
+	// queue nobody stands for, so that workers starting together spread such queues by rank instead of
+	// all racing for all of them (see vacant.go). Default 500ms; 0 is the default, so at least 1ns.
+	Settle time.Duration
+	// VacantWait is how long the second-ranked worker for a queue nobody stands for waits before it
+	// stands all the same (the first-ranked one may be gone, slow, or not serve the queue); every
+	// other worker waits twice as long. It bounds how long a queue stays without a candidate.
+	// Default 1s.
+	VacantWait time.Duration
 	// Logger receives rebalancing decisions. Default: no-op.
 	Logger *zap.Logger
 	// MeterProvider receives the owner-change counter and the leading gauge. Default: no-op.
@@ -78,6 +87,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MoveWindow == 0 {
 		c.MoveWindow = time.Second
+	}
+	if c.Settle == 0 {
+		c.Settle = 500 * time.Millisecond
+	}
+	if c.VacantWait == 0 {
+		c.VacantWait = time.Second
 	}
 	if c.ShedInterval == 0 {
 		c.ShedInterval = min(20*time.Millisecond, c.MoveWindow/time.Duration(max(c.MaxMoves, 1)))
@@ -127,6 +142,10 @@ func (c Config) Validate() error {
 		return bad("MaxMoves", "must be at least 1, got %d", c.MaxMoves)
 	case c.MoveWindow <= 0:
 		return bad("MoveWindow", "must be positive, got %v", c.MoveWindow)
+	case c.Settle < 0:
+		return bad("Settle", "must not be negative, got %v", c.Settle)
+	case c.VacantWait < 0:
+		return bad("VacantWait", "must not be negative, got %v", c.VacantWait)
 	}
 	if err := names.Check(c.Version); c.Version != "" && err != nil {
 		return bad("Version", "%s %v", names.Quote(c.Version), err)
@@ -149,10 +168,12 @@ type Runner struct {
 	heldSince  map[string]time.Time
 	busy       map[string]int // queues whose takeover is under way: never handed off meanwhile
 	lastShed   time.Time
+	shedding   int                    // sheds under way (keeping)
 	moves      []time.Time            // sheds within the last MoveWindow
 	lastLeader map[string]string      // who led each queue last, as seen here
 	named      map[string][]time.Time // successors this worker named a moment ago
 	standing   standing               // as last announced to every queue by restand
+	started    time.Time              // when Run's campaigns began (vacant.go: Settle counts from here)
 }
 
 // standing is what every queue's decision reads of this worker's leadership count and the worker
@@ -177,6 +198,7 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
 		view: newView(el.Config().Prefix+"/"+cfg.Project+"/", cfg.ServerID, cfg.Queues)}
 	r.view.onWorkers = r.restand
+	r.view.goneFor = 2 * el.Config().TTL // a gone worker's member record, on a lease of that TTL, is gone by then
 	r.roster = newRoster(rosterPrefix(el.Config().Prefix, cfg.Project), cfg.ServerID, cfg.Version, el.Config().TTL, r.log, r.view.poke, r.view.wake)
 	var err error
 	if r.metrics, err = newBalanceMetrics(cfg.MeterProvider, r); err != nil {
@@ -254,7 +276,6 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 	defer func() { vcancel(); vwg.Wait() }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
 	if !r.cfg.Disabled {
 		ready, members := make(chan struct{}), make(chan struct{})
 		vwg.Go(func() { r.view.run(vctx, r.client, r.el.Config().RetryMax, ready) })
@@ -277,24 +298,24 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 		}
 		wcancel()
 	}
-	errs := make(chan error, len(r.cfg.Queues))
-	for _, q := range r.cfg.Queues {
-		wg.Go(func() { errs <- r.queue(ctx, q, cbs[q]) })
+	if !r.cfg.Disabled {
+		// A worker that stands for no queue (most wait) keeps a session all the same: it is ready to
+		// take a queue over, and its readiness says so.
+		var kwg sync.WaitGroup
+		defer func() { cancel(); kwg.Wait() }()
+		kwg.Go(func() { _ = r.el.KeepSession(ctx) })
 	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		if err != nil {
-			all = append(all, err)
-		}
+	r.mu.Lock()
+	r.started = time.Now()
+	r.mu.Unlock()
+	for q, cb := range cbs {
+		cbs[q] = r.wrap(q, cb)
 	}
-	return errors.Join(all...)
+	return r.dispatch(ctx, cbs)
 }
 
-// queue runs one queue: wait until this worker may stand, campaign while it may, and step back
-// (withdraw a candidacy, or hand a term over) when the balance says so.
-func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks) error {
+// wrap adds the Runner's bookkeeping to a queue's callbacks: what it holds, and who it won from.
+func (r *Runner) wrap(queue string, cb election.Callbacks) election.Callbacks {
 	wrapped := cb
 	wrapped.OnElected = func(tctx context.Context, term *election.Term) error {
 		r.setHeld(queue, true)
@@ -309,45 +330,22 @@ func (r *Runner) queue(ctx context.Context, queue string, cb election.Callbacks)
 			cb.OnStepDown(term, cause)
 		}
 	}
-	for ctx.Err() == nil {
-		if !r.cfg.Disabled && !r.waitMayStand(ctx, queue) {
-			return nil
-		}
-		// A held term outlives ctx by its hand-off: watchStanding names the successor, then stops.
-		base := context.WithoutCancel(ctx)
-		if r.cfg.Disabled {
-			base = ctx // no hand-off: a stop resigns as a plain election does
-		}
-		qctx, stop := context.WithCancel(base)
-		done := make(chan error, 1)
-		go func() { done <- r.el.Run(qctx, r.cfg.Project, queue, r.cfg.ServerID, wrapped) }()
-		shed, err := r.watchStanding(ctx, queue, stop, done)
-		stop()
-		if err != nil {
-			return err
-		}
-		if shed {
-			// Stay out of this queue's line for a moment, so that the handover goes to the waiting
-			// candidate and not back to us.
-			clock.Sleep(ctx, clock.Real(), 2*r.cfg.ShedInterval)
-		}
-	}
-	return nil
+	return wrapped
 }
 
-// waitMayStand blocks until this worker should be a candidate for queue; false when ctx ended.
-func (r *Runner) waitMayStand(ctx context.Context, queue string) bool {
-	for {
-		changed := r.view.changedFor(queue)
-		if r.mayStand(queue) {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
+// stand campaigns for queue until the worker should step back (withdraw a candidacy, or hand a term
+// over), or ctx ends; shed reports a term handed over to balance leadership.
+func (r *Runner) stand(ctx context.Context, queue string, cb election.Callbacks) (shed bool, err error) {
+	// A held term outlives ctx by its hand-off: watchStanding names the successor, then stops.
+	base := context.WithoutCancel(ctx)
+	if r.cfg.Disabled {
+		base = ctx // no hand-off: a stop resigns as a plain election does
 	}
+	qctx, stop := context.WithCancel(base)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- r.el.Run(qctx, r.cfg.Project, queue, r.cfg.ServerID, cb) }()
+	return r.watchStanding(ctx, queue, stop, done)
 }
 
 // watchStanding lets el.Run campaign for queue until it returns, and stops it when the worker should
@@ -358,6 +356,16 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 		return false, <-done
 	}
 	handOver := func(reason string) error {
+		if reason == ReasonShed {
+			r.mu.Lock()
+			r.shedding++
+			r.mu.Unlock()
+			defer func() {
+				r.mu.Lock()
+				r.shedding--
+				r.mu.Unlock()
+			}()
+		}
 		r.handOff(ctx, queue, reason)
 		stop()
 		err := <-done
@@ -449,30 +457,44 @@ func (r *Runner) isHeld(queue string) bool {
 	return r.held[queue]
 }
 
-// mayStand: nobody stands for the queue (it must not stay without a leader), or a key of this
-// worker's stands first although the worker does not campaign for the queue (left by a campaign that
-// failed in flight, or by an earlier process with the same server ID: standing again replaces it, so
-// the queue is never blocked behind it). Otherwise: while the leader names a successor, only the
-// successor; a draining worker, never; during a rollout, only a worker newer than the leader (forward
-// only, no rebalancing); else below the fair share.
+// mayStand: a key of this worker's stands first although the worker does not campaign for the queue
+// (left by a campaign that failed in flight, or by an earlier process with the same server ID:
+// standing again replaces it, so the queue is never blocked behind it); nobody stands for the queue,
+// and this worker's turn for it has come (vacant.go: it must not stay without a leader). Otherwise:
+// while the leader names a successor, only the successor; a draining worker, never; during a rollout,
+// only a worker newer than the leader (forward only, no rebalancing); else below the fair share, and
+// only behind a leader that may shed (it leads more than ShedAbove × fair share): standing in line
+// behind any other leader would gain this worker nothing, and at start-up every worker would stand
+// for every queue.
 func (r *Runner) mayStand(queue string) bool {
+	ok, _ := r.mayStandIn(queue)
+	return ok
+}
+
+// mayStandIn is mayStand, and for a vacant queue whose turn has not come, how long until it does.
+func (r *Runner) mayStandIn(queue string) (bool, time.Duration) {
 	l := r.view.leader(queue)
-	if l == "" || l == r.cfg.ServerID {
-		return true
+	if l == r.cfg.ServerID {
+		return true, 0
+	}
+	if l == "" {
+		wait := r.vacantWait(queue)
+		return wait <= 0, wait
 	}
 	r.mu.Lock()
 	r.lastLeader[queue] = l
 	r.mu.Unlock()
 	if h, ok := r.roster.hintFor(queue, 2*r.cfg.Grace); ok && h.To != "" && h.From == l {
-		return h.To == r.cfg.ServerID
+		return h.To == r.cfg.ServerID, 0
 	}
 	if r.roster.draining() {
-		return false
+		return false, 0
 	}
 	if r.inRollout() {
-		return r.rolloutStand(l)
+		return r.rolloutStand(l), 0
 	}
-	return r.Leading() < r.FairShare()
+	fair := r.FairShare()
+	return r.Leading() < fair && float64(r.view.leads(l)) > float64(fair)*r.cfg.ShedAbove, 0
 }
 
 // shouldWithdraw: a candidate in line that may not stand steps out, but only behind another worker's
@@ -484,13 +506,23 @@ func (r *Runner) shouldWithdraw(queue string) bool {
 
 func (r *Runner) overShare() bool {
 	limit := int(math.Ceil(float64(r.FairShare()) * r.cfg.ShedAbove))
-	return r.Leading() > limit
+	return r.keeping() > limit
 }
 
 // aboveShedAbove reports whether this worker leads more than ShedAbove × its fair share itself, before
 // the rounding up that overShare's limit takes (which lets 2 queues on 2 workers stay 2 and 0).
 func (r *Runner) aboveShedAbove() bool {
-	return float64(r.Leading()) > float64(r.FairShare())*r.cfg.ShedAbove
+	return float64(r.keeping()) > float64(r.FairShare())*r.cfg.ShedAbove
+}
+
+// keeping returns how many queues this worker leads, less those it is shedding: a hand-off takes
+// Grace-scale time (the successor steps into line, and its watch must be in sync), and the decision
+// for the next queue must not count the one already on its way, or 2 queues on 2 workers would both
+// go, and come back.
+func (r *Runner) keeping() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.held) - r.shedding
 }
 
 // shouldShed returns why the held queue should be handed over now, or "" and how long until it may
@@ -517,13 +549,13 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 			return "", 0
 		}
 		reason = ReasonDrain
-	case r.Leading() <= r.FairShare(), r.inRollout(), r.unknownCandidate():
+	case r.keeping() <= r.FairShare(), r.inRollout(), r.unknownCandidate():
 		return "", 0
 	case time.Since(since) < r.cfg.Cooldown:
 		return "", r.cfg.Cooldown - time.Since(since)
 	case !r.view.othersStand(queue, r.cfg.ServerID):
 		return "", 0
-	case r.overShare(), r.aboveShedAbove() && r.lighterInLine(queue, r.Leading()-2):
+	case r.overShare(), r.aboveShedAbove() && r.lighterInLine(queue, r.keeping()-2):
 		reason = ReasonShed
 	default:
 		// Another queue's change may make a lighter worker visible here: look again now and then.
@@ -602,11 +634,16 @@ type view struct {
 	queues map[string]bool
 	// onWorkers is called when the set of workers changed (after a watch event, not the first read).
 	onWorkers func()
+	// wakes hears every wake of a queue, for the queues that wait without a goroutine (idle.go).
+	wakes *wakeups
 
 	mu         sync.Mutex
 	cands      map[string]map[string]cand // queue -> candidate key -> who, since when
 	deleted    map[string]time.Time       // queue -> when this worker's watch last saw a key of it go
 	ids        map[string]int             // server ID -> candidate keys
+	gone       map[string]time.Time       // server IDs that stood and stand no more, since when (vacant.go)
+	goneFor    time.Duration              // how long a gone ID is remembered (0: for ever)
+	loadedAt   time.Time                  // when the view was last read whole
 	led        map[string]int             // server ID -> queues it leads (its key is the oldest)
 	idsChanged bool                       // a server ID appeared or disappeared since the last announcement
 	ch         chan struct{}              // closed and replaced on every announced change, of any queue
@@ -629,8 +666,8 @@ type cand struct {
 
 func newView(prefix, self string, queues []string) *view {
 	v := &view{prefix: prefix, self: self, queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
-		ids: map[string]int{}, led: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1),
-		newLeaders: map[string]bool{}, leadersDue: make(chan struct{}, 1)}
+		ids: map[string]int{}, gone: map[string]time.Time{}, led: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1),
+		newLeaders: map[string]bool{}, leadersDue: make(chan struct{}, 1), wakes: newWakeups()}
 	for _, q := range queues {
 		v.queues[q] = true
 	}
@@ -687,6 +724,7 @@ func (v *view) wakeLocked(queue string) {
 		close(c)
 		delete(v.qch, queue)
 	}
+	v.wakes.mark(queue)
 }
 
 func (v *view) notify(ctx context.Context) {
@@ -704,6 +742,7 @@ func (v *view) notify(ctx context.Context) {
 				close(c)
 			}
 			v.qch, v.all = map[string]chan struct{}{}, false
+			v.wakes.markAll()
 		}
 		v.mu.Unlock()
 		if !clock.Sleep(ctx, clock.Real(), notifyEvery) {
@@ -712,11 +751,22 @@ func (v *view) notify(ctx context.Context) {
 	}
 }
 
-// workers counts the distinct server IDs standing for this worker's queues.
+// workers counts the distinct server IDs standing for this worker's queues, and this worker, which
+// is live whether it stands anywhere or not.
 func (v *view) workers() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return len(v.ids)
+	if v.ids[v.self] > 0 {
+		return len(v.ids)
+	}
+	return len(v.ids) + 1
+}
+
+// leads returns how many of this worker's queues id leads.
+func (v *view) leads(id string) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.led[id]
 }
 
 // watchingSince returns since when id's campaign for queue has watched the key it now waits on, as far
@@ -796,6 +846,7 @@ func (v *view) record(queue, key, value string, rev int64, deleted bool) {
 	if had {
 		if v.ids[prior.id]--; v.ids[prior.id] <= 0 {
 			delete(v.ids, prior.id)
+			v.markGoneLocked(prior.id)
 			v.idsChanged = true
 		}
 		delete(c, key)
@@ -816,6 +867,7 @@ func (v *view) record(queue, key, value string, rev int64, deleted bool) {
 	}
 	c[key] = nc
 	if v.ids[value]++; v.ids[value] == 1 {
+		delete(v.gone, value)
 		v.idsChanged = true
 	}
 }
@@ -824,7 +876,9 @@ func (v *view) record(queue, key, value string, rev int64, deleted bool) {
 // queue.
 func (v *view) load(kvs []*mvccpb.KeyValue) {
 	v.mu.Lock()
+	before := v.ids
 	v.cands, v.ids, v.led, v.deleted = map[string]map[string]cand{}, map[string]int{}, map[string]int{}, map[string]time.Time{}
+	v.loadedAt = time.Now()
 	for _, kv := range kvs {
 		v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
 	}
@@ -836,6 +890,11 @@ func (v *view) load(kvs []*mvccpb.KeyValue) {
 	}
 	for q := range v.queues {
 		v.leaderMayHaveChangedLocked(q) // a queue nobody stands for any more is applied nothing
+	}
+	for id := range before {
+		if v.ids[id] == 0 {
+			v.markGoneLocked(id)
+		}
 	}
 	v.idsChanged = false // the poke below announces the read to every queue
 	v.mu.Unlock()

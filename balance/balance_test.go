@@ -53,7 +53,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// The view counts workers by server ID across keys and tells whether others stand for a queue.
+// The view counts workers by server ID across keys, itself included although it stands nowhere, and
+// tells whether others stand for a queue.
 func TestView(t *testing.T) {
 	v := newView("/e/p/", "self", []string{"a", "b"})
 	v.apply("/e/p/a/1", "w1", 5, false)
@@ -61,7 +62,7 @@ func TestView(t *testing.T) {
 	v.apply("/e/p/b/1", "w1", 4, false)
 	v.apply("/e/p/c/9", "w9", 1, false)     // not one of our queues
 	v.apply("/e/other/a/3", "w3", 1, false) // another project
-	if v.workers() != 2 || !v.othersStand("a", "w1") || v.othersStand("b", "w1") {
+	if v.workers() != 3 || !v.othersStand("a", "w1") || v.othersStand("b", "w1") {
 		t.Fatalf("workers %d, others on a %v, on b %v", v.workers(), v.othersStand("a", "w1"), v.othersStand("b", "w1"))
 	}
 	if v.leader("a") != "w2" || v.leader("b") != "w1" || v.leader("c") != "" {
@@ -71,7 +72,7 @@ func TestView(t *testing.T) {
 		t.Fatalf("leader counts %v", got)
 	}
 	v.apply("/e/p/a/2", "", 0, true)
-	if v.workers() != 1 || v.othersStand("a", "w1") || v.leader("a") != "w1" {
+	if v.workers() != 2 || v.othersStand("a", "w1") || v.leader("a") != "w1" {
 		t.Fatalf("after delete: workers %d, others on a %v", v.workers(), v.othersStand("a", "w1"))
 	}
 	if got := v.leaderCounts(); !maps.Equal(got, map[string]int{"w1": 2}) {

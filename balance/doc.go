@@ -9,17 +9,27 @@
 // The mechanism, from one watch on the project's election keys:
 //
 //   - Fair share is ceil(queues / workers), where workers counts the distinct server IDs among the
-//     candidates of this worker's queues (every live worker is a candidate somewhere).
+//     candidates of this worker's queues, and this worker.
+//   - Vacant queues by rank: for a queue nobody stands for, the live workers are ordered by
+//     rendezvous hashing of (queue, server ID); the first stands at once, the others only after
+//     VacantWait (vacant.go). A fleet that starts together (each worker waits Settle first, to see
+//     the others' member records), or the queues of a worker that died, spread evenly with about
+//     one candidacy per queue, instead of every worker standing for every queue.
 //   - Deferral: a worker that leads its fair share or more does not stand in line for other queues,
 //     and withdraws its candidacy where it stands in line, so queues go to workers below their share.
+//     Below its share a worker stands in line only behind a leader that may shed (one that leads
+//     more than ShedAbove × fair share): elsewhere its candidacy would win it nothing.
 //   - Shedding: a worker that leads more than ShedAbove × fair share resigns terms, one every
 //     ShedInterval, but only of queues where another worker stands as candidate: each resignation is a
 //     graceful handover to it.
-//   - Always an owner: a queue with no other candidate is always campaigned for, whatever the share,
-//     and is never shed or withdrawn from. The gap between fair share (deferral) and ShedAbove × fair
+//   - Always an owner: a queue with no other candidate is campaigned for, whatever the share (by
+//     every worker at the latest VacantWait after it fell vacant), and is never shed or withdrawn
+//     from. The gap between fair share (deferral) and ShedAbove × fair
 //     share (shedding) keeps a queue from being passed back and forth.
 //   - Leaders: each queue's Callbacks.OnNewLeader is called from the same watch, so that a worker
 //     does not also observe every queue on a watch of its own (election.Run would).
+//   - Idle queues cost no goroutine: a queue this worker does not stand for waits in one dispatching
+//     goroutine, which starts the queue's campaign once the worker may stand (idle.go).
 //
 // A worker alone leads everything; as others join, the leaders above ShedAbove × fair share hand queues
 // over until none is. With the default ShedAbove 1.25, no worker leads more than 1.25 × its fair share

@@ -71,7 +71,7 @@ func TestSmallFleetRule(t *testing.T) {
 			for i := range tc.queues {
 				queues = append(queues, fmt.Sprintf("q%03d", i))
 			}
-			v := newView("/e/p/", "self", queues)
+			v := newView("/e/p/", "w0", queues)
 			r := &Runner{cfg: Config{Project: "p", ServerID: "w0", Queues: queues}.withDefaults(), view: v,
 				held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
 				lastLeader: map[string]string{}, named: map[string][]time.Time{}}

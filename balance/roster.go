@@ -106,19 +106,6 @@ func (r *roster) member(id string) (member, bool) {
 	return m, ok
 }
 
-// newerThan returns the members of a newer version than v that do not drain.
-func (r *roster) newerThan(v string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var ids []string
-	for id, m := range r.members {
-		if !m.Draining && olderThan(v, m.Version) {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // rollout reports whether members of two or more versions are live, and the newest version.
 func (r *roster) rollout() (bool, string) {
 	r.mu.Lock()

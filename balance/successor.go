@@ -93,10 +93,9 @@ func (r *Runner) won(ctx context.Context, queue string) {
 }
 
 // successor picks who should lead queue after this worker: among the workers standing for this
-// worker's queues, not draining, never of an older version than this one when another is available
+// worker's queues and the live member records, not draining, never of an older version than this one when another is available
 // (forward only), the newest version first, then the fewest queues led (counting the queues this
-// worker named it for a moment ago), then the oldest worker. "" when there is nobody. Workers of a
-// newer version are candidates before they stand anywhere.
+// worker named it for a moment ago), then the oldest worker. "" when there is nobody.
 func (r *Runner) successor(queue string) string {
 	type choice struct {
 		id      string
@@ -124,14 +123,15 @@ func (r *Runner) successor(queue string) string {
 	}
 	r.mu.Unlock()
 	ids := r.view.candidateIDs()
-	// A worker of a newer version that has not stepped into line yet (it has only just started) is a
-	// forward successor all the same: named, it stands. (Should it not campaign for this queue at
-	// all, the hand-off waits Grace and the queue goes to the first in line.)
-	for _, id := range r.roster.newerThan(r.cfg.Version) {
-		if !slices.Contains(ids, id) {
+	// A worker that stands nowhere (it has only just started, or leads its share with nobody to take
+	// over from) is a successor all the same: named, it stands. (Should it not campaign for this queue
+	// at all, the hand-off waits Grace and the queue goes to the first in line.) Not one whose keys
+	// all went: it is cut off, or gone before its member record.
+	r.roster.eachMember(func(id string, _ member) {
+		if !slices.Contains(ids, id) && !r.view.isGone(id) {
 			ids = append(ids, id)
 		}
-	}
+	})
 	var cs []choice
 	for _, id := range ids {
 		if id == r.cfg.ServerID {

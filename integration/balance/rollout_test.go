@@ -200,6 +200,20 @@ func TestSmallFleetSpreads(t *testing.T) {
 	b := f.startWith("b", fast)
 	counts := f.settle([]*worker{a, b}, 1, time.Minute)
 	t.Logf("counts %v", counts)
+	// One queue moved, once: a worker that sheds does not count the queue on its way as still its own
+	// (it would hand both over, and get both back).
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	moves := 0
+	for q, owners := range f.owners {
+		if len(owners) > 2 || len(owners) == 2 && owners[0] == owners[1] {
+			t.Errorf("queue %s: owners %v, want a, then at most one move", q, owners)
+		}
+		moves += len(owners) - 1
+	}
+	if moves != 1 {
+		t.Errorf("%d moves, want 1 (owners %v)", moves, f.owners)
+	}
 }
 
 // A worker marked draining hands every queue over and stops standing; the queues are never led twice

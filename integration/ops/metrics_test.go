@@ -227,7 +227,7 @@ func TestMetricNamesExist(t *testing.T) {
 	// A heartbeat prefix of this test's own: the malformed entry below must not reach other
 	// reconcilers sharing the Redis (a compose stack, when BATON_REDIS_ADDR points at one).
 	hbPrefix := "opstest:" + project + ":heartbeat:"
-	queues := []string{"orders", "refunds", "restored"}
+	queues := []string{"orders", "refunds", "restored", "spare"}
 	env := []string{
 		"BATON_PROJECT=" + project, "BATON_QUEUES=" + strings.Join(queues, ","),
 		"BATON_ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints(), ","),
@@ -253,17 +253,19 @@ func TestMetricNamesExist(t *testing.T) {
 			}
 		}
 	})
-	// Another worker leads orders and restored when the demo worker starts, and goes without naming a
-	// successor: the demo worker wins orders from it (balance owner changes). Restored has a leader from
-	// before its run below is started until the demo worker takes it over: the reconciler's sweep ends
-	// an open run whose queue has no leader, and would end that run before the takeover sees it.
+	// Another worker leads orders, restored and spare when the demo worker starts, and goes without
+	// naming a successor: the demo worker wins orders from it (balance owner changes). Restored has a
+	// leader from before its run below is started until the demo worker takes it over: the reconciler's
+	// sweep ends an open run whose queue has no leader, and would end that run before the takeover sees
+	// it. Three of four queues on two workers is more than ShedAbove × the fair share (2), so the demo
+	// worker stands in line behind each (it stands behind no leader that could not shed).
 	prevEl, err := election.New(ec, election.Config{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = prevEl.Close(context.WithoutCancel(t.Context())) })
 	var prevTerms []*election.Term
-	for _, q := range []string{"orders", "restored"} {
+	for _, q := range []string{"orders", "restored", "spare"} {
 		term, err := prevEl.Campaign(t.Context(), project, q, "ops-previous")
 		if err != nil {
 			t.Fatal(err)
