@@ -62,7 +62,7 @@ func run() error {
 	flag.BoolVar(&o.scale10k, "scale-10k", false, "run the 10,000-queue scale rows alone (10000x5,10000x10; about 10 minutes on 2 cores) instead of -scale-rows, with memory per worker process at 10000x10")
 	flag.DurationVar(&o.scaleTTL, "scale-ttl", 0, "lease TTL of the scale figures; 0 is election's default")
 	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest, and how long the scale section's leadership counts must not change to count as settled")
-	flag.StringVar(&o.scaleProfile, "scale-profile", "", "directory for CPU, mutex and block profiles of the scale section's Baton start-up")
+	flag.StringVar(&o.scaleProfile, "scale-profile", "", "directory for CPU, mutex and block profiles of the scale section's Baton start-up, and heap and goroutine profiles of each worker process at rest")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()

@@ -259,15 +259,37 @@ func startProfiles(dir string) (func(), error) {
 	return func() {
 		pprof.StopCPUProfile()
 		cpu.Close()
-		for _, name := range []string{"mutex", "block", "goroutine"} {
-			if f, err := os.Create(filepath.Join(dir, name+".pprof")); err == nil {
-				_ = pprof.Lookup(name).WriteTo(f, 0)
-				f.Close()
-			}
-		}
+		_ = writeProfiles(dir, "", "mutex", "block", "goroutine")
 		runtime.SetMutexProfileFraction(0)
 		runtime.SetBlockProfileRate(0)
 	}, nil
+}
+
+// writeProfiles writes the named runtime profiles into dir as <prefix>-<name>.pprof (<name>.pprof
+// without a prefix), after a garbage collection so that a heap profile shows what is live.
+func writeProfiles(dir, prefix string, names ...string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	runtime.GC()
+	for _, name := range names {
+		file := name + ".pprof"
+		if prefix != "" {
+			file = prefix + "-" + file
+		}
+		f, err := os.Create(filepath.Join(dir, file))
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup(name).WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // etcdMessages sums the gRPC messages the in-process etcd servers received (their own metrics).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ func scaleWorker(args []string) error {
 	queues := fs.Int("queues", 0, "queues q00000..")
 	ttl := fs.Duration("ttl", 0, "lease TTL; 0 is election's default")
 	bare := fs.Bool("bare", false, "bare concurrency.Election instead of Baton")
+	profile := fs.String("profile", "", "directory for the worker's heap and goroutine profiles, written at rest (as it is told to stop)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,6 +66,11 @@ func scaleWorker(args []string) error {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	if *profile != "" {
+		if err := writeProfiles(*profile, *id, "heap", "goroutine"); err != nil {
+			return err
+		}
+	}
 	f.stopAll(ctx)
 	for q, ts := range f.terms {
 		for _, t := range ts {
@@ -84,13 +91,13 @@ type procWorker struct {
 	terms map[string][][2]time.Time // on the wall clock the processes share
 }
 
-func startProcWorker(ctx context.Context, id, endpoint, project string, queues int, ttl time.Duration, bare bool) (*procWorker, error) {
+func startProcWorker(ctx context.Context, id, endpoint, project string, queues int, ttl time.Duration, bare bool, profile string) (*procWorker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe, scaleWorkerMode, "-id", id, "-project", project,
-		"-queues", strconv.Itoa(queues), "-ttl", ttl.String(), "-bare="+strconv.FormatBool(bare))
+		"-queues", strconv.Itoa(queues), "-ttl", ttl.String(), "-bare="+strconv.FormatBool(bare), "-profile", profile)
 	cmd.Env = append(os.Environ(), etcdtest.EnvEndpoints+"="+endpoint)
 	cmd.Stderr = os.Stderr
 	cmd.WaitDelay = 15 * time.Second
@@ -208,9 +215,13 @@ func runProcFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row
 		}
 		return counts, n, nil
 	}
+	profile := ""
+	if o.scaleProfile != "" {
+		profile = filepath.Join(o.scaleProfile, row.String()+"-processes", kind)
+	}
 	start := time.Now()
 	for i := range row.workers {
-		w, err := startProcWorker(ctx, fmt.Sprintf("p%d", i), cluster.Endpoints()[0], project, row.queues, o.scaleTTL, bare)
+		w, err := startProcWorker(ctx, fmt.Sprintf("p%d", i), cluster.Endpoints()[0], project, row.queues, o.scaleTTL, bare, profile)
 		if err != nil {
 			return r, err
 		}
