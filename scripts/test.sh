@@ -62,13 +62,12 @@ if [[ ${1:-} == --emit ]]; then
 			timings+=("$(timing "  server" "$built" $((SECONDS - start)))")
 			compiled=0
 			if [[ -z ${INTEGRATION_PKGS:-} ]]; then
-				# go test gets only the packages that have tests. The others are compiled here, to catch
-				# a broken build: with -race, so that what they share with the tests (the etcd server,
-				# gRPC) is compiled once, for both; but not the server command, whose library is the whole
-				# Temporal server (minutes on a cold cache, with -race): the build above checked it.
+				# go test ./... would race-compile the packages without tests too: the server command, its
+				# library and the demo, that is the whole Temporal server, minutes on a cold cache, for
+				# nothing. They are compiled here instead, without -race, on the cache the server binary
+				# has just filled; go test gets only the packages that have tests.
+				(cd integration && "$GO" build ./...) || compiled=1
 				mapfile -t integration_pkgs < <(cd integration && "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
-				mapfile -t untested < <(cd integration && "$GO" list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./... | grep -v '/cmd/temporal-dev$')
-				(cd integration && "$GO" build -race "${untested[@]}") || compiled=1
 			fi
 			if ((fuzz_beside)); then
 				fuzz_json=$(mktemp)
