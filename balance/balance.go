@@ -59,7 +59,8 @@ type Config struct {
 	MoveWindow time.Duration
 	// Settle is how long a starting worker looks at the fleet's member records before it stands for a
 	// queue nobody stands for, so that workers starting together spread such queues by rank instead of
-	// all racing for all of them (see vacant.go). Default 500ms; 0 is the default, so at least 1ns.
+	// all racing for all of them (see vacant.go). Default 500ms (zero means the default: 1ns stands at
+	// once).
 	Settle time.Duration
 	// VacantWait is how long the second-ranked worker for a queue nobody stands for waits before it
 	// stands all the same (the first-ranked one may be gone, slow, or not serve the queue); every
