@@ -635,8 +635,6 @@ type view struct {
 	queues map[string]bool
 	// onWorkers is called when the set of workers changed (after a watch event, not the first read).
 	onWorkers func()
-	// wakes hears every wake of a queue, for the queues that wait without a goroutine (idle.go).
-	wakes *wakeups
 
 	mu         sync.Mutex
 	cands      map[string]map[string]cand // queue -> candidate key -> who, since when
@@ -651,8 +649,43 @@ type view struct {
 	qch        map[string]chan struct{}   // per queue, closed on a change of that queue or for all
 	all        bool                       // the pending announcement is for every queue
 	dirty      chan struct{}              // a change waits to be announced
-	newLeaders map[string]bool            // queues whose leader may have changed since deliverLeaders last looked
-	leadersDue chan struct{}              // newLeaders is not empty
+	woken      marks                      // queues woken since dispatch last looked (idle.go)
+	newLeaders marks                      // queues whose leader may have changed since deliverLeaders last looked
+}
+
+// marks is a set of queues (or all of them) marked since its reader last took it, and a token that
+// says so; the view's mutex guards it.
+type marks struct {
+	queues map[string]bool
+	all    bool
+	due    chan struct{} // holds a token while something is marked
+}
+
+func newMarks() marks { return marks{queues: map[string]bool{}, due: make(chan struct{}, 1)} }
+
+func (m *marks) mark(queue string) {
+	m.queues[queue] = true
+	token(m.due)
+}
+
+func (m *marks) markAll() {
+	m.all = true
+	token(m.due)
+}
+
+// take returns the marked queues and whether all were marked, and forgets them.
+func (m *marks) take() (map[string]bool, bool) {
+	qs, all := m.queues, m.all
+	m.queues, m.all = map[string]bool{}, false
+	return qs, all
+}
+
+// token puts a token in ch unless one is there.
+func token(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 const notifyEvery = 5 * time.Millisecond
@@ -668,7 +701,7 @@ type cand struct {
 func newView(prefix, self string, queues []string) *view {
 	v := &view{prefix: prefix, self: self, queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
 		ids: map[string]int{}, gone: map[string]time.Time{}, led: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1),
-		newLeaders: map[string]bool{}, leadersDue: make(chan struct{}, 1), wakes: newWakeups()}
+		woken: newMarks(), newLeaders: newMarks()}
 	for _, q := range queues {
 		v.queues[q] = true
 	}
@@ -704,12 +737,7 @@ func (v *view) poke() {
 }
 
 // touch marks a change for the waiters of changed; notify announces it.
-func (v *view) touch() {
-	select {
-	case v.dirty <- struct{}{}:
-	default:
-	}
-}
+func (v *view) touch() { token(v.dirty) }
 
 // wake wakes the waiters of one queue: a change that moves only its decision (a hint, the end of its
 // takeover).
@@ -725,7 +753,7 @@ func (v *view) wakeLocked(queue string) {
 		close(c)
 		delete(v.qch, queue)
 	}
-	v.wakes.mark(queue)
+	v.woken.mark(queue)
 }
 
 func (v *view) notify(ctx context.Context) {
@@ -743,7 +771,7 @@ func (v *view) notify(ctx context.Context) {
 				close(c)
 			}
 			v.qch, v.all = map[string]chan struct{}{}, false
-			v.wakes.markAll()
+			v.woken.markAll()
 		}
 		v.mu.Unlock()
 		if !clock.Sleep(ctx, clock.Real(), notifyEvery) {
@@ -823,7 +851,7 @@ func (v *view) apply(key, value string, rev int64, deleted bool) {
 	v.record(queue, key, value, rev, deleted)
 	after := v.leaderLocked(queue)
 	if after != before {
-		v.leaderMayHaveChangedLocked(queue)
+		v.newLeaders.mark(queue)
 	}
 	if after.ID != before.ID {
 		if before.ID != "" {
@@ -889,9 +917,7 @@ func (v *view) load(kvs []*mvccpb.KeyValue) {
 			c[k] = cd
 		}
 	}
-	for q := range v.queues {
-		v.leaderMayHaveChangedLocked(q) // a queue nobody stands for any more is applied nothing
-	}
+	v.newLeaders.markAll() // a queue nobody stands for any more is applied nothing
 	for id := range before {
 		if v.ids[id] == 0 {
 			v.markGoneLocked(id)

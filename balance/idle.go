@@ -17,49 +17,11 @@ import (
 // (vacant.go) or when the pause after a shed ends, and starts the queue's goroutine (stand) only once
 // the worker may stand. When stand returns, the queue is idle again.
 
-// wakeups collects the queues the view woke since dispatch last looked: a set, so a burst of changes
-// of one queue is looked at once.
-type wakeups struct {
-	mu     sync.Mutex
-	queues map[string]bool
-	all    bool
-	ch     chan struct{} // holds a token while something waits to be looked at
-}
-
-func newWakeups() *wakeups {
-	return &wakeups{queues: map[string]bool{}, ch: make(chan struct{}, 1)}
-}
-
-// mark wakes one queue. It takes only its own lock, so the view may call it holding its own.
-func (w *wakeups) mark(queue string) {
-	w.mu.Lock()
-	w.queues[queue] = true
-	w.mu.Unlock()
-	w.signal()
-}
-
-// markAll wakes every queue.
-func (w *wakeups) markAll() {
-	w.mu.Lock()
-	w.all = true
-	w.mu.Unlock()
-	w.signal()
-}
-
-func (w *wakeups) signal() {
-	select {
-	case w.ch <- struct{}{}:
-	default:
-	}
-}
-
-// take returns the woken queues and whether every queue was woken, and forgets them.
-func (w *wakeups) take() (map[string]bool, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	qs, all := w.queues, w.all
-	w.queues, w.all = map[string]bool{}, false
-	return qs, all
+// takeWoken returns the queues woken since the last call, and whether every queue was.
+func (v *view) takeWoken() (map[string]bool, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.woken.take()
 }
 
 // dispatch runs every queue (cbs, already wrapped) until ctx ends and every stand has returned: idle
@@ -81,7 +43,7 @@ func (r *Runner) dispatch(ctx context.Context, cbs map[string]election.Callbacks
 			t.Reset(d)
 			return
 		}
-		timers[queue] = time.AfterFunc(d, func() { r.view.wakes.mark(queue) })
+		timers[queue] = time.AfterFunc(d, func() { r.view.wake(queue) })
 	}
 	running := 0
 	var errs []error
@@ -127,8 +89,8 @@ func (r *Runner) dispatch(ctx context.Context, cbs map[string]election.Callbacks
 	done := ctx.Done()
 	for running > 0 || (len(idle) > 0 && ctx.Err() == nil) {
 		select {
-		case <-r.view.wakes.ch:
-			qs, all := r.view.wakes.take()
+		case <-r.view.woken.due:
+			qs, all := r.view.takeWoken()
 			if ctx.Err() != nil {
 				continue
 			}

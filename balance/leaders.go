@@ -25,15 +25,6 @@ func (v *view) leaderLocked(queue string) election.Leader {
 	return best
 }
 
-// leaderMayHaveChangedLocked notes queue for deliverLeaders; the caller holds mu.
-func (v *view) leaderMayHaveChangedLocked(queue string) {
-	v.newLeaders[queue] = true
-	select {
-	case v.leadersDue <- struct{}{}:
-	default:
-	}
-}
-
 // deliverLeaders calls notify[queue] with every change of the queue's leader, starting with the
 // leader the first read found (zero when nobody stands), until ctx ends. One goroutine makes every
 // call, so a queue's calls come in order; changes that come faster than the calls are delivered as
@@ -42,18 +33,21 @@ func (v *view) deliverLeaders(ctx context.Context, notify map[string]func(electi
 	sent := make(map[string]election.Leader, len(notify))
 	for {
 		select {
-		case <-v.leadersDue:
+		case <-v.newLeaders.due:
 		case <-ctx.Done():
 			return
 		}
 		v.mu.Lock()
-		due := make(map[string]election.Leader, len(v.newLeaders))
-		for q := range v.newLeaders {
+		qs, all := v.newLeaders.take()
+		if all {
+			qs = v.queues
+		}
+		due := make(map[string]election.Leader, len(qs))
+		for q := range qs {
 			if notify[q] != nil {
 				due[q] = v.leaderLocked(q)
 			}
 		}
-		clear(v.newLeaders)
 		v.mu.Unlock()
 		for q, l := range due {
 			if last, ok := sent[q]; ok && last == l {
