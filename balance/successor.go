@@ -92,21 +92,17 @@ func (r *Runner) won(ctx context.Context, queue string) {
 		attribute.String("queue", queue), attribute.String("reason", reason)))
 }
 
-// successor picks who should lead queue after this worker: among the workers standing for this
-// worker's queues and the live member records, not draining, never of an older version than this one when another is available
-// (forward only), the newest version first, then the fewest queues led (counting the queues this
-// worker named it for a moment ago), then the oldest worker. "" when there is nobody.
-func (r *Runner) successor(queue string) string {
+// successor picks who should lead a queue after this worker: among the workers standing for this
+// worker's queues and the live member records, not draining, never of an older version than this one
+// when another is available (forward only), the newest version first, then the fewest queues led
+// (counting the queues this worker named it for a moment ago), then the oldest worker. "" when there
+// is nobody.
+func (r *Runner) successor() string {
 	type choice struct {
 		id      string
 		version string
 		led     int
 		since   int64
-		inLine  bool
-	}
-	inLine := map[string]bool{}
-	for _, id := range r.view.line(queue) {
-		inLine[id] = true
 	}
 	counts := r.counts()
 	now := time.Now()
@@ -141,7 +137,7 @@ func (r *Runner) successor(queue string) string {
 		if ok && m.Draining {
 			continue
 		}
-		cs = append(cs, choice{id: id, version: m.Version, led: counts[id] + named[id], since: m.Since, inLine: inLine[id]})
+		cs = append(cs, choice{id: id, version: m.Version, led: counts[id] + named[id], since: m.Since})
 	}
 	if len(cs) == 0 {
 		return ""
@@ -190,7 +186,7 @@ const watchSync = 100 * time.Millisecond
 func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
-	h := hint{From: r.cfg.ServerID, Reason: reason, To: r.successor(queue)}
+	h := hint{From: r.cfg.ServerID, Reason: reason, To: r.successor()}
 	if err := r.roster.putHint(ctx, r.client, queue, h); err != nil {
 		r.log.Info("no hand-off hint; the queue goes to the first in line", zap.String("queue", queue), zap.Error(err))
 		return
