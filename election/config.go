@@ -51,8 +51,11 @@ type Config struct {
 	// reads that verify a win or find a predecessor) one Elector has in flight at once; the rest wait
 	// their turn in the process. A process that campaigns for thousands of queues at start-up would
 	// otherwise put them all into etcd at once, and etcd answers a lease keepalive only after the
-	// requests in front of it: the session would be lost to the burst it caused. Default 64; at least
-	// 1. Resigns and deletes of candidate keys are not counted: they must not wait behind campaigns.
+	// requests in front of it: the session would be lost to the burst it caused. Below this bound the
+	// Elector adapts to etcd's answer time: an answer slower than half the time a keepalive has to
+	// come back in ((TTL - SafetyMargin - KeepAliveInterval)/2) halves the requests in flight, a fast
+	// one adds one back (window.go). Default 64; at least 1. Resigns and deletes of candidate
+	// keys are not counted: they must not wait behind campaigns.
 	MaxCampaignRequests int
 
 	// Logger receives structured events (session granted and lost, term started and ended). Default: no-op.

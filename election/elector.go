@@ -23,7 +23,7 @@ type Elector struct {
 	log    *zap.Logger
 
 	grant chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
-	slots chan struct{} // campaign requests in flight (Config.MaxCampaignRequests)
+	slots *window       // campaign requests in flight (Config.MaxCampaignRequests, adapted to etcd's answers)
 	wg    sync.WaitGroup
 
 	// life ends when Close is called (or the client is closed); it stops the revoke retries of
@@ -57,7 +57,7 @@ func New(client *clientv3.Client, cfg Config) (*Elector, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		grant:     make(chan struct{}, 1),
-		slots:     make(chan struct{}, cfg.MaxCampaignRequests),
+		slots:     newWindow(cfg),
 		campaigns: make(map[string]struct{}),
 		stops:     make(map[*int]context.CancelFunc),
 	}, nil
@@ -346,16 +346,16 @@ func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value stri
 // for a slot.
 var errNotSent = errors.New("request not sent")
 
-// inSlot runs one campaign request once fewer than Config.MaxCampaignRequests are in flight, or
-// returns ctx's error, marked errNotSent.
+// inSlot runs one campaign request once the Elector's window has room for it (at most
+// Config.MaxCampaignRequests, fewer while etcd answers slowly), or returns ctx's error, marked
+// errNotSent. The request's answer time adapts the window.
 func inSlot[R any](ctx context.Context, e *Elector, request func() (R, error)) (R, error) {
-	select {
-	case e.slots <- struct{}{}:
-	case <-ctx.Done():
+	if err := e.slots.acquire(ctx); err != nil {
 		var zero R
-		return zero, fmt.Errorf("%w (%w)", ctx.Err(), errNotSent)
+		return zero, fmt.Errorf("%w (%w)", err, errNotSent)
 	}
-	defer func() { <-e.slots }()
+	sent := e.cfg.Clock.Now()
+	defer func() { e.slots.release(e.cfg.Clock.Now().Sub(sent)) }()
 	return request()
 }
 
