@@ -18,7 +18,7 @@ import (
 	"github.com/baton-run/baton/integration/testkit"
 )
 
-func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // ttl is the workers' lease TTL. Workers here only stop gracefully (their terms are resigned and the
 // lease revoked), so no wait in these tests is TTL long. A 2 s TTL leaves 1.5 s for a keepalive round

@@ -4,11 +4,11 @@ import (
 	"testing"
 
 	"github.com/baton-run/baton/integration/benchregistry"
-	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
-func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // TestCommandsPerHeartbeatAreConstant runs the benchmark with 1,000 and 10,000 workers: each heartbeat
 // is one client command, and the same number of server commands, whatever the fleet size.

@@ -3,8 +3,8 @@ package election_test
 import (
 	"testing"
 
-	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Every test stops what it started: Electors, clients, proxies and embedded etcd members.
-func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

@@ -580,10 +580,6 @@ func Client(t testing.TB, c *Cluster, endpoints ...string) *clientv3.Client {
 	return cli
 }
 
-// VerifyTestMain is testkit.VerifyTestMain (goleak's, with the grace that a stopped member's peer
-// connections need).
-var VerifyTestMain = testkit.VerifyTestMain
-
 // Client connection tracking: gRPC transport credentials (insecure) that
 // remember every accepted connection, so that a member stop can cut them at
 // once (embed's Close would otherwise wait for open watch / lease streams up

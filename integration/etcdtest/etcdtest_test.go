@@ -16,7 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -86,9 +85,7 @@ type Server struct {
 	bin      string
 	dir      string
 	busPort  int // the cluster bus port of a cluster node
-
-	mu   sync.Mutex
-	proc *testkit.Child // nil while stopped
+	proc     testkit.Child
 }
 
 // Binary returns the path of redis-server, or ErrNoBinary.
@@ -182,15 +179,8 @@ func (s *Server) args() []string {
 func (s *Server) start() error {
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p, err := testkit.StartChild(cmd)
+	err := s.proc.Start(cmd, func(exited <-chan struct{}) error { return s.waitReady(DefaultTimeout, exited) })
 	if err != nil {
-		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
-	}
-	s.mu.Lock()
-	s.proc = p
-	s.mu.Unlock()
-	if err := s.waitReady(DefaultTimeout, p.Exited()); err != nil {
-		p.Stop(syscall.SIGKILL, DefaultTimeout)
 		log, _ := os.ReadFile(s.opts.LogFile)
 		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, testkit.Tail(string(log), 2000))
 	}
@@ -248,34 +238,18 @@ func (s *Server) signalStop(sig syscall.Signal) error {
 	if s.external {
 		return ErrExternal
 	}
-	s.mu.Lock()
-	p := s.proc
-	s.proc = nil
-	s.mu.Unlock()
-	if p != nil {
-		p.Stop(sig, 5*time.Second)
-	}
+	s.proc.Stop(sig, 5*time.Second)
 	return nil
 }
 
 // Restart starts the server again on the same port (stopping it first if it runs).
 func (s *Server) Restart() error {
-	if s.external {
-		return ErrExternal
-	}
 	if err := s.Stop(); err != nil {
 		return err
 	}
 	// The port was ours a moment ago; an outgoing connection may take it in between only rarely, so
 	// retry the bind for a while rather than move.
-	deadline := time.Now().Add(DefaultTimeout)
-	for {
-		err := s.start()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return testkit.Poll(context.Background(), DefaultTimeout, 100*time.Millisecond, s.start)
 }
 
 // Close stops the server and removes its working directory.

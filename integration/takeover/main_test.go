@@ -6,11 +6,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Every test stops what it started (goleak).
-func TestMain(m *testing.M) { temporalx.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 func etcdClient(t *testing.T, e *env) *clientv3.Client { return etcdtest.Client(t, e.etcd) }
 

@@ -32,18 +32,7 @@ func (s *Server) start(ctx context.Context) error {
 	if _, err := cmd.StdinPipe(); err != nil {
 		return fmt.Errorf("temporalx: %w", err)
 	}
-	c, err := testkit.StartChild(cmd)
-	if err != nil {
-		return fmt.Errorf("temporalx: start server %s: %w", s.bin, err)
-	}
-	s.mu.Lock()
-	s.child = c
-	s.mu.Unlock()
-	if err := s.waitReady(ctx, c.Exited()); err != nil {
-		s.stop(syscall.SIGKILL)
-		return err
-	}
-	return nil
+	return s.child.Start(cmd, func(exited <-chan struct{}) error { return s.waitReady(ctx, exited) })
 }
 
 // encodeDynamicConfig is opts.DynamicConfig as cmd/temporal-dev's -dynamic-config: YAML, in which
@@ -62,35 +51,21 @@ func encodeDynamicConfig(dc map[string]any) (string, error) {
 // fail with serviceerror.Unavailable ("connection refused") once the SDK's
 // retries give up, so bound calls with a context deadline. Stopping a
 // stopped server is a no-op. It returns ErrExternal for an external server.
-func (s *Server) Stop() error {
-	if s.external {
-		return ErrExternal
-	}
-	s.stop(syscall.SIGTERM)
-	return nil
-}
+func (s *Server) Stop() error { return s.stop(syscall.SIGTERM) }
 
 // Kill stops the server as a crash does (SIGKILL): what it had not
 // written to its database is lost. It returns ErrExternal for an external
 // server.
-func (s *Server) Kill() error {
-	if s.external {
-		return ErrExternal
-	}
-	s.stop(syscall.SIGKILL)
-	return nil
-}
+func (s *Server) Kill() error { return s.stop(syscall.SIGKILL) }
 
 // stop signals the child and waits for it to exit; a child that has not exited 25 s after SIGTERM
 // is killed.
-func (s *Server) stop(sig syscall.Signal) {
-	s.mu.Lock()
-	c := s.child
-	s.child = nil
-	s.mu.Unlock()
-	if c != nil {
-		c.Stop(sig, 25*time.Second)
+func (s *Server) stop(sig syscall.Signal) error {
+	if s.external {
+		return ErrExternal
 	}
+	s.child.Stop(sig, 25*time.Second)
+	return nil
 }
 
 // Restart starts a stopped (or killed) server again, on the same address
@@ -99,21 +74,10 @@ func (s *Server) stop(sig syscall.Signal) {
 // retrying while ctx lasts (a port taken in between by someone else may be
 // freed). It returns ErrExternal for an external server.
 func (s *Server) Restart(ctx context.Context) error {
-	if s.external {
-		return ErrExternal
+	if err := s.Stop(); err != nil {
+		return err
 	}
-	s.stop(syscall.SIGTERM)
-	for {
-		err := s.start(ctx)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return testkit.Poll(ctx, 0, 500*time.Millisecond, func() error { return s.start(ctx) })
 }
 
 // Close stops the server (if not yet stopped) and removes its database,
@@ -131,9 +95,8 @@ func (s *Server) Close() error {
 		return nil
 	}
 	if s.opts.Dir != "" {
-		s.stop(syscall.SIGTERM)
-		return nil
+		return s.Stop()
 	}
-	s.stop(syscall.SIGKILL) // nobody reads the data again
+	_ = s.Kill() // nobody reads the data again
 	return os.RemoveAll(s.dir)
 }

@@ -8,51 +8,33 @@ import (
 	"github.com/baton-run/baton/integration/testkit"
 )
 
-// VerifyTestMain is testkit.VerifyTestMain, for packages that use temporalx.
-var VerifyTestMain = testkit.VerifyTestMain
-
 // Main is TestMain for packages whose tests share one Temporal server: it starts the server into
-// *srv, runs the tests, stops the server, checks for leaks as VerifyTestMain does, and exits.
+// *srv, runs the tests, stops the server, checks for leaks as testkit.VerifyTestMain does, and exits.
 //
 // Without opts.LogFile, the server logs to a file that is kept (in testkit.EnvLogDir), and named,
 // when the package fails; so do the SDK clients of NewClient without opts.Logger.
 func Main(m *testing.M, opts Options, srv **Server) {
 	var log *testkit.LogFile
+	var err error
 	if opts.LogFile == "" && os.Getenv(EnvAddress) == "" {
-		var err error
-		if log, err = testkit.NewLogFile("temporal"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+		log, err = testkit.NewLogFile("temporal")
 		opts.logTo(log)
 	}
-	keepLog := func(code int) {
-		if log == nil {
-			return
-		}
-		if code != 0 {
-			fmt.Fprintf(os.Stderr, "temporal server log kept: %s\n", log.Path)
-		}
-		if err := log.Close(code != 0); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
+	if err == nil {
+		*srv, err = StartServer(opts)
 	}
-	s, err := StartServer(opts)
+	code := 1
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		keepLog(1)
-		os.Exit(1)
+	} else {
+		(*srv).log = log
+		code = m.Run()
+		_ = (*srv).Close()
+		code = testkit.CheckLeaks(code)
 	}
-	s.log = log
-	*srv = s
-	code := m.Run()
-	_ = s.Close()
-	if code == 0 {
-		if err := testkit.FindLeaks(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
+	stderrf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	if err := log.Done(code != 0, stderrf); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
-	keepLog(code)
 	os.Exit(code)
 }

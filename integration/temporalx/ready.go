@@ -19,24 +19,22 @@ import (
 // waitReady waits until the frontend answers and the namespace is usable, registering it on an
 // external server where it does not exist yet; exited (nil for an external server) ends the wait.
 func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
-	for {
-		err := s.tryNamespace(ctx)
-		if err == nil {
-			return nil
-		}
+	err := testkit.Poll(ctx, 0, 100*time.Millisecond, func() error {
 		select {
 		case <-exited:
-			tail := ""
-			if s.opts.LogFile != "" {
-				b, _ := os.ReadFile(s.opts.LogFile)
-				tail = fmt.Sprintf(" (log %s: %s)", s.opts.LogFile, testkit.Tail(string(b), 1500))
-			}
-			return fmt.Errorf("%w%s", errExited, tail)
-		case <-ctx.Done():
-			return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, err)
-		case <-time.After(100 * time.Millisecond):
+			return testkit.Final(errExited)
+		default:
+			return s.tryNamespace(ctx)
 		}
+	})
+	switch {
+	case errors.Is(err, errExited) && s.opts.LogFile != "":
+		b, _ := os.ReadFile(s.opts.LogFile)
+		return fmt.Errorf("%w (log %s: %s)", err, s.opts.LogFile, testkit.Tail(string(b), 1500))
+	case err != nil && !errors.Is(err, errExited):
+		return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, err)
 	}
+	return err
 }
 
 func (s *Server) tryNamespace(ctx context.Context) error {

@@ -90,8 +90,8 @@ type Server struct {
 	bin       string   // cmd/temporal-dev
 	args      []string // the same for every start: a restart is the same server
 
+	child  testkit.Child
 	mu     sync.Mutex
-	child  *testkit.Child // nil while stopped, and for an external server
 	closed bool
 
 	log      *testkit.LogFile // where the server logs, when Main chose the file

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envOrphanTest) != "" {
 		serveUntilKilled()
 	}
-	VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // skipExternal skips tests that need a server of their own.

@@ -1,45 +1,69 @@
 package testkit
 
 import (
+	"fmt"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// Child is a server process that a test, a benchmark or a tool started: in a process group of its
-// own, so that a Ctrl-C reaches its starter first, which stops it.
+// Child runs the process of a server that a test, a benchmark or a tool started, stopped and may
+// start again: in a process group of its own, so that a Ctrl-C reaches its starter first, which
+// stops it. The zero value runs nothing.
 type Child struct {
-	cmd    *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd // nil while nothing runs
 	exited chan struct{}
 }
 
-// StartChild starts cmd (its SysProcAttr, if any, gains Setpgid) and waits for it in the background.
-func StartChild(cmd *exec.Cmd) (*Child, error) {
+// Start starts cmd (its SysProcAttr, if any, gains Setpgid) and returns once ready, which is given a
+// channel closed when the process exits, returns; when ready fails, the process is killed.
+func (c *Child) Start(cmd *exec.Cmd, ready func(exited <-chan struct{}) error) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	c := &Child{cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(c.exited) }()
-	return c, nil
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	c.mu.Lock()
+	c.cmd, c.exited = cmd, exited
+	c.mu.Unlock()
+	if err := ready(exited); err != nil {
+		c.Stop(syscall.SIGKILL, time.Minute)
+		return err
+	}
+	return nil
 }
 
-// Pid is the process's ID.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
+// Pid is the running process's ID; 0 when none runs.
+func (c *Child) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
 
-// Exited is closed once the process has exited and been waited for.
-func (c *Child) Exited() <-chan struct{} { return c.exited }
-
-// Stop sends sig and waits for the process to exit; one still running after grace is killed.
+// Stop sends sig to the running process, if any, and waits for it to exit; one still running after
+// grace is killed.
 func (c *Child) Stop(sig syscall.Signal, grace time.Duration) {
-	_ = c.cmd.Process.Signal(sig)
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.cmd = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
 	select {
-	case <-c.exited:
+	case <-exited:
 	case <-time.After(grace):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
+		_ = cmd.Process.Kill()
+		<-exited
 	}
 }

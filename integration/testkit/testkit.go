@@ -19,9 +19,9 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Poll calls f every interval until it returns nil, and returns nil then; when timeout passes or
-// ctx ends first, it returns an error with f's last one, and an error of Final's at once. Code waits
-// on events this way, never on a guessed sleep.
+// Poll calls f every interval until it returns nil, and returns nil then; when timeout (if not 0)
+// passes or ctx ends first, it returns an error with f's last one, and an error of Final's at once.
+// Code waits on events this way, never on a guessed sleep.
 func Poll(ctx context.Context, timeout, interval time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -30,7 +30,7 @@ func Poll(ctx context.Context, timeout, interval time.Duration, f func() error) 
 		if err == nil || errors.As(err, &fin) {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if timeout != 0 && time.Now().After(deadline) {
 			return fmt.Errorf("not within %v: %w", timeout, err)
 		}
 		select {
@@ -75,15 +75,18 @@ func FindLeaks(opts ...goleak.Option) error {
 
 // VerifyTestMain is goleak.VerifyTestMain with a grace period: it runs the tests and, if they
 // passed, fails them when FindLeaks(opts...) does.
-func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
-	code := m.Run()
+func VerifyTestMain(m *testing.M, opts ...goleak.Option) { os.Exit(CheckLeaks(m.Run(), opts...)) }
+
+// CheckLeaks returns the exit code of a test binary whose tests exited with code: 1 when they
+// passed but FindLeaks(opts...) finds goroutines left, which it says on stderr.
+func CheckLeaks(code int, opts ...goleak.Option) int {
 	if code == 0 {
 		if err := FindLeaks(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
+			return 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // EnvLogDir names the environment variable with the directory where server logs are written
@@ -95,6 +98,7 @@ const EnvLogDir = "BATON_TEST_LOG_DIR"
 type LogFile struct {
 	Path   string
 	Logger *zap.Logger
+	name   string
 	file   *os.File
 }
 
@@ -107,14 +111,21 @@ func NewLogFile(name string) (*LogFile, error) {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(f), zap.InfoLevel)
-	return &LogFile{Path: f.Name(), Logger: zap.New(core), file: f}, nil
+	return &LogFile{Path: f.Name(), Logger: zap.New(core), name: name, file: f}, nil
 }
 
-// Close closes the file, after the server has stopped, and removes it unless keep is set.
-func (l *LogFile) Close(keep bool) error {
+// Done closes the file after the server has stopped: kept, and named with logf, when failed, else
+// removed. On a nil LogFile it does nothing.
+func (l *LogFile) Done(failed bool, logf func(format string, args ...any)) error {
+	if l == nil {
+		return nil
+	}
+	if failed {
+		logf("%s server log kept: %s", l.name, l.Path)
+	}
 	_ = l.Logger.Sync()
 	err := l.file.Close()
-	if !keep {
+	if !failed {
 		err = errors.Join(err, os.Remove(l.Path))
 	}
 	return err
@@ -133,28 +144,22 @@ func StartServer[S interface{ Close() error }](t testing.TB, name string, noLog 
 			t.Fatal(err)
 		}
 	}
-	keepLog := func() {
-		if log == nil {
-			return
-		}
-		if t.Failed() {
-			t.Logf("%s server log kept: %s", name, log.Path)
-		}
-		if err := log.Close(t.Failed()); err != nil {
+	logDone := func() {
+		if err := log.Done(t.Failed(), t.Logf); err != nil {
 			t.Error(err)
 		}
 	}
 	s, err := start(log)
 	if err != nil {
 		t.Error(err)
-		keepLog()
+		logDone()
 		t.FailNow()
 	}
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Error(err)
 		}
-		keepLog()
+		logDone()
 	})
 	return s
 }

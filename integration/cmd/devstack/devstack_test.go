@@ -25,11 +25,12 @@ import (
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Every test stops what it started. The stack's Temporal server is temporalx's child here
 // (stack.Child): the in-process one leaves goroutines behind when it stops.
-func TestMain(m *testing.M) { temporalx.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // ownServers makes the helpers start servers even when the BATON_* variables point at running ones.
 func ownServers(t *testing.T) {
