@@ -205,16 +205,7 @@ func interrupted(ctx context.Context) error {
 	return nil
 }
 
-func since(t time.Time) time.Duration {
-	switch d := time.Since(t); {
-	case d < time.Millisecond:
-		return d.Round(time.Microsecond)
-	case d < time.Second:
-		return d.Round(time.Millisecond)
-	default:
-		return d.Round(100 * time.Millisecond)
-	}
-}
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
 
 // Env returns the BATON_* variables that point a client (or etcdtest, redistest, temporalx) at the
 // stack; BATON_DEVSTACK_REDIS says which Redis runs.

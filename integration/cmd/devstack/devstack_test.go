@@ -56,8 +56,8 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	began := time.Now()
-	st, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisAuto, envFile: envFile, temporal: stack.Child,
-		stdout: &stdout, stderr: &stderr, tmpDir: tmp})
+	st, err := start(t.Context(), options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisAuto, Temporal: stack.Child, Dir: tmp},
+		envFile: envFile, stdout: &stdout, stderr: &stderr})
 	if err != nil {
 		t.Fatalf("start: %v\nstderr: %s", err, stderr.String())
 	}
@@ -139,9 +139,9 @@ func TestStartFailureStopsWhatStarted(t *testing.T) {
 	ownServers(t)
 	tmp := t.TempDir()
 	var stdout bytes.Buffer
-	_, err := start(t.Context(), options{etcdMembers: 1, redis: stack.RedisReal, temporal: stack.Child,
-		envFile: filepath.Join(tmp, "devstack.env"), stdout: &stdout, tmpDir: tmp,
-		redisBinary: func() (string, error) { return "", redistest.ErrNoBinary }})
+	_, err := start(t.Context(), options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisReal, Temporal: stack.Child, Dir: tmp,
+		RedisBinary: func() (string, error) { return "", redistest.ErrNoBinary }},
+		envFile: filepath.Join(tmp, "devstack.env"), stdout: &stdout})
 	if err == nil || !strings.Contains(err.Error(), "redis-server is not installed") {
 		t.Fatalf("start = %v, want a redis-server is not installed error", err)
 	}
@@ -389,9 +389,9 @@ func TestParseFlags(t *testing.T) {
 		want    options
 		wantErr string
 	}{
-		{"defaults", nil, options{etcdMembers: 1, redis: stack.RedisAuto}, ""},
+		{"defaults", nil, options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisAuto}}, ""},
 		{"all", []string{"-etcd-members=3", "-redis=inprocess", "-env-file=/tmp/x.env", "-quiet"},
-			options{etcdMembers: 3, redis: stack.RedisInprocess, envFile: "/tmp/x.env", quiet: true}, ""},
+			options{servers: stack.Options{EtcdMembers: 3, Redis: stack.RedisInprocess}, envFile: "/tmp/x.env", quiet: true}, ""},
 		{"no members", []string{"-etcd-members=0"}, options{}, "-etcd-members=0: want 1 to 9"},
 		{"unknown redis mode", []string{"-redis=docker"}, options{}, `-redis="docker": want auto, real or inprocess`},
 		{"positional argument", []string{"extra"}, options{}, "unexpected arguments"},
@@ -410,8 +410,8 @@ func TestParseFlags(t *testing.T) {
 				envFile string
 				quiet   bool
 			}
-			g := flags{got.etcdMembers, got.redis, got.envFile, got.quiet}
-			w := flags{tc.want.etcdMembers, tc.want.redis, tc.want.envFile, tc.want.quiet}
+			g := flags{got.servers.EtcdMembers, got.servers.Redis, got.envFile, got.quiet}
+			w := flags{tc.want.servers.EtcdMembers, tc.want.servers.Redis, tc.want.envFile, tc.want.quiet}
 			if err != nil || g != w {
 				t.Fatalf("parseFlags = %+v, %v; want %+v", got, err, tc.want)
 			}

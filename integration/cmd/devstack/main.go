@@ -21,9 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -70,26 +68,24 @@ func run() error {
 	}
 	defer os.RemoveAll(scratch)
 	os.Setenv("TMPDIR", scratch)
-	o.tmpDir = scratch
-	cleanup := func() {
+	o.servers.Dir = scratch
+
+	// The first SIGINT/SIGTERM stops the servers cleanly; a second one, during startup or shutdown,
+	// ends the process at once, after removing the files (redis-server dies with us: Pdeathsig).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-sigs
+		cancel()
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "devstack: %v again: exiting now without a clean shutdown\n", sig)
 		if o.envFile != "" {
 			os.Remove(o.envFile) // it must not point at dead servers
 		}
 		os.RemoveAll(scratch)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		exitOnSecondSignal(ctx, stop, done, cleanup)
-	}()
-	defer func() {
-		close(done)
-		wg.Wait()
+		os.Exit(128 + int(sig.(syscall.Signal)))
 	}()
 
 	st, err := start(ctx, o)
@@ -101,56 +97,20 @@ func run() error {
 	return st.Close()
 }
 
-// exitOnSecondSignal waits for the first signal (ctx done), then hands the signals over from
-// NotifyContext to its own channel, so that a second SIGINT/SIGTERM during startup or shutdown
-// ends the process at once, after cleanup (redis-server dies with us: Pdeathsig). It returns
-// when done is closed.
-func exitOnSecondSignal(ctx context.Context, stop context.CancelFunc, done <-chan struct{}, cleanup func()) {
-	select {
-	case <-ctx.Done():
-	case <-done:
-		return
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM) // before stop(): no window with the default action
-	defer signal.Stop(sigs)
-	stop()
-	select {
-	case sig := <-sigs:
-		fmt.Fprintf(os.Stderr, "devstack: %v again: exiting now without a clean shutdown\n", sig)
-		cleanup()
-		code := 1
-		if s, ok := sig.(syscall.Signal); ok {
-			code = 128 + int(s)
-		}
-		os.Exit(code)
-	case <-done:
-	}
-}
-
-// options are the command's flags.
+// options are the command's flags (in servers: -etcd-members and -redis), and where it writes.
 type options struct {
-	etcdMembers int
-	redis       string // stack.RedisAuto, RedisReal or RedisInprocess
-	envFile     string
-	quiet       bool
-
-	// Not flags.
+	servers        stack.Options
+	envFile        string
+	quiet          bool
 	stdout, stderr io.Writer
-	// tmpDir is where the data dir is created; default os.TempDir().
-	tmpDir string
-	// redisBinary finds redis-server; default redistest.Binary. temporal starts Temporal; default
-	// stack.Child.
-	redisBinary func() (string, error)
-	temporal    func(ctx context.Context, dir string) (stack.Temporal, error)
 }
 
 func parseFlags(args []string, output io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
 	fs.SetOutput(output)
-	fs.IntVar(&o.etcdMembers, "etcd-members", 1, "number of embedded etcd members")
-	fs.StringVar(&o.redis, "redis", stack.RedisAuto, "Redis server: real (redis-server), inprocess (miniredis stand-in), "+
+	fs.IntVar(&o.servers.EtcdMembers, "etcd-members", 1, "number of embedded etcd members")
+	fs.StringVar(&o.servers.Redis, "redis", stack.RedisAuto, "Redis server: real (redis-server), inprocess (miniredis stand-in), "+
 		"or auto (real if redis-server is installed, else inprocess)")
 	fs.StringVar(&o.envFile, "env-file", "", "write the endpoints as shell-sourceable BATON_* lines to this file "+
 		"once every server is ready (atomically; removed on exit)")
@@ -169,13 +129,13 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 }
 
 func (o options) validate() error {
-	if o.etcdMembers < 1 || o.etcdMembers > 9 {
-		return fmt.Errorf("-etcd-members=%d: want 1 to 9", o.etcdMembers)
+	if n := o.servers.EtcdMembers; n < 1 || n > 9 {
+		return fmt.Errorf("-etcd-members=%d: want 1 to 9", n)
 	}
-	switch o.redis {
+	switch r := o.servers.Redis; r {
 	case stack.RedisAuto, stack.RedisReal, stack.RedisInprocess:
 	default:
-		return fmt.Errorf("-redis=%q: want %s, %s or %s", o.redis, stack.RedisAuto, stack.RedisReal, stack.RedisInprocess)
+		return fmt.Errorf("-redis=%q: want %s, %s or %s", r, stack.RedisAuto, stack.RedisReal, stack.RedisInprocess)
 	}
 	return nil
 }
@@ -189,20 +149,18 @@ type devstack struct {
 // start starts the stack, prints its endpoints and writes the env file. On failure, or when ctx ends
 // before all are up, it stops what it started.
 func start(ctx context.Context, o options) (*devstack, error) {
-	if err := o.validate(); err != nil {
-		return nil, err
-	}
 	if o.stdout == nil {
 		o.stdout = io.Discard
 	}
 	if o.stderr == nil {
 		o.stderr = io.Discard
 	}
-	say := func(format string, args ...any) {
+	o.servers.Say = func(format string, args ...any) {
 		if !o.quiet {
 			fmt.Fprintf(o.stdout, "# "+format+"\n", args...) // a shell comment: stdout stays sourceable
 		}
 	}
+	o.servers.Warn = func(format string, args ...any) { fmt.Fprintf(o.stderr, "devstack: "+format+"\n", args...) }
 	began := time.Now()
 	if o.envFile != "" {
 		// A script waits for the file to appear: one left over by an earlier run must not count.
@@ -210,25 +168,19 @@ func start(ctx context.Context, o options) (*devstack, error) {
 			return nil, fmt.Errorf("env file: %w", err)
 		}
 	}
-	st, err := stack.Start(ctx, stack.Options{EtcdMembers: o.etcdMembers, Redis: o.redis, Dir: o.tmpDir, Say: say,
-		Warn:        func(format string, args ...any) { fmt.Fprintf(o.stderr, "devstack: "+format+"\n", args...) },
-		RedisBinary: o.redisBinary, Temporal: o.temporal})
+	st, err := stack.Start(ctx, o.servers)
 	if err != nil {
 		return nil, err
 	}
-	d := &devstack{Stack: st}
+	d, where := &devstack{Stack: st}, ""
 	if o.envFile != "" {
 		if err := writeEnvFile(o.envFile, st.Env()); err != nil {
 			return nil, errors.Join(fmt.Errorf("env file: %w", err), st.Close())
 		}
-		d.envFile = o.envFile
+		d.envFile, where = o.envFile, "; wrote "+o.envFile
 	}
 	fmt.Fprint(o.stdout, formatEnv(st.Env()))
-	where := ""
-	if o.envFile != "" {
-		where = "; wrote " + o.envFile
-	}
-	say("ready in %v%s; SIGINT (Ctrl-C) or SIGTERM stops everything", time.Since(began).Round(time.Millisecond), where)
+	o.servers.Say("ready in %v%s; SIGINT (Ctrl-C) or SIGTERM stops everything", time.Since(began).Round(time.Millisecond), where)
 	return d, nil
 }
 
@@ -268,30 +220,13 @@ func shellQuote(v string) string {
 	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }
 
-// writeEnvFile writes the file atomically (temp file in the same dir, fsync, rename), so that a
-// reader that sees the file sees all of it.
-func writeEnvFile(path string, vars []stack.EnvVar) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
+// writeEnvFile writes the file atomically (a temp file in the same dir, renamed), so that a reader
+// that sees the file sees all of it.
+func writeEnvFile(path string, vars []stack.EnvVar) error {
+	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
+	if err := os.WriteFile(tmp, []byte(formatEnv(vars)), 0o644); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.WriteString(formatEnv(vars)); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return os.Rename(tmp, path)
 }
