@@ -561,12 +561,11 @@ func (c *Cluster) Close() error {
 // logs go to a file that is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
-	return testkit.StartServer(t, "etcd", opts.Logger != nil || os.Getenv(EnvEndpoints) != "", func(log *testkit.LogFile) (*Cluster, error) {
-		if log != nil {
-			opts.Logger = log.Logger
-		}
-		return StartCluster(opts)
-	})
+	if opts.Logger == nil && os.Getenv(EnvEndpoints) == "" {
+		opts.Logger = testkit.Log(t, "etcd").Logger
+	}
+	c, err := StartCluster(opts)
+	return testkit.Serve(t, c, err)
 }
 
 // Client returns c.NewClient(endpoints...) for tests: t.Fatal on error, closed on cleanup.

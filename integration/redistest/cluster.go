@@ -161,12 +161,11 @@ func (c *Cluster) Close() error {
 // opts.LogFile, the masters' log is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
-	return testkit.StartServer(t, "redis-cluster", opts.LogFile != "" || os.Getenv(EnvClusterAddrs) != "", func(log *testkit.LogFile) (*Cluster, error) {
-		if log != nil {
-			opts.LogFile = log.Path
-		}
-		return StartClusterServers(opts)
-	})
+	if opts.LogFile == "" && os.Getenv(EnvClusterAddrs) == "" {
+		opts.LogFile = testkit.Log(t, "redis-cluster").Path
+	}
+	c, err := StartClusterServers(opts)
+	return testkit.Serve(t, c, err)
 }
 
 // ClusterClient returns c.NewClient() for tests, closed on cleanup. On an external cluster the

@@ -268,12 +268,11 @@ func (s *Server) Close() error {
 // server's log is kept (in testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	return testkit.StartServer(t, "redis", opts.LogFile != "" || os.Getenv(EnvAddr) != "", func(log *testkit.LogFile) (*Server, error) {
-		if log != nil {
-			opts.LogFile = log.Path
-		}
-		return StartServer(opts)
-	})
+	if opts.LogFile == "" && os.Getenv(EnvAddr) == "" {
+		opts.LogFile = testkit.Log(t, "redis").Path
+	}
+	s, err := StartServer(opts)
+	return testkit.Serve(t, s, err)
 }
 
 // Client returns s.NewClient() for tests, closed on cleanup. On an external server the test's keys

@@ -83,20 +83,17 @@ func (s *Server) Restart(ctx context.Context) error {
 // Close stops the server (if not yet stopped) and removes its database,
 // unless Options.Dir was given. Close is idempotent and does nothing for
 // an external server.
-func (s *Server) Close() error {
+func (s *Server) Close() (err error) {
 	if s.external {
 		return nil
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	if closed {
-		return nil
-	}
-	if s.opts.Dir != "" {
-		return s.Stop()
-	}
-	_ = s.Kill() // nobody reads the data again
-	return os.RemoveAll(s.dir)
+	s.closeOnce.Do(func() {
+		if s.opts.Dir != "" {
+			err = s.Stop()
+			return
+		}
+		_ = s.Kill() // nobody reads the data again
+		err = os.RemoveAll(s.dir)
+	})
+	return err
 }

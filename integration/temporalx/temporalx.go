@@ -90,9 +90,8 @@ type Server struct {
 	bin       string   // cmd/temporal-dev
 	args      []string // the same for every start: a restart is the same server
 
-	child  testkit.Child
-	mu     sync.Mutex
-	closed bool
+	child     testkit.Child
+	closeOnce sync.Once
 
 	log      *testkit.LogFile // where the server logs, when Main chose the file
 	logNamed sync.Map         // the tests Client named it to
@@ -210,10 +209,11 @@ func (s *Server) NewClient(opts ...func(*client.Options)) (client.Client, error)
 // testkit.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	return testkit.StartServer(t, "temporal", opts.LogFile != "" || os.Getenv(EnvAddress) != "", func(log *testkit.LogFile) (*Server, error) {
-		opts.logTo(log)
-		return StartServer(opts)
-	})
+	if opts.LogFile == "" && os.Getenv(EnvAddress) == "" {
+		opts.logTo(testkit.Log(t, "temporal"))
+	}
+	s, err := StartServer(opts)
+	return testkit.Serve(t, s, err)
 }
 
 // logTo makes log (if any) the server's log file and, without a Logger, the SDK clients' log.

@@ -131,35 +131,33 @@ func (l *LogFile) Done(failed bool, logf func(format string, args ...any)) error
 	return err
 }
 
-// StartServer starts a server that lives as long as t, with start, which is given the log file the
-// server is to use: nil when noLog is set (the caller names a log of its own, or the server is an
-// external one). t fails at once when start fails; on cleanup the server is closed and, when t
-// failed, its log is kept and named in t's output.
-func StartServer[S interface{ Close() error }](t testing.TB, name string, noLog bool, start func(*LogFile) (S, error)) S {
+// Log returns a new log file for the server name that a test starts: on t's cleanup, after the
+// server's (see Serve), it is kept and named in t's output when t failed, else removed.
+func Log(t testing.TB, name string) *LogFile {
 	t.Helper()
-	var log *LogFile
-	if !noLog {
-		var err error
-		if log, err = NewLogFile(name); err != nil {
-			t.Fatal(err)
-		}
+	log, err := NewLogFile(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	logDone := func() {
+	t.Cleanup(func() {
 		if err := log.Done(t.Failed(), t.Logf); err != nil {
 			t.Error(err)
 		}
-	}
-	s, err := start(log)
+	})
+	return log
+}
+
+// Serve returns the server s that a test started: t fails at once on err, and s is closed on
+// cleanup.
+func Serve[S interface{ Close() error }](t testing.TB, s S, err error) S {
+	t.Helper()
 	if err != nil {
-		t.Error(err)
-		logDone()
-		t.FailNow()
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Error(err)
 		}
-		logDone()
 	})
 	return s
 }
