@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -59,10 +60,8 @@ type Options struct {
 	// Default: a new os.MkdirTemp dir, removed by Close. A Dir given here is
 	// not removed by Close (the caller owns it, e.g. t.TempDir()).
 	Dir string
-	// Logger receives etcd's own logs; default zap.NewNop() (etcd is very chatty).
-	// A StopMember shows up there as a crash would: among others, ERROR
-	// "setting up serving from embedded etcd failed" with "use of closed
-	// network connection" / "mux: server closed"; that is expected.
+	// Logger receives etcd's own logs; default zap.NewNop(). A StopMember shows up there as a crash
+	// would (ERROR "setting up serving from embedded etcd failed" ... "mux: server closed").
 	Logger *zap.Logger
 
 	// Configure, if set, is called on every member's config right before each
@@ -70,15 +69,12 @@ type Options struct {
 	// cfg.GRPCAdditionalServerOptions rather than replace it: StopMember
 	// relies on the transport credentials set there to cut client connections.
 	Configure func(member int, cfg *embed.Config)
-	// ClientTLS, when set, makes every member serve its clients over TLS only, with https:// client
-	// URLs, this server certificate and key, and (with ClientCertAuth) client certificates checked
-	// against TrustedCAFile. NewClient then dials with ClientTLSConfig. Peers still talk plain HTTP.
-	// Over TLS embed serves gRPC through its HTTPS server, so StopMember cannot cut open client
-	// connections at once as it does for plain members: they fail from the stop on (the server is
-	// hard-stopped) and are closed when the member's servers are.
+	// ClientTLS, when set, makes every member serve its clients over TLS only (https:// URLs); peers
+	// still talk plain HTTP. embed then serves gRPC through its HTTPS server, so StopMember cannot
+	// cut open client connections at once: they fail from the stop on and close with the servers.
 	ClientTLS *transport.TLSInfo
-	// ClientTLSConfig is the TLS configuration of the clients NewClient makes for a ClientTLS
-	// cluster; nil means a TLS handshake without a client certificate and with the system roots.
+	// ClientTLSConfig is what NewClient dials a ClientTLS cluster with; nil: no client certificate,
+	// the system roots.
 	ClientTLSConfig *tls.Config
 }
 
@@ -117,12 +113,7 @@ func StartCluster(opts Options) (*Cluster, error) {
 		opts.Logger = zap.NewNop()
 	}
 	if env := strings.TrimSpace(os.Getenv(EnvEndpoints)); env != "" {
-		var eps []string
-		for _, ep := range strings.Split(env, ",") {
-			if ep = strings.TrimSpace(ep); ep != "" {
-				eps = append(eps, ep)
-			}
-		}
+		eps := strings.FieldsFunc(env, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 		if len(eps) == 0 {
 			return nil, fmt.Errorf("etcdtest: %s=%q has no endpoints", EnvEndpoints, env)
 		}
@@ -150,11 +141,9 @@ func StartCluster(opts Options) (*Cluster, error) {
 
 	// A port picked as free can be taken by someone else before etcd binds
 	// it; then start again from scratch on other ports.
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if err = c.startNew(); err == nil || !isAddrInUse(err) {
-			break
-		}
+	err := c.startNew()
+	for attempt := 1; attempt < 3 && isAddrInUse(err); attempt++ {
+		err = c.startNew()
 	}
 	if err != nil {
 		c.Close()
@@ -227,14 +216,6 @@ func (c *Cluster) startAll(retryBind bool) error {
 	return err
 }
 
-func (c *Cluster) initialCluster() string {
-	parts := make([]string, len(c.members))
-	for i, m := range c.members {
-		parts[i] = m.name + "=" + m.peerURL.String()
-	}
-	return strings.Join(parts, ",")
-}
-
 func (c *Cluster) config(i int) *embed.Config {
 	m := c.members[i]
 	cfg := embed.NewConfig()
@@ -246,7 +227,11 @@ func (c *Cluster) config(i int) *embed.Config {
 	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
 	// Used only to bootstrap: on a restart the WAL exists and embed/etcdserver
 	// take the membership from it and ignore InitialCluster/ClusterState.
-	cfg.InitialCluster = c.initialCluster()
+	peers := make([]string, len(c.members))
+	for j, o := range c.members {
+		peers[j] = o.name + "=" + o.peerURL.String()
+	}
+	cfg.InitialCluster = strings.Join(peers, ",")
 	cfg.InitialClusterToken = c.token
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.opts.Logger.With(zap.String("member", m.name)))
@@ -288,7 +273,7 @@ func (c *Cluster) startMember(i int, deadline time.Time, retryBind bool) error {
 }
 
 func isAddrInUse(err error) bool {
-	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use"))
 }
 
 func waitReady(e *embed.Etcd, deadline time.Time) error {
@@ -374,12 +359,7 @@ func (c *Cluster) Size() int { return len(c.endpoints) }
 func (c *Cluster) Endpoints() []string { return append([]string(nil), c.endpoints...) }
 
 // MemberEndpoint returns the client URL of member i. It panics if i is out of range.
-func (c *Cluster) MemberEndpoint(i int) string {
-	if i < 0 || i >= len(c.endpoints) {
-		panic(fmt.Sprintf("etcdtest: member %d out of range [0,%d)", i, len(c.endpoints)))
-	}
-	return c.endpoints[i]
-}
+func (c *Cluster) MemberEndpoint(i int) string { return c.endpoints[i] }
 
 // NewClient returns a client of the given endpoints (default: all members),
 // with DialTimeout 5s, keepalive 2s/2s, a nop logger and, for a ClientTLS

@@ -47,8 +47,6 @@ type Options struct {
 	// Say receives a human line per server as it is ready or stopped, Warn the notices (the
 	// stand-in); both default to nothing.
 	Say, Warn func(format string, args ...any)
-	// CloseTimeout bounds the stop of each server; default 15 s.
-	CloseTimeout time.Duration
 	// RedisBinary finds redis-server; default redistest.Binary.
 	RedisBinary func() (string, error)
 }
@@ -157,9 +155,6 @@ func (o Options) withDefaults() Options {
 	if o.Warn == nil {
 		o.Warn = nop
 	}
-	if o.CloseTimeout <= 0 {
-		o.CloseTimeout = 15 * time.Second
-	}
 	if o.RedisBinary == nil {
 		o.RedisBinary = redistest.Binary
 	}
@@ -219,14 +214,14 @@ func (s *Stack) Env() []EnvVar {
 	}
 }
 
-// Close stops everything in reverse start order, each step bounded by CloseTimeout, and returns the
-// errors of all steps. It is idempotent.
+// Close stops everything in reverse start order, each step bounded by 15 s, and returns the errors
+// of all steps. It is idempotent.
 func (s *Stack) Close() error {
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		c := s.closers[i]
 		t := time.Now()
-		if err := within(s.o.CloseTimeout, c.close); err != nil {
+		if err := within(15*time.Second, c.close); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", c.name, err))
 		} else if c.name != "data dir" {
 			s.o.Say("%-9s stopped in %v", c.name, since(t))

@@ -69,15 +69,14 @@ func run() error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	started := time.Now()
-	d := &demo{o: o, started: started}
+	d := &demo{o: o, started: time.Now()}
 	defer d.shutdown()
 	if err := d.script(ctx); err != nil {
 		return err
 	}
 	d.shutdown()
 	say("")
-	say("Done in %v. Logs of every process are in %s.", time.Since(started).Round(time.Second), o.workDir)
+	say("Done in %v. Logs of every process are in %s.", time.Since(d.started).Round(time.Second), o.workDir)
 	return nil
 }
 
@@ -88,7 +87,6 @@ type demo struct {
 	env     map[string]string
 	tc      client.Client
 	workers []*workerproc.Proc
-	gen     int
 	closed  bool
 }
 
@@ -153,7 +151,8 @@ func (d *demo) script(ctx context.Context) error {
 	d.explainRun(ctx, nqs.WorkflowID, qs.RunID, "the crashed leader's run")
 	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
 	say("  Requests to orders through the crash (demo-worker load -mode dispatch, read back from the ledger):")
-	say("  %s", summary(load))
+	<-load.Done()
+	say("  %s", load.Line("load total:"))
 
 	// A graceful stop.
 	if err := d.waitAllLed(ctx, 30*time.Second); err != nil {
@@ -179,9 +178,8 @@ func (d *demo) script(ctx context.Context) error {
 	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
 
 	d.step("Both stopped workers come back, as a deployment would bring them back; they join as followers.")
-	for _, id := range []string{victim.ID, leaving.ID} {
-		d.gen++
-		if _, err := d.startWorker(fmt.Sprintf("%s-r%d", id, d.gen)); err != nil {
+	for i, id := range []string{victim.ID, leaving.ID} {
+		if _, err := d.startWorker(fmt.Sprintf("%s-r%d", id, i+1)); err != nil {
 			return err
 		}
 	}
@@ -219,12 +217,6 @@ func (d *demo) startLoad(queue string) (*workerproc.Proc, error) {
 	}
 	d.workers = append(d.workers, p)
 	return p, nil
-}
-
-// summary waits for the load to finish and returns its final line.
-func summary(load *workerproc.Proc) string {
-	<-load.Done()
-	return load.Line("load total:")
 }
 
 func (d *demo) startWorker(id string) (*workerproc.Proc, error) {
