@@ -61,7 +61,7 @@ type serverConfig struct {
 func run(args []string) error {
 	var c serverConfig
 	fs := flag.NewFlagSet("temporal-dev", flag.ContinueOnError)
-	fs.StringVar(&c.db, "db", "", "SQLite database `file`, created when missing; a server started again on it keeps its data (default: in memory)")
+	fs.StringVar(&c.db, "db", "", "SQLite database `file` (required), created when missing; a server started again on it keeps its data")
 	fs.StringVar(&c.namespace, "namespace", "default", "namespace created at start when missing")
 	fs.IntVar(&c.frontend, "frontend-port", 0, "frontend port on "+host+", the one clients dial (default: a free one)")
 	fs.IntVar(&c.history, "history-port", 0, "history service port (default: a free one)")
@@ -74,8 +74,8 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	if fs.NArg() > 0 || c.db == "" {
+		return fmt.Errorf("want -db and no arguments, got -db=%q %q", c.db, fs.Args())
 	}
 	// YAML, of which JSON is a part, because the server's settings take an int or a float: YAML
 	// makes a whole number an int, where encoding/json makes every number a float64.
@@ -134,10 +134,7 @@ func startServer(c *serverConfig) (temporal.Server, error) {
 	sqlConf := &config.SQL{PluginName: sqliteplugin.PluginName, DatabaseName: c.db,
 		// No fsync: the database must survive the process (a crash fault kills it), not the machine.
 		ConnectAttributes: map[string]string{"mode": "rwc", "journal_mode": "wal", "synchronous": "off"}}
-	if c.db == "" {
-		sqlConf.DatabaseName = "temporal-dev-" + strconv.Itoa(c.frontend)
-		sqlConf.ConnectAttributes = map[string]string{"mode": "memory", "cache": "shared"}
-	} else if _, err := os.Stat(c.db); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(c.db); errors.Is(err, os.ErrNotExist) {
 		if err := sqliteschema.SetupSchema(sqlConf); err != nil {
 			return nil, fmt.Errorf("schema of %s: %w", c.db, err)
 		}
