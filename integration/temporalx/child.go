@@ -14,7 +14,6 @@ import (
 	"github.com/baton-run/baton/integration/testkit"
 )
 
-// errExited: the child exited before it served.
 var errExited = errors.New("temporalx: server process exited before it served")
 
 // start runs the child and waits until it serves the namespace; on failure the child is gone.
@@ -58,8 +57,6 @@ func (s *Server) Stop() error { return s.stop(syscall.SIGTERM) }
 // server.
 func (s *Server) Kill() error { return s.stop(syscall.SIGKILL) }
 
-// stop signals the child and waits for it to exit; a child that has not exited 25 s after SIGTERM
-// is killed.
 func (s *Server) stop(sig syscall.Signal) error {
 	if s.external {
 		return ErrExternal

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,16 +206,10 @@ func FreeAddr() (string, error) {
 }
 
 func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0
-	}
-	p, _ := strconv.Atoi(f[0])
-	return p
+	b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	var lo int
+	fmt.Sscan(string(b), &lo)
+	return lo
 }
 
 // Tail returns the last n bytes of s, for quoting a server's output in an error.
