@@ -125,19 +125,15 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	return o, o.validate()
-}
-
-func (o options) validate() error {
 	if n := o.servers.EtcdMembers; n < 1 || n > 9 {
-		return fmt.Errorf("-etcd-members=%d: want 1 to 9", n)
+		return o, fmt.Errorf("-etcd-members=%d: want 1 to 9", n)
 	}
 	switch r := o.servers.Redis; r {
 	case stack.RedisAuto, stack.RedisReal, stack.RedisInprocess:
 	default:
-		return fmt.Errorf("-redis=%q: want %s, %s or %s", r, stack.RedisAuto, stack.RedisReal, stack.RedisInprocess)
+		return o, fmt.Errorf("-redis=%q: want %s, %s or %s", r, stack.RedisAuto, stack.RedisReal, stack.RedisInprocess)
 	}
-	return nil
+	return o, nil
 }
 
 // devstack is the running stack and its env file.
