@@ -185,7 +185,7 @@ func (d *Drill) buildTerms(procs []*proc) map[string][]*term {
 	for _, p := range procs {
 		p.mu.Lock()
 		stops := append([]stopWindow(nil), p.stops...)
-		killedAt, exitedAt, expect := p.killedAt, p.exitedAt, p.expectExit
+		killedAt, exitedAt := p.killedAt, p.exitedAt
 		p.mu.Unlock()
 		events := p.snapshotEvents()
 		byToken := map[int64]*term{}
@@ -206,7 +206,7 @@ func (d *Drill) buildTerms(procs []*proc) map[string][]*term {
 		for _, t := range order {
 			if t.End.IsZero() {
 				switch {
-				case !killedAt.IsZero() && expect == "SIGKILL":
+				case !killedAt.IsZero():
 					t.End, t.EndHow = killedAt, "sigkill"
 				case !exitedAt.IsZero():
 					t.End, t.EndHow = exitedAt, "exit"

@@ -252,8 +252,6 @@ type Drill struct {
 
 	mu         sync.Mutex
 	procs      []*proc // every process ever started
-	slots      []*proc // the current process of each worker slot
-	gens       []int
 	faults     []*Fault
 	steps      []*Step
 	violations []Violation
@@ -374,8 +372,6 @@ func (d *Drill) setup(ctx context.Context) error {
 		}
 	}
 
-	d.slots = make([]*proc, d.cfg.Workers)
-	d.gens = make([]int, d.cfg.Workers)
 	for range d.cfg.Workers {
 		var ps []*etcdtest.Proxy
 		for _, ep := range d.etcd.Endpoints() {

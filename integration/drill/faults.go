@@ -286,7 +286,7 @@ func (d *Drill) waitStopped(ctx context.Context, f *Fault, p *proc) error {
 		return ctx.Err()
 	}
 	p.mu.Lock()
-	code, took := p.code, p.exitedAt.Sub(p.termAt)
+	code, took := p.Code(), p.exitedAt.Sub(p.termAt)
 	p.mu.Unlock()
 	if code != 0 {
 		d.violate(Violation{Check: CheckUncleanStop, Fault: faultN(f), At: time.Now(), Detail: fmt.Sprintf(
@@ -369,10 +369,9 @@ func (d *Drill) faultRolling(ctx context.Context) error {
 	f := d.newFault(KindRolling, "all workers")
 	d.logf("fault #%d: rolling restart (SIGTERM) of all %d workers", f.N, d.cfg.Workers)
 	for i := range d.cfg.Workers {
-		d.mu.Lock()
-		p, gen := d.slots[i], d.gens[i]
-		d.mu.Unlock()
-		if p == nil || !p.alive() {
+		ps := d.incarnations(i)
+		p := ps[len(ps)-1]
+		if !p.alive() {
 			continue
 		}
 		s := d.step(f, "sigterm "+p.id, time.Now())
@@ -380,7 +379,7 @@ func (d *Drill) faultRolling(ctx context.Context) error {
 			return err
 		}
 		d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
-		if _, err := d.restartSlot(ctx, f, fmt.Sprintf("start w%d-%d", i+1, gen), i); err != nil {
+		if _, err := d.restartSlot(ctx, f, fmt.Sprintf("start w%d-%d", i+1, len(ps)), i); err != nil {
 			return err
 		}
 	}

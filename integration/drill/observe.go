@@ -42,7 +42,7 @@ func (d *Drill) poll(p *proc) {
 			continue
 		}
 		p.mu.Lock()
-		p.last, p.lastOK = s, true
+		p.last = s
 		p.mu.Unlock()
 		d.checkSample(p, s)
 	}

@@ -1,7 +1,6 @@
 package drill
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,22 +17,19 @@ import (
 // proc is one demo-worker process, with what the drill did to it and read from it.
 type proc struct {
 	*workerproc.Proc
-	slot    int // worker slot, -1 for an orphan fault's solo worker
-	id      string
-	logPath string
-	done    chan struct{} // closed once the exit is recorded
+	slot int // worker slot, -1 for an orphan fault's solo worker
+	id   string
+	done chan struct{} // closed once the exit is recorded
 
-	mu         sync.Mutex
-	events     []event
-	expectExit string    // "SIGKILL" or "SIGTERM" once the drill has sent it
-	killedAt   time.Time // SIGKILL sent
-	termAt     time.Time // SIGTERM sent
-	exitedAt   time.Time
-	code       int
-	stopped    bool
-	stops      []stopWindow
-	last       sample
-	lastOK     bool
+	mu       sync.Mutex
+	events   []event
+	expected bool      // the drill sent SIGKILL or SIGTERM, or tore it down
+	killedAt time.Time // SIGKILL sent
+	termAt   time.Time // SIGTERM sent
+	exitedAt time.Time
+	stopped  bool
+	stops    []stopWindow
+	last     sample // zero before the first answered read
 }
 
 type stopWindow struct {
@@ -72,8 +68,6 @@ const (
 	msgStaleEnded    = "stale dispatcher run terminated"
 	msgStaleClosed   = "stale dispatcher run was already closed"
 	msgEvicted       = "worker evicted"
-	msgTakeoverFail  = "dispatcher takeover failed"
-	msgStartFailed   = "start failed"
 	// msgBalance is logged by package balance right before it resigns a term it hands over (to spread
 	// leadership, drain, or move it forward in a rollout).
 	msgBalance = "handing a queue over"
@@ -84,31 +78,9 @@ const (
 var actionMsgs = map[string]bool{msgTakenOver: true, msgPriorEnded: true, msgStepDownEnded: true, msgHBRefused: true,
 	msgHBFailed: true, msgHBRecovered: true, msgStaleEnded: true, msgStaleClosed: true, msgEvicted: true}
 
-var keptMsgs = func() map[string]bool {
-	m := map[string]bool{msgTermStarted: true, msgTermEnded: true, msgTakeoverFail: true, msgStartFailed: true, msgBalance: true}
-	for k := range actionMsgs {
-		m[k] = true
-	}
-	return m
-}()
-
-func parseEvent(line []byte) (event, bool) {
-	var e struct {
-		event
-		Token *int64 `json:"token"` // absent is not 0
-	}
-	if json.Unmarshal(line, &e) != nil || !keptMsgs[e.Msg] {
-		return event{}, false
-	}
-	if e.Token != nil {
-		e.event.Token, e.HasToken = *e.Token, true
-	}
-	return e.event, true
-}
-
 // startProc starts a demo worker, its log in the drill's directory, and waits until it is ready.
 func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []string, endpoints []string, extraEnv ...string) (*proc, error) {
-	p := &proc{slot: slot, id: id, logPath: filepath.Join(d.dir, id+".log"), done: make(chan struct{})}
+	p := &proc{slot: slot, id: id, done: make(chan struct{})}
 	env := append(d.clientEnv(endpoints),
 		"BATON_QUEUES="+strings.Join(queues, ","),
 		"BATON_ELECTION_TTL="+d.cfg.TTL.String(),
@@ -119,7 +91,7 @@ func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []str
 		"BATON_SHUTDOWN_TIMEOUT=15s",
 		"BATON_LOG_LEVEL=info",
 	)
-	wp, err := workerproc.StartWith(workerproc.Options{LogFile: p.logPath, OnLine: func(line []byte) { d.onLine(p, line) }},
+	wp, err := workerproc.StartWith(workerproc.Options{LogFile: filepath.Join(d.dir, id+".log"), OnLine: func(line []byte) { d.onLine(p, line) }},
 		d.bin, id, append(env, extraEnv...))
 	if err != nil {
 		return nil, err
@@ -131,13 +103,13 @@ func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []str
 	d.bgWG.Go(func() {
 		<-p.Done()
 		p.mu.Lock()
-		p.exitedAt, p.code = time.Now(), p.Code()
-		expected := p.expectExit
+		p.exitedAt = time.Now()
+		expected := p.expected
 		p.mu.Unlock()
 		close(p.done)
-		if expected == "" && d.bg.Err() == nil {
+		if !expected && d.bg.Err() == nil {
 			d.violate(Violation{Check: CheckUnexpectedExit, At: time.Now(),
-				Detail: fmt.Sprintf("%s exited with code %d without a signal from the drill; log tail: %s", p.id, p.code, p.Tail(800))})
+				Detail: fmt.Sprintf("%s exited with code %d without a signal from the drill; log tail: %s", p.id, p.Code(), p.Tail(800))})
 		}
 	})
 	d.bgWG.Go(func() { d.poll(p) })
@@ -157,41 +129,49 @@ func (d *Drill) clientEnv(etcd []string) []string {
 
 // onLine keeps p's log lines of interest, and counts the load's handler runs.
 func (d *Drill) onLine(p *proc, line []byte) {
-	if bytes.Contains(line, []byte(`"msg":"dispatched"`)) {
-		var m struct {
-			Key string `json:"key"`
-		}
-		if json.Unmarshal(line, &m) == nil && m.Key != "" {
-			d.mu.Lock()
-			d.handlerRuns[m.Key]++
-			d.mu.Unlock()
-		}
+	var e struct {
+		event
+		Token *int64 `json:"token"` // absent is not 0
+		Key   string `json:"key"`
+	}
+	if json.Unmarshal(line, &e) != nil {
 		return
 	}
-	if e, ok := parseEvent(line); ok {
+	switch {
+	case e.Msg == "dispatched" && e.Key != "":
+		d.mu.Lock()
+		d.handlerRuns[e.Key]++
+		d.mu.Unlock()
+	case actionMsgs[e.Msg] || e.Msg == msgTermStarted || e.Msg == msgTermEnded || e.Msg == msgBalance:
+		if e.Token != nil {
+			e.event.Token, e.HasToken = *e.Token, true
+		}
 		p.mu.Lock()
-		p.events = append(p.events, e)
+		p.events = append(p.events, e.event)
 		p.mu.Unlock()
 	}
 }
 
 // startSlot starts the next incarnation of worker slot i (a new server ID) behind its etcd proxies.
 func (d *Drill) startSlot(ctx context.Context, i int) (*proc, error) {
-	d.mu.Lock()
-	gen := d.gens[i]
-	d.gens[i]++
-	d.mu.Unlock()
 	var eps []string
 	for _, px := range d.proxies[i] {
 		eps = append(eps, px.URL())
 	}
-	p, err := d.startProc(ctx, i, fmt.Sprintf("w%d-%d", i+1, gen), d.queues, eps)
-	if p != nil {
-		d.mu.Lock()
-		d.slots[i] = p
-		d.mu.Unlock()
+	return d.startProc(ctx, i, fmt.Sprintf("w%d-%d", i+1, len(d.incarnations(i))), d.queues, eps)
+}
+
+// incarnations are the processes slot i has started so far, oldest first.
+func (d *Drill) incarnations(i int) []*proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*proc
+	for _, p := range d.procs {
+		if p.slot == i {
+			out = append(out, p)
+		}
 	}
-	return p, err
+	return out
 }
 
 func (p *proc) alive() bool {
@@ -217,9 +197,9 @@ func (p *proc) send(sig syscall.Signal) time.Time {
 	at := time.Now()
 	switch sig {
 	case syscall.SIGKILL:
-		p.expectExit = "SIGKILL"
+		p.expected = true
 	case syscall.SIGTERM:
-		p.expectExit, p.termAt = "SIGTERM", at
+		p.expected, p.termAt = true, at
 	case syscall.SIGSTOP:
 		p.stopped = true
 	case syscall.SIGCONT:
@@ -250,9 +230,7 @@ func (p *proc) send(sig syscall.Signal) time.Time {
 // teardownKill ends the process at once.
 func (p *proc) teardownKill() {
 	p.mu.Lock()
-	if p.expectExit == "" {
-		p.expectExit = "teardown"
-	}
+	p.expected = true
 	p.mu.Unlock()
 	p.Kill()
 }
@@ -273,5 +251,5 @@ func (p *proc) snapshotEvents() []event {
 func (p *proc) lastSample() (sample, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.last, p.lastOK
+	return p.last, !p.last.Recv.IsZero()
 }

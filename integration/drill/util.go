@@ -3,21 +3,11 @@ package drill
 import (
 	"context"
 	"time"
+
+	"github.com/baton-run/baton/clock"
 )
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) bool { return clock.Sleep(ctx, clock.Real(), d) }
 
 func fmtDur(d time.Duration) string {
 	switch {
