@@ -8,6 +8,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/baton-run/baton/integration/ledgerwatch"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -236,17 +237,17 @@ func TestAnalyzeContinuedAsNewMustStayWithTheOwner(t *testing.T) {
 // unfinished; one done record is handled.
 func TestLoadJudge(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	l := &loadPhase{
-		dones:   map[string][]time.Time{"a": {t0.Add(time.Second)}, "d": {t0.Add(time.Second), t0.Add(2 * time.Second)}},
-		values:  map[string][]string{"a": {"done w1 5@rev10"}, "d": {"done w1 5@rev11", "done w2 9@rev20"}},
-		touched: map[string]bool{"a": true, "b": true, "d": true, "p": true},
+	done := func(sec int, v string, rev int64) ledgerwatch.Done {
+		return ledgerwatch.Done{Seen: t0.Add(time.Duration(sec) * time.Second), Value: v, Rev: rev}
 	}
+	dones := map[string][]ledgerwatch.Done{"a": {done(1, "done w1 5", 10)}, "d": {done(1, "done w1 5", 11), done(2, "done w2 9", 20)}}
+	touched := map[string]bool{"a": true, "b": true, "d": true, "p": true}
 	reqs := []acceptedReq{{key: "a", queue: "q0", sent: t0}, {key: "b", queue: "q0", sent: t0}, {key: "c", queue: "q1", sent: t0},
 		{key: "d", queue: "q1", sent: t0}}
-	states := map[string]record{"a": {"done", "done w1 5"}, "b": {"pending", "pending w1 5"}, "d": {"done", "done w2 9"},
-		"p": {"pending", "pending w3 7"}, "other": {"pending", "pending x 1"}}
+	states := map[string]ledgerwatch.Record{"a": {State: "done", Raw: "done w1 5"}, "b": {State: "pending", Raw: "pending w1 5"}, "d": {State: "done", Raw: "done w2 9"},
+		"p": {State: "pending", Raw: "pending w3 7"}, "other": {State: "pending", Raw: "pending x 1"}}
 	var st LoadStats
-	lost, double, pending := l.judge(&st, reqs, states)
+	lost, double, pending := judge(&st, reqs, states, dones, touched)
 	if st.Handled != 2 || len(lost) != 2 || len(double) != 1 || len(pending) != 2 {
 		t.Fatalf("handled %d, lost %v, double %v, pending %v; want 2 handled (a, d), lost b and c, double d, pending b and p (not another run's key)",
 			st.Handled, lost, double, pending)

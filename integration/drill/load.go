@@ -1,7 +1,7 @@
 package drill
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,15 +10,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/ledgerwatch"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
@@ -27,17 +24,10 @@ import (
 // sends distinct dispatch requests to the dispatcher of each loaded queue with SignalWorkflow, a
 // fire-and-forget producer that retries a failed send until Temporal accepts it, and lists what
 // Temporal accepted (-accepted-out). The drill watches the dispatch ledger from before the first
-// send, and judges every accepted request from etcd's records, not from the producer's or the
-// workers' word:
-//
-//   - handled: its record is done once the ledger has settled (LoadSettle after the last send);
-//   - lost: accepted but never done (load-lost);
-//   - double: its record became done more than once (load-double). The ledger writes done only in a
-//     transaction fenced by the owner's election key and by the record being that owner's pending
-//     one (or absent), and never rewrites a done record, so each done put in etcd's history is one
-//     completion of the dispatch: a second one is a second execution that ran to completion;
-//   - pending: a record of any key still pending at the end (load-pending): a run terminated
-//     mid-dispatch left it, and no successor finished it.
+// send (package ledgerwatch) and judges every accepted request from etcd's records, not from the
+// producer's or the workers' word: handled (done once the ledger has settled, LoadSettle after the
+// last send), lost (never done), double (done more than once), and any record of the load still
+// pending at the end (a run terminated mid-dispatch left it, and no successor finished it).
 //
 // The handler's own runs (the demo's "dispatched" log lines) are counted as well: a handler that
 // ran again for a key whose record a terminated run left pending is what the ledger allows
@@ -85,14 +75,7 @@ type loadPhase struct {
 	proc     *workerproc.Proc
 	keysPath string
 	queues   []string
-	startRev int64
-
-	mu       sync.Mutex
-	watchRev int64                  // every event up to this revision has been seen
-	watchErr error                  // the watch failed: the double count cannot be trusted
-	dones    map[string][]time.Time // key -> when each done put was seen
-	values   map[string][]string    // key -> the done values (owner and token), for the evidence
-	touched  map[string]bool        // every key written since the load began
+	watch    *ledgerwatch.Watch
 }
 
 // loadQueues are the queues the load phase sends to.
@@ -107,16 +90,13 @@ func (d *Drill) loadQueues() []string {
 // startLoad starts the ledger watch and the producer, and waits for the producer's first summary
 // line (requests are flowing).
 func (d *Drill) startLoad(ctx context.Context) error {
-	l := &loadPhase{queues: d.loadQueues(), dones: map[string][]time.Time{}, values: map[string][]string{}, touched: map[string]bool{},
-		keysPath: filepath.Join(d.dir, "load-accepted.txt")}
-	resp, err := d.ec.Get(ctx, dispatcher.DefaultLedgerPrefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return fmt.Errorf("load: reading the ledger's revision: %w", err)
+	l := &loadPhase{queues: d.loadQueues(), keysPath: filepath.Join(d.dir, "load-accepted.txt")}
+	var err error
+	if l.watch, err = ledgerwatch.New(ctx, d.ec, dispatcher.DefaultLedgerPrefix); err != nil {
+		return fmt.Errorf("load: %w", err)
 	}
-	l.startRev = resp.Header.Revision + 1
-	l.watchRev = resp.Header.Revision
 	d.load = l
-	d.bgWG.Go(func() { d.watchLedger(l) })
+	d.bgWG.Go(func() { l.watch.Run(d.bg) })
 
 	bin, err := binPath(d.cfg.LoadBin, func() (string, error) { return d.bin, nil })
 	if err != nil {
@@ -146,43 +126,6 @@ func (d *Drill) startLoad(ctx context.Context) error {
 		return fmt.Errorf("the load did not start sending: %w: %s", err, l.proc.Tail(1500))
 	}
 	return nil
-}
-
-// watchLedger records every done put of the ledger from the load's start, with the instant the drill
-// saw it, until the drill ends. etcd's watch resumes on another member after a member is killed.
-func (d *Drill) watchLedger(l *loadPhase) {
-	w := d.ec.Watch(d.bg, dispatcher.DefaultLedgerPrefix+"/", clientv3.WithPrefix(), clientv3.WithRev(l.startRev),
-		clientv3.WithProgressNotify())
-	for wr := range w {
-		now := time.Now()
-		l.mu.Lock()
-		if err := wr.Err(); err != nil {
-			if l.watchErr == nil && d.bg.Err() == nil {
-				l.watchErr = err
-			}
-			l.mu.Unlock()
-			continue
-		}
-		for _, ev := range wr.Events {
-			k := strings.TrimPrefix(string(ev.Kv.Key), dispatcher.DefaultLedgerPrefix+"/")
-			if ev.Type != mvccpb.PUT {
-				continue
-			}
-			l.touched[k] = true
-			if !bytes.HasPrefix(ev.Kv.Value, []byte("done ")) {
-				continue
-			}
-			l.dones[k] = append(l.dones[k], now)
-			l.values[k] = append(l.values[k], fmt.Sprintf("%s@rev%d", ev.Kv.Value, ev.Kv.ModRevision))
-		}
-		if n := len(wr.Events); n > 0 {
-			l.watchRev = max(l.watchRev, wr.Events[n-1].Kv.ModRevision)
-		}
-		if wr.IsProgressNotify() {
-			l.watchRev = max(l.watchRev, wr.Header.Revision)
-		}
-		l.mu.Unlock()
-	}
 }
 
 // acceptedReq is one line of the producer's -accepted-out file.
@@ -232,20 +175,20 @@ func (d *Drill) endLoad(ctx context.Context) {
 	d.logf("load: %s; waiting up to %v for the ledger to show every accepted request handled", total, d.cfg.LoadSettle)
 
 	// The ledger settles: every accepted request done and no record pending, or the bound passed.
-	var states map[string]record
+	var states map[string]ledgerwatch.Record
 	var rev int64
 	err = testkit.Poll(ctx, d.cfg.LoadSettle, 500*time.Millisecond, func() (err error) {
-		if states, rev, err = d.ledgerStates(ctx); err != nil {
+		if states, rev, err = ledgerwatch.Read(ctx, d.ec, dispatcher.DefaultLedgerPrefix); err != nil {
 			return err
 		}
 		for _, r := range reqs {
-			if states[r.key].state != "done" {
+			if states[r.key].State != "done" {
 				return errors.New("an accepted request is not done")
 			}
 		}
 		// Every pending record, the watch's or not yet: a settled ledger has none of the load's.
 		for _, rec := range states {
-			if rec.state == "pending" {
+			if rec.State == "pending" {
 				return errors.New("a record is pending")
 			}
 		}
@@ -261,29 +204,15 @@ func (d *Drill) endLoad(ctx context.Context) {
 		return
 	}
 	// The watch must have seen every put up to the revision the verdict is read at.
-	err = testkit.Poll(ctx, 30*time.Second, 100*time.Millisecond, func() error {
-		l.mu.Lock()
-		seen, werr := l.watchRev, l.watchErr
-		l.mu.Unlock()
-		if werr != nil {
-			return testkit.Final(fmt.Errorf("the ledger watch failed, so a second completion could go unseen: %w", werr))
-		}
-		if seen < rev {
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			_ = d.ec.RequestProgress(pctx)
-			return fmt.Errorf("the ledger watch saw revision %d, not %d, after the ledger settled", seen, rev)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := l.watch.WaitFor(ctx, rev, 30*time.Second); err != nil {
 		if ctx.Err() == nil {
 			failed("%v", err)
 		}
 		return
 	}
 
-	lost, double, pending := l.judge(st, reqs, states)
+	dones, touched := l.watch.Seen()
+	lost, double, pending := judge(st, reqs, states, dones, touched)
 	now := time.Now()
 	if len(lost) > 0 {
 		d.violate(Violation{Check: CheckLoadLost, At: now, Detail: fmt.Sprintf("%d of %d accepted requests never recorded handled within %v of the last send: %s",
@@ -299,35 +228,36 @@ func (d *Drill) endLoad(ctx context.Context) {
 		st.Accepted, st.Handled, st.Lost, st.Double, st.Pending, fmtDur(st.P50), fmtDur(st.P99), fmtDur(st.Max))
 }
 
-// judge fills st from the ledger's records at the end (states) and the done puts the watch saw, and
-// returns the evidence of each lost request, request completed twice and record left pending.
-func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]record) (lost, double, pending []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// judge fills st from the ledger's records at the end (states) and the puts the watch saw, and
+// returns the evidence of each lost request, request completed twice and record of the load left
+// pending.
+func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerwatch.Record, dones map[string][]ledgerwatch.Done,
+	touched map[string]bool) (lost, double, pending []string) {
+	short := func(k string) string { return k[:min(12, len(k))] }
 	var lat []time.Duration
 	for _, r := range reqs {
 		rec := states[r.key]
-		if rec.state == "done" {
+		if rec.State == "done" {
 			st.Handled++
 		} else {
-			desc := "no record"
-			if rec.state != "" {
-				desc = rec.raw
-			}
-			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", r.key[:min(12, len(r.key))], r.queue, r.sent.Format(tsFormat), desc))
+			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", short(r.key), r.queue, r.sent.Format(tsFormat), cmp.Or(rec.Raw, "no record")))
 		}
-		if ds := l.dones[r.key]; len(ds) > 0 {
-			lat = append(lat, ds[0].Sub(r.sent))
+		if ds := dones[r.key]; len(ds) > 0 {
+			lat = append(lat, ds[0].Seen.Sub(r.sent))
 		}
 	}
-	for k, ds := range l.dones {
+	for k, ds := range dones {
 		if len(ds) > 1 {
-			double = append(double, fmt.Sprintf("%s: %s", k[:min(12, len(k))], strings.Join(l.values[k], ", ")))
+			var vs []string
+			for _, d := range ds {
+				vs = append(vs, fmt.Sprintf("%s@rev%d", d.Value, d.Rev))
+			}
+			double = append(double, fmt.Sprintf("%s: %s", short(k), strings.Join(vs, ", ")))
 		}
 	}
 	for k, rec := range states {
-		if rec.state == "pending" && l.touched[k] {
-			pending = append(pending, fmt.Sprintf("%s: %s", k[:min(12, len(k))], rec.raw))
+		if rec.State == "pending" && touched[k] {
+			pending = append(pending, fmt.Sprintf("%s: %s", short(k), rec.Raw))
 		}
 	}
 	sort.Strings(double)
@@ -335,43 +265,6 @@ func (l *loadPhase) judge(st *LoadStats, reqs []acceptedReq, states map[string]r
 	st.Lost, st.Double, st.Pending = len(lost), len(double), len(pending)
 	st.P50, st.P99, st.Max = benchreport.Percentile(lat, 50), benchreport.Percentile(lat, 99), benchreport.Percentile(lat, 100)
 	return lost, double, pending
-}
-
-// record is one ledger record as the drill reads it.
-type record struct {
-	state string
-	raw   string
-}
-
-// ledgerStates reads every ledger record at one revision, a page at a time, and returns that revision.
-func (d *Drill) ledgerStates(ctx context.Context) (map[string]record, int64, error) {
-	prefix := dispatcher.DefaultLedgerPrefix + "/"
-	out := map[string]record{}
-	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
-	var rev int64
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(2000)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := d.ec.Get(cctx, start, opts...)
-		cancel()
-		if err != nil {
-			return nil, 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			state, _, _ := strings.Cut(string(kv.Value), " ")
-			out[strings.TrimPrefix(string(kv.Key), prefix)] = record{state: state, raw: string(kv.Value)}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
 }
 
 // readAccepted reads the producer's -accepted-out file.
