@@ -18,38 +18,26 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// The checks a violation can name.
+// The checks a violation can name (the package doc says how each is checked).
 const (
-	// CheckOneOwner: two terms of one election overlapped (workers' logged term starts and ends;
-	// also definite overlaps in /status samples).
-	CheckOneOwner = "one-owner"
-	// CheckStoppedActed: a SIGSTOPped worker acted (took over, terminated, heartbeat, evicted) for a
-	// term it held when it was stopped, after SIGCONT.
-	CheckStoppedActed = "stopped-process-acted"
-	// CheckTokenOrder: a later term of an election did not carry a higher fencing token.
-	CheckTokenOrder = "token-order"
-	// CheckOneOpenRun: two runs of one dispatcher workflow were open at the same time (Temporal's
-	// start and close times), or visibility still listed two Running runs after the settle bound.
+	CheckOneOwner     = "one-owner"             // two terms of one election overlapped (logs, or definitely in /status samples)
+	CheckStoppedActed = "stopped-process-acted" // a SIGSTOPped worker acted after SIGCONT for a term it held when stopped
+	CheckTokenOrder   = "token-order"           // a later term of an election did not carry a higher fencing token
+	// CheckOneOpenRun: two runs of one dispatcher workflow were open at once (Temporal's start and
+	// close times), or visibility still listed two Running runs after the settle bound.
 	CheckOneOpenRun = "one-open-run"
-	// CheckFencedAction: a run was started after a successor's term began, terminated by something
-	// other than Baton's run-scoped terminate, or terminated while its owner's term still held.
+	// CheckFencedAction: a run started after a successor's term began, or was terminated by other than
+	// Baton's run-scoped terminate, or while its owner's term still held.
 	CheckFencedAction = "fenced-action"
-	// CheckRunRecords: a run without a term, closed by itself, or continued as new into a run that
-	// is not the next of its chain under the same owner.
-	CheckRunRecords = "run-records"
-	// CheckOneNewRun: a step's affected queue got other than exactly one new dispatcher run.
-	CheckOneNewRun = "one-new-run-per-affected-queue"
-	// CheckOwnerWithinSLA: after a step, a queue was not owned by one worker with an open run within
-	// TakeoverSLA.
-	CheckOwnerWithinSLA = "owner-within-sla"
-	// CheckOrphanCleanup: a run or heartbeat key not the leader's lived longer than CleanupSLA.
-	CheckOrphanCleanup = "orphan-cleanup"
-	// CheckUnexpectedExit: a worker exited without the drill's signal.
-	CheckUnexpectedExit = "unexpected-exit"
-	// CheckUncleanStop: a worker did not exit with 0 soon after SIGTERM.
-	CheckUncleanStop = "unclean-stop"
-	// CheckFaultFailed: the drill could not complete a fault (a server or worker did not come back).
-	CheckFaultFailed = "fault-failed"
+	// CheckRunRecords: a run without a term, closed by itself, or continued as new into a run that is
+	// not the next of its chain under the same owner.
+	CheckRunRecords     = "run-records"
+	CheckOneNewRun      = "one-new-run-per-affected-queue" // a step's affected queue got other than one new run
+	CheckOwnerWithinSLA = "owner-within-sla"               // a queue not owned by one worker with an open run within TakeoverSLA
+	CheckOrphanCleanup  = "orphan-cleanup"                 // a run or heartbeat key not the leader's outlived CleanupSLA
+	CheckUnexpectedExit = "unexpected-exit"                // a worker exited without the drill's signal
+	CheckUncleanStop    = "unclean-stop"                   // a worker did not exit with 0 soon after SIGTERM
+	CheckFaultFailed    = "fault-failed"                   // the drill could not complete a fault (a server or worker did not come back)
 )
 
 // Violation is one broken invariant, with its evidence.
@@ -75,25 +63,22 @@ func (d *Drill) violate(v Violation) {
 
 // term is one tenure of one election, as the workers logged it.
 type term struct {
-	Election string // the queue, or "reconciler" (reconciler.ElectionQueue)
-	Token    int64
-	Server   string
-	Proc     *proc
-	Start    time.Time
-	End      time.Time
-	EndHow   string // logged, sigstop, sigkill, exit, open
-	Logged   time.Time
-	// Balanced: the term was resigned by the balancer (package balance) to spread leadership.
-	Balanced bool
+	Election   string // the queue, or "reconciler" (reconciler.ElectionQueue)
+	Token      int64
+	Server     string
+	Start, End time.Time
+	EndHow     string // logged, sigstop, sigkill, exit, open
+	Balanced   bool   // resigned by the balancer (package balance) to spread leadership
 }
 
+func (t *term) label() string { return fmt.Sprintf("%s@%d", t.Server, t.Token) }
+
 func (t *term) String() string {
-	return fmt.Sprintf("%s@%d [%s .. %s %s]", t.Server, t.Token, t.Start.Format(tsFormat), t.End.Format(tsFormat), t.EndHow)
+	return fmt.Sprintf("%s [%s .. %s %s]", t.label(), t.Start.Format(tsFormat), t.End.Format(tsFormat), t.EndHow)
 }
 
 // run is one dispatcher run, as Temporal recorded it.
 type run struct {
-	Queue  string
 	RunID  string
 	Owner  takeover.Owner // from the memo
 	Start  time.Time
@@ -149,23 +134,20 @@ func (d *Drill) analyze(ctx context.Context) {
 	d.mu.Unlock()
 	terms := d.buildTerms(procs)
 	d.checkTerms(terms)
-	n := 0
-	for _, ts := range terms {
-		n += len(ts)
-	}
 	runs, err := d.fetchRuns(ctx, procs)
 	if err != nil {
 		d.violate(Violation{Check: CheckRunRecords, At: time.Now(), Detail: "reading Temporal's records: " + err.Error()})
 	}
 	d.checkRuns(terms, runs)
 	d.accountSteps(steps, terms, runs)
-	m := 0
-	for _, rs := range runs {
-		m += len(rs)
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.checks.Terms, d.checks.Runs = n, m
+	for _, ts := range terms {
+		d.checks.Terms += len(ts)
+	}
+	for _, rs := range runs {
+		d.checks.Runs += len(rs)
+	}
 	// The workers have exited, so their logs hold every run of the load's handler.
 	for _, c := range d.handlerRuns {
 		if c > 1 && d.loadStats != nil {
@@ -193,13 +175,12 @@ func (d *Drill) buildTerms(procs []*proc) map[string][]*term {
 		for _, e := range events {
 			switch e.Msg {
 			case msgTermStarted:
-				t := &term{Election: e.Queue, Token: e.Token, Server: e.ServerID, Proc: p, Start: time.Unix(0, e.WallNS)}
+				t := &term{Election: e.Queue, Token: e.Token, Server: e.ServerID, Start: time.Unix(0, e.WallNS)}
 				byToken[e.Token] = t
 				order = append(order, t)
 			case msgTermEnded:
 				if t := byToken[e.Token]; t != nil {
-					t.Logged = time.Unix(0, e.WallNS)
-					t.End, t.EndHow = t.Logged, "logged"
+					t.End, t.EndHow = time.Unix(0, e.WallNS), "logged"
 				}
 			}
 		}
@@ -307,8 +288,7 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 		if err != nil {
 			return out, err
 		}
-		r.Queue = queueOf[wid]
-		out[r.Queue] = append(out[r.Queue], r)
+		out[queueOf[wid]] = append(out[queueOf[wid]], r)
 		// Follow a chain to its end: visibility may not list the run it continued into yet.
 		if next := [2]string{wid, r.NextRunID}; r.NextRunID != "" && !ids[next] {
 			ids[next] = true
@@ -538,19 +518,17 @@ func fmtClose(r *run) string {
 // accountSteps attributes every queue-election term to the step in whose window it started, and the
 // term's runs with it. A fault must cost each affected queue exactly one new run. The balancer
 // (package balance) may then move a queue on purpose, by a graceful handover, to spread leadership
-// (it does so at once when one worker won many queues in a takeover): so the new terms of a queue
-// are cut into segments at every balance handover, and each segment must hold exactly one new run
-// (none is allowed only for a segment that was handed over before it started one, or that the next
-// fault cut short before its takeover was done). The runs of the
+// (at once when one worker won many queues in a takeover): so a queue's new terms are cut into
+// segments after every balance handover, and each segment must hold exactly one new run (or none,
+// when it was handed over before it started one, or the next fault cut it short). The runs of the
 // segments after a balance handover are counted as rebalancing. The takeover latency of a queue is
-// from the step's instant to the start (Temporal's record) of the first run of its first segment.
+// from the step's instant to the start (Temporal's record) of its first new run.
 func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[string][]*run) {
 	sort.Slice(steps, func(i, j int) bool { return steps[i].At.Before(steps[j].At) })
 	for i, s := range steps {
+		s.End = time.Now()
 		if i+1 < len(steps) {
 			s.End = steps[i+1].At
-		} else {
-			s.End = time.Now()
 		}
 	}
 	runsOf := map[string]map[int64][]*run{}
@@ -558,10 +536,10 @@ func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[s
 		runsOf[q] = newRuns(rs)
 	}
 	for _, s := range steps {
-		if s.Fault == nil {
+		f := s.Fault
+		if f == nil {
 			continue
 		}
-		f := s.Fault
 		for _, q := range d.allQueues() {
 			var before *term
 			var nts []*term
@@ -576,57 +554,50 @@ func (d *Drill) accountSteps(steps []*Step, terms map[string][]*term, runs map[s
 				continue
 			}
 			c := QueueChange{Queue: q}
-			rebalance := before != nil && before.Balanced
 			if before != nil {
 				c.From = before.Server
 			}
-			type segment struct {
-				rebalance bool
-				terms     []*term
-				runs      []*run
-			}
-			segs := []*segment{{rebalance: rebalance}}
-			for i, t := range nts {
-				if i > 0 && nts[i-1].Balanced {
-					segs = append(segs, &segment{rebalance: true})
-				}
-				sg := segs[len(segs)-1]
-				sg.terms = append(sg.terms, t)
-				sg.runs = append(sg.runs, runsOf[q][t.Token]...)
-				label := fmt.Sprintf("%s@%d", t.Server, t.Token)
+			for _, t := range nts {
+				label := t.label()
 				if t.Balanced {
 					label += "(handed over)"
 				}
 				c.Terms = append(c.Terms, label)
-				for _, r := range runsOf[q][t.Token] {
-					c.Runs = append(c.Runs, r.RunID)
-				}
 			}
-			for _, sg := range segs {
-				last := sg.terms[len(sg.terms)-1]
+			rebalance := before != nil && before.Balanced
+			for len(nts) > 0 {
+				n := 1 + slices.IndexFunc(nts, func(t *term) bool { return t.Balanced }) // the segment ends at a handover
+				if n == 0 {
+					n = len(nts)
+				}
+				seg, last := nts[:n], nts[n-1]
+				nts = nts[n:]
+				var ids []string
+				for _, t := range seg {
+					for _, r := range runsOf[q][t.Token] {
+						ids = append(ids, r.RunID)
+						if l := r.Start.Sub(s.At); c.Latency == 0 || l < c.Latency {
+							c.Latency = l
+						}
+					}
+				}
 				// No run is fine for a term handed over before it started one, and for a term the next
 				// fault cut short (it ended in a later step's window, whose accounting covers the queue).
 				cut := last.EndHow != "open" && !last.End.IsZero() && !last.End.Before(s.End)
-				if len(sg.runs) > 1 || (len(sg.runs) == 0 && !last.Balanced && !cut) {
-					var ids []string
-					for _, r := range sg.runs {
-						ids = append(ids, r.RunID)
+				if len(ids) > 1 || (len(ids) == 0 && !last.Balanced && !cut) {
+					var labels []string
+					for _, t := range seg {
+						labels = append(labels, t.label())
 					}
 					d.violate(Violation{Check: CheckOneNewRun, Fault: f.N, Step: stepName(s), Queue: q, At: s.At, Detail: fmt.Sprintf(
 						"%d new runs %v for terms %v after the step (no balance handover between them); all new terms: %v",
-						len(sg.runs), ids, termLabels(sg.terms), c.Terms)})
+						len(ids), ids, labels, c.Terms)})
 				}
-				if sg.rebalance {
-					c.Rebalanced += len(sg.runs)
+				if rebalance {
+					c.Rebalanced += len(ids)
 				}
-			}
-			// The queue is owned again once its first new run is open, whichever segment started it.
-			for _, sg := range segs {
-				for _, r := range sg.runs {
-					if l := r.Start.Sub(s.At); c.Latency == 0 || l < c.Latency {
-						c.Latency = l
-					}
-				}
+				c.Runs = append(c.Runs, ids...)
+				rebalance = true
 			}
 			s.Changes = append(s.Changes, c)
 			solo := strings.HasPrefix(q, "solo")
@@ -650,14 +621,6 @@ func newRuns(rs []*run) map[int64][]*run {
 		if !r.continuation() {
 			out[r.Owner.Token] = append(out[r.Owner.Token], r)
 		}
-	}
-	return out
-}
-
-func termLabels(ts []*term) []string {
-	var out []string
-	for _, t := range ts {
-		out = append(out, fmt.Sprintf("%s@%d", t.Server, t.Token))
 	}
 	return out
 }

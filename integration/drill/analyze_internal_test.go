@@ -100,9 +100,9 @@ func TestAnalyzeRunsOverlapAndFencing(t *testing.T) {
 		{Election: "q1", Token: 20, Server: "b", Start: at(1500), End: at(9000)},
 	}}
 	runs := map[string][]*run{"q1": {
-		{Queue: "q1", RunID: "r1", Owner: takeover.Owner{Token: 10}, Start: at(10), Close: at(1600),
+		{RunID: "r1", Owner: takeover.Owner{Token: 10}, Start: at(10), Close: at(1600),
 			Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, Reason: "baton: taken over by b (token 20)"},
-		{Queue: "q1", RunID: "r2", Owner: takeover.Owner{Token: 20}, Start: at(1700), Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		{RunID: "r2", Owner: takeover.Owner{Token: 20}, Start: at(1700), Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
 	}}
 	d.checkRuns(terms, runs)
 	if got := checks(d); len(got) != 0 {
@@ -129,8 +129,8 @@ func TestAnalyzeStepAccounting(t *testing.T) {
 		{Election: "q1", Token: 30, Server: "c", Start: at(3600), End: at(9000)},
 	}}
 	runs := map[string][]*run{"q1": {
-		{Queue: "q1", RunID: "r2", Owner: takeover.Owner{Token: 20}, Start: at(3100)},
-		{Queue: "q1", RunID: "r3", Owner: takeover.Owner{Token: 30}, Start: at(3700)},
+		{RunID: "r2", Owner: takeover.Owner{Token: 20}, Start: at(3100)},
+		{RunID: "r3", Owner: takeover.Owner{Token: 30}, Start: at(3700)},
 	}}
 	d := testDrill()
 	d.accountSteps([]*Step{step, next}, terms, runs)
@@ -185,12 +185,12 @@ func TestAnalyzeContinuedAsNewMustStayWithTheOwner(t *testing.T) {
 	a, b := takeover.Owner{ServerID: "a", Token: 10}, takeover.Owner{ServerID: "b", Token: 20}
 	mk := func(next *run) map[string][]*run {
 		return map[string][]*run{"q1": {
-			{Queue: "q1", RunID: "r1", FirstRunID: "r1", Owner: a, Start: at(10), Close: at(500),
+			{RunID: "r1", FirstRunID: "r1", Owner: a, Start: at(10), Close: at(500),
 				Status: enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, NextRunID: "r2"},
 			next,
 		}}
 	}
-	same := &run{Queue: "q1", RunID: "r2", FirstRunID: "r1", Owner: a, InputOwner: a, Start: at(500), Close: at(1600),
+	same := &run{RunID: "r2", FirstRunID: "r1", Owner: a, InputOwner: a, Start: at(500), Close: at(1600),
 		Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, Reason: "baton: taken over by b (token 20)"}
 	d := testDrill()
 	d.checkRuns(terms, mk(same))
@@ -209,7 +209,6 @@ func TestAnalyzeContinuedAsNewMustStayWithTheOwner(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			next := tc.next
-			next.Queue = "q1"
 			if next.Close.IsZero() {
 				next.Status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 			} else {
@@ -282,7 +281,7 @@ func TestAnalyzeTerminationReasons(t *testing.T) {
 		{"terminated by WorkflowIDConflictPolicy", 1500, false},
 	} {
 		d := testDrill()
-		r := &run{Queue: "q1", RunID: "r1", Owner: takeover.Owner{Token: 10}, Start: at(10), Close: at(tc.close),
+		r := &run{RunID: "r1", Owner: takeover.Owner{Token: 10}, Start: at(10), Close: at(tc.close),
 			Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, Reason: tc.reason}
 		d.checkTermination("q1", r, own, []*term{own})
 		if got := checks(d); (len(got) == 0) != tc.ok {

@@ -26,30 +26,28 @@
 // Each violation names its check (the Check* constants). Live, while faults run:
 //
 //   - settle after every step (waitSteady): within TakeoverSLA every queue is led by exactly one
-//     worker (fresh /status reads) with a run that is the workflow's current, Running run in Temporal
-//     (DescribeWorkflowExecution), named with the leader's token by the heartbeat key
-//     dispatcher:heartbeat:<workflow-id>, and the only Running run visibility lists. A queue that
-//     does not settle is reported with its etcd candidate keys (owner-within-sla, one-open-run).
+//     worker (/status) whose run is the workflow's current, Running run in Temporal, named with the
+//     leader's token by its heartbeat key, and the only Running run visibility lists
+//     (owner-within-sla, one-open-run; a queue that does not settle is reported with its etcd
+//     candidate keys).
 //   - /status samples every PollInterval: two workers seen leading one queue at the same instant
-//     (see checkSample for what "same instant" can mean between samples) (one-owner).
-//   - orphans every second: an open run or a heartbeat key that is not the run of the queue's live
-//     leader must be gone within CleanupSLA (orphan-cleanup); the orphan fault times the reconciler.
+//     (checkSample says what that can mean between samples) (one-owner).
+//   - orphans every second: an open run or heartbeat key that is not the live leader's must be gone
+//     within CleanupSLA (orphan-cleanup); the orphan fault times the reconciler.
 //   - every worker exit must follow the drill's SIGKILL or SIGTERM (unexpected-exit), and a SIGTERM
 //     must end in exit code 0 (unclean-stop).
 //
 // After the faults, from the records (analyze):
 //
-//   - terms from the workers' "leadership started/ended" logs (wall_ns): per election, no two terms
-//     overlap (one-owner), later terms carry higher tokens (token-order). A SIGKILLed worker's open
-//     terms end at the kill; a SIGSTOPped worker's terms end at the stop, provided it logs no action
-//     for them after SIGCONT (stopped-process-acted).
+//   - terms from the workers' "leadership started/ended" logs: per election no two terms overlap
+//     (one-owner) and later terms carry higher tokens (token-order); buildTerms says where a
+//     SIGKILLed or SIGSTOPped worker's terms end (stopped-process-acted).
 //   - runs from Temporal's mutable state: the runs of one workflow ID never overlap in time
-//     (one-open-run, see checkRuns); every run belongs to a logged term and starts before any
-//     successor term; every termination is Baton's run-scoped one with a reason and token that fit
-//     (fenced-action, run-records).
-//   - per step: each queue whose leadership changed got exactly one new run (see accountSteps for the
-//     balancer's handovers) (one-new-run-per-affected-queue); the takeover latency is from the
-//     injection to the start of that run.
+//     (one-open-run); every run belongs to a logged term and starts before any successor term; every
+//     termination is Baton's run-scoped one with a reason and token that fit (fenced-action,
+//     run-records).
+//   - per step, each queue whose leadership changed got exactly one new run (accountSteps)
+//     (one-new-run-per-affected-queue); the takeover latency is from the injection to its start.
 //
 // With LoadRate set, a producer sends dispatch requests through all of it and the dispatch ledger
 // says what became of each one Temporal accepted (load-lost, load-double, load-pending): see

@@ -125,7 +125,7 @@ func (d *Drill) liveProcs(exclude map[*proc]bool) []*proc {
 // A queue already reported as not settling (stuck) is left out, so that one queue that stays without
 // an owner is reported once and does not make every later step wait out the bound; it rejoins the
 // checks once a worker leads it with a run again.
-func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
+func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []Violation {
 	d.mu.Lock()
 	stuck := maps.Clone(d.stuck)
 	d.mu.Unlock()
@@ -137,11 +137,11 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
 		wg.Go(func() { stats[i], oks[i] = p.read() })
 	}
 	wg.Wait()
-	var probs []problem
+	var probs []Violation
 	leaders := map[string][]owner{}
 	for i, p := range procs {
 		if !oks[i] {
-			probs = append(probs, problem{check: CheckOwnerWithinSLA, detail: p.id + ": /status does not answer"})
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Detail: p.id + ": /status does not answer"})
 			continue
 		}
 		for _, q := range stats[i].St.Queues {
@@ -164,11 +164,11 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
 		}
 		switch {
 		case len(ls) == 0:
-			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "no worker leads it"})
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: "no worker leads it"})
 		case len(ls) > 1:
-			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: fmt.Sprintf("%d workers report leading it: %v", len(ls), ls)})
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: fmt.Sprintf("%d workers report leading it: %v", len(ls), ls)})
 		case ls[0].RunID == "":
-			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: ls[0].Proc + " leads it without a dispatcher run yet"})
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: ls[0].Proc + " leads it without a dispatcher run yet"})
 		default:
 			owners[q] = ls[0]
 		}
@@ -184,20 +184,20 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
 		id := d.workflowID(q)
 		cur, open, err := d.describeRun(ctx, id, "")
 		if err != nil {
-			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "describe: " + err.Error()})
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: "describe: " + err.Error()})
 			continue
 		}
 		if cur != o.RunID || !open {
-			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: fmt.Sprintf(
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: fmt.Sprintf(
 				"Temporal's current run is %q (running %v), the leader %s reports run %s", cur, open, o.Proc, o.RunID)})
 			continue
 		}
 		h, err := d.heartbeat(ctx, id)
 		switch {
 		case err != nil:
-			probs = append(probs, problem{check: CheckOwnerWithinSLA, queue: q, detail: "heartbeat key: " + err.Error()})
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: "heartbeat key: " + err.Error()})
 		case h[heartbeat.FieldRunID] != o.RunID || h[heartbeat.FieldToken] != strconv.FormatInt(o.Token, 10):
-			probs = append(probs, problem{check: CheckOrphanCleanup, queue: q, detail: fmt.Sprintf(
+			probs = append(probs, Violation{Check: CheckOrphanCleanup, Queue: q, Detail: fmt.Sprintf(
 				"heartbeat key names run %q token %q, the leader %s has run %s token %d", h[heartbeat.FieldRunID],
 				h[heartbeat.FieldToken], o.Proc, o.RunID, o.Token)})
 		}
@@ -207,7 +207,7 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
 	}
 	open, err := d.openRunsByVisibility(ctx)
 	if err != nil {
-		return []problem{{check: CheckOwnerWithinSLA, detail: "visibility: " + err.Error()}}
+		return []Violation{{Check: CheckOwnerWithinSLA, Detail: "visibility: " + err.Error()}}
 	}
 	for _, q := range d.queues {
 		if _, ok := owners[q]; !ok {
@@ -215,17 +215,11 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []problem {
 		}
 		runs := open[d.workflowID(q)]
 		if len(runs) != 1 || runs[0] != owners[q].RunID {
-			probs = append(probs, problem{check: CheckOneOpenRun, queue: q, detail: fmt.Sprintf(
+			probs = append(probs, Violation{Check: CheckOneOpenRun, Queue: q, Detail: fmt.Sprintf(
 				"visibility lists %d Running runs %v, the leader's is %s", len(runs), runs, owners[q].RunID)})
 		}
 	}
 	return probs
-}
-
-type problem struct {
-	check  string
-	queue  string
-	detail string
 }
 
 // describeRun reads the run (runID "": the workflow's current run) from Temporal's mutable state: its
@@ -294,15 +288,15 @@ func (d *Drill) waitSteady(ctx context.Context, step *Step, exclude map[*proc]bo
 			if ctx.Err() != nil {
 				return false
 			}
-			for _, p := range probs {
-				detail := fmt.Sprintf("not settled %v after the step: %s", timeout, p.detail)
-				if p.queue != "" {
-					detail += "; etcd candidates: " + d.candidates(ctx, p.queue)
+			for _, v := range probs {
+				v.At, v.Step, v.Detail = time.Now(), stepName(step), fmt.Sprintf("not settled %v after the step: %s", timeout, v.Detail)
+				if v.Queue != "" {
+					v.Detail += "; etcd candidates: " + d.candidates(ctx, v.Queue)
 					d.mu.Lock()
-					d.stuck[p.queue] = time.Now()
+					d.stuck[v.Queue] = time.Now()
 					d.mu.Unlock()
 				}
-				d.violate(Violation{Check: p.check, Queue: p.queue, At: time.Now(), Step: stepName(step), Detail: detail})
+				d.violate(v)
 			}
 			return false
 		}
