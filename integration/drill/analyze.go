@@ -121,7 +121,7 @@ func (d *Drill) finish(ctx context.Context) {
 		p.send(syscall.SIGTERM)
 	}
 	for _, p := range live {
-		_ = d.waitStopped(ctx, nil, p)
+		_ = d.waitStopped(ctx, p)
 	}
 	d.analyze(ctx)
 }

@@ -87,6 +87,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -254,8 +255,8 @@ type Drill struct {
 	steps      []*Step
 	violations []Violation
 	skipped    []string
-	checks     CheckStats // the live counts; analyze adds the terms and runs
-	monitoring bool
+	checks     CheckStats           // the live counts; analyze adds the terms and runs
+	monitoring atomic.Bool          // the fault phase runs: orphans are watched
 	stuck      map[string]time.Time // queues reported without an owner, until they have one again
 	load       *loadPhase           // nil without LoadRate
 	loadStats  *LoadStats

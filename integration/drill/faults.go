@@ -87,10 +87,11 @@ func (d *Drill) count(k Kind) int {
 // live slot worker if none does), picked with the drill's random source, and logs it as
 // "<verb> <worker> (leads n queues)<more>".
 func (d *Drill) leaderFault(k Kind, verb, more string) (*proc, *Fault, error) {
-	counts := d.leadCounts()
+	counts := map[*proc]int{} // from the latest samples
 	var cands []*proc
-	for p, n := range counts {
-		if n > 0 {
+	for _, p := range d.liveProcs(nil) {
+		if s, ok := p.lastSample(); ok && leading(s.St) > 0 {
+			counts[p] = leading(s.St)
 			cands = append(cands, p)
 		}
 	}
@@ -107,12 +108,11 @@ func (d *Drill) leaderFault(k Kind, verb, more string) (*proc, *Fault, error) {
 	return p, f, nil
 }
 
-// step records an injection instant. Call it right before (or, for instants the injection itself
-// returns, right after) the injection.
-func (d *Drill) step(f *Fault, name string, at time.Time) *Step {
+// step records an injection instant; call it right before the injection.
+func (d *Drill) step(f *Fault, name string) *Step {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := &Step{Fault: f, Name: name, At: at}
+	s := &Step{Fault: f, Name: name, At: time.Now()}
 	switch {
 	case name == "restart" && (f.Kind == KindSIGKILL || f.Kind == KindSIGTERM), name == "resume", name == "heal", strings.HasPrefix(name, "start"):
 		s.Recovery = true
@@ -125,8 +125,8 @@ func (d *Drill) step(f *Fault, name string, at time.Time) *Step {
 // faultPhase injects faults one at a time, kinds in a seeded order per cycle, until Duration has
 // passed (a fault started is finished) or Cycles rounds are done.
 func (d *Drill) faultPhase(ctx context.Context) {
-	d.setMonitoring(true)
-	defer d.setMonitoring(false)
+	d.monitoring.Store(true)
+	defer d.monitoring.Store(false)
 	var kinds []Kind
 	for _, k := range d.cfg.Kinds {
 		if !slices.ContainsFunc(d.skipped, func(s string) bool { return strings.HasPrefix(s, string(k)+":") }) {
@@ -187,7 +187,7 @@ func (d *Drill) inject(ctx context.Context, k Kind) {
 	if err != nil && ctx.Err() == nil {
 		// The drill could not do what the fault needs (a server that does not come back, a worker
 		// that does not start): that is a finding too.
-		d.violate(Violation{Check: CheckFaultFailed, At: time.Now(), Fault: faultN(f), Detail: fmt.Sprintf("%s: %v", k, err)})
+		d.violate(Violation{Check: CheckFaultFailed, At: time.Now(), Detail: fmt.Sprintf("%s: %v", k, err)})
 	}
 	if f != nil {
 		var steps []string
@@ -198,20 +198,14 @@ func (d *Drill) inject(ctx context.Context, k Kind) {
 	}
 }
 
-func faultN(f *Fault) int {
-	if f == nil {
-		return 0
-	}
-	return f.N
-}
-
 // restartDelay is how long a killed worker stays away before its new incarnation starts.
 const restartDelay = 2 * time.Second
 
 // holdUntil waits for the fleet (minus exclude) to settle after step s, keeps the fault in place
-// until t, and waits for it to settle again before the caller's next step: a fault's consequences can come late (a session that lost its keepalives to
-// an etcd leader election ends its terms at its lease deadline, and its keys stay until the new
-// raft leader expires its lease), and they must land in the window of the step that caused them.
+// until t, and waits for it to settle again before the caller's next step: a fault's consequences
+// can come late (a session that lost its keepalives to an etcd leader election ends its terms at its
+// lease deadline, and its keys stay until the new raft leader expires its lease), and they must land
+// in the window of the step that caused them.
 func (d *Drill) holdUntil(ctx context.Context, s *Step, exclude map[*proc]bool, t time.Time) bool {
 	d.waitSteady(ctx, s, exclude, d.cfg.TakeoverSLA)
 	if !sleepCtx(ctx, time.Until(t)) {
@@ -232,11 +226,11 @@ func (d *Drill) faultRestart(ctx context.Context, kind Kind) error {
 	var gone time.Time
 	var s *Step
 	if kind == KindSIGKILL {
-		s = d.step(f, "kill", time.Now())
+		s = d.step(f, "kill")
 		gone = p.send(syscall.SIGKILL)
 	} else {
-		s = d.step(f, "sigterm", time.Now())
-		if err := d.stopClean(ctx, f, p); err != nil {
+		s = d.step(f, "sigterm")
+		if err := d.stopClean(ctx, p); err != nil {
 			return err
 		}
 		p.mu.Lock()
@@ -257,7 +251,7 @@ func (d *Drill) faultRestart(ctx context.Context, kind Kind) error {
 // restartSlot starts the next incarnation of slot i as the fault's step name and waits for the fleet
 // to settle.
 func (d *Drill) restartSlot(ctx context.Context, f *Fault, name string, i int) (*proc, error) {
-	s := d.step(f, name, time.Now())
+	s := d.step(f, name)
 	p, err := d.startSlot(ctx, i)
 	if err != nil {
 		return nil, err
@@ -267,18 +261,18 @@ func (d *Drill) restartSlot(ctx context.Context, f *Fault, name string, i int) (
 }
 
 // stopClean sends p SIGTERM and waits for it to exit (unclean-stop).
-func (d *Drill) stopClean(ctx context.Context, f *Fault, p *proc) error {
+func (d *Drill) stopClean(ctx context.Context, p *proc) error {
 	p.send(syscall.SIGTERM)
-	return d.waitStopped(ctx, f, p)
+	return d.waitStopped(ctx, p)
 }
 
 // waitStopped waits for p, sent SIGTERM, to exit: with code 0 and within 30 s, or it is an
-// unclean stop (and p is killed).
-func (d *Drill) waitStopped(ctx context.Context, f *Fault, p *proc) error {
+// unclean stop (and p is killed). report ties the violation to the fault it happened in.
+func (d *Drill) waitStopped(ctx context.Context, p *proc) error {
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
-		d.violate(Violation{Check: CheckUncleanStop, Fault: faultN(f), At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
+		d.violate(Violation{Check: CheckUncleanStop, At: time.Now(), Detail: p.id + " did not exit 30s after SIGTERM"})
 		p.send(syscall.SIGKILL)
 		<-p.done
 		return nil
@@ -289,7 +283,7 @@ func (d *Drill) waitStopped(ctx context.Context, f *Fault, p *proc) error {
 	code, took := p.Code(), p.exitedAt.Sub(p.termAt)
 	p.mu.Unlock()
 	if code != 0 {
-		d.violate(Violation{Check: CheckUncleanStop, Fault: faultN(f), At: time.Now(), Detail: fmt.Sprintf(
+		d.violate(Violation{Check: CheckUncleanStop, At: time.Now(), Detail: fmt.Sprintf(
 			"%s exited with code %d after SIGTERM (took %v): %s", p.id, code, took.Round(time.Millisecond), p.Tail(600))})
 	}
 	return nil
@@ -300,13 +294,13 @@ func (d *Drill) faultSIGSTOP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := d.step(f, "stop", time.Now())
+	s := d.step(f, "stop")
 	stoppedAt := p.send(syscall.SIGSTOP)
 	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, stoppedAt.Add(d.cfg.TTL+time.Second)) {
 		p.send(syscall.SIGCONT)
 		return ctx.Err()
 	}
-	s = d.step(f, "resume", time.Now())
+	s = d.step(f, "resume")
 	resumed := p.send(syscall.SIGCONT)
 	f.Notes = append(f.Notes, fmt.Sprintf("stopped %v", resumed.Sub(stoppedAt).Round(time.Millisecond)))
 	// The resumed process must not act for the terms it held when it was stopped; the logs are
@@ -338,7 +332,7 @@ func (d *Drill) faultPartition(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := d.step(f, "partition", time.Now())
+	s := d.step(f, "partition")
 	for _, px := range d.proxies[p.slot] {
 		px.Blackhole()
 	}
@@ -354,7 +348,7 @@ func (d *Drill) faultPartition(ctx context.Context) error {
 	if !d.holdUntil(ctx, s, nil, cut.Add(d.cfg.TTL+time.Second)) {
 		return ctx.Err()
 	}
-	s = d.step(f, "heal", time.Now())
+	s = d.step(f, "heal")
 	for _, px := range d.proxies[p.slot] {
 		px.Heal()
 	}
@@ -374,8 +368,8 @@ func (d *Drill) faultRolling(ctx context.Context) error {
 		if !p.alive() {
 			continue
 		}
-		s := d.step(f, "sigterm "+p.id, time.Now())
-		if err := d.stopClean(ctx, f, p); err != nil {
+		s := d.step(f, "sigterm "+p.id)
+		if err := d.stopClean(ctx, p); err != nil {
 			return err
 		}
 		d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
@@ -400,7 +394,7 @@ func (d *Drill) faultEtcdMember(ctx context.Context) error {
 	}
 	f := d.newFault(KindEtcdMember, fmt.Sprintf("member %d (%s)", victim, what))
 	d.logf("fault #%d: kill etcd member %d (%s)", f.N, victim, what)
-	s := d.step(f, "kill", time.Now())
+	s := d.step(f, "kill")
 	if err := d.etcd.StopMember(victim); err != nil {
 		return err
 	}
@@ -410,7 +404,7 @@ func (d *Drill) faultEtcdMember(ctx context.Context) error {
 	if !d.holdUntil(ctx, s, nil, killed.Add(2*d.cfg.TTL+2*time.Second)) {
 		return ctx.Err()
 	}
-	s = d.step(f, "restart", time.Now())
+	s = d.step(f, "restart")
 	if err := d.etcd.RestartMember(victim); err != nil {
 		return err
 	}
@@ -430,7 +424,7 @@ func (d *Drill) faultServer(ctx context.Context, kind Kind, name string, stop, k
 	}
 	f := d.newFault(kind, name+" ("+how+")")
 	d.logf("fault #%d: restart %s (%s, 1s down)", f.N, name, how)
-	s := d.step(f, "restart", time.Now())
+	s := d.step(f, "restart")
 	if err := stop(); err != nil {
 		return err
 	}
@@ -453,7 +447,7 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 	queue := fmt.Sprintf("solo%d", d.count(KindOrphan)+1)
 	f := d.newFault(KindOrphan, queue+"-0")
 	d.logf("fault #%d: crash of the only worker of queue %s (the reconciler must clean up)", f.N, queue)
-	d.step(f, "start", time.Now())
+	d.step(f, "start")
 	// It takes no part in the reconciler election: the crash must leave the cleanup to another worker.
 	p, err := d.startProc(ctx, -1, f.Target, []string{queue}, d.etcd.Endpoints(), "BATON_RECONCILE_DISABLED=true")
 	if err != nil {
@@ -476,7 +470,7 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s did not lead %s with a run and a heartbeat: %w", p.id, queue, err)
 	}
-	d.step(f, "kill", time.Now())
+	d.step(f, "kill")
 	killed := p.send(syscall.SIGKILL)
 	err = testkit.Poll(ctx, d.cfg.CleanupSLA, 250*time.Millisecond, func() error {
 		_, open, derr := d.describeRun(ctx, id, runID)

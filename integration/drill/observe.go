@@ -359,10 +359,7 @@ func (d *Drill) monitorOrphans() {
 			return
 		case <-t.C:
 		}
-		d.mu.Lock()
-		on := d.monitoring
-		d.mu.Unlock()
-		if !on {
+		if !d.monitoring.Load() {
 			clear(since)
 			continue
 		}
@@ -427,23 +424,6 @@ func (d *Drill) monitorOrphans() {
 			}
 		}
 	}
-}
-
-func (d *Drill) setMonitoring(on bool) {
-	d.mu.Lock()
-	d.monitoring = on
-	d.mu.Unlock()
-}
-
-// leadCounts returns, from the latest samples, how many queues each live slot worker leads.
-func (d *Drill) leadCounts() map[*proc]int {
-	out := map[*proc]int{}
-	for _, p := range d.liveProcs(nil) {
-		if s, ok := p.lastSample(); ok {
-			out[p] = leading(s.St)
-		}
-	}
-	return out
 }
 
 // leading is how many queues st reports leading.

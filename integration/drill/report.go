@@ -83,15 +83,9 @@ func (d *Drill) report(complete bool) *Report {
 		Checks:     d.checks,
 	}
 	r.Checks.Processes = len(d.procs)
-	if d.etcd != nil {
-		r.Servers.Etcd, r.Servers.EtcdExternal = d.etcd.Endpoints(), d.etcd.External()
-	}
-	if d.temporal != nil {
-		r.Servers.Temporal, r.Servers.TemporalExternal = d.temporal.HostPort(), d.temporal.External()
-	}
-	if d.redis != nil {
-		r.Servers.Redis, r.Servers.RedisExternal = d.redis.Addr(), d.redis.External()
-	}
+	// Run reports only after the servers are up.
+	r.Servers = Servers{Etcd: d.etcd.Endpoints(), EtcdExternal: d.etcd.External(), Temporal: d.temporal.HostPort(),
+		TemporalExternal: d.temporal.External(), Redis: d.redis.Addr(), RedisExternal: d.redis.External()}
 	if !d.tempDir || len(d.violations) > 0 {
 		r.Logs = d.dir
 	}
