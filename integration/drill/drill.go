@@ -319,13 +319,14 @@ func (d *Drill) setup(ctx context.Context) error {
 		d.cfg.Project, d.cfg.TTL, d.cfg.Seed, d.dir)
 
 	began := time.Now()
-	bin, err := binPath(d.cfg.Bin, workerproc.Build)
+	var err error
+	if d.cfg.Bin != "" {
+		d.bin, err = binPath(d.cfg.Bin)
+	} else if d.bin, err = workerproc.Build(); err == nil {
+		d.logf("built demo-worker in %v", time.Since(began).Round(100*time.Millisecond))
+	}
 	if err != nil {
 		return err
-	}
-	d.bin = bin
-	if d.cfg.Bin == "" {
-		d.logf("built demo-worker in %v", time.Since(began).Round(100*time.Millisecond))
 	}
 
 	began = time.Now()
@@ -405,11 +406,8 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// binPath is the demo-worker binary named by flag (the binary or its directory); with none, build's.
-func binPath(flag string, build func() (string, error)) (string, error) {
-	if flag == "" {
-		return build()
-	}
+// binPath is the demo-worker binary named by flag (the binary or its directory).
+func binPath(flag string) (string, error) {
 	if st, err := os.Stat(flag); err == nil && st.IsDir() {
 		flag = filepath.Join(flag, "demo-worker")
 	}

@@ -98,7 +98,7 @@ func (d *Drill) startLoad(ctx context.Context) error {
 	d.load = l
 	d.bgWG.Go(func() { l.watch.Run(d.bg) })
 
-	bin, err := binPath(d.cfg.LoadBin, func() (string, error) { return d.bin, nil })
+	bin, err := binPath(cmp.Or(d.cfg.LoadBin, d.bin))
 	if err != nil {
 		return err
 	}
