@@ -98,6 +98,7 @@ import (
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -385,13 +386,10 @@ func (d *Drill) setup(ctx context.Context) error {
 	}
 	setupStep := &Step{Name: "start-up", At: time.Now()}
 	d.steps = append(d.steps, setupStep)
-	var wg sync.WaitGroup
-	errs := make([]error, d.cfg.Workers)
-	for i := range d.cfg.Workers {
-		wg.Go(func() { _, errs[i] = d.startSlot(ctx, i) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := testkit.Parallel(ctx, d.cfg.Workers, d.cfg.Workers, func(ctx context.Context, i int) error {
+		_, err := d.startSlot(ctx, i)
+		return err
+	}); err != nil {
 		return err
 	}
 	d.bgWG.Go(d.monitorOrphans)
