@@ -27,9 +27,8 @@ type proc struct {
 	killedAt time.Time // SIGKILL sent
 	termAt   time.Time // SIGTERM sent
 	exitedAt time.Time
-	stopped  bool
-	stops    []stopWindow
-	last     sample // zero before the first answered read
+	stops    []stopWindow // the last one without Resume while SIGSTOPped
+	last     sample       // zero before the first answered read
 }
 
 type stopWindow struct {
@@ -57,17 +56,9 @@ type event struct {
 
 // Messages the drill reads from the workers' logs.
 const (
-	msgTermStarted   = "leadership started"
-	msgTermEnded     = "leadership ended"
-	msgTakenOver     = "dispatcher taken over"
-	msgPriorEnded    = "prior dispatcher run terminated"
-	msgStepDownEnded = "own dispatcher run terminated on step-down"
-	msgHBRefused     = "heartbeat refused: a newer owner's entry is stored"
-	msgHBFailed      = "heartbeat write failed; retrying at the next interval"
-	msgHBRecovered   = "heartbeat writes recovered"
-	msgStaleEnded    = "stale dispatcher run terminated"
-	msgStaleClosed   = "stale dispatcher run was already closed"
-	msgEvicted       = "worker evicted"
+	msgTermStarted = "leadership started"
+	msgTermEnded   = "leadership ended"
+	msgTakenOver   = "dispatcher taken over"
 	// msgBalance is logged by package balance right before it resigns a term it hands over (to spread
 	// leadership, drain, or move it forward in a rollout).
 	msgBalance = "handing a queue over"
@@ -75,8 +66,10 @@ const (
 
 // actionMsgs are the log lines that show a process acting for a term (its token): a SIGSTOPped
 // process must log none of them for a term it held when it was stopped once it is resumed.
-var actionMsgs = map[string]bool{msgTakenOver: true, msgPriorEnded: true, msgStepDownEnded: true, msgHBRefused: true,
-	msgHBFailed: true, msgHBRecovered: true, msgStaleEnded: true, msgStaleClosed: true, msgEvicted: true}
+var actionMsgs = map[string]bool{msgTakenOver: true, "prior dispatcher run terminated": true,
+	"own dispatcher run terminated on step-down": true, "heartbeat refused: a newer owner's entry is stored": true,
+	"heartbeat write failed; retrying at the next interval": true, "heartbeat writes recovered": true,
+	"stale dispatcher run terminated": true, "stale dispatcher run was already closed": true, "worker evicted": true}
 
 // startProc starts a demo worker, its log in the drill's directory, and waits until it is ready.
 func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []string, endpoints []string, extraEnv ...string) (*proc, error) {
@@ -186,7 +179,8 @@ func (p *proc) alive() bool {
 func (p *proc) isStopped() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stopped
+	n := len(p.stops)
+	return n > 0 && p.stops[n-1].Resume.IsZero()
 }
 
 // send sends sig and records it, with the instant that bounds the process's acts: taken after a
@@ -201,9 +195,8 @@ func (p *proc) send(sig syscall.Signal) time.Time {
 	case syscall.SIGTERM:
 		p.expected, p.termAt = true, at
 	case syscall.SIGSTOP:
-		p.stopped = true
+		p.stops = append(p.stops, stopWindow{}) // its Stop is the instant after the signal
 	case syscall.SIGCONT:
-		p.stopped = false
 		if n := len(p.stops); n > 0 && p.stops[n-1].Resume.IsZero() {
 			p.stops[n-1].Resume = at
 		}
@@ -218,7 +211,7 @@ func (p *proc) send(sig syscall.Signal) time.Time {
 	if sig == syscall.SIGKILL {
 		p.killedAt = at
 	} else {
-		p.stops = append(p.stops, stopWindow{Stop: at})
+		p.stops[len(p.stops)-1].Stop = at
 	}
 	p.mu.Unlock()
 	if sig == syscall.SIGKILL {
