@@ -3,6 +3,7 @@ package drill
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -277,10 +278,7 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 		}
 	}
 	out := map[string][]*run{}
-	todo := make([][2]string, 0, len(ids))
-	for k := range ids {
-		todo = append(todo, k)
-	}
+	todo := slices.Collect(maps.Keys(ids))
 	for len(todo) > 0 {
 		wid, runID := todo[0][0], todo[0][1]
 		todo = todo[1:]
