@@ -16,15 +16,14 @@ import (
 	"github.com/baton-run/baton/integration/testkit"
 )
 
-// A leader is what both implementations look like to the measurements.
+// A leader is what both implementations look like to the measurements: campaign blocks until
+// elected and returns when the win was observed; prefix holds the election's keys (the leader's and
+// its followers').
 type leader struct {
-	// campaign blocks until elected and returns when the win was observed.
 	campaign func(ctx context.Context) (time.Time, error)
-	// resign ends the current term gracefully.
-	resign func(ctx context.Context) error
-	// prefix holds the election's keys: the leader's and its followers'.
-	prefix string
-	close  func()
+	resign   func(ctx context.Context) error
+	prefix   string
+	close    func()
 }
 
 // newLeader makes a candidate for queue whose etcd client talks to endpoints (default: all members).
@@ -42,13 +41,11 @@ func newBaton(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, en
 	}
 	var term *election.Term
 	return &leader{
-		campaign: func(ctx context.Context) (time.Time, error) {
-			t, err := el.Campaign(ctx, "bench", queue, id)
-			if err != nil {
-				return time.Time{}, err
+		campaign: func(ctx context.Context) (at time.Time, err error) {
+			if term, err = el.Campaign(ctx, "bench", queue, id); err == nil {
+				at = term.Started()
 			}
-			term = t
-			return term.Started(), nil
+			return at, err
 		},
 		resign: func(ctx context.Context) error { return term.Resign(ctx) },
 		prefix: el.ElectionKey("bench", queue),
@@ -81,80 +78,78 @@ func newBare(cluster *etcdtest.Cluster, id, queue string, ttl time.Duration, end
 	}, nil
 }
 
-// benchGraceful alternates leadership between two candidates: the leader resigns as soon as the
-// follower waits, then campaigns again at once, as a rolling restart does. The figure is the time
-// from the resign call to the successor's win.
-func benchGraceful(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	var samples [2][]time.Duration
-	for k, mk := range []newLeader{newBaton, newBare} {
-		var err error
-		if samples[k], err = handovers(ctx, cluster, o.rounds, mk); err != nil {
-			return nil, err
-		}
-	}
-	return []benchreport.Figure{benchreport.NewFigure("graceful handover (resign -> successor's term; follower joined 5-50 ms before)", "ms",
-		benchreport.Millis(samples[0]), "bare concurrency.Election", benchreport.Millis(samples[1]),
-		"p95 <= 50 ms and <= 1.5x baseline p95",
-		func(f benchreport.Figure) bool { return f.P95 <= 50 && f.P95 <= 1.5*f.BaselineP95 })}, nil
-}
-
-func handovers(ctx context.Context, cluster *etcdtest.Cluster, rounds int, mk newLeader) ([]time.Duration, error) {
-	a, err := mk(cluster, "a", "q", 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer a.close()
-	b, err := mk(cluster, "b", "q", 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer b.close()
+// leaderFigure measures with Baton, then with bare concurrency.Election, and returns the figure of
+// the two; measure gets a candidate maker and an observer client for handover.
+func leaderFigure(cluster *etcdtest.Cluster, name, target string, met func(benchreport.Figure) bool,
+	measure func(mk newLeader, observer *clientv3.Client) ([]time.Duration, error)) ([]benchreport.Figure, error) {
 	observer, err := cluster.NewClient()
 	if err != nil {
 		return nil, err
 	}
 	defer observer.Close()
-
-	if _, err := a.campaign(ctx); err != nil {
-		return nil, err
-	}
-	cur, next := a, b
-	samples := make([]time.Duration, 0, rounds)
-	for range rounds {
-		// In a rolling restart the old leader stops shortly after a follower joined: the follower's
-		// watch is fresh, which is the case where a watch opened at a past revision waits for etcd's
-		// 100 ms resync of unsynced watchers.
-		d, err := handover(ctx, observer, next, joinGap(), func() error { return cur.resign(ctx) })
+	var samples [2][]float64
+	for k, mk := range []newLeader{newBaton, newBare} {
+		d, err := measure(mk, observer)
 		if err != nil {
 			return nil, err
 		}
-		samples = append(samples, d)
-		cur, next = next, cur
+		samples[k] = benchreport.Millis(d)
 	}
-	return samples, nil
+	return []benchreport.Figure{benchreport.NewFigure(name, "ms", samples[0], "bare concurrency.Election", samples[1], target, met)}, nil
 }
 
-// joinGap is the time between a follower joining and the leader resigning: 5 to 50 ms.
-func joinGap() time.Duration { return 5*time.Millisecond + rand.N(45*time.Millisecond) }
+// benchGraceful alternates leadership between two candidates: the leader resigns as soon as the
+// follower waits, then campaigns again at once, as a rolling restart does. The figure is the time
+// from the resign call to the successor's win.
+func benchGraceful(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+	return leaderFigure(cluster, "graceful handover (resign -> successor's term; follower joined 5-50 ms before)",
+		"p95 <= 50 ms and <= 1.5x baseline p95", func(f benchreport.Figure) bool { return f.P95 <= 50 && f.P95 <= 1.5*f.BaselineP95 },
+		func(mk newLeader, observer *clientv3.Client) ([]time.Duration, error) {
+			a, err := mk(cluster, "a", "q", 10*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			defer a.close()
+			b, err := mk(cluster, "b", "q", 10*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			defer b.close()
+			if _, err := a.campaign(ctx); err != nil {
+				return nil, err
+			}
+			var samples []time.Duration
+			for cur, next := a, b; len(samples) < o.rounds; cur, next = next, cur {
+				// In a rolling restart the old leader stops shortly after a follower joined (5 to 50 ms):
+				// the follower's watch is fresh, which is the case where a watch opened at a past revision
+				// waits for etcd's 100 ms resync of unsynced watchers.
+				gap := 5*time.Millisecond + rand.N(45*time.Millisecond)
+				d, err := handover(ctx, observer, next, gap, func() error { return cur.resign(ctx) })
+				if err != nil {
+					return nil, err
+				}
+				samples = append(samples, d)
+			}
+			return samples, nil
+		})
+}
 
 // handover starts next's campaign, waits until it waits behind the leader (its prefix holds two keys),
 // waits gap, and returns the time from act (which ends the leader's term) to next's win.
 func handover(ctx context.Context, observer *clientv3.Client, next *leader, gap time.Duration, act func() error) (time.Duration, error) {
-	prefix := next.prefix
 	won := make(chan time.Time, 1)
 	errc := make(chan error, 1)
 	go func() {
-		at, err := next.campaign(ctx)
-		if err != nil {
+		if at, err := next.campaign(ctx); err != nil {
 			errc <- err
-			return
+		} else {
+			won <- at
 		}
-		won <- at
 	}()
 	if err := testkit.Poll(ctx, 10*time.Second, time.Millisecond, func() error {
-		resp, err := observer.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := observer.Get(ctx, next.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err == nil && resp.Count != 2 {
-			err = fmt.Errorf("%s: %d keys, want 2 (a follower)", prefix, resp.Count)
+			err = fmt.Errorf("%s: %d keys, want 2 (a follower)", next.prefix, resp.Count)
 		}
 		return err
 	}); err != nil {
@@ -178,25 +173,20 @@ func handover(ctx context.Context, observer *clientv3.Client, next *leader, gap 
 // benchCrash measures crash failover: the leader's connection to etcd is blackholed and the
 // successor wins once etcd expires the lease. Rounds run o.parallel at a time on independent queues.
 func benchCrash(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	var samples [2][]time.Duration
-	for k, mk := range []newLeader{newBaton, newBare} {
-		samples[k] = make([]time.Duration, o.crashRounds)
-		if err := testkit.Parallel(ctx, o.crashRounds, o.parallel, func(ctx context.Context, i int) (err error) {
-			samples[k][i], err = crashOnce(ctx, cluster, o.crashTTL, i, mk)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-	}
 	limit := benchreport.Ms(o.crashTTL + 500*time.Millisecond)
-	return []benchreport.Figure{benchreport.NewFigure(fmt.Sprintf("crash failover, TTL %v (cut -> successor's term)", o.crashTTL), "ms",
-		benchreport.Millis(samples[0]), "bare concurrency.Election", benchreport.Millis(samples[1]),
-		fmt.Sprintf("p95 <= TTL + 500 ms = %.0f ms", limit),
-		func(f benchreport.Figure) bool { return f.P95 <= limit })}, nil
+	return leaderFigure(cluster, fmt.Sprintf("crash failover, TTL %v (cut -> successor's term)", o.crashTTL),
+		fmt.Sprintf("p95 <= TTL + 500 ms = %.0f ms", limit), func(f benchreport.Figure) bool { return f.P95 <= limit },
+		func(mk newLeader, observer *clientv3.Client) ([]time.Duration, error) {
+			samples := make([]time.Duration, o.crashRounds)
+			return samples, testkit.Parallel(ctx, o.crashRounds, o.parallel, func(ctx context.Context, i int) (err error) {
+				samples[i], err = crashOnce(ctx, cluster, observer, o.crashTTL, i, mk)
+				return err
+			})
+		})
 }
 
 // crashOnce measures one crash failover on queue crash-<i>.
-func crashOnce(ctx context.Context, cluster *etcdtest.Cluster, ttl time.Duration, i int, mk newLeader) (time.Duration, error) {
+func crashOnce(ctx context.Context, cluster *etcdtest.Cluster, observer *clientv3.Client, ttl time.Duration, i int, mk newLeader) (time.Duration, error) {
 	proxy, err := etcdtest.NewProxy(cluster.MemberEndpoint(0))
 	if err != nil {
 		return 0, err
@@ -213,12 +203,6 @@ func crashOnce(ctx context.Context, cluster *etcdtest.Cluster, ttl time.Duration
 		return 0, err
 	}
 	defer successor.close()
-	observer, err := cluster.NewClient()
-	if err != nil {
-		return 0, err
-	}
-	defer observer.Close()
-
 	if _, err := old.campaign(ctx); err != nil {
 		return 0, err
 	}
