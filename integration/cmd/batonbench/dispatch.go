@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,35 +259,24 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 			chaosNaive = stream(c, dispatchRate, "chaos-naive", signalOnce("naive-n-chaos"))
 		},
 		func(c context.Context) {
-			chaosErr = func() error {
-				leader, term := 0, chaosTerm
-				var err error
-				for k := range takeovers {
-					if !sleepCtx(c, dispatchTakeoverGap) {
-						return nil
-					}
-					if k%2 == 0 {
-						err = term.Resign(ctx)
-					} else {
-						err = revokeLeaseOf(ctx, s.etcd, term.Key())
-					}
-					if err != nil {
-						return err
-					}
-					// The naive takeover of the same instant: terminate the run, start another.
-					if err := tc.TerminateWorkflow(ctx, "naive-n-chaos", "", "bench takeover"); err != nil {
-						return err
-					}
-					if err := naiveStart("n-chaos"); err != nil {
-						return err
-					}
-					leader = 1 - leader
-					if term, _, err = nodes[leader].take(ctx, "d-chaos"); err != nil {
-						return err
-					}
+			term := chaosTerm
+			for k := 0; k < takeovers && chaosErr == nil && sleepCtx(c, dispatchTakeoverGap); k++ {
+				if k%2 == 0 {
+					chaosErr = term.Resign(ctx)
+				} else {
+					chaosErr = revokeLeaseOf(ctx, s.etcd, term.Key())
 				}
-				return nil
-			}()
+				// The naive takeover of the same instant: terminate the run, start another.
+				if chaosErr == nil {
+					chaosErr = tc.TerminateWorkflow(ctx, "naive-n-chaos", "", "bench takeover")
+				}
+				if chaosErr == nil {
+					chaosErr = naiveStart("n-chaos")
+				}
+				if chaosErr == nil { // node-b takes the first takeover, node-a the second, and so on
+					term, _, chaosErr = nodes[(k+1)%2].take(ctx, "d-chaos")
+				}
+			}
 		})
 	if chaosErr != nil {
 		return nil, fmt.Errorf("takeovers: %w", chaosErr)
@@ -338,49 +328,44 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 	}
 
 	// Loss and double execution across the takeovers: Baton's from the ledger (every done put since
-	// the section began), the naive workflow's from its handler calls.
-	accepted := func(rs []*sentReq) []string {
-		var keys []string
+	// the section began), the naive workflow's from its handler calls. tally counts the accepted
+	// requests of rs, and those of them that times says were handled never and more than once.
+	tally := func(rs []*sentReq, times func(key string) int) (accepted int, lost, twice float64) {
 		for _, r := range rs {
-			if r.accepted {
-				keys = append(keys, r.key)
+			if !r.accepted {
+				continue
 			}
-		}
-		return keys
-	}
-	batonKeys := append(accepted(chaosDispatch), accepted(chaosSignal)...)
-	// tally counts the keys handled never and more than once.
-	tally := func(keys []string, times func(key string) int) (lost, twice float64) {
-		for _, k := range keys {
-			if n := times(k); n == 0 {
+			accepted++
+			if n := times(r.key); n == 0 {
 				lost++
 			} else if n > 1 {
 				twice++
 			}
 		}
-		return lost, twice
+		return accepted, lost, twice
 	}
+	chaosBaton := append(slices.Clone(chaosDispatch), chaosSignal...)
 	var dones map[string]int
 	inLedger := func(k string) int { return dones[k] }
 	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
 		if dones, err = ledgerDones(ctx, s.etcd, startRev.Header.Revision+1); err != nil {
 			return nil, err
 		}
-		if missing, _ := tally(batonKeys, inLedger); missing == 0 || time.Now().After(deadline) {
+		if _, missing, _ := tally(chaosBaton, inLedger); missing == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
-	lostD, twiceD := tally(accepted(chaosDispatch), inLedger)
-	lostS, twiceS := tally(accepted(chaosSignal), inLedger)
-	_, handlerTwice := tally(batonKeys, func(k string) int { _, c := baton.get(k); return c })
-	naiveKeys := accepted(chaosNaive)
+	accRest, _, _ := tally(restBaton, inLedger) // only the count accepted
+	accD, lostD, twiceD := tally(chaosDispatch, inLedger)
+	accS, lostS, twiceS := tally(chaosSignal, inLedger)
+	_, _, handlerTwice := tally(chaosBaton, func(k string) int { _, c := baton.get(k); return c })
 	// The naive workflow's losses are final once the queue is quiet: its terminated runs are gone.
 	for last, quietSince := naive.handled(), time.Now(); time.Since(quietSince) < 2*time.Second; sleepCtx(ctx, 100*time.Millisecond) {
 		if n := naive.handled(); n != last {
 			last, quietSince = n, time.Now()
 		}
 	}
-	lostN, twiceN := tally(naiveKeys, func(k string) int { _, c := naive.get(k); return c })
+	accN, lostN, twiceN := tally(chaosNaive, func(k string) int { _, c := naive.get(k); return c })
 
 	// latency is, for each accepted request that done says was done, the time from its send to then.
 	latency := func(rs []*sentReq, done func(r *sentReq) (time.Time, bool)) []float64 {
@@ -398,42 +383,37 @@ func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([
 	}
 	// A Dispatch still retrying when its bound ended is undecided for its sender; the ledger says
 	// whether the request was handled anyway.
-	undecided, undecidedDone := 0, 0
+	undecided, undecidedDone := len(chaosDispatch)-accD, 0
 	for _, r := range chaosDispatch {
-		if !r.accepted {
-			undecided++
-			if dones[r.key] > 0 {
-				undecidedDone++
-			}
+		if !r.accepted && dones[r.key] > 0 {
+			undecidedDone++
 		}
 	}
 	fmt.Printf("batonbench: dispatch: across takeovers: %d Dispatch calls had not returned after %v; the ledger shows %d of them handled\n",
 		undecided, dispatchSendBound, undecidedDone)
-	fmt.Printf("batonbench: dispatch: across takeovers: Baton Dispatch %d sent, %d handled (returned), %d lost, %d twice; "+
-		"Baton signal %d sent, %d accepted, %d lost, %d twice; naive signal %d sent, %d accepted, %d lost, %d twice\n",
-		len(chaosDispatch), len(accepted(chaosDispatch)), int(lostD), int(twiceD),
-		len(chaosSignal), len(accepted(chaosSignal)), int(lostS), int(twiceS),
-		len(chaosNaive), len(naiveKeys), int(lostN), int(twiceN))
+	fmt.Printf("batonbench: dispatch: across takeovers: Baton Dispatch %d sent, %d handled (returned), %v lost, %v twice; "+
+		"Baton signal %d sent, %d accepted, %v lost, %v twice; naive signal %d sent, %d accepted, %v lost, %v twice\n",
+		len(chaosDispatch), accD, lostD, twiceD, len(chaosSignal), accS, lostS, twiceS, len(chaosNaive), accN, lostN, twiceN)
 
 	const naiveSignal = "naive signal, one-at-a-time workflow (send -> handled)"
 	chaos, info := fmt.Sprintf("across %d takeovers (graceful + leader loss)", takeovers), benchreport.Informational
-	naiveLost := fmt.Sprintf("naive signal sent once (of %d accepted)", len(naiveKeys))
+	naiveLost := fmt.Sprintf("naive signal sent once (of %d accepted)", accN)
 	naiveTput, tputTarget := fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), fmt.Sprintf(">= %d req/s", throughputTarget)
 	return []benchreport.Figure{
 		benchreport.NewFigure(fmt.Sprintf("dispatch latency at rest, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
-			len(accepted(restBaton)), len(restBaton), dispatchSendBound), "ms",
+			accRest, len(restBaton), dispatchSendBound), "ms",
 			latency(restBaton, returned), naiveSignal, latency(restNaive, handledBy(naive)), "informational", info),
 		benchreport.NewFigure(fmt.Sprintf("dispatch latency %s, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
-			chaos, len(accepted(chaosDispatch)), len(chaosDispatch), dispatchSendBound), "ms",
+			chaos, accD, len(chaosDispatch), dispatchSendBound), "ms",
 			latency(chaosDispatch, returned), naiveSignal+", handled ones", latency(chaosNaive, handledBy(naive)), "informational", info),
 		benchreport.NewFigure("dispatch latency "+chaos+", Baton with fire-and-forget signals (send -> handled)", "ms",
 			latency(chaosSignal, handledBy(baton)), naiveSignal+", handled ones", latency(chaosNaive, handledBy(naive)), "informational", info),
-		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton Dispatch (of %d)", chaos, len(accepted(chaosDispatch))), "requests",
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton Dispatch (of %d)", chaos, accD), "requests",
 			lostD, naiveLost, lostN, "0", lostD == 0),
 		benchreport.Single(fmt.Sprintf("Dispatch calls not returned within %v %s, Baton (of %d sent; the ledger shows %d of them handled)",
 			dispatchSendBound, chaos, len(chaosDispatch), undecidedDone), "requests", float64(undecided),
-			fmt.Sprintf("naive signal sends refused (of %d sent)", len(chaosNaive)), float64(len(chaosNaive)-len(naiveKeys)), "informational", true),
-		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton signal sent once (of %d)", chaos, len(accepted(chaosSignal))), "requests",
+			fmt.Sprintf("naive signal sends refused (of %d sent)", len(chaosNaive)), float64(len(chaosNaive)-accN), "informational", true),
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton signal sent once (of %d)", chaos, accS), "requests",
 			lostS, naiveLost, lostN, "0", lostS == 0),
 		benchreport.Single(fmt.Sprintf("handled twice (ledger done twice) %s, Baton Dispatch + signals", chaos), "requests",
 			twiceD+twiceS, "naive signal sent once (handler ran twice)", twiceN, "0", twiceD+twiceS == 0),
