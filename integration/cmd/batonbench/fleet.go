@@ -59,9 +59,7 @@ type fleetWorker struct {
 	leading atomic.Int64
 	losses  lossCounter // its elector's session losses
 	cut     bool        // cut off on purpose: its session loss is the point, not a want of CPU
-
-	mu      sync.Mutex
-	leaders map[string]string // queue -> leader's server ID, from OnNewLeader, as a Node keeps it for its status
+	leaders sync.Map    // queue -> leader's server ID, from OnNewLeader, as a Node keeps it for its status
 }
 
 // sessionLostMessage is the warning election logs when a session (and every term on it) is lost; a
@@ -153,33 +151,27 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 	}
 	w.wg.Go(func() {
 		_ = runner.Run(wctx, func(q string) election.Callbacks {
-			return election.Callbacks{OnNewLeader: func(l election.Leader) {
-				w.mu.Lock()
-				if w.leaders == nil {
-					w.leaders = map[string]string{}
-				}
-				w.leaders[q] = l.ID
-				w.mu.Unlock()
-			}, OnElected: func(tctx context.Context, term *election.Term) error {
-				f.mu.Lock()
-				f.starts++
-				if end, ok := f.vacant[q]; ok {
-					f.gaps = append(f.gaps, term.Started().Sub(end))
-					delete(f.vacant, q)
-				}
-				f.mu.Unlock()
-				lead(tctx, q)
-				if end, ok := term.Ended(); ok {
+			return election.Callbacks{OnNewLeader: func(l election.Leader) { w.leaders.Store(q, l.ID) },
+				OnElected: func(tctx context.Context, term *election.Term) error {
 					f.mu.Lock()
-					if f.terms == nil {
-						f.terms, f.vacant = map[string][][2]time.Time{}, map[string]time.Time{}
+					f.starts++
+					if end, ok := f.vacant[q]; ok {
+						f.gaps = append(f.gaps, term.Started().Sub(end))
+						delete(f.vacant, q)
 					}
-					f.terms[q] = append(f.terms[q], [2]time.Time{term.Started(), end})
-					f.vacant[q] = end
 					f.mu.Unlock()
-				}
-				return nil
-			}}
+					lead(tctx, q)
+					if end, ok := term.Ended(); ok {
+						f.mu.Lock()
+						if f.terms == nil {
+							f.terms, f.vacant = map[string][][2]time.Time{}, map[string]time.Time{}
+						}
+						f.terms[q] = append(f.terms[q], [2]time.Time{term.Started(), end})
+						f.vacant[q] = end
+						f.mu.Unlock()
+					}
+					return nil
+				}}
 		})
 	})
 	f.workers = append(f.workers, w)
