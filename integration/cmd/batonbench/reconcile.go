@@ -211,7 +211,7 @@ func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	// The test server reads the namespace from persistence for every listed run (temporal-dev, as
 	// temporaltest, turns this on so that tests see new search attributes at once): 1 ms a run, the
 	// test server's cost, not the sweep's. A production server answers from its namespace cache.
-	s, err := startServers(ctx, cluster, need{redis: true, temporal: true,
+	s, err := startServers(ctx, cluster, need{redis: true, temporal: true, etcd: true,
 		temporalConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": false}})
 	if err != nil {
 		return nil, err
@@ -230,15 +230,12 @@ func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	if err != nil {
 		return nil, err
 	}
-	owners, err := s.etcdClient()
+	// The runs' leaders and the reconciler's term are on the bench's own client, uncounted.
+	ownerEl, err := s.elector(s.etcd, election.Config{})
 	if err != nil {
 		return nil, err
 	}
-	ownerEl, err := s.elector(owners, election.Config{})
-	if err != nil {
-		return nil, err
-	}
-	term, err := s.reconcilerTerm(owners, sweepProject)
+	term, err := s.reconcilerTerm(s.etcd, sweepProject)
 	if err != nil {
 		return nil, err
 	}
