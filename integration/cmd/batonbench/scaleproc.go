@@ -138,8 +138,6 @@ func (w *procWorker) stop() error {
 
 type procResult struct {
 	allLed          time.Duration
-	counts          []int
-	still           bool
 	maxHWM, maxRSS  float64
 	sessionsLost    int
 	overlaps, terms int
@@ -235,10 +233,12 @@ func runProcFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row
 		return err
 	})
 	r.allLed = time.Since(start)
+	var counts []int
+	var still bool
 	if err != nil {
 		// Memory is measured all the same: a fleet that cannot lead every queue is the one to size.
 		r.failed = fmt.Sprintf("not every queue led within %v of start: %v", scaleWait, err)
-	} else if r.counts, r.still, err = settle(ctx, 2*time.Second, 200*time.Millisecond, 30*time.Second, func() ([]int, bool, error) {
+	} else if counts, still, err = settle(ctx, 2*time.Second, 200*time.Millisecond, 30*time.Second, func() ([]int, bool, error) {
 		// Counts still for two seconds (or half a minute: the figures here are memory, not the
 		// spread, which the in-process rows measure), then every worker's memory.
 		counts, n, err := leaders()
@@ -247,7 +247,7 @@ func runProcFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row
 		return r, err
 	}
 	fmt.Printf("batonbench: scale %v (worker processes, %s): all led: %v after %v; leading %v (still: %v); per process VmHWM/VmRSS MiB:",
-		row, kind, r.failed == "", r.allLed.Round(10*time.Millisecond), r.counts, r.still)
+		row, kind, r.failed == "", r.allLed.Round(10*time.Millisecond), counts, still)
 	for _, w := range workers {
 		status := fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid)
 		hwm, rss := procMiB(status, "VmHWM"), procMiB(status, "VmRSS")
