@@ -26,7 +26,6 @@ import (
 type servers struct {
 	ctx      context.Context
 	cluster  *etcdtest.Cluster
-	redis    *redistest.Server
 	rdb      *redis.Client
 	temporal *temporalx.Server
 	tc       client.Client
@@ -34,6 +33,7 @@ type servers struct {
 	closers  []func() error
 }
 
+// need says which servers startServers starts.
 type need struct {
 	redis, temporal, etcd bool
 	temporalConfig        map[string]any // the Temporal server's dynamic config
@@ -47,11 +47,12 @@ func startServers(ctx context.Context, cluster *etcdtest.Cluster, n need) (_ *se
 		}
 	}()
 	if n.redis {
-		if s.redis, err = redistest.StartServer(redistest.Options{}); err != nil {
+		srv, err := redistest.StartServer(redistest.Options{})
+		if err != nil {
 			return nil, err
 		}
-		s.rdb = s.redis.NewClient()
-		s.closers = append(s.closers, s.redis.Close, s.rdb.Close)
+		s.rdb = srv.NewClient()
+		s.closers = append(s.closers, srv.Close, s.rdb.Close)
 	}
 	if n.temporal {
 		if s.temporal, err = temporalx.StartServer(temporalx.Options{DynamicConfig: n.temporalConfig}); err != nil {
@@ -64,11 +65,9 @@ func startServers(ctx context.Context, cluster *etcdtest.Cluster, n need) (_ *se
 		s.closers = append(s.closers, func() error { s.tc.Close(); return nil })
 	}
 	if n.etcd {
-		if s.etcd, err = s.etcdClient(); err != nil {
-			return nil, err
-		}
+		s.etcd, err = s.etcdClient()
 	}
-	return s, nil
+	return s, err
 }
 
 // Close closes the clients, then stops the servers.
