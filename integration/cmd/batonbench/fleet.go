@@ -110,10 +110,19 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 	if err != nil {
 		return nil, err
 	}
+	if f.terms == nil { // the first worker: nothing runs yet
+		f.firstLed, f.terms, f.vacant = map[string]bool{}, map[string][][2]time.Time{}, map[string]time.Time{}
+	}
 	lead := func(tctx context.Context, q string) {
 		w.leading.Add(1)
 		f.led.Add(1)
-		f.firstLeader(q)
+		f.mu.Lock()
+		if !f.firstLed[q] {
+			if f.firstLed[q] = true; len(f.firstLed) == len(f.queues) {
+				f.allFirstAt = time.Now()
+			}
+		}
+		f.mu.Unlock()
 		<-tctx.Done()
 		f.led.Add(-1)
 		w.leading.Add(-1)
@@ -163,9 +172,6 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 					lead(tctx, q)
 					if end, ok := term.Ended(); ok {
 						f.mu.Lock()
-						if f.terms == nil {
-							f.terms, f.vacant = map[string][][2]time.Time{}, map[string]time.Time{}
-						}
 						f.terms[q] = append(f.terms[q], [2]time.Time{term.Started(), end})
 						f.vacant[q] = end
 						f.mu.Unlock()
@@ -237,30 +243,15 @@ func overlaps(terms map[string][][2]time.Time) (n, total int, first string) {
 	return n, total, first
 }
 
-// waitAllLed waits until every queue is led; it returns how long that took since since.
-func (f *fleet) waitAllLed(ctx context.Context, since time.Time, timeout time.Duration) (time.Duration, error) {
-	err := testkit.Poll(ctx, timeout, 2*time.Millisecond, func() error {
+// waitAllLed waits up to scaleWait until every queue is led; it returns how long that took since since.
+func (f *fleet) waitAllLed(ctx context.Context, since time.Time) (time.Duration, error) {
+	err := testkit.Poll(ctx, scaleWait, 2*time.Millisecond, func() error {
 		if n := f.led.Load(); n < int64(len(f.queues)) {
 			return fmt.Errorf("%d of %d queues led", n, len(f.queues))
 		}
 		return nil
 	})
 	return time.Since(since), err
-}
-
-// firstLeader records that queue has a leader; the first time every queue has had one is allFirstAt.
-func (f *fleet) firstLeader(queue string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.firstLed == nil {
-		f.firstLed = map[string]bool{}
-	}
-	if !f.firstLed[queue] {
-		f.firstLed[queue] = true
-		if len(f.firstLed) == len(f.queues) {
-			f.allFirstAt = time.Now()
-		}
-	}
 }
 
 // counts is how many queues each live worker leads.

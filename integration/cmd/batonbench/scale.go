@@ -63,22 +63,22 @@ func parseScaleRows(s string) ([]scaleRow, error) {
 func (f *fleet) atRest(ctx context.Context, d, within time.Duration) (perSec float64, methods string, ok bool) {
 	deadline := time.Now().Add(within)
 	for {
-		before := f.counts()
-		m0, by0 := etcdMessages()
+		before, by0 := f.counts(), etcdMessages()
 		select {
 		case <-ctx.Done():
 			return 0, "", false
 		case <-time.After(d):
 		}
-		m1, by1 := etcdMessages()
 		var parts []string
-		for k, v := range by1 {
-			if dv := v - by0[k]; dv > 0 {
-				parts = append(parts, fmt.Sprintf("%s %.1f/s", k, dv/d.Seconds()))
+		perSec = 0
+		for k, v := range etcdMessages() {
+			if dv := (v - by0[k]) / d.Seconds(); dv > 0 {
+				perSec += dv
+				parts = append(parts, fmt.Sprintf("%s %.1f/s", k, dv))
 			}
 		}
 		slices.Sort(parts)
-		perSec, methods = (m1-m0)/d.Seconds(), strings.Join(parts, ", ")
+		methods = strings.Join(parts, ", ")
 		if slices.Equal(before, f.counts()) && f.led.Load() == int64(len(f.queues)) {
 			return perSec, methods, true
 		}
@@ -158,7 +158,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 			return r, err
 		}
 	}
-	r.allLed, err = f.waitAllLed(ctx, start, scaleWait)
+	r.allLed, err = f.waitAllLed(ctx, start)
 	f.mu.Lock()
 	if !f.allFirstAt.IsZero() {
 		r.everyFirst = f.allFirstAt.Sub(start)
@@ -214,7 +214,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 			r.failed = fmt.Sprintf("the cut worker's terms did not end within %v", scaleWait)
 			return r, ctx.Err()
 		}
-		if r.relead, err = f.waitAllLed(ctx, cut, scaleWait); err != nil {
+		if r.relead, err = f.waitAllLed(ctx, cut); err != nil {
 			r.failed = fmt.Sprintf("not every queue led again within %v of the cut: %v", scaleWait, err)
 			return r, ctx.Err()
 		}
@@ -228,7 +228,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 			if _, err := f.start(ctx, fmt.Sprintf("w%d-r", i), ""); err != nil {
 				return r, err
 			}
-			if _, err := f.waitAllLed(ctx, time.Now(), scaleWait); err != nil {
+			if _, err := f.waitAllLed(ctx, time.Now()); err != nil {
 				r.failed = fmt.Sprintf("not every queue led within %v during the rolling restart: %v", scaleWait, err)
 				return r, ctx.Err()
 			}
@@ -291,28 +291,21 @@ func writeProfiles(dir, prefix string, names ...string) error {
 	return nil
 }
 
-// etcdMessages sums the gRPC messages the in-process etcd servers received (their own metrics).
-func etcdMessages() (float64, map[string]float64) {
+// etcdMessages sums, per method, the gRPC messages the in-process etcd servers received (their own
+// metrics).
+func etcdMessages() map[string]float64 {
 	by := map[string]float64{}
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		return 0, by
-	}
-	var total float64
+	mfs, _ := prometheus.DefaultGatherer.Gather() // what it gathered, even if a collector failed
 	for _, mf := range mfs {
-		if mf.GetName() != "grpc_server_msg_received_total" {
-			continue
-		}
 		for _, m := range mf.GetMetric() {
-			total += m.GetCounter().GetValue()
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "grpc_method" {
+				if mf.GetName() == "grpc_server_msg_received_total" && l.GetName() == "grpc_method" {
 					by[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	return total, by
+	return by
 }
 
 // procMiB reads a "<n> kB" line (VmRSS, VmHWM) of a /proc status file, in MiB.
