@@ -6,7 +6,6 @@ package benchregistry
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -57,18 +56,13 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 			rdb != nil, workers, rounds)
 	}
 	res := Result{Workers: workers, Heartbeats: workers * rounds}
-
-	// A client of its own (same options), so that the command-counting hook sees only our commands
-	// and the caller's client is left untouched.
 	opts := *rdb.Options()
 	cli := redis.NewClient(&opts)
 	defer cli.Close()
 	counter := &countingHook{}
 	cli.AddHook(counter)
 
-	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
-	prefix := "baton:bench:" + hex.EncodeToString(suffix) + ":"
+	prefix := "baton:bench:" + rand.Text()[:12] + ":"
 	reg, err := registry.New(cli, registry.Config{Project: "bench", Prefix: prefix})
 	if err != nil {
 		return Result{}, err
@@ -77,7 +71,8 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 
 	start := time.Now()
 	if err := testkit.Parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
-		_, err := reg.Register(ctx, registration(i))
+		_, err := reg.Register(ctx, registry.Registration{ServerID: serverID(i), Queue: Queue, Hostname: fmt.Sprintf("bench-host-%03d", i%100),
+			PID: 1000 + i, Version: "bench", Capabilities: []string{"BenchWorkflow"}, MaxConcurrency: 8})
 		return err
 	}); err != nil {
 		return Result{}, fmt.Errorf("benchregistry: register: %w", err)
@@ -120,13 +115,6 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 
 func serverID(i int) string { return fmt.Sprintf("bench-worker-%06d", i) }
 
-func registration(i int) registry.Registration {
-	return registry.Registration{
-		ServerID: serverID(i), Queue: Queue, Hostname: fmt.Sprintf("bench-host-%03d", i%100), PID: 1000 + i,
-		Version: "bench", Capabilities: []string{"BenchWorkflow"}, MaxConcurrency: 8,
-	}
-}
-
 // totalCommands reads total_commands_processed from INFO stats.
 func totalCommands(ctx context.Context, cli *redis.Client) (int64, error) {
 	info, err := cli.Info(ctx, "stats").Result()
@@ -161,22 +149,18 @@ type countingHook struct {
 	n  atomic.Int64
 }
 
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.on.Load() {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
+func (h *countingHook) count(n int) {
+	if h.on.Load() {
+		h.n.Add(int64(n))
 	}
 }
 
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.count(1); return next(ctx, cmd) }
+}
+
 func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.on.Load() {
-			h.n.Add(int64(len(cmds)))
-		}
-		return next(ctx, cmds)
-	}
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.count(len(cmds)); return next(ctx, cmds) }
 }
