@@ -264,27 +264,19 @@ func startProfiles(dir string) (func(), error) {
 	}, nil
 }
 
-// writeProfiles writes the named runtime profiles into dir as <prefix>-<name>.pprof (<name>.pprof
-// without a prefix), after a garbage collection so that a heap profile shows what is live.
+// writeProfiles writes the named runtime profiles into dir as <prefix><name>.pprof, after a garbage
+// collection so that a heap profile shows what is live.
 func writeProfiles(dir, prefix string, names ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	runtime.GC()
 	for _, name := range names {
-		file := name + ".pprof"
-		if prefix != "" {
-			file = prefix + "-" + file
-		}
-		f, err := os.Create(filepath.Join(dir, file))
+		f, err := os.Create(filepath.Join(dir, prefix+name+".pprof"))
 		if err != nil {
 			return err
 		}
-		err = pprof.Lookup(name).WriteTo(f, 0)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := cmp.Or(pprof.Lookup(name).WriteTo(f, 0), f.Close()); err != nil {
 			return err
 		}
 	}

@@ -67,7 +67,7 @@ func scaleWorker(args []string) error {
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	if *profile != "" {
-		if err := writeProfiles(*profile, *id, "heap", "goroutine"); err != nil {
+		if err := writeProfiles(*profile, *id+"-", "heap", "goroutine"); err != nil {
 			return err
 		}
 	}
