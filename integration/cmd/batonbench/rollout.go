@@ -105,14 +105,12 @@ func runRollout(ctx context.Context, cluster *etcdtest.Cluster, project string, 
 	if versioned {
 		v1, v2 = "v1", "v2"
 	}
-	var olds []*fleetWorker
 	for i := range rolloutWorkers {
-		w, err := f.start(ctx, fmt.Sprintf("old%d", i), v1)
-		if err != nil {
+		if _, err := f.start(ctx, fmt.Sprintf("old%d", i), v1); err != nil {
 			return rolloutResult{}, err
 		}
-		olds = append(olds, w)
 	}
+	olds := slices.Clone(f.workers)
 	if err := settleRollout(ctx, f, len(f.queues)); err != nil {
 		return rolloutResult{}, err
 	}
