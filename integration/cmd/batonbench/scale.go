@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,7 +103,7 @@ type scaleResult struct {
 	lost, terms, overlp int
 	overlap             string
 	failed              string
-	notLed              bool     // not every queue was led within scaleWait of start
+	notLed              int      // queues not led when the wait after start gave up
 	phases              []string // how long each step took, for the log
 }
 
@@ -167,7 +168,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 	stopProfile()
 	took("all led")
 	if err != nil {
-		r.notLed = true
+		r.notLed = len(f.queues) - int(f.led.Load())
 		r.failed = fmt.Sprintf("not every queue led within %v of start: %v", scaleWait, err)
 		return r, ctx.Err()
 	}
@@ -315,6 +316,11 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	ttl := cmp.Or(o.scaleTTL, election.DefaultConfig().TTL) // the lease TTL the section's workers run with
 	fmt.Printf("batonbench: scale: rows %v, TTL %v\n", rows, ttl)
 	var figures []benchreport.Figure
+	type curvePoint struct {
+		row         scaleRow
+		baton, bare scaleResult
+	}
+	var curve []curvePoint
 	for i, row := range rows {
 		// The first row (every row with -scale-10k) measures everything; the others are points of the
 		// curve (start-up, rest, safety), which keeps the default bench within its budget.
@@ -334,15 +340,41 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 				return nil, fmt.Errorf("%v without balancing: %w", row, err)
 			}
 		}
+		curve = append(curve, curvePoint{row, baton, bare})
 		figures = append(figures, scaleFigures(row, ttl, full, baton, bare, plain)...)
 		fmt.Printf("batonbench: scale %v: took %v\n", row, time.Since(began).Round(time.Second))
 	}
+
+	fmt.Println("\nbatonbench: scale: the curve (every queue led after start)")
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "queues x workers\tBaton\tbare concurrency.Election\tBaton / bare\tre-led after cut (Baton / bare)\tsessions lost\ttwo leaders")
+	for _, p := range curve {
+		cell := func(r scaleResult, d time.Duration) string {
+			switch {
+			case r.notLed > 0 && d == r.allLed:
+				return fmt.Sprintf("%d not led after %v", r.notLed, scaleWait)
+			case d == 0 && r.failed != "":
+				return "failed"
+			case d == 0:
+				return "-"
+			}
+			return d.Round(10 * time.Millisecond).String()
+		}
+		ratio := "-"
+		if p.baton.allLed > 0 && p.bare.allLed > 0 && p.baton.failed == "" {
+			ratio = fmt.Sprintf("%.1fx", float64(p.baton.allLed)/float64(p.bare.allLed))
+		}
+		fmt.Fprintf(tw, "%d x %d\t%s\t%s\t%s\t%s / %s\t%d\t%d\n", p.row.queues, p.row.workers,
+			cell(p.baton, p.baton.allLed), cell(p.bare, p.bare.allLed), ratio,
+			cell(p.baton, p.baton.relead), cell(p.bare, p.bare.relead), p.baton.lost, p.baton.overlp)
+	}
+	tw.Flush()
+	fmt.Println()
 
 	procRow := rows[0]
 	if o.scale10k {
 		procRow = rows[len(rows)-1]
 	}
-	fmt.Println()
 	pf, err := benchScaleProcs(ctx, cluster, o, procRow)
 	if err != nil {
 		return nil, fmt.Errorf("worker processes: %w", err)
@@ -389,7 +421,7 @@ func scaleFigures(row scaleRow, ttl time.Duration, full bool, baton, bare, plain
 			one(fmt.Sprintf("%s: queues with two leaders at once (of %d terms)", n, baton.terms), "queues", float64(baton.overlp),
 				plainName, float64(plain.overlp), "0", baton.overlp == 0 && baton.terms > 0))
 	}()
-	if baton.notLed {
+	if baton.notLed > 0 {
 		return figs // nothing after start-up was measured
 	}
 	restNote := ""
