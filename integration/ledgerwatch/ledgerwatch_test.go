@@ -8,9 +8,10 @@ import (
 
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/ledgerwatch"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
-func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // A watch started before the puts sees every completion, twice for a key done twice, and every key
 // put; Read sees the records as they stand.
