@@ -111,18 +111,18 @@ func TestContinueAsNewCarriesWaitingRequests(t *testing.T) {
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
-	if next.Carry == nil || next.Carry.Dispatched != 2 || len(next.Carry.Pending) != n-2 || len(h.calls) != 2 {
-		t.Fatalf("carried %+v after %d handled, want 2 dispatched and %d pending", next.Carry, len(h.calls), n-2)
+	if next.Carry == nil || next.Carry.Dispatched != 2 || len(next.Carry.Pending) != n-2 || len(h.seen()) != 2 {
+		t.Fatalf("carried %+v after %d handled, want 2 dispatched and %d pending", next.Carry, len(h.seen()), n-2)
 	}
 
 	// The next run of the chain handles what was carried, and nothing twice.
 	env2 := newEnv(t, ledger, h)
 	env2.RegisterDelayedCallback(env2.CancelWorkflow, time.Hour)
 	env2.ExecuteWorkflow(WorkflowName, next)
-	if len(h.calls) != n {
-		t.Fatalf("handler saw %d keys after the next run, want %d", len(h.calls), n)
+	if len(h.seen()) != n {
+		t.Fatalf("handler saw %d keys after the next run, want %d", len(h.seen()), n)
 	}
-	for k, c := range h.calls {
+	for k, c := range h.seen() {
 		if c != 1 {
 			t.Errorf("key %s handled %d times", k, c)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -62,6 +63,14 @@ func (h *countingHandler) handle(_ context.Context, key string, _ Request, _ tak
 	return nil
 }
 
+// seen returns a copy of the calls so far, under the lock: a handler started before the run saw its
+// cancel can still be running when the test reads (the test environment does not wait for it).
+func (h *countingHandler) seen() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.calls)
+}
+
 func req(task string) Request {
 	return Request{Type: "agent", TaskID: task, PayloadSHA256: strings.Repeat("ab", 32), Parent: "session-1"}
 }
@@ -103,8 +112,8 @@ func TestDuplicateDispatchIsProcessedOnce(t *testing.T) {
 	if state.Dispatched != 2 || state.Duplicates != 1 || state.Rejected != 1 {
 		t.Fatalf("state = %+v, want 2 dispatched, 1 duplicate, 1 rejected", state)
 	}
-	if h.calls[req("t1").Key()] != 1 || h.calls[req("t2").Key()] != 1 {
-		t.Fatalf("handler calls = %v, want each key once", h.calls)
+	if h.seen()[req("t1").Key()] != 1 || h.seen()[req("t2").Key()] != 1 {
+		t.Fatalf("handler calls = %v, want each key once", h.seen())
 	}
 	if state.Owner != owner {
 		t.Fatalf("state owner = %+v", state.Owner)
@@ -120,8 +129,8 @@ func TestLedgerDedupesAcrossRuns(t *testing.T) {
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, req("t1")) }, time.Second)
 	env.RegisterDelayedCallback(env.CancelWorkflow, 5*time.Second)
 	env.ExecuteWorkflow(WorkflowName, Input{Owner: owner})
-	if len(h.calls) != 0 {
-		t.Fatalf("handler called for a completed key: %v", h.calls)
+	if len(h.seen()) != 0 {
+		t.Fatalf("handler called for a completed key: %v", h.seen())
 	}
 }
 
@@ -156,8 +165,8 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	if next.HistoryLimit != 40 {
 		t.Fatalf("tuning not carried: %+v", next)
 	}
-	if int(next.Carry.Dispatched) != len(h.calls) {
-		t.Fatalf("carried %d dispatched, handler saw %d keys", next.Carry.Dispatched, len(h.calls))
+	if int(next.Carry.Dispatched) != len(h.seen()) {
+		t.Fatalf("carried %d dispatched, handler saw %d keys", next.Carry.Dispatched, len(h.seen()))
 	}
 }
 
@@ -200,12 +209,13 @@ func TestCancelEndsTheRun(t *testing.T) {
 	// cancel (an activity task can start before its cancellation lands, on the test server as on a
 	// real one, and under load it does), but it never counts them as done: they are in Unhandled for
 	// the next run. t1 was handled once, and nothing else was handled at all.
-	if h.calls[req("t1").Key()] != 1 {
-		t.Fatalf("handler calls = %v, want t1 once", h.calls)
+	calls := h.seen()
+	if calls[req("t1").Key()] != 1 {
+		t.Fatalf("handler calls = %v, want t1 once", calls)
 	}
-	for key := range h.calls {
+	for key := range calls {
 		if key != req("t1").Key() && key != req("t2").Key() && key != req("t3").Key() {
-			t.Fatalf("handler called for %s, which the run never accepted: %v", key, h.calls)
+			t.Fatalf("handler called for %s, which the run never accepted: %v", key, calls)
 		}
 	}
 }
