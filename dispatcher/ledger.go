@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -203,4 +204,42 @@ func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
 	}
 	rec.token = tok
 	return rec, nil
+}
+
+// ReadLedger reads every record under prefix (DefaultLedgerPrefix when empty) at one revision, a
+// page at a time, and returns them by dispatch key, each as stored ("<state> <server_id> <token>";
+// LedgerState gives its state), with that revision. It is for tools that judge the ledger from
+// etcd's records rather than a worker's word: `demo-worker load`, drills.
+func ReadLedger(ctx context.Context, c *clientv3.Client, prefix string) (map[string]string, int64, error) {
+	prefix = cmp.Or(prefix, DefaultLedgerPrefix) + "/"
+	out := map[string]string{}
+	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := c.Get(ctx, start, opts...)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			out[strings.TrimPrefix(string(kv.Key), prefix)] = string(kv.Value)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, rev, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// LedgerState returns the state of a record as ReadLedger returns it: "pending" or "done" for a
+// well-formed one.
+func LedgerState(record string) string {
+	state, _, _ := strings.Cut(record, " ")
+	return state
 }

@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/dispatcher"
 )
 
 // ledgerReader reads the dispatch ledger back for `demo-worker load`: which accepted requests were
@@ -48,13 +50,13 @@ func startLedgerReader(ctx context.Context, etcd *clientv3.Client, prefix string
 func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Duration, progress func(ledgerReport)) (ledgerReport, error) {
 	deadline := time.Now().Add(settle)
 	for {
-		states, rev, err := l.states(ctx)
+		records, rev, err := dispatcher.ReadLedger(ctx, l.etcd, l.prefix)
 		if err != nil {
 			return ledgerReport{}, err
 		}
 		r := ledgerReport{Accepted: len(keys)}
 		for _, k := range keys {
-			if states[k] == "done" {
+			if dispatcher.LedgerState(records[k]) == "done" {
 				r.Handled++
 			}
 		}
@@ -67,34 +69,6 @@ func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Du
 		if !sleepUntil(ctx, time.Now().Add(ledgerPoll)) {
 			return r, ctx.Err()
 		}
-	}
-}
-
-// states reads every record's state, a page at a time, at one revision, which it returns.
-func (l *ledgerReader) states(ctx context.Context) (map[string]string, int64, error) {
-	states := map[string]string{}
-	start, end := l.prefix+"/", clientv3.GetPrefixRangeEnd(l.prefix+"/")
-	var rev int64
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := l.etcd.Get(ctx, start, opts...)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			state, _, _ := strings.Cut(string(kv.Value), " ")
-			states[strings.TrimPrefix(string(kv.Key), l.prefix+"/")] = state
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return states, rev, nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
 

@@ -16,41 +16,28 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/testkit"
 )
 
 // Record is one ledger record: State is the first word of Raw, "<state> <server_id> <token>".
 type Record struct{ State, Raw string }
 
-// Read reads every record under prefix (the ledger's, without the trailing slash) at one revision, a
-// page at a time, keyed by dispatch key, and returns that revision.
+// Read reads every record under prefix (the ledger's, without the trailing slash) at one revision,
+// keyed by dispatch key, and returns that revision; the read as a whole gets 10 s, so that a member
+// killed under it costs a retry of the caller's, not the drill.
 func Read(ctx context.Context, cli *clientv3.Client, prefix string) (map[string]Record, int64, error) {
-	out := map[string]Record{}
-	start, end := prefix+"/", clientv3.GetPrefixRangeEnd(prefix+"/")
-	var rev int64
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(2000)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := cli.Get(cctx, start, opts...)
-		cancel()
-		if err != nil {
-			return nil, 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			state, _, _ := strings.Cut(string(kv.Value), " ")
-			out[strings.TrimPrefix(string(kv.Key), prefix+"/")] = Record{State: state, Raw: string(kv.Value)}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	raw, rev, err := dispatcher.ReadLedger(rctx, cli, prefix)
+	if err != nil {
+		return nil, 0, err
 	}
+	out := make(map[string]Record, len(raw))
+	for k, v := range raw {
+		out[k] = Record{State: dispatcher.LedgerState(v), Raw: v}
+	}
+	return out, rev, nil
 }
 
 // Done is one completion: a put of a done record, with its value and revision and when the watch
