@@ -18,10 +18,10 @@ import (
 // DefaultLedgerPrefix is the etcd prefix of the ledger's records unless NewEtcdLedger is given one.
 const DefaultLedgerPrefix = "/baton/dispatch"
 
-// The states of a ledger record.
+// The states of a ledger record (LedgerState reads one from a record's text).
 const (
-	statePending = "pending"
-	stateDone    = "done"
+	LedgerPending = "pending"
+	LedgerDone    = "done"
 )
 
 // ledgerRounds bounds the read-and-compare rounds of one Begin or Complete. A round is lost only
@@ -93,14 +93,14 @@ func (l *EtcdLedger) Begin(ctx context.Context, key string, owner takeover.Owner
 	k := l.key(key)
 	expect := clientv3.Compare(clientv3.ModRevision(k), "=", 0) // the common case: a new key
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, statePending, owner)
+		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerPending, owner)
 		if err != nil || ok {
 			return false, err
 		}
 		switch {
 		case !rec.exists:
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", 0) // it expired in between
-		case rec.state == stateDone:
+		case rec.state == LedgerDone:
 			return true, nil
 		case rec.token == owner.Token:
 			return false, nil
@@ -124,16 +124,16 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 		return err
 	}
 	k := l.key(key)
-	expect := clientv3.Compare(clientv3.Value(k), "=", encodeRecord(statePending, owner))
+	expect := clientv3.Compare(clientv3.Value(k), "=", encodeRecord(LedgerPending, owner))
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, stateDone, owner)
+		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerDone, owner)
 		if err != nil || ok {
 			return err
 		}
 		switch {
 		case !rec.exists:
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", 0)
-		case rec.state == stateDone:
+		case rec.state == LedgerDone:
 			return nil
 		case rec.token > owner.Token:
 			return fmt.Errorf("%w: dispatch key %s is pending for %s at token %d, newer than %d",
@@ -195,8 +195,8 @@ func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
 		return record{}, fmt.Errorf("%w: %s = %q, want \"<state> <server_id> <token>\"", ErrBadRecord, k, v)
 	}
 	rec := record{exists: true, state: v[:first], serverID: v[first+1 : last], modRevision: kvs[0].ModRevision}
-	if rec.state != statePending && rec.state != stateDone {
-		return record{}, fmt.Errorf("%w: %s = %q, state must be %s or %s", ErrBadRecord, k, v, statePending, stateDone)
+	if rec.state != LedgerPending && rec.state != LedgerDone {
+		return record{}, fmt.Errorf("%w: %s = %q, state must be %s or %s", ErrBadRecord, k, v, LedgerPending, LedgerDone)
 	}
 	tok, err := strconv.ParseInt(v[last+1:], 10, 64)
 	if err != nil {
@@ -237,8 +237,8 @@ func ReadLedger(ctx context.Context, c *clientv3.Client, prefix string) (map[str
 	}
 }
 
-// LedgerState returns the state of a record as ReadLedger returns it: "pending" or "done" for a
-// well-formed one.
+// LedgerState returns the state of a record as ReadLedger returns it: LedgerPending or LedgerDone
+// for a well-formed one.
 func LedgerState(record string) string {
 	state, _, _ := strings.Cut(record, " ")
 	return state

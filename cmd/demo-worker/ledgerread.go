@@ -56,7 +56,7 @@ func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Du
 		}
 		r := ledgerReport{Accepted: len(keys)}
 		for _, k := range keys {
-			if dispatcher.LedgerState(records[k]) == "done" {
+			if dispatcher.LedgerState(records[k]) == dispatcher.LedgerDone {
 				r.Handled++
 			}
 		}
@@ -111,7 +111,7 @@ func (l *ledgerReader) doneTwice(ctx context.Context, keys []string, rev int64) 
 					return countTwice(done), nil
 				}
 				k := strings.TrimPrefix(string(ev.Kv.Key), l.prefix+"/")
-				if ev.Type == mvccpb.PUT && ours[k] && strings.HasPrefix(string(ev.Kv.Value), "done ") {
+				if ev.Type == mvccpb.PUT && ours[k] && dispatcher.LedgerState(string(ev.Kv.Value)) == dispatcher.LedgerDone {
 					done[k]++
 				}
 			}

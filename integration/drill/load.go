@@ -182,13 +182,13 @@ func (d *Drill) endLoad(ctx context.Context) {
 			return err
 		}
 		for _, r := range reqs {
-			if states[r.key].State != "done" {
+			if states[r.key].State != dispatcher.LedgerDone {
 				return errors.New("an accepted request is not done")
 			}
 		}
 		// Every pending record, the watch's or not yet: a settled ledger has none of the load's.
 		for _, rec := range states {
-			if rec.State == "pending" {
+			if rec.State == dispatcher.LedgerPending {
 				return errors.New("a record is pending")
 			}
 		}
@@ -237,7 +237,7 @@ func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerwatch.Reco
 	var lat []time.Duration
 	for _, r := range reqs {
 		rec := states[r.key]
-		if rec.State == "done" {
+		if rec.State == dispatcher.LedgerDone {
 			st.Handled++
 		} else {
 			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", short(r.key), r.queue, r.sent.Format(tsFormat), cmp.Or(rec.Raw, "no record")))
@@ -256,7 +256,7 @@ func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerwatch.Reco
 		}
 	}
 	for k, rec := range states {
-		if rec.State == "pending" && touched[k] {
+		if rec.State == dispatcher.LedgerPending && touched[k] {
 			pending = append(pending, fmt.Sprintf("%s: %s", short(k), rec.Raw))
 		}
 	}

@@ -91,7 +91,7 @@ func (w *Watch) Run(ctx context.Context) {
 			}
 			k := strings.TrimPrefix(string(ev.Kv.Key), w.prefix+"/")
 			w.touched[k] = true
-			if strings.HasPrefix(string(ev.Kv.Value), "done ") {
+			if dispatcher.LedgerState(string(ev.Kv.Value)) == dispatcher.LedgerDone {
 				w.dones[k] = append(w.dones[k], Done{Seen: now, Value: string(ev.Kv.Value), Rev: ev.Kv.ModRevision})
 			}
 		}
