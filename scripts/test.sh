@@ -44,6 +44,44 @@ if [[ ${1:-} == --emit ]]; then
 	timings=()
 	fuzz_beside=0
 	[[ " $* " == *" fuzz "* && " $* " == *" integration "* ]] && fuzz_beside=1
+	# The integration phase's builds, which run no test:
+	# 1. the Temporal server that the tests start as a child process (integration/temporalx), built once
+	#    for every package and without -race;
+	# 2. when the phase runs every package, the packages without tests (the server command's library,
+	#    the demo, the drill, the benchmarks), compiled without -race on the cache the server has just
+	#    filled: go test ./... would race-compile them too, the whole Temporal server, minutes on a cold
+	#    cache, for nothing; go test gets only the packages that have tests;
+	# 3. what those test packages import, compiled with -race (embedded etcd above all), which go test
+	#    then finds in the cache.
+	# None of it waits on the phases before it, so when integration follows another phase the builds
+	# start at once, beside it, at a lower priority: on a cold cache they are minutes of compiling that
+	# would otherwise come after the unit tests, whose own tests leave the CPUs idle part of the time
+	# (they wait on timers). On a warm cache they take seconds.
+	server_bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
+	prebuild=$(mktemp -d)
+	trap 'rm -rf "$prebuild"' EXIT
+	build_integration() {
+		local start=$SECONDS
+		mkdir -p "${server_bin%/*}" && (cd integration && GOTMPDIR=${server_bin%/*} "$GO" build -o "$server_bin" ./cmd/temporal-dev)
+		echo "$? $((SECONDS - start))" >"$prebuild/server"
+		cd integration || return
+		local pkgs=("${integration_pkgs[@]}")
+		if [[ -z ${INTEGRATION_PKGS:-} ]]; then
+			"$GO" build ./... && "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... >"$prebuild/pkgs"
+			echo $? >"$prebuild/compiled"
+			mapfile -t pkgs < <(cat "$prebuild/pkgs" 2>/dev/null)
+		fi
+		# A failure here is go test's to report, with the test it belongs to.
+		"$GO" list -deps -test -f '{{if not .Standard}}{{.ImportPath}}{{end}}' "${pkgs[@]}" 2>/dev/null |
+			grep -v -e ' ' -e '\.test$' | sort -u | xargs -r "$GO" build -race >/dev/null 2>&1
+	}
+	if [[ " $* " == *" integration "* ]]; then
+		(
+			renice -n 10 "$BASHPID" >/dev/null 2>&1
+			build_integration
+		) &
+		prebuild_pid=$!
+	fi
 	for phase in "$@"; do
 		start=$SECONDS
 		case $phase in
@@ -53,21 +91,20 @@ if [[ ${1:-} == --emit ]]; then
 			scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT"
 			;;
 		integration)
-			# The Temporal server that the tests start as a child process (integration/temporalx), built
-			# once for every package and without -race; go build does nothing when it is up to date.
-			bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
-			built=FAILED
-			mkdir -p "${bin%/*}" && (cd integration && GOTMPDIR=${bin%/*} "$GO" build -o "$bin" ./cmd/temporal-dev) &&
-				export TEMPORALX_SERVER_BIN=$bin && built=ok
-			timings+=("$(timing "  server" "$built" $((SECONDS - start)))")
+			wait "$prebuild_pid"
+			read -r server_rc server_secs <"$prebuild/server"
+			built=ok
+			if ((server_rc == 0)); then
+				export TEMPORALX_SERVER_BIN=$server_bin
+			else
+				built=FAILED
+			fi
+			timings+=("$(timing "  builds" "$built" $((SECONDS - start)) " (waited for here; the server alone took $((server_secs / 60))m$(printf %02d $((server_secs % 60)))s)")")
 			compiled=0
 			if [[ -z ${INTEGRATION_PKGS:-} ]]; then
-				# go test ./... would race-compile the packages without tests too: the server command, its
-				# library and the demo, that is the whole Temporal server, minutes on a cold cache, for
-				# nothing. They are compiled here instead, without -race, on the cache the server binary
-				# has just filled; go test gets only the packages that have tests.
-				(cd integration && "$GO" build ./...) || compiled=1
-				mapfile -t integration_pkgs < <(cd integration && "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
+				[[ $(cat "$prebuild/compiled" 2>/dev/null) == 0 ]] || compiled=1
+				mapfile -t integration_pkgs < <(cat "$prebuild/pkgs" 2>/dev/null)
+				((${#integration_pkgs[@]} > 0)) || integration_pkgs=(./...)
 			fi
 			if ((fuzz_beside)); then
 				fuzz_json=$(mktemp)
