@@ -47,12 +47,11 @@ if [[ ${1:-} == --emit ]]; then
 	# The integration phase's builds, which run no test:
 	# 1. the Temporal server that the tests start as a child process (integration/temporalx), built once
 	#    for every package and without -race;
-	# 2. when the phase runs every package, the packages without tests (the server command's library,
-	#    the demo, the drill, the benchmarks), compiled without -race on the cache the server has just
-	#    filled: go test ./... would race-compile them too, the whole Temporal server, minutes on a cold
-	#    cache, for nothing; go test gets only the packages that have tests;
-	# 3. what those test packages import, compiled with -race (embedded etcd above all), which go test
-	#    then finds in the cache.
+	# 2. every other package of the module and its tests, compiled (not linked) with -race as go test
+	#    will want them; when the phase runs every package, this is also the check that the packages
+	#    without tests (the demo, the drill, the benchmarks) compile, and go test gets only the packages
+	#    that have tests: go test ./... would race-compile the server command too, the whole Temporal
+	#    server, for nothing.
 	# None of it waits on the phases before it, so when integration follows another phase the builds
 	# start at once, beside it, at a lower priority: on a cold cache they are minutes of compiling that
 	# would otherwise come after the unit tests, whose own tests leave the CPUs idle part of the time
@@ -65,15 +64,15 @@ if [[ ${1:-} == --emit ]]; then
 		mkdir -p "${server_bin%/*}" && (cd integration && GOTMPDIR=${server_bin%/*} "$GO" build -o "$server_bin" ./cmd/temporal-dev)
 		echo "$? $((SECONDS - start))" >"$prebuild/server"
 		cd integration || return
-		local pkgs=("${integration_pkgs[@]}")
-		if [[ -z ${INTEGRATION_PKGS:-} ]]; then
-			"$GO" build ./... && "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... >"$prebuild/pkgs"
-			echo $? >"$prebuild/compiled"
-			mapfile -t pkgs < <(cat "$prebuild/pkgs" 2>/dev/null)
+		if [[ -n ${INTEGRATION_PKGS:-} ]]; then
+			# Only warms the cache: go test reports what does not compile, with its package.
+			"$GO" list -race -export -test -f '' "${integration_pkgs[@]}" >/dev/null 2>&1
+			return
 		fi
-		# A failure here is go test's to report, with the test it belongs to.
-		"$GO" list -deps -test -f '{{if not .Standard}}{{.ImportPath}}{{end}}' "${pkgs[@]}" 2>/dev/null |
-			grep -v -e ' ' -e '\.test$' | sort -u | xargs -r "$GO" build -race >/dev/null 2>&1
+		"$GO" list -f '{{if or .GoFiles .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v '/cmd/temporal-dev$' |
+			xargs "$GO" list -race -export -test -f '' >/dev/null
+		echo $? >"$prebuild/compiled"
+		"$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... >"$prebuild/pkgs"
 	}
 	if [[ " $* " == *" integration "* ]]; then
 		(
