@@ -94,6 +94,8 @@ type run struct {
 	InputOwner takeover.Owner
 }
 
+func (r *run) open() bool { return r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING }
+
 // continuation tells a run that continued a chain from a chain's head, the run a term started.
 func (r *run) continuation() bool { return r.FirstRunID != "" && r.FirstRunID != r.RunID }
 
@@ -262,7 +264,7 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 		queueOf[d.workflowID(q)] = q
 	}
 	ids := map[[2]string]bool{}
-	err := d.listRuns(ctx, fmt.Sprintf("WorkflowType = '%s'", takeover.DefaultWorkflowType), func(wid, runID string) {
+	err := d.listRuns(ctx, false, func(wid, runID string) {
 		if queueOf[wid] != "" {
 			ids[[2]string{wid, runID}] = true
 		}
@@ -302,18 +304,12 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 // fetchRun reads one run: times, status, chain and owner from its mutable state; from its history, a
 // terminated run's reason, a continued run's successor and a continuation's input owner.
 func (d *Drill) fetchRun(ctx context.Context, wid, runID string) (*run, error) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	resp, err := d.tc.DescribeWorkflowExecution(cctx, wid, runID)
-	cancel()
+	r, err := d.describe(ctx, wid, runID)
 	if err != nil {
-		return nil, fmt.Errorf("describe %s/%s: %w", wid, runID, err)
+		return nil, err
+	} else if r.RunID == "" {
+		return nil, fmt.Errorf("describe %s/%s: Temporal has no record of it", wid, runID)
 	}
-	info := resp.GetWorkflowExecutionInfo()
-	r := &run{RunID: runID, Start: info.GetStartTime().AsTime(), Status: info.GetStatus(), FirstRunID: info.GetFirstRunId()}
-	if info.GetCloseTime() != nil && info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		r.Close = info.GetCloseTime().AsTime()
-	}
-	r.Owner, _, _ = takeover.DecodeOwner(nil, info.GetMemo())
 	if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED || r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
 		ev := d.firstEvent(ctx, wid, runID, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
 		r.Reason = ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()

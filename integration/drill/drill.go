@@ -77,6 +77,7 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -190,34 +191,23 @@ type Config struct {
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
 func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if c.Workers <= 0 {
-		c.Workers = 5
-	}
-	if c.Queues <= 0 {
-		c.Queues = 20
-	}
-	if c.Project == "" {
-		c.Project = "drill"
-	}
+	orDefault(&c.Workers, 5)
+	orDefault(&c.Queues, 20)
+	c.Project = cmp.Or(c.Project, "drill")
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
 	}
-	def(&c.TTL, 2*time.Second)
+	orDefault(&c.TTL, 2*time.Second)
 	c.TTL = c.TTL.Round(time.Second)
-	def(&c.Duration, 5*time.Minute)
-	def(&c.Settle, 2*time.Second)
-	def(&c.TakeoverSLA, 30*time.Second)
-	def(&c.CleanupSLA, 2*time.Minute)
-	def(&c.HeartbeatInterval, time.Second)
-	def(&c.StaleAfter, 6*time.Second)
-	def(&c.ReconcileInterval, 10*time.Second)
-	def(&c.PollInterval, 150*time.Millisecond)
-	def(&c.LoadSettle, time.Minute)
+	orDefault(&c.Duration, 5*time.Minute)
+	orDefault(&c.Settle, 2*time.Second)
+	orDefault(&c.TakeoverSLA, 30*time.Second)
+	orDefault(&c.CleanupSLA, 2*time.Minute)
+	orDefault(&c.HeartbeatInterval, time.Second)
+	orDefault(&c.StaleAfter, 6*time.Second)
+	orDefault(&c.ReconcileInterval, 10*time.Second)
+	orDefault(&c.PollInterval, 150*time.Millisecond)
+	orDefault(&c.LoadSettle, time.Minute)
 	if len(c.Kinds) == 0 {
 		c.Kinds = append([]Kind(nil), AllKinds...)
 	}
@@ -225,6 +215,13 @@ func (c Config) withDefaults() Config {
 		c.Out = io.Discard
 	}
 	return c
+}
+
+// orDefault sets *v to def unless it is positive.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Drill is one run.
@@ -236,6 +233,8 @@ type Drill struct {
 	rng     *rand.Rand
 	bin     string
 	queues  []string
+	kinds   []Kind   // the fault kinds that can run here
+	skipped []string // the kinds that cannot, and why
 
 	stack    *stack.Stack
 	etcd     *etcdtest.Cluster
@@ -255,7 +254,6 @@ type Drill struct {
 	faults     []*Fault
 	steps      []*Step
 	violations []Violation
-	skipped    []string
 	checks     CheckStats           // the live counts; analyze adds the terms and runs
 	monitoring atomic.Bool          // the fault phase runs: orphans are watched
 	stuck      map[string]time.Time // queues reported without an owner, until they have one again
@@ -286,13 +284,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	d.faultPhase(ctx)
-	if err := ctx.Err(); err != nil {
-		return d.report(false), fmt.Errorf("drill interrupted: %w", err)
-	}
-	if d.load != nil {
+	if d.load != nil && ctx.Err() == nil {
 		d.endLoad(ctx)
 	}
-	d.finish(ctx)
+	if ctx.Err() == nil {
+		d.finish(ctx)
+	}
 	if err := ctx.Err(); err != nil {
 		return d.report(false), fmt.Errorf("drill interrupted: %w", err)
 	}
@@ -304,23 +301,19 @@ func (d *Drill) logf(format string, args ...any) {
 }
 
 func (d *Drill) setup(ctx context.Context) error {
-	if d.cfg.LogDir != "" {
-		if err := os.MkdirAll(d.cfg.LogDir, 0o755); err != nil {
-			return err
-		}
-		d.dir = d.cfg.LogDir
+	var err error
+	if d.dir, d.tempDir = d.cfg.LogDir, d.cfg.LogDir == ""; d.tempDir {
+		d.dir, err = os.MkdirTemp("", "baton-drill-")
 	} else {
-		dir, err := os.MkdirTemp("", "baton-drill-")
-		if err != nil {
-			return err
-		}
-		d.dir, d.tempDir = dir, true
+		err = os.MkdirAll(d.dir, 0o755)
+	}
+	if err != nil {
+		return err
 	}
 	d.logf("drill: %d workers × %d queues, project %q, TTL %v, seed %d, logs in %s", d.cfg.Workers, d.cfg.Queues,
 		d.cfg.Project, d.cfg.TTL, d.cfg.Seed, d.dir)
 
 	began := time.Now()
-	var err error
 	if d.cfg.Bin != "" {
 		d.bin, err = binPath(d.cfg.Bin)
 	} else if d.bin, err = workerproc.Build(); err == nil {
@@ -370,6 +363,8 @@ func (d *Drill) setup(ctx context.Context) error {
 			d.skipped = append(d.skipped, string(k)+": Redis is external ("+redistest.EnvAddr+")")
 		case k == KindTemporalRestart && d.temporal.External():
 			d.skipped = append(d.skipped, string(k)+": Temporal is external (BATON_TEMPORAL_ADDRESS)")
+		default:
+			d.kinds = append(d.kinds, k)
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
@@ -62,11 +63,13 @@ type QueueChange struct {
 	Rebalanced int `json:"rebalanced,omitempty"`
 }
 
-func (d *Drill) newFault(kind Kind, target string) *Fault {
+// newFault starts a fault and logs it as "fault #n: <format, args>".
+func (d *Drill) newFault(kind Kind, target, format string, args ...any) *Fault {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	f := &Fault{N: len(d.faults) + 1, Kind: kind, Target: target, Started: time.Now()}
 	d.faults = append(d.faults, f)
+	d.mu.Unlock()
+	d.logf("fault #%d: %s", f.N, fmt.Sprintf(format, args...))
 	return f
 }
 
@@ -103,9 +106,7 @@ func (d *Drill) leaderFault(k Kind, verb, more string) (*proc, *Fault, error) {
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].id < cands[j].id })
 	p := cands[d.rng.IntN(len(cands))]
-	f := d.newFault(k, p.id)
-	d.logf("fault #%d: %s %s (leads %d queues)%s", f.N, verb, p.id, counts[p], more)
-	return p, f, nil
+	return p, d.newFault(k, p.id, "%s %s (leads %d queues)%s", verb, p.id, counts[p], more), nil
 }
 
 // step records an injection instant; call it right before the injection.
@@ -127,19 +128,13 @@ func (d *Drill) step(f *Fault, name string) *Step {
 func (d *Drill) faultPhase(ctx context.Context) {
 	d.monitoring.Store(true)
 	defer d.monitoring.Store(false)
-	var kinds []Kind
-	for _, k := range d.cfg.Kinds {
-		if !slices.ContainsFunc(d.skipped, func(s string) bool { return strings.HasPrefix(s, string(k)+":") }) {
-			kinds = append(kinds, k)
-		}
-	}
-	if len(kinds) == 0 {
+	if len(d.kinds) == 0 {
 		d.logf("no fault kind can run here")
 		return
 	}
 	end := time.Now().Add(d.cfg.Duration)
 	for cycle := 1; d.cfg.Cycles <= 0 || cycle <= d.cfg.Cycles; cycle++ {
-		order := slices.Clone(kinds)
+		order := slices.Clone(d.kinds)
 		d.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, k := range order {
 			if ctx.Err() != nil || time.Now().After(end) {
@@ -198,21 +193,37 @@ func (d *Drill) inject(ctx context.Context, k Kind) {
 	}
 }
 
+func sleepCtx(ctx context.Context, d time.Duration) bool { return clock.Sleep(ctx, clock.Real(), d) }
+
 // restartDelay is how long a killed worker stays away before its new incarnation starts.
 const restartDelay = 2 * time.Second
 
-// holdUntil waits for the fleet (minus exclude) to settle after step s, keeps the fault in place
-// until t, and waits for it to settle again before the caller's next step: a fault's consequences
-// can come late (a session that lost its keepalives to an etcd leader election ends its terms at its
-// lease deadline, and its keys stay until the new raft leader expires its lease), and they must land
-// in the window of the step that caused them.
-func (d *Drill) holdUntil(ctx context.Context, s *Step, exclude map[*proc]bool, t time.Time) bool {
-	d.waitSteady(ctx, s, exclude, d.cfg.TakeoverSLA)
-	if !sleepCtx(ctx, time.Until(t)) {
-		return false
+// cycle is the shape of most faults: a step named down and inject, which returns the instant the
+// fault took hold; a wait for the fleet (but for except) to settle; the fault kept in place for hold
+// after that instant and another wait to settle; then a step named up, recover, and a wait for the
+// whole fleet to settle. A fault's consequences can come late (a session that lost its keepalives
+// to an etcd leader election ends its terms at its lease deadline, and its keys stay until the new
+// raft leader expires its lease), and they must land in the window of the step that caused them.
+func (d *Drill) cycle(ctx context.Context, f *Fault, down string, except *proc, inject func() (time.Time, error),
+	hold time.Duration, up string, recover func() error) error {
+	s := d.step(f, down)
+	at, err := inject()
+	if err != nil {
+		return err
 	}
-	d.waitSteady(ctx, s, exclude, d.cfg.TakeoverSLA)
-	return ctx.Err() == nil
+	d.waitSteady(ctx, s, except, d.cfg.TakeoverSLA)
+	if hold > 0 && sleepCtx(ctx, time.Until(at.Add(hold))) {
+		d.waitSteady(ctx, s, except, d.cfg.TakeoverSLA)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s = d.step(f, up)
+	if err := recover(); err != nil {
+		return err
+	}
+	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
+	return nil
 }
 
 // faultRestart stops a leader -- with SIGKILL, or with SIGTERM, a clean stop after which it must
@@ -223,41 +234,25 @@ func (d *Drill) faultRestart(ctx context.Context, kind Kind) error {
 	if err != nil {
 		return err
 	}
-	var gone time.Time
-	var s *Step
-	if kind == KindSIGKILL {
-		s = d.step(f, "kill")
-		gone = p.send(syscall.SIGKILL)
-	} else {
-		s = d.step(f, "sigterm")
-		if err := d.stopClean(ctx, p); err != nil {
-			return err
+	down, stop := "kill", func() (time.Time, error) { return p.send(syscall.SIGKILL), nil }
+	if kind == KindSIGTERM {
+		down, stop = "sigterm", func() (time.Time, error) {
+			if err := d.stopClean(ctx, p); err != nil {
+				return time.Time{}, err
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			f.Notes = append(f.Notes, fmt.Sprintf("exited %v after SIGTERM", p.exitedAt.Sub(p.termAt).Round(time.Millisecond)))
+			return p.exitedAt, nil
 		}
-		p.mu.Lock()
-		gone = p.exitedAt
-		f.Notes = append(f.Notes, fmt.Sprintf("exited %v after SIGTERM", gone.Sub(p.termAt).Round(time.Millisecond)))
-		p.mu.Unlock()
 	}
-	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, gone.Add(restartDelay)) {
-		return ctx.Err()
-	}
-	np, err := d.restartSlot(ctx, f, "restart", p.slot)
-	if err == nil {
-		f.Notes = append(f.Notes, "restarted as "+np.id)
-	}
-	return err
-}
-
-// restartSlot starts the next incarnation of slot i as the fault's step name and waits for the fleet
-// to settle.
-func (d *Drill) restartSlot(ctx context.Context, f *Fault, name string, i int) (*proc, error) {
-	s := d.step(f, name)
-	p, err := d.startSlot(ctx, i)
-	if err != nil {
-		return nil, err
-	}
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
-	return p, nil
+	return d.cycle(ctx, f, down, p, stop, restartDelay, "restart", func() error {
+		np, err := d.startSlot(ctx, p.slot)
+		if err == nil {
+			f.Notes = append(f.Notes, "restarted as "+np.id)
+		}
+		return err
+	})
 }
 
 // stopClean sends p SIGTERM and waits for it to exit (unclean-stop).
@@ -294,37 +289,36 @@ func (d *Drill) faultSIGSTOP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := d.step(f, "stop")
-	stoppedAt := p.send(syscall.SIGSTOP)
-	if !d.holdUntil(ctx, s, map[*proc]bool{p: true}, stoppedAt.Add(d.cfg.TTL+time.Second)) {
-		p.send(syscall.SIGCONT)
-		return ctx.Err()
+	var stoppedAt time.Time
+	stop := func() (time.Time, error) {
+		stoppedAt = p.send(syscall.SIGSTOP)
+		return stoppedAt, nil
 	}
-	s = d.step(f, "resume")
-	resumed := p.send(syscall.SIGCONT)
-	f.Notes = append(f.Notes, fmt.Sprintf("stopped %v", resumed.Sub(stoppedAt).Round(time.Millisecond)))
-	// The resumed process must not act for the terms it held when it was stopped; the logs are
-	// checked afterwards (Analyze), /status here: it must not report leading for an old term.
-	old := map[int64]bool{}
-	for _, e := range p.snapshotEvents() {
-		if e.Msg == msgTermStarted && e.TS.Before(stoppedAt) {
-			old[e.Token] = true
-		}
-	}
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		st, _ := workerproc.Status(p.Addr)
-		for _, q := range st.Queues {
-			if q.Leading && old[q.Token] {
-				d.violate(Violation{Check: CheckStoppedActed, Fault: f.N, Queue: q.Queue, At: time.Now(), Detail: fmt.Sprintf(
-					"%s reports leading %s for token %d, a term it held when it was SIGSTOPped, after SIGCONT", p.id, q.Queue, q.Token)})
+	return d.cycle(ctx, f, "stop", p, stop, d.cfg.TTL+time.Second, "resume", func() error {
+		resumed := p.send(syscall.SIGCONT)
+		f.Notes = append(f.Notes, fmt.Sprintf("stopped %v", resumed.Sub(stoppedAt).Round(time.Millisecond)))
+		// The resumed process must not act for the terms it held when it was stopped; the logs are
+		// checked afterwards (analyze), /status here: it must not report leading for an old term.
+		old := map[int64]bool{}
+		for _, e := range p.snapshotEvents() {
+			if e.Msg == msgTermStarted && e.TS.Before(stoppedAt) {
+				old[e.Token] = true
 			}
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return ctx.Err()
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+			st, _ := workerproc.Status(p.Addr)
+			for _, q := range st.Queues {
+				if q.Leading && old[q.Token] {
+					d.violate(Violation{Check: CheckStoppedActed, Fault: f.N, Queue: q.Queue, At: time.Now(), Detail: fmt.Sprintf(
+						"%s reports leading %s for token %d, a term it held when it was SIGSTOPped, after SIGCONT", p.id, q.Queue, q.Token)})
+				}
+			}
+			if !sleepCtx(ctx, 100*time.Millisecond) {
+				return ctx.Err()
+			}
 		}
-	}
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
-	return nil
+		return nil
+	})
 }
 
 func (d *Drill) faultPartition(ctx context.Context) error {
@@ -332,48 +326,46 @@ func (d *Drill) faultPartition(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := d.step(f, "partition")
-	for _, px := range d.proxies[p.slot] {
-		px.Blackhole()
+	cut := func() (time.Time, error) {
+		for _, px := range d.proxies[p.slot] {
+			px.Blackhole()
+		}
+		at := time.Now()
+		// Settled means the partitioned worker has let go of everything (its watchdog ends its terms
+		// at its lease deadline minus the safety margin) and the others took over.
+		_ = testkit.Poll(ctx, d.cfg.TakeoverSLA, 50*time.Millisecond, func() error {
+			if st, ok := workerproc.Status(p.Addr); ok && leading(st) > 0 {
+				return errors.New("still leads")
+			}
+			return nil
+		})
+		return at, nil
 	}
-	cut := time.Now()
-	// Settled means the partitioned worker has let go of everything (its watchdog ends its terms at
-	// its lease deadline minus the safety margin) and the others took over.
-	_ = testkit.Poll(ctx, d.cfg.TakeoverSLA, 50*time.Millisecond, func() error {
-		if st, ok := workerproc.Status(p.Addr); ok && leading(st) > 0 {
-			return errors.New("still leads")
+	return d.cycle(ctx, f, "partition", nil, cut, d.cfg.TTL+time.Second, "heal", func() error {
+		for _, px := range d.proxies[p.slot] {
+			px.Heal()
+		}
+		if err := p.WaitReady(ctx, 30*time.Second); err != nil {
+			return fmt.Errorf("after the partition healed: %w", err)
 		}
 		return nil
 	})
-	if !d.holdUntil(ctx, s, nil, cut.Add(d.cfg.TTL+time.Second)) {
-		return ctx.Err()
-	}
-	s = d.step(f, "heal")
-	for _, px := range d.proxies[p.slot] {
-		px.Heal()
-	}
-	if err := p.WaitReady(ctx, 30*time.Second); err != nil {
-		return fmt.Errorf("after the partition healed: %w", err)
-	}
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
-	return nil
 }
 
+// faultRolling stops every worker in turn with SIGTERM and starts its next incarnation.
 func (d *Drill) faultRolling(ctx context.Context) error {
-	f := d.newFault(KindRolling, "all workers")
-	d.logf("fault #%d: rolling restart (SIGTERM) of all %d workers", f.N, d.cfg.Workers)
+	f := d.newFault(KindRolling, "all workers", "rolling restart (SIGTERM) of all %d workers", d.cfg.Workers)
 	for i := range d.cfg.Workers {
 		ps := d.incarnations(i)
 		p := ps[len(ps)-1]
 		if !p.alive() {
 			continue
 		}
-		s := d.step(f, "sigterm "+p.id)
-		if err := d.stopClean(ctx, p); err != nil {
+		stop := func() (time.Time, error) { return time.Now(), d.stopClean(ctx, p) }
+		if err := d.cycle(ctx, f, "sigterm "+p.id, p, stop, 0, fmt.Sprintf("start w%d-%d", i+1, len(ps)), func() error {
+			_, err := d.startSlot(ctx, i)
 			return err
-		}
-		d.waitSteady(ctx, s, map[*proc]bool{p: true}, d.cfg.TakeoverSLA)
-		if _, err := d.restartSlot(ctx, f, fmt.Sprintf("start w%d-%d", i+1, len(ps)), i); err != nil {
+		}); err != nil {
 			return err
 		}
 	}
@@ -392,27 +384,20 @@ func (d *Drill) faultEtcdMember(ctx context.Context) error {
 		}
 		victim, what = followers[d.rng.IntN(len(followers))], "follower"
 	}
-	f := d.newFault(KindEtcdMember, fmt.Sprintf("member %d (%s)", victim, what))
-	d.logf("fault #%d: kill etcd member %d (%s)", f.N, victim, what)
-	s := d.step(f, "kill")
-	if err := d.etcd.StopMember(victim); err != nil {
-		return err
+	f := d.newFault(KindEtcdMember, fmt.Sprintf("member %d (%s)", victim, what), "kill etcd member %d (%s)", victim, what)
+	kill := func() (time.Time, error) {
+		err := d.etcd.StopMember(victim)
+		return time.Now(), err
 	}
-	killed := time.Now()
 	// Terms lost to the raft election end at the workers' lease deadlines, and the successors wait
 	// for the old leases to expire on the new raft leader: hold long enough for both.
-	if !d.holdUntil(ctx, s, nil, killed.Add(2*d.cfg.TTL+2*time.Second)) {
-		return ctx.Err()
-	}
-	s = d.step(f, "restart")
-	if err := d.etcd.RestartMember(victim); err != nil {
+	return d.cycle(ctx, f, "kill", nil, kill, 2*d.cfg.TTL+2*time.Second, "restart", func() error {
+		if err := d.etcd.RestartMember(victim); err != nil {
+			return err
+		}
+		_, err := d.etcd.WaitLeader(30 * time.Second)
 		return err
-	}
-	if _, err := d.etcd.WaitLeader(30 * time.Second); err != nil {
-		return err
-	}
-	d.waitSteady(ctx, s, nil, d.cfg.TakeoverSLA)
-	return nil
+	})
 }
 
 // faultServer restarts a server: every other time it crashes (kill), else it stops cleanly (stop,
@@ -422,8 +407,7 @@ func (d *Drill) faultServer(ctx context.Context, kind Kind, name string, stop, k
 	if crash {
 		stop, how = kill, "SIGKILL"
 	}
-	f := d.newFault(kind, name+" ("+how+")")
-	d.logf("fault #%d: restart %s (%s, 1s down)", f.N, name, how)
+	f := d.newFault(kind, name+" ("+how+")", "restart %s (%s, 1s down)", name, how)
 	s := d.step(f, "restart")
 	if err := stop(); err != nil {
 		return err
@@ -445,8 +429,7 @@ func (d *Drill) faultServer(ctx context.Context, kind Kind, name string, stop, k
 // within CleanupSLA of the crash.
 func (d *Drill) faultOrphan(ctx context.Context) error {
 	queue := fmt.Sprintf("solo%d", d.count(KindOrphan)+1)
-	f := d.newFault(KindOrphan, queue+"-0")
-	d.logf("fault #%d: crash of the only worker of queue %s (the reconciler must clean up)", f.N, queue)
+	f := d.newFault(KindOrphan, queue+"-0", "crash of the only worker of queue %s (the reconciler must clean up)", queue)
 	d.step(f, "start")
 	// It takes no part in the reconciler election: the crash must leave the cleanup to another worker.
 	p, err := d.startProc(ctx, -1, f.Target, []string{queue}, d.etcd.Endpoints(), "BATON_RECONCILE_DISABLED=true")
@@ -473,12 +456,13 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 	d.step(f, "kill")
 	killed := p.send(syscall.SIGKILL)
 	err = testkit.Poll(ctx, d.cfg.CleanupSLA, 250*time.Millisecond, func() error {
-		_, open, derr := d.describeRun(ctx, id, runID)
+		r, derr := d.describe(ctx, id, runID)
+		closed := derr == nil && !r.open()
 		h, kerr := d.heartbeat(ctx, id)
-		if derr == nil && !open && kerr == nil && len(h) == 0 {
+		if closed && kerr == nil && len(h) == 0 {
 			return nil
 		}
-		return fmt.Errorf("run %s closed=%v, heartbeat key present=%v", runID, derr == nil && !open, len(h) > 0)
+		return fmt.Errorf("run %s closed=%v, heartbeat key present=%v", runID, closed, len(h) > 0)
 	})
 	switch {
 	case ctx.Err() != nil:

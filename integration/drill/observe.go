@@ -5,19 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -103,17 +104,26 @@ func (d *Drill) workflowID(queue string) string {
 	return id
 }
 
-// liveProcs returns the processes that run and are not SIGSTOPped, minus exclude.
-func (d *Drill) liveProcs(exclude map[*proc]bool) []*proc {
+// liveProcs returns the processes that run and are not SIGSTOPped, but for except (nil: none).
+func (d *Drill) liveProcs(except *proc) []*proc {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []*proc
 	for _, p := range d.procs {
-		if p.alive() && !exclude[p] && !p.isStopped() && p.slot >= 0 {
+		if p.alive() && p != except && !p.isStopped() && p.slot >= 0 {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// addLeaders adds the queues that s, p's sample, reports leading to leaders.
+func addLeaders(leaders map[string][]owner, p *proc, s sample) {
+	for _, q := range s.St.Queues {
+		if q.Leading {
+			leaders[q.Queue] = append(leaders[q.Queue], owner{Proc: p.id, Token: q.Token, RunID: q.RunID})
+		}
+	}
 }
 
 // settled checks the fleet once. Every queue must have exactly one worker that leads it with a
@@ -125,11 +135,11 @@ func (d *Drill) liveProcs(exclude map[*proc]bool) []*proc {
 // A queue already reported as not settling (stuck) is left out, so that one queue that stays without
 // an owner is reported once and does not make every later step wait out the bound; it rejoins the
 // checks once a worker leads it with a run again.
-func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []Violation {
+func (d *Drill) settled(ctx context.Context, except *proc) []Violation {
 	d.mu.Lock()
 	stuck := maps.Clone(d.stuck)
 	d.mu.Unlock()
-	procs := d.liveProcs(exclude)
+	procs := d.liveProcs(except)
 	stats := make([]sample, len(procs))
 	oks := make([]bool, len(procs))
 	var wg sync.WaitGroup
@@ -144,11 +154,7 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []Violation
 			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Detail: p.id + ": /status does not answer"})
 			continue
 		}
-		for _, q := range stats[i].St.Queues {
-			if q.Leading {
-				leaders[q.Queue] = append(leaders[q.Queue], owner{Proc: p.id, Token: q.Token, RunID: q.RunID})
-			}
-		}
+		addLeaders(leaders, p, stats[i])
 	}
 	owners := map[string]owner{}
 	for _, q := range d.queues {
@@ -181,21 +187,13 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []Violation
 		if !ok {
 			continue
 		}
-		id := d.workflowID(q)
-		cur, open, err := d.describeRun(ctx, id, "")
-		if err != nil {
-			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: "describe: " + err.Error()})
-			continue
-		}
-		if cur != o.RunID || !open {
-			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: fmt.Sprintf(
-				"Temporal's current run is %q (running %v), the leader %s reports run %s", cur, open, o.Proc, o.RunID)})
-			continue
-		}
-		h, err := d.heartbeat(ctx, id)
+		cur, h, err := d.records(ctx, q)
 		switch {
 		case err != nil:
-			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: "heartbeat key: " + err.Error()})
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: err.Error()})
+		case cur.RunID != o.RunID || !cur.open():
+			probs = append(probs, Violation{Check: CheckOwnerWithinSLA, Queue: q, Detail: fmt.Sprintf(
+				"Temporal's current run is %q (running %v), the leader %s reports run %s", cur.RunID, cur.open(), o.Proc, o.RunID)})
 		case h[heartbeat.FieldRunID] != o.RunID || h[heartbeat.FieldToken] != strconv.FormatInt(o.Token, 10):
 			probs = append(probs, Violation{Check: CheckOrphanCleanup, Queue: q, Detail: fmt.Sprintf(
 				"heartbeat key names run %q token %q, the leader %s has run %s token %d", h[heartbeat.FieldRunID],
@@ -205,36 +203,53 @@ func (d *Drill) settled(ctx context.Context, exclude map[*proc]bool) []Violation
 	if len(probs) > 0 {
 		return probs
 	}
-	open, err := d.openRunsByVisibility(ctx)
-	if err != nil {
+	open := map[string][]string{}
+	if err := d.listRuns(ctx, true, func(wid, runID string) { open[wid] = append(open[wid], runID) }); err != nil {
 		return []Violation{{Check: CheckOwnerWithinSLA, Detail: "visibility: " + err.Error()}}
 	}
 	for _, q := range d.queues {
-		if _, ok := owners[q]; !ok {
-			continue
-		}
-		runs := open[d.workflowID(q)]
-		if len(runs) != 1 || runs[0] != owners[q].RunID {
+		o, ok := owners[q]
+		if runs := open[d.workflowID(q)]; ok && (len(runs) != 1 || runs[0] != o.RunID) {
 			probs = append(probs, Violation{Check: CheckOneOpenRun, Queue: q, Detail: fmt.Sprintf(
-				"visibility lists %d Running runs %v, the leader's is %s", len(runs), runs, owners[q].RunID)})
+				"visibility lists %d Running runs %v, the leader's is %s", len(runs), runs, o.RunID)})
 		}
 	}
 	return probs
 }
 
-// describeRun reads the run (runID "": the workflow's current run) from Temporal's mutable state: its
-// run ID and whether it is Running. A workflow Temporal has no record of has no run (no error).
-func (d *Drill) describeRun(ctx context.Context, wid, runID string) (string, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+// records reads what Temporal and Redis hold for queue's dispatcher: the workflow's current run
+// (Temporal's mutable state) and its heartbeat key (empty when there is none).
+func (d *Drill) records(ctx context.Context, queue string) (*run, map[string]string, error) {
+	id := d.workflowID(queue)
+	cur, err := d.describe(ctx, id, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := d.heartbeat(ctx, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("heartbeat key: %w", err)
+	}
+	return cur, h, nil
+}
+
+// describe reads a run (runID "": the workflow's current run) from Temporal's mutable state: its
+// times, status, chain and owner. A workflow Temporal has no record of has a run without an ID.
+func (d *Drill) describe(ctx context.Context, wid, runID string) (*run, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := d.tc.DescribeWorkflowExecution(ctx, wid, runID)
 	if nf := (*serviceerror.NotFound)(nil); errors.As(err, &nf) {
-		return "", false, nil
+		return &run{}, nil
 	} else if err != nil {
-		return "", false, err
+		return nil, fmt.Errorf("describe %s/%s: %w", wid, runID, err)
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	return info.GetExecution().GetRunId(), info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	r := &run{RunID: info.GetExecution().GetRunId(), Start: info.GetStartTime().AsTime(), Status: info.GetStatus(), FirstRunID: info.GetFirstRunId()}
+	if info.GetCloseTime() != nil && !r.open() {
+		r.Close = info.GetCloseTime().AsTime()
+	}
+	r.Owner, _, _ = takeover.DecodeOwner(nil, info.GetMemo())
+	return r, nil
 }
 
 // heartbeat reads the workflow's heartbeat key (empty when there is none).
@@ -244,15 +259,12 @@ func (d *Drill) heartbeat(ctx context.Context, wid string) (map[string]string, e
 	return d.rdb.HGetAll(ctx, heartbeat.DefaultPrefix+wid).Result()
 }
 
-// openRunsByVisibility lists the Running dispatcher runs of the project's queues, by workflow ID.
-func (d *Drill) openRunsByVisibility(ctx context.Context) (map[string][]string, error) {
-	out := map[string][]string{}
-	err := d.listRuns(ctx, fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", takeover.DefaultWorkflowType),
-		func(wid, runID string) { out[wid] = append(out[wid], runID) })
-	return out, err
-}
-
-func (d *Drill) listRuns(ctx context.Context, query string, f func(wid, runID string)) error {
+// listRuns lists the dispatcher runs (only the Running ones with running) that visibility knows.
+func (d *Drill) listRuns(ctx context.Context, running bool, f func(wid, runID string)) error {
+	query := fmt.Sprintf("WorkflowType = '%s'", takeover.DefaultWorkflowType)
+	if running {
+		query += " AND ExecutionStatus = 'Running'"
+	}
 	var token []byte
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -270,40 +282,38 @@ func (d *Drill) listRuns(ctx context.Context, query string, f func(wid, runID st
 	}
 }
 
-// waitSteady waits, bounded by timeout, until the fleet (minus exclude) is settled, and records in
+// waitSteady waits, bounded by timeout, until the fleet (but for except) is settled, and records in
 // step how long that took. Visibility lags behind Temporal's mutable state (and /status is read
 // process by process), so momentary disagreement is expected right after a takeover; only what is
 // still wrong when the bound runs out is a violation.
-func (d *Drill) waitSteady(ctx context.Context, step *Step, exclude map[*proc]bool, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		probs := d.settled(ctx, exclude)
-		if len(probs) == 0 {
-			if step != nil && step.Settled == 0 {
-				step.Settled = time.Since(step.At)
-			}
-			return true
+func (d *Drill) waitSteady(ctx context.Context, step *Step, except *proc, timeout time.Duration) bool {
+	var probs []Violation
+	err := testkit.Poll(ctx, timeout, 200*time.Millisecond, func() error {
+		if probs = d.settled(ctx, except); len(probs) > 0 {
+			return errors.New("not settled")
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return false
-			}
-			for _, v := range probs {
-				v.At, v.Step, v.Detail = time.Now(), stepName(step), fmt.Sprintf("not settled %v after the step: %s", timeout, v.Detail)
-				if v.Queue != "" {
-					v.Detail += "; etcd candidates: " + d.candidates(ctx, v.Queue)
-					d.mu.Lock()
-					d.stuck[v.Queue] = time.Now()
-					d.mu.Unlock()
-				}
-				d.violate(v)
-			}
-			return false
+		return nil
+	})
+	switch {
+	case err == nil:
+		if step != nil && step.Settled == 0 {
+			step.Settled = time.Since(step.At)
 		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return false
-		}
+		return true
+	case ctx.Err() != nil:
+		return false
 	}
+	for _, v := range probs {
+		v.At, v.Step, v.Detail = time.Now(), stepName(step), fmt.Sprintf("not settled %v after the step: %s", timeout, v.Detail)
+		if v.Queue != "" {
+			v.Detail += "; etcd candidates: " + d.candidates(ctx, v.Queue)
+			d.mu.Lock()
+			d.stuck[v.Queue] = time.Now()
+			d.mu.Unlock()
+		}
+		d.violate(v)
+	}
+	return false
 }
 
 // candidates describes the queue's election keys as etcd holds them (evidence for a queue that stays
@@ -363,41 +373,32 @@ func (d *Drill) monitorOrphans() {
 			clear(since)
 			continue
 		}
-		leaderRun := map[string]string{}
-		ambiguous := map[string]bool{}
+		leaders := map[string][]owner{}
 		for _, p := range d.liveProcs(nil) {
-			s, ok := p.lastSample()
-			if !ok {
-				continue
-			}
-			for _, q := range s.St.Queues {
-				if q.Leading && q.RunID != "" {
-					if _, dup := leaderRun[q.Queue]; dup {
-						ambiguous[q.Queue] = true
-					}
-					leaderRun[q.Queue] = q.RunID
-				}
+			if s, ok := p.lastSample(); ok {
+				addLeaders(leaders, p, s)
 			}
 		}
 		now := time.Now()
 		for _, q := range d.queues {
-			if ambiguous[q] {
+			// Two leaders with a run: which run is the orphan is for the one-owner check to say.
+			ls := slices.DeleteFunc(leaders[q], func(o owner) bool { return o.RunID == "" })
+			if len(ls) > 1 {
 				continue
 			}
-			id := d.workflowID(q)
-			cur, open, err := d.describeRun(d.bg, id, "")
+			leaderRun := ""
+			if len(ls) == 1 {
+				leaderRun = ls[0].RunID
+			}
+			cur, h, err := d.records(d.bg, q)
 			if err != nil {
 				continue
 			}
 			bad := ""
-			if open && cur != leaderRun[q] {
-				bad = "open run " + cur
+			if cur.open() && cur.RunID != leaderRun {
+				bad = "open run " + cur.RunID
 			}
-			h, err := d.heartbeat(d.bg, id)
-			if err != nil {
-				continue
-			}
-			if r := h[heartbeat.FieldRunID]; r != "" && r != leaderRun[q] {
+			if r := h[heartbeat.FieldRunID]; r != "" && r != leaderRun {
 				bad = strings.TrimSpace(bad + " heartbeat key of run " + r)
 			}
 			d.mu.Lock()
@@ -420,7 +421,7 @@ func (d *Drill) monitorOrphans() {
 			if age > d.cfg.CleanupSLA && !flagged[q] {
 				flagged[q] = true
 				d.violate(Violation{Check: CheckOrphanCleanup, Queue: q, At: now, Detail: fmt.Sprintf(
-					"%s not cleaned %v after it was first seen (leader's run: %q)", bad, age.Round(time.Second), leaderRun[q])})
+					"%s not cleaned %v after it was first seen (leader's run: %q)", bad, age.Round(time.Second), leaderRun)})
 			}
 		}
 	}

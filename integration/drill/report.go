@@ -193,3 +193,14 @@ func (r *Report) WriteJSON(path string) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(10 * time.Millisecond).String()
+	}
+}
