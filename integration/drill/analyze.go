@@ -3,7 +3,6 @@ package drill
 import (
 	"context"
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -263,24 +262,25 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 	for _, q := range d.allQueues() {
 		queueOf[d.workflowID(q)] = q
 	}
-	ids := map[[2]string]bool{}
-	err := d.listRuns(ctx, false, func(wid, runID string) {
-		if queueOf[wid] != "" {
-			ids[[2]string{wid, runID}] = true
+	seen := map[[2]string]bool{}
+	var todo [][2]string // workflow ID and run ID
+	add := func(wid, runID string) {
+		if id := [2]string{wid, runID}; queueOf[wid] != "" && runID != "" && !seen[id] {
+			seen[id] = true
+			todo = append(todo, id)
 		}
-	})
-	if err != nil {
+	}
+	if err := d.listRuns(ctx, false, add); err != nil {
 		return nil, err
 	}
 	for _, p := range procs {
 		for _, e := range p.snapshotEvents() {
-			if e.Msg == msgTakenOver && e.RunID != "" && queueOf[d.workflowID(e.Queue)] != "" {
-				ids[[2]string{d.workflowID(e.Queue), e.RunID}] = true
+			if e.Msg == msgTakenOver {
+				add(d.workflowID(e.Queue), e.RunID)
 			}
 		}
 	}
 	out := map[string][]*run{}
-	todo := slices.Collect(maps.Keys(ids))
 	for len(todo) > 0 {
 		wid, runID := todo[0][0], todo[0][1]
 		todo = todo[1:]
@@ -290,10 +290,7 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 		}
 		out[queueOf[wid]] = append(out[queueOf[wid]], r)
 		// Follow a chain to its end: visibility may not list the run it continued into yet.
-		if next := [2]string{wid, r.NextRunID}; r.NextRunID != "" && !ids[next] {
-			ids[next] = true
-			todo = append(todo, next)
-		}
+		add(wid, r.NextRunID)
 	}
 	for _, rs := range out {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Start.Before(rs[j].Start) })

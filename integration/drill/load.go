@@ -78,19 +78,14 @@ type loadPhase struct {
 	watch    *ledgerwatch.Watch
 }
 
-// loadQueues are the queues the load phase sends to.
-func (d *Drill) loadQueues() []string {
-	n := d.cfg.LoadQueues
-	if n <= 0 || n > len(d.queues) {
-		n = len(d.queues)
-	}
-	return d.queues[:n]
-}
-
 // startLoad starts the ledger watch and the producer, and waits for the producer's first summary
 // line (requests are flowing).
 func (d *Drill) startLoad(ctx context.Context) error {
-	l := &loadPhase{queues: d.loadQueues(), keysPath: filepath.Join(d.dir, "load-accepted.txt")}
+	n := d.cfg.LoadQueues // the first n queues get the load
+	if n <= 0 || n > len(d.queues) {
+		n = len(d.queues)
+	}
+	l := &loadPhase{queues: d.queues[:n], keysPath: filepath.Join(d.dir, "load-accepted.txt")}
 	var err error
 	if l.watch, err = ledgerwatch.New(ctx, d.ec, dispatcher.DefaultLedgerPrefix); err != nil {
 		return fmt.Errorf("load: %w", err)
