@@ -149,6 +149,9 @@ func (d *Drill) faultPhase(ctx context.Context) {
 }
 
 func (d *Drill) inject(ctx context.Context, k Kind) {
+	d.mu.Lock()
+	before := len(d.faults)
+	d.mu.Unlock()
 	var err error
 	switch k {
 	case KindSIGKILL, KindSIGTERM:
@@ -172,9 +175,11 @@ func (d *Drill) inject(ctx context.Context, k Kind) {
 	case KindOrphan:
 		err = d.faultOrphan(ctx)
 	}
+	// A fault that failed before it recorded itself (no live worker to pick, say) has no record to
+	// end: the last one is an earlier fault's.
 	d.mu.Lock()
 	var f *Fault
-	if n := len(d.faults); n > 0 {
+	if n := len(d.faults); n > before {
 		f = d.faults[n-1]
 		f.Ended = time.Now()
 	}
