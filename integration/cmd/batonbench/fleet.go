@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,27 +58,24 @@ type fleetWorker struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	leading atomic.Int64
-	losses  lossCounter // its elector's session losses
-	cut     bool        // cut off on purpose: its session loss is the point, not a want of CPU
-	leaders sync.Map    // queue -> leader's server ID, from OnNewLeader, as a Node keeps it for its status
+	losses  atomic.Int64 // its elector's session losses
+	cut     bool         // cut off on purpose: its session loss is the point, not a want of CPU
+	leaders sync.Map     // queue -> leader's server ID, from OnNewLeader, as a Node keeps it for its status
 }
 
 // sessionLostMessage is the warning election logs when a session (and every term on it) is lost; a
 // fleet counts these, because the Elector has no metric of its own for it.
 const sessionLostMessage = "election session lost"
 
-// lossCounter is a zap core that counts the elector's session-loss warnings and drops everything else.
-type lossCounter struct{ n *atomic.Int64 }
-
-func (c lossCounter) Enabled(l zapcore.Level) bool               { return l >= zapcore.WarnLevel }
-func (c lossCounter) With([]zapcore.Field) zapcore.Core          { return c }
-func (c lossCounter) Write(zapcore.Entry, []zapcore.Field) error { c.n.Add(1); return nil }
-func (c lossCounter) Sync() error                                { return nil }
-func (c lossCounter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Message == sessionLostMessage && c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
-	}
-	return ce
+// lossCounting is a logger that counts, in n, the elector's session-loss warnings and drops every entry.
+func lossCounting(n *atomic.Int64) *zap.Logger {
+	drop := zapcore.NewCore(zapcore.NewJSONEncoder(zapcore.EncoderConfig{}), zapcore.AddSync(io.Discard), zap.WarnLevel)
+	return zap.New(drop, zap.Hooks(func(e zapcore.Entry) error {
+		if e.Message == sessionLostMessage {
+			n.Add(1)
+		}
+		return nil
+	}))
 }
 
 // bareKey is the prefix of a bare fleet's election for queue (of every queue, with "").
@@ -93,7 +91,7 @@ func queueNames(n int) []string {
 
 // start starts a worker of the fleet with server ID id and version (Baton only; "" for none).
 func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, err error) {
-	w = &fleetWorker{id: id, losses: lossCounter{new(atomic.Int64)}}
+	w = &fleetWorker{id: id}
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	defer func() {
@@ -150,7 +148,7 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 		f.workers = append(f.workers, w)
 		return w, nil
 	}
-	if w.el, err = election.New(w.cli, election.Config{TTL: f.ttl, Logger: zap.New(w.losses)}); err != nil {
+	if w.el, err = election.New(w.cli, election.Config{TTL: f.ttl, Logger: lossCounting(&w.losses)}); err != nil {
 		return nil, err
 	}
 	runner, err := balance.New(w.el, w.cli, balance.Config{Project: f.project, ServerID: id, Version: version,
@@ -212,7 +210,7 @@ func (f *fleet) stop(ctx context.Context, w *fleetWorker) {
 	}
 	if !w.cut {
 		w.release()
-		f.lost.Add(w.losses.n.Load())
+		f.lost.Add(w.losses.Load())
 	}
 	f.workers = slices.DeleteFunc(f.workers, func(o *fleetWorker) bool { return o == w })
 }

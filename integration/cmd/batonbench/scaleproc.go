@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,17 +24,18 @@ import (
 // Memory per worker process: each worker of the fleet is this binary re-executed in worker mode
 // (scaleWorkerMode), a process of its own as in production, whose VmRSS and VmHWM the parent reads in
 // /proc. Leadership is read from etcd, not from what the workers say; a worker reports on stdout, as it
-// exits, its session losses and every term it held.
+// exits, its session losses and every term it held (workerReport, as JSON).
 
 // scaleWorkerMode is the first argument that makes batonbench a scale worker; it is not a flag, so it
 // stays out of -help.
 const scaleWorkerMode = "scale-worker"
 
-// The worker's stdout lines.
-const (
-	lostLine = "lost" // lost <sessions lost>
-	termLine = "term" // term <queue> <start> <end>: a term it held, Unix nanoseconds (wall clock)
-)
+// workerReport is what a worker process prints as it exits: its session losses, and every term it
+// held as [start, end] on the wall clock the processes share.
+type workerReport struct {
+	Lost  int64
+	Terms map[string][][2]time.Time
+}
 
 // scaleWorker runs one worker, a fleet of one, until its stdin closes (the parent's signal to stop
 // gracefully, and what happens when the parent dies), then resigns, prints its terms and session
@@ -72,23 +72,15 @@ func scaleWorker(args []string) error {
 		}
 	}
 	f.stopAll(ctx)
-	for q, ts := range f.terms {
-		for _, t := range ts {
-			fmt.Printf("%s %s %d %d\n", termLine, q, t[0].UnixNano(), t[1].UnixNano())
-		}
-	}
-	fmt.Printf("%s %d\n", lostLine, w.losses.n.Load())
-	return nil
+	return json.NewEncoder(os.Stdout).Encode(workerReport{Lost: w.losses.Load(), Terms: f.terms})
 }
 
-// procWorker is the parent's view of one worker process. What it reports is read once it exited.
+// procWorker is the parent's view of one worker process.
 type procWorker struct {
-	id    string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	read  sync.WaitGroup // the stdout reader
-	lost  int
-	terms map[string][][2]time.Time // on the wall clock the processes share
+	id     string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.Reader
 }
 
 func startProcWorker(ctx context.Context, id, endpoint, project string, queues int, ttl time.Duration, bare bool, profile string) (*procWorker, error) {
@@ -101,39 +93,25 @@ func startProcWorker(ctx context.Context, id, endpoint, project string, queues i
 	cmd.Env = append(os.Environ(), etcdtest.EnvEndpoints+"="+endpoint)
 	cmd.Stderr = os.Stderr
 	cmd.WaitDelay = 15 * time.Second
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	w := &procWorker{id: id, cmd: cmd}
+	if w.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
+	if w.stdout, err = cmd.StdoutPipe(); err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	w := &procWorker{id: id, cmd: cmd, stdin: stdin, terms: map[string][][2]time.Time{}}
-	w.read.Go(func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			switch f := strings.Fields(sc.Text()); {
-			case len(f) == 2 && f[0] == lostLine:
-				w.lost, _ = strconv.Atoi(f[1])
-			case len(f) == 4 && f[0] == termLine:
-				start, _ := strconv.ParseInt(f[2], 10, 64)
-				end, _ := strconv.ParseInt(f[3], 10, 64)
-				w.terms[f[1]] = append(w.terms[f[1]], [2]time.Time{time.Unix(0, start), time.Unix(0, end)})
-			}
-		}
-	})
-	return w, nil
+	return w, cmd.Start()
 }
 
-// stop closes the worker's stdin (it resigns and exits) and waits for it.
-func (w *procWorker) stop() error {
+// stop closes the worker's stdin (it resigns and exits), reads its report and waits for it.
+func (w *procWorker) stop() (workerReport, error) {
 	_ = w.stdin.Close()
-	w.read.Wait()
-	return w.cmd.Wait()
+	var rep workerReport
+	read := json.NewDecoder(w.stdout).Decode(&rep)
+	if err := w.cmd.Wait(); err != nil {
+		return rep, err
+	}
+	return rep, read
 }
 
 type procResult struct {
@@ -164,11 +142,12 @@ func runProcFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row
 	defer func() {
 		terms := map[string][][2]time.Time{}
 		for _, w := range workers {
-			if serr := w.stop(); serr != nil && err == nil && r.failed == "" {
+			rep, serr := w.stop()
+			if serr != nil && err == nil && r.failed == "" {
 				r.failed = fmt.Sprintf("worker %s: %v", w.id, serr)
 			}
-			r.sessionsLost += w.lost
-			for q, ts := range w.terms {
+			r.sessionsLost += int(rep.Lost)
+			for q, ts := range rep.Terms {
 				terms[q] = append(terms[q], ts...)
 			}
 		}
