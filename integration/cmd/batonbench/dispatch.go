@@ -22,7 +22,6 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
@@ -149,12 +148,7 @@ func benchRequest(name string, i int) dispatcher.Request {
 // over its backlog). The naive queue's run is terminated and a new one started at the same
 // instants, as the takeover before Baton did. The Temporal workers keep running throughout, so a
 // crashed worker's held workflow task (the e2e chaos test's subject) is not part of these figures.
-func benchDispatch(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	s, err := startServers(ctx, cluster, need{temporal: true, etcd: true})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	tc := s.tc
 	ledger, err := dispatcher.NewEtcdLedger(s.etcd, dispatchLedger, time.Hour)
 	if err != nil {

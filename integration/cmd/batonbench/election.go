@@ -101,16 +101,16 @@ func leaderFigure(cluster *etcdtest.Cluster, name, target string, met func(bench
 // benchGraceful alternates leadership between two candidates: the leader resigns as soon as the
 // follower waits, then campaigns again at once, as a rolling restart does. The figure is the time
 // from the resign call to the successor's win.
-func benchGraceful(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	return leaderFigure(cluster, "graceful handover (resign -> successor's term; follower joined 5-50 ms before)",
+func benchGraceful(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
+	return leaderFigure(s.cluster, "graceful handover (resign -> successor's term; follower joined 5-50 ms before)",
 		"p95 <= 50 ms and <= 1.5x baseline p95", func(f benchreport.Figure) bool { return f.P95 <= 50 && f.P95 <= 1.5*f.BaselineP95 },
 		func(mk newLeader, observer *clientv3.Client) ([]time.Duration, error) {
-			a, err := mk(cluster, "a", "q", 10*time.Second)
+			a, err := mk(s.cluster, "a", "q", 10*time.Second)
 			if err != nil {
 				return nil, err
 			}
 			defer a.close()
-			b, err := mk(cluster, "b", "q", 10*time.Second)
+			b, err := mk(s.cluster, "b", "q", 10*time.Second)
 			if err != nil {
 				return nil, err
 			}
@@ -172,14 +172,14 @@ func handover(ctx context.Context, observer *clientv3.Client, next *leader, gap 
 
 // benchCrash measures crash failover: the leader's connection to etcd is blackholed and the
 // successor wins once etcd expires the lease. Rounds run o.parallel at a time on independent queues.
-func benchCrash(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+func benchCrash(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	limit := benchreport.Ms(o.crashTTL + 500*time.Millisecond)
-	return leaderFigure(cluster, fmt.Sprintf("crash failover, TTL %v (cut -> successor's term)", o.crashTTL),
+	return leaderFigure(s.cluster, fmt.Sprintf("crash failover, TTL %v (cut -> successor's term)", o.crashTTL),
 		fmt.Sprintf("p95 <= TTL + 500 ms = %.0f ms", limit), func(f benchreport.Figure) bool { return f.P95 <= limit },
 		func(mk newLeader, observer *clientv3.Client) ([]time.Duration, error) {
 			samples := make([]time.Duration, o.crashRounds)
 			return samples, testkit.Parallel(ctx, o.crashRounds, o.parallel, func(ctx context.Context, i int) (err error) {
-				samples[i], err = crashOnce(ctx, cluster, observer, o.crashTTL, i, mk)
+				samples[i], err = crashOnce(ctx, s.cluster, observer, o.crashTTL, i, mk)
 				return err
 			})
 		})

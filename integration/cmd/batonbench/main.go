@@ -93,26 +93,33 @@ func run() error {
 	fmt.Printf("batonbench: etcd at %v; %d graceful rounds, %d crash rounds (TTL %v, %d at once)\n",
 		cluster.Endpoints(), o.rounds, o.crashRounds, o.crashTTL, o.parallel)
 	var figures []benchreport.Figure
+	all := need{redis: true, temporal: true, etcd: true}
 	for _, b := range []struct {
 		name string
-		run  func(context.Context, *etcdtest.Cluster, options) ([]benchreport.Figure, error)
+		need need // the servers a section measures against besides the bench's etcd, its own
+		run  func(context.Context, *servers, options) ([]benchreport.Figure, error)
 	}{
-		{"graceful handover", benchGraceful},
-		{"crash failover", benchCrash},
-		{"takeover (FAIL path)", benchTakeover},
-		{"replacement after an out-of-band close", benchReplace},
-		{"reconcile", benchReconcile},
-		{"reconcile sweep", benchSweep},
-		{"registry", benchRegistry},
-		{"scale", benchScale},
-		{"rollout", benchRollout},
-		{"dispatch", benchDispatch},
+		{"graceful handover", need{}, benchGraceful},
+		{"crash failover", need{}, benchCrash},
+		{"takeover (FAIL path)", need{temporal: true}, benchTakeover},
+		{"replacement after an out-of-band close", all, benchReplace},
+		{"reconcile", all, benchReconcile},
+		{"reconcile sweep", sweepNeeds, benchSweep},
+		{"registry", need{redis: true}, benchRegistry},
+		{"scale", need{}, benchScale},
+		{"rollout", need{}, benchRollout},
+		{"dispatch", need{temporal: true, etcd: true}, benchDispatch},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue
 		}
 		start := time.Now()
-		f, err := b.run(ctx, cluster, o)
+		s, err := startServers(ctx, cluster, b.need)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		f, err := b.run(ctx, s, o)
+		s.Close()
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.name, err)
 		}

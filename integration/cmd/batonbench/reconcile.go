@@ -19,7 +19,6 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/reconciler"
@@ -47,12 +46,7 @@ func cycleFigures(name, baseline string, ms, baseMs, calls, baseCalls []float64,
 // KEYS, then one HGETALL per key, then terminate and DEL per stale entry. The termination rate limit is
 // lifted: the figure is the cycle's own cost (with the default 20/s, a 1,000-run backlog drains in 50 s).
 // The same cycles then run on a 3-master Redis Cluster, beside the single server's.
-func benchReconcile(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	s, err := startServers(ctx, cluster, need{redis: true, temporal: true, etcd: true})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+func benchReconcile(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	queues, err := s.elector(s.etcd, election.Config{})
 	if err != nil {
 		return nil, err
@@ -207,20 +201,18 @@ func naiveCycle(ctx context.Context, rdb *redis.Client, tc client.Client) (time.
 // the bench's Temporal server and the bench's etcd. A whole reconcile cycle is timed; its Redis half
 // scans an empty server. The baseline, in the same run over the same runs, decides each listed run with
 // a leader lookup of its own, one etcd read per run.
-func benchSweep(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	// The test server reads the namespace from persistence for every listed run (temporal-dev, as
-	// temporaltest, turns this on so that tests see new search attributes at once): 1 ms a run, the
-	// test server's cost, not the sweep's. A production server answers from its namespace cache.
-	s, err := startServers(ctx, cluster, need{redis: true, temporal: true, etcd: true,
-		temporalConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": false}})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+// sweepNeeds are the sweep's servers. The test server reads the namespace from persistence for every
+// listed run (temporal-dev, as temporaltest, turns this on so that tests see new search attributes at
+// once): 1 ms a run, the test server's cost, not the sweep's. A production server answers from its
+// namespace cache.
+var sweepNeeds = need{redis: true, temporal: true, etcd: true,
+	temporalConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": false}}
+
+func benchSweep(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	tc := s.tc
 	// The leader lookups go through a client of their own whose range reads are counted.
 	var ranges atomic.Int64
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{counting(&ranges, func(m string) bool { return m == "/etcdserverpb.KV/Range" })}})
 	if err != nil {
 		return nil, err

@@ -7,18 +7,12 @@ import (
 
 	"github.com/baton-run/baton/integration/benchregistry"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/etcdtest"
 )
 
 // benchRegistry measures registry heartbeats of o.workers registered workers on a real redis-server,
 // beside the same measurement with a tenth of the workers in the same run: the latency should barely
 // move and the Redis commands per heartbeat must not move at all.
-func benchRegistry(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	s, err := startServers(ctx, cluster, need{redis: true})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+func benchRegistry(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	small, err := benchregistry.Run(ctx, s.rdb, o.workers/10, 3)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
@@ -30,15 +29,10 @@ import (
 // running, with the term's token and the Node's server ID in its memo, and the terminated run is
 // terminated. The baseline is the floor of any replacement, measured while the Node runs: the same
 // client terminating an aged run and starting its workflow ID again at once, with nothing to notice.
-func benchReplace(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+func benchReplace(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	if o.replacements < 1 {
 		return nil, fmt.Errorf("-replacements must be at least 1, got %d", o.replacements)
 	}
-	s, err := startServers(ctx, cluster, need{redis: true, temporal: true, etcd: true})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
 	var figures []benchreport.Figure
 	for round, hb := range o.replaceHeartbeats {
 		f, err := replaceRound(ctx, s, fmt.Sprintf("%s-replace-%d", benchProject, round), hb, o.replacements)

@@ -175,7 +175,7 @@ func runRollout(ctx context.Context, cluster *etcdtest.Cluster, project string, 
 		gaps: f.gaps, busiestShare: float64(slices.Max(f.counts())) / (float64(len(f.queues)) / rolloutWorkers), floor: floor}, nil
 }
 
-func benchRollout(ctx context.Context, cluster *etcdtest.Cluster, _ options) ([]benchreport.Figure, error) {
+func benchRollout(ctx context.Context, s *servers, _ options) ([]benchreport.Figure, error) {
 	var figs []benchreport.Figure
 	const baseline = "unversioned workers (no forward-only)"
 	pct := func(gaps []time.Duration, p float64) float64 { return benchreport.Ms(benchreport.Percentile(gaps, p)) }
@@ -185,11 +185,11 @@ func benchRollout(ctx context.Context, cluster *etcdtest.Cluster, _ options) ([]
 			kind = "surge"
 		}
 		began := time.Now()
-		base, err := runRollout(ctx, cluster, "rollout-base-"+kind, surge, false)
+		base, err := runRollout(ctx, s.cluster, "rollout-base-"+kind, surge, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s unversioned: %w", kind, err)
 		}
-		got, err := runRollout(ctx, cluster, "rollout-"+kind, surge, true)
+		got, err := runRollout(ctx, s.cluster, "rollout-"+kind, surge, true)
 		if err != nil {
 			return nil, fmt.Errorf("%s versioned: %w", kind, err)
 		}

@@ -308,7 +308,7 @@ func procMiB(path, key string) float64 {
 }
 
 // benchScale measures every row of the curve, then memory per worker process.
-func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
+func benchScale(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	rows, err := parseScaleRows(o.scaleRows)
 	if err != nil {
 		return nil, err
@@ -326,17 +326,17 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 		// curve (start-up, rest, safety), which keeps the default bench within its budget.
 		full := i == 0 || o.scale10k
 		began := time.Now()
-		baton, err := runFleet(ctx, cluster, o, row, fleetMode{balance: true, rest: true, cut: full, roll: full})
+		baton, err := runFleet(ctx, s.cluster, o, row, fleetMode{balance: true, rest: true, cut: full, roll: full})
 		if err != nil {
 			return nil, fmt.Errorf("%v baton: %w", row, err)
 		}
-		bare, err := runFleet(ctx, cluster, o, row, fleetMode{bare: true, rest: true, cut: full})
+		bare, err := runFleet(ctx, s.cluster, o, row, fleetMode{bare: true, rest: true, cut: full})
 		if err != nil {
 			return nil, fmt.Errorf("%v bare: %w", row, err)
 		}
 		var plain scaleResult
 		if full {
-			if plain, err = runFleet(ctx, cluster, o, row, fleetMode{roll: true}); err != nil {
+			if plain, err = runFleet(ctx, s.cluster, o, row, fleetMode{roll: true}); err != nil {
 				return nil, fmt.Errorf("%v without balancing: %w", row, err)
 			}
 		}
@@ -375,7 +375,7 @@ func benchScale(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]be
 	if o.scale10k {
 		procRow = rows[len(rows)-1]
 	}
-	pf, err := benchScaleProcs(ctx, cluster, o, procRow)
+	pf, err := benchScaleProcs(ctx, s.cluster, o, procRow)
 	if err != nil {
 		return nil, fmt.Errorf("worker processes: %w", err)
 	}

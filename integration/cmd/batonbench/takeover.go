@@ -10,7 +10,6 @@ import (
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -29,12 +28,7 @@ const takeoverTarget = 100 // ms, p95
 // takeover returned, running, with the term's token and server ID in its memo, and on the
 // terminate-first path node-a's run is terminated. The baseline is a bare StartWorkflow of a fresh
 // workflow ID on the same server, measured between the two.
-func benchTakeover(ctx context.Context, cluster *etcdtest.Cluster, o options) ([]benchreport.Figure, error) {
-	s, err := startServers(ctx, cluster, need{temporal: true})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+func benchTakeover(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	tc := s.tc
 	a, err := s.node("node-a")
 	if err != nil {
