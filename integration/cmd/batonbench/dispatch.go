@@ -11,7 +11,6 @@ import (
 
 	mrand "math/rand/v2"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -22,6 +21,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/ledgerwatch"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
@@ -225,10 +225,16 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 		}
 	}
 	batonID := func(q string) string { id, _ := takeover.WorkflowID(benchProject, q); return id }
-	startRev, err := s.etcd.Get(ctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	// Every done put in the ledger from here on, read from etcd's history.
+	ledgerWatch, err := ledgerwatch.New(ctx, s.etcd, dispatchLedger)
 	if err != nil {
 		return nil, err
 	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	defer watching.Wait()
+	defer stopWatch()
+	watching.Go(func() { ledgerWatch.Run(watchCtx) })
 
 	// At rest.
 	fmt.Printf("batonbench: dispatch: at rest, %v/s for %v on each queue\n", dispatchRate, dispatchRest)
@@ -339,12 +345,17 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 		return accepted, lost, twice
 	}
 	chaosBaton := append(slices.Clone(chaosDispatch), chaosSignal...)
-	var dones map[string]int
-	inLedger := func(k string) int { return dones[k] }
+	var dones map[string][]ledgerwatch.Done
+	inLedger := func(k string) int { return len(dones[k]) }
 	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
-		if dones, err = ledgerDones(ctx, s.etcd, startRev.Header.Revision+1); err != nil {
+		now, err := s.etcd.Get(ctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
 			return nil, err
 		}
+		if err := ledgerWatch.WaitFor(ctx, now.Header.Revision, dispatchSettle); err != nil {
+			return nil, err
+		}
+		dones, _ = ledgerWatch.Seen()
 		if _, missing, _ := tally(chaosBaton, inLedger); missing == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -379,7 +390,7 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	// whether the request was handled anyway.
 	undecided, undecidedDone := len(chaosDispatch)-accD, 0
 	for _, r := range chaosDispatch {
-		if !r.accepted && dones[r.key] > 0 {
+		if !r.accepted && inLedger(r.key) > 0 {
 			undecidedDone++
 		}
 	}
@@ -443,46 +454,6 @@ func revokeLeaseOf(ctx context.Context, cli *clientv3.Client, key string) error 
 	}
 	_, err = cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 	return err
-}
-
-// ledgerDones counts, per dispatch key, the puts of a done record since revision from, up to the
-// current revision.
-func ledgerDones(ctx context.Context, cli *clientv3.Client, from int64) (map[string]int, error) {
-	now, err := cli.Get(ctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int{}
-	if now.Header.Revision < from {
-		return out, nil
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w := cli.Watch(wctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
-	// etcd answers a progress request only once the watch caught up; ask until it has.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() {
-		for sleepCtx(wctx, 100*time.Millisecond) {
-			_ = cli.RequestProgress(wctx)
-		}
-	})
-	for wr := range w {
-		if err := wr.Err(); err != nil {
-			return nil, err
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.PUT && strings.HasPrefix(string(ev.Kv.Value), "done ") {
-				out[strings.TrimPrefix(string(ev.Kv.Key), dispatchLedger+"/")]++
-			}
-		}
-		caughtUp := wr.IsProgressNotify() && wr.Header.Revision >= now.Header.Revision
-		if n := len(wr.Events); caughtUp || n > 0 && wr.Events[n-1].Kv.ModRevision >= now.Header.Revision {
-			return out, nil
-		}
-	}
-	return out, ctx.Err()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool { return clock.Sleep(ctx, clock.Real(), d) }
