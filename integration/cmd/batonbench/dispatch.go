@@ -166,13 +166,9 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 			w.Stop()
 		}
 	}()
-	var nodes []*node
-	for _, id := range []string{"node-a", "node-b"} {
-		n, err := s.node(id)
-		if err != nil {
-			return nil, err
-		}
-		nodes = append(nodes, n)
+	nodes, err := s.nodes("node-a", "node-b")
+	if err != nil {
+		return nil, err
 	}
 	var chaosTerm *election.Term
 	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {

@@ -58,10 +58,7 @@ func replaceRound(ctx context.Context, s *servers, project string, hb time.Durat
 		return nil, err
 	}
 	defer nodeTC.Close()
-	queues := make([]string, n)
-	for i := range queues {
-		queues[i] = fmt.Sprintf("rq-%03d", i)
-	}
+	queues := queueNames(n)
 	const serverID = "bench-leader"
 	node, err := baton.New(baton.Config{Project: project, Queues: queues, ServerID: serverID,
 		Heartbeat: heartbeat.Config{Interval: hb}}, s.etcd, nodeTC, s.rdb)

@@ -119,20 +119,25 @@ type node struct {
 	mgr *takeover.Manager
 }
 
-func (s *servers) node(id string) (*node, error) {
-	cli, err := s.etcdClient()
-	if err != nil {
-		return nil, err
+// nodes are a node per server ID.
+func (s *servers) nodes(ids ...string) ([]*node, error) {
+	var ns []*node
+	for _, id := range ids {
+		cli, err := s.etcdClient()
+		if err != nil {
+			return nil, err
+		}
+		el, err := s.elector(cli, election.Config{})
+		if err != nil {
+			return nil, err
+		}
+		mgr, err := takeover.New(s.tc, takeover.Config{StepDown: takeover.LeaveRunning})
+		if err != nil {
+			return nil, err
+		}
+		ns = append(ns, &node{id, el, mgr})
 	}
-	el, err := s.elector(cli, election.Config{})
-	if err != nil {
-		return nil, err
-	}
-	mgr, err := takeover.New(s.tc, takeover.Config{StepDown: takeover.LeaveRunning})
-	if err != nil {
-		return nil, err
-	}
-	return &node{id, el, mgr}, nil
+	return ns, nil
 }
 
 // take wins queue q of benchProject and takes its dispatcher over.

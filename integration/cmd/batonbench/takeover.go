@@ -30,14 +30,11 @@ const takeoverTarget = 100 // ms, p95
 // workflow ID on the same server, measured between the two.
 func benchTakeover(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
 	tc := s.tc
-	a, err := s.node("node-a")
+	nodes, err := s.nodes("node-a", "node-b")
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.node("node-b")
-	if err != nil {
-		return nil, err
-	}
+	a, b := nodes[0], nodes[1]
 
 	// take wins queue i for n and takes the dispatcher over on the path it must take; the run is
 	// checked in Temporal after the latency is taken.
