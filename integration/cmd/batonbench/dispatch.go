@@ -221,16 +221,12 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 		}
 	}
 	batonID := func(q string) string { id, _ := takeover.WorkflowID(benchProject, q); return id }
-	// Every done put in the ledger from here on, read from etcd's history.
+	// The ledger's revision before the first request: its done puts since are read from etcd's
+	// history once the loads are over, so that no watch competes with them for the CPU.
 	ledgerWatch, err := ledgerwatch.New(ctx, s.etcd, dispatchLedger)
 	if err != nil {
 		return nil, err
 	}
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	var watching sync.WaitGroup
-	defer watching.Wait()
-	defer stopWatch()
-	watching.Go(func() { ledgerWatch.Run(watchCtx) })
 
 	// At rest.
 	fmt.Printf("batonbench: dispatch: at rest, %v/s for %v on each queue\n", dispatchRate, dispatchRest)
@@ -340,6 +336,11 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 		}
 		return accepted, lost, twice
 	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	defer watching.Wait()
+	defer stopWatch()
+	watching.Go(func() { ledgerWatch.Run(watchCtx) })
 	chaosBaton := append(slices.Clone(chaosDispatch), chaosSignal...)
 	var dones map[string][]ledgerwatch.Done
 	inLedger := func(k string) int { return len(dones[k]) }
