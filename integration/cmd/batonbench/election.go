@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -139,13 +140,18 @@ func benchGraceful(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 func handover(ctx context.Context, observer *clientv3.Client, next *leader, gap time.Duration, act func() error) (time.Duration, error) {
 	won := make(chan time.Time, 1)
 	errc := make(chan error, 1)
-	go func() {
-		if at, err := next.campaign(ctx); err != nil {
+	// A campaign still waiting when handover gives up ends with it; a won term outlives its
+	// campaign's context (both implementations), so the successor keeps what it won.
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() {
+		if at, err := next.campaign(cctx); err != nil {
 			errc <- err
 		} else {
 			won <- at
 		}
-	}()
+	})
 	if err := testkit.Poll(ctx, 10*time.Second, time.Millisecond, func() error {
 		resp, err := observer.Get(ctx, next.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err == nil && resp.Count != 2 {
