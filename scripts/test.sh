@@ -53,9 +53,10 @@ if [[ ${1:-} == --emit ]]; then
 	#    that have tests: go test ./... would race-compile the server command too, the whole Temporal
 	#    server, for nothing.
 	# None of it waits on the phases before it, so when integration follows another phase the builds
-	# start at once, beside it, at a lower priority: on a cold cache they are minutes of compiling that
-	# would otherwise come after the unit tests, whose own tests leave the CPUs idle part of the time
-	# (they wait on timers). On a warm cache they take seconds.
+	# start at once, beside it: on a cold cache they are minutes of compiling that would otherwise come
+	# after the unit tests, whose own tests leave the CPUs idle part of the time (they wait on timers).
+	# Not niced: on a machine busy with other work a niced build would starve once the unit tests are
+	# done and it is all that stands before the integration tests. On a warm cache they take seconds.
 	server_bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
 	prebuild=$(mktemp -d)
 	trap 'rm -rf "$prebuild"' EXIT
@@ -75,10 +76,7 @@ if [[ ${1:-} == --emit ]]; then
 		"$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... >"$prebuild/pkgs"
 	}
 	if [[ " $* " == *" integration "* ]]; then
-		(
-			renice -n 10 "$BASHPID" >/dev/null 2>&1
-			build_integration
-		) &
+		build_integration &
 		prebuild_pid=$!
 	fi
 	for phase in "$@"; do
