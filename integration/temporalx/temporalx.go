@@ -24,16 +24,23 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"gopkg.in/yaml.v3"
 
 	"github.com/baton-run/baton/integration/testkit"
 )
@@ -55,6 +62,8 @@ const DefaultTimeout = 60 * time.Second
 
 // ErrExternal is returned by Stop for an external server.
 var ErrExternal = errors.New("temporalx: server is external (" + EnvAddress + "); it cannot be stopped")
+
+var errExited = errors.New("temporalx: server process exited before it served")
 
 // Options configures StartServer.
 type Options struct {
@@ -139,9 +148,11 @@ func StartServerContext(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dynamic, err := encodeDynamicConfig(opts.DynamicConfig)
+	// cmd/temporal-dev's -dynamic-config is YAML, in which a time.Duration is its string ("1.5s"),
+	// which the server parses, not nanoseconds, which it would take for seconds.
+	dynamic, err := yaml.Marshal(opts.DynamicConfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("temporalx: Options.DynamicConfig: want values YAML can carry: %w", err)
 	}
 	s := &Server{opts: opts, namespace: opts.Namespace, dir: opts.Dir, bin: bin}
 	if s.dir == "" {
@@ -161,7 +172,7 @@ func StartServerContext(ctx context.Context, opts Options) (*Server, error) {
 		s.args = []string{"-db", filepath.Join(s.dir, "temporal.db"), "-namespace", s.namespace,
 			"-frontend-port", strconv.Itoa(ports[0]), "-history-port", strconv.Itoa(ports[1]),
 			"-matching-port", strconv.Itoa(ports[2]), "-worker-port", strconv.Itoa(ports[3]),
-			"-dynamic-config", dynamic, "-exit-with-stdin"}
+			"-dynamic-config", string(dynamic), "-exit-with-stdin"}
 		err = s.start(ctx)
 		if err == nil {
 			return s, nil
@@ -171,6 +182,90 @@ func StartServerContext(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+}
+
+// start runs the child and waits until it serves the namespace; on failure the child is gone.
+func (s *Server) start(ctx context.Context) error {
+	cmd := exec.Command(s.bin, s.args...)
+	if s.opts.LogFile != "" {
+		f, err := os.OpenFile(s.opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("temporalx: server log: %w", err)
+		}
+		defer f.Close() // the child has its own descriptor
+		cmd.Stdout, cmd.Stderr = f, f
+	}
+	// The child watches its stdin: our end closes when this process dies, however it dies.
+	if _, err := cmd.StdinPipe(); err != nil {
+		return fmt.Errorf("temporalx: %w", err)
+	}
+	return s.child.Start(cmd, func(exited <-chan struct{}) error { return s.waitReady(ctx, exited) })
+}
+
+// waitReady waits until the frontend answers and the namespace is usable, registering it on an
+// external server where it does not exist yet; exited (nil for an external server) ends the wait.
+func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
+	err := testkit.Poll(ctx, 0, 100*time.Millisecond, func() error {
+		select {
+		case <-exited:
+			return testkit.Final(errExited)
+		default:
+			return s.tryNamespace(ctx)
+		}
+	})
+	switch {
+	case errors.Is(err, errExited) && s.opts.LogFile != "":
+		b, _ := os.ReadFile(s.opts.LogFile)
+		return fmt.Errorf("%w (log %s: %s)", err, s.opts.LogFile, testkit.Tail(string(b), 1500))
+	case err != nil && !errors.Is(err, errExited):
+		return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, err)
+	}
+	return err
+}
+
+func (s *Server) tryNamespace(ctx context.Context) error {
+	nc, err := client.NewNamespaceClient(s.clientOptions())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	_, err = nc.Describe(rctx, s.namespace)
+	var notFound *serviceerror.NamespaceNotFound
+	if errors.As(err, &notFound) {
+		err = nc.Register(rctx, &workflowservice.RegisterNamespaceRequest{
+			Namespace:                        s.namespace,
+			WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
+		})
+		var exists *serviceerror.NamespaceAlreadyExists
+		if errors.As(err, &exists) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	// Describe and Register go straight to persistence; every service's
+	// namespace registry then reads the namespace through on a cache miss,
+	// except that a miss is remembered for 1s (readthroughCacheTTL) by a
+	// registry that has looked the name up before. Probe until the frontend
+	// (its registry) and history (its own registry) both know the namespace:
+	// a describe of a workflow that does not exist then fails with NotFound,
+	// not NamespaceNotFound.
+	c, err := client.Dial(s.clientOptions())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.WorkflowService().DescribeWorkflowExecution(rctx, &workflowservice.DescribeWorkflowExecutionRequest{
+		Namespace: s.namespace,
+		Execution: &commonpb.WorkflowExecution{WorkflowId: "temporalx-namespace-probe"},
+	})
+	if errors.As(err, new(*serviceerror.NotFound)) {
+		return nil
+	}
+	return err
 }
 
 // External reports whether the server is an external one (BATON_TEMPORAL_ADDRESS).
@@ -202,6 +297,56 @@ func (s *Server) NewClient(opts ...func(*client.Options)) (client.Client, error)
 		f(&o)
 	}
 	return client.Dial(o)
+}
+
+// Stop stops the server gracefully (SIGTERM; the frontend port is closed
+// once it returns). Clients and workers are not closed: their calls then
+// fail with serviceerror.Unavailable ("connection refused") once the SDK's
+// retries give up, so bound calls with a context deadline. Stopping a
+// stopped server is a no-op. It returns ErrExternal for an external server.
+func (s *Server) Stop() error { return s.stop(syscall.SIGTERM) }
+
+// Kill stops the server as a crash does (SIGKILL): what it had not
+// written to its database is lost. It returns ErrExternal for an external
+// server.
+func (s *Server) Kill() error { return s.stop(syscall.SIGKILL) }
+
+func (s *Server) stop(sig syscall.Signal) error {
+	if s.external {
+		return ErrExternal
+	}
+	s.child.Stop(sig, 25*time.Second)
+	return nil
+}
+
+// Restart starts a stopped (or killed) server again, on the same address
+// and database: it comes back with its namespaces and executions. A
+// running server is stopped first. It returns once the namespace is usable,
+// retrying while ctx lasts (a port taken in between by someone else may be
+// freed). It returns ErrExternal for an external server.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	return testkit.Poll(ctx, 0, 500*time.Millisecond, func() error { return s.start(ctx) })
+}
+
+// Close stops the server (if not yet stopped) and removes its database,
+// unless Options.Dir was given. Close is idempotent and does nothing for
+// an external server.
+func (s *Server) Close() (err error) {
+	if s.external {
+		return nil
+	}
+	s.closeOnce.Do(func() {
+		if s.opts.Dir != "" {
+			err = s.Stop()
+			return
+		}
+		_ = s.Kill() // nobody reads the data again
+		err = os.RemoveAll(s.dir)
+	})
+	return err
 }
 
 // Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.LogFile, the
@@ -244,6 +389,37 @@ func Client(t testing.TB, s *Server) client.Client {
 		})
 	}
 	return c
+}
+
+// Main is TestMain for packages whose tests share one Temporal server: it starts the server into
+// *srv, runs the tests, stops the server, checks for leaks as testkit.VerifyTestMain does, and exits.
+//
+// Without opts.LogFile, the server logs to a file that is kept (in testkit.EnvLogDir), and named,
+// when the package fails; so do the SDK clients of NewClient without opts.Logger.
+func Main(m *testing.M, opts Options, srv **Server) {
+	var log *testkit.LogFile
+	var err error
+	if opts.LogFile == "" && os.Getenv(EnvAddress) == "" {
+		log, err = testkit.NewLogFile("temporal")
+		opts.logTo(log)
+	}
+	if err == nil {
+		*srv, err = StartServer(opts)
+	}
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		(*srv).log = log
+		code = m.Run()
+		_ = (*srv).Close()
+		code = testkit.CheckLeaks(code)
+	}
+	stderrf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	if err := log.Done(code != 0, stderrf); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
 }
 
 // zapSDKLogger adapts a zap logger to the SDK's logger interface.

@@ -1,8 +1,13 @@
 package testkit
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"fmt"
+	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -66,4 +71,36 @@ func (c *Child) Stop(sig syscall.Signal, grace time.Duration) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
+}
+
+// GoBuild builds the package pkg of the module in dir into the user's cache directory, one binary per
+// checkout of the module and package, and returns the binary's path. go build runs under a file lock,
+// so that processes started together build it once, and does nothing when the binary is up to date.
+func GoBuild(dir, pkg string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	name := path.Base(pkg)
+	out := filepath.Join(cache, "baton", fmt.Sprintf("%s-%x", name, sha256.Sum256([]byte(dir+" "+pkg)))[:len(name)+13])
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(out, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close() // and with it the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(out, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	// Its work directory next to the binary: the new binary is renamed into place, never written
+	// over one that a process is running.
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOTMPDIR="+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w: %s", pkg, err, bytes.TrimSpace(b))
+	}
+	return bin, nil
 }
