@@ -98,7 +98,7 @@ func (d *Drill) startLoad(ctx context.Context) error {
 		return err
 	}
 	env := append(d.clientEnv(d.etcd.Endpoints()), "BATON_QUEUES="+strings.Join(l.queues, ","), "BATON_LOG_LEVEL=warn")
-	l.proc, err = workerproc.StartWith(workerproc.Options{Load: true, LogFile: filepath.Join(d.dir, "load.log")}, bin, "load", env,
+	l.proc, err = workerproc.Start(workerproc.Options{Load: true, LogFile: filepath.Join(d.dir, "load.log")}, bin, "load", env,
 		"-mode=signal", "-rate="+strconv.FormatFloat(d.cfg.LoadRate, 'f', -1, 64),
 		// -settle bounds both the retries of a send in flight at the stop and the producer's own
 		// read-back of the ledger (a cross-check in load.log); the drill's wait comes after it.

@@ -84,7 +84,7 @@ func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []str
 		"BATON_SHUTDOWN_TIMEOUT=15s",
 		"BATON_LOG_LEVEL=info",
 	)
-	wp, err := workerproc.StartWith(workerproc.Options{LogFile: filepath.Join(d.dir, id+".log"), OnLine: func(line []byte) { d.onLine(p, line) }},
+	wp, err := workerproc.Start(workerproc.Options{LogFile: filepath.Join(d.dir, id+".log"), OnLine: func(line []byte) { d.onLine(p, line) }},
 		d.bin, id, append(env, extraEnv...))
 	if err != nil {
 		return nil, err

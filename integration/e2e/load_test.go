@@ -78,7 +78,7 @@ func statusShowsLoad(t *testing.T, c *cluster) {
 // loadThroughAKill runs the load in mode while the leader of q1 is SIGKILLed, then checks the load's
 // ledger report.
 func loadThroughAKill(t *testing.T, c *cluster, mode string) {
-	load := workerproc.StartLoadT(t, c.bin, "load-"+mode, c.env, "-mode="+mode, "-rate=20", "-duration=8s", "-interval=1s", "-settle=30s")
+	load := workerproc.StartT(t, workerproc.Options{Load: true}, c.bin, "load-"+mode, c.env, "-mode="+mode, "-rate=20", "-duration=8s", "-interval=1s", "-settle=30s")
 	waitLine(t, load, "load:  ", 30*time.Second) // the first summary: requests are flowing
 
 	old, _ := c.waitLeader("q1", takeoverSLA, nil)

@@ -23,7 +23,7 @@ type proc struct {
 // startProc runs a demo worker with env (endpoints and BATON_* settings) and its own HTTP port.
 func startProc(t *testing.T, bin, id string, env []string) *proc {
 	t.Helper()
-	p := workerproc.StartT(t, bin, id, env)
+	p := workerproc.StartT(t, workerproc.Options{}, bin, id, env)
 	return &proc{Proc: p, id: p.ID, addr: p.Addr, done: p.Done()}
 }
 

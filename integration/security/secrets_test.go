@@ -61,7 +61,7 @@ func TestSecretsNeverShow(t *testing.T) {
 	var seen []captured
 
 	// A healthy run: it leads both queues with everything the secrets protect.
-	w := workerproc.StartT(t, bin, "secrets-a", env, "-redis-password-file", redisPWFile)
+	w := workerproc.StartT(t, workerproc.Options{}, bin, "secrets-a", env, "-redis-password-file", redisPWFile)
 	eventually(t, 30*time.Second, "the worker leads both queues", func() error {
 		st, ok := workerproc.Status(w.Addr)
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,32 +24,16 @@ import (
 	"github.com/baton-run/baton/integration/testkit"
 )
 
-var (
-	buildOnce sync.Once
-	buildBin  string
-	buildErr  error
-)
-
-// Build builds cmd/demo-worker once per process, in the root module (which holds its dependencies),
-// into a temporary directory, and returns the binary's path.
-func Build() (string, error) {
-	buildOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, err := os.MkdirTemp("", "baton-demo-worker-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildBin = filepath.Join(dir, "demo-worker")
-		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/demo-worker")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/demo-worker (pass a prebuilt binary instead): %v\n%s", err, out)
-		}
-	})
-	return buildBin, buildErr
-}
+// Build builds cmd/demo-worker of the root module (which holds its dependencies) with
+// testkit.GoBuild, once per process, and returns the binary's path.
+var Build = sync.OnceValues(func() (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	bin, err := testkit.GoBuild(filepath.Join(filepath.Dir(file), "..", ".."), "./cmd/demo-worker")
+	if err != nil {
+		return "", fmt.Errorf("%w (pass a prebuilt binary instead)", err)
+	}
+	return bin, nil
+})
 
 // BuildT is Build for tests: t.Fatal on error.
 func BuildT(t testing.TB) string {
@@ -64,17 +49,11 @@ func BuildT(t testing.TB) string {
 // or should not inherit: only the client settings (endpoints, credentials, TLS files) are kept, and
 // a starter's own variables, appended after them, win (the last value of a key wins).
 func Environ() []string {
-	keep := map[string]bool{}
-	for _, k := range fxmodule.ClientEnvVars() {
-		keep[k] = true
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "BATON_") || keep[k] {
-			env = append(env, kv)
-		}
-	}
-	return env
+	keep := fxmodule.ClientEnvVars()
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return strings.HasPrefix(k, "BATON_") && !slices.Contains(keep, k)
+	})
 }
 
 // Proc is one `demo-worker run` (or `load`) process. Everything it writes to stdout and stderr is
@@ -108,20 +87,10 @@ type Options struct {
 	OnLine func(line []byte)
 }
 
-// Start runs `bin run -server-id id -http <free port> args...` with env appended to Environ(). The
-// process has its own process group (a Ctrl-C reaches its starter, which stops it) and is killed if
-// this process dies (Pdeathsig).
-func Start(bin, id string, env []string, args ...string) (*Proc, error) {
-	return StartWith(Options{}, bin, id, env, args...)
-}
-
-// StartLoad runs `bin load args...` with env appended to Environ(); id names it in logs.
-func StartLoad(bin, id string, env []string, args ...string) (*Proc, error) {
-	return StartWith(Options{Load: true}, bin, id, env, args...)
-}
-
-// StartWith is Start, or StartLoad with o.Load, with options.
-func StartWith(o Options, bin, id string, env []string, args ...string) (*Proc, error) {
+// Start runs `bin run -server-id id -http <free port> args...`, or with o.Load `bin load args...`
+// (id then names it in logs), with env appended to Environ(). The process has its own process group
+// (a Ctrl-C reaches its starter, which stops it) and is killed if this process dies (Pdeathsig).
+func Start(o Options, bin, id string, env []string, args ...string) (*Proc, error) {
 	p := &Proc{ID: id, done: make(chan struct{}), logFile: o.LogFile, onLine: o.OnLine}
 	argv := append([]string{"load"}, args...)
 	if !o.Load {
@@ -175,21 +144,9 @@ func StartWith(o Options, bin, id string, env []string, args ...string) (*Proc, 
 
 // StartT is Start for tests: t.Fatal on error; on cleanup the process is killed and, if the test
 // failed, the tail of its output is logged.
-func StartT(t testing.TB, bin, id string, env []string, args ...string) *Proc {
+func StartT(t testing.TB, o Options, bin, id string, env []string, args ...string) *Proc {
 	t.Helper()
-	p, err := Start(bin, id, env, args...)
-	return cleanupT(t, p, err)
-}
-
-// StartLoadT is StartLoad for tests, as StartT is for Start.
-func StartLoadT(t testing.TB, bin, id string, env []string, args ...string) *Proc {
-	t.Helper()
-	p, err := StartLoad(bin, id, env, args...)
-	return cleanupT(t, p, err)
-}
-
-func cleanupT(t testing.TB, p *Proc, err error) *Proc {
-	t.Helper()
+	p, err := Start(o, bin, id, env, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

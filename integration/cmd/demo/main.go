@@ -210,7 +210,7 @@ func (d *demo) workerEnv() []string {
 // startLoad sends dispatch requests to queue for 10 s with the Producer, which returns each once it
 // is handled, so the final line tells whether any was lost in the takeover.
 func (d *demo) startLoad(queue string) (*workerproc.Proc, error) {
-	p, err := workerproc.StartLoad(filepath.Join(d.o.bin, "demo-worker"), "load", d.workerEnv(), "-mode=dispatch",
+	p, err := workerproc.Start(workerproc.Options{Load: true}, filepath.Join(d.o.bin, "demo-worker"), "load", d.workerEnv(), "-mode=dispatch",
 		"-queues="+queue, "-rate=10", "-duration=10s", "-interval=1h")
 	if err != nil {
 		return nil, fmt.Errorf("start demo-worker load: %w", err)
@@ -220,7 +220,7 @@ func (d *demo) startLoad(queue string) (*workerproc.Proc, error) {
 }
 
 func (d *demo) startWorker(id string) (*workerproc.Proc, error) {
-	p, err := workerproc.Start(filepath.Join(d.o.bin, "demo-worker"), id, d.workerEnv())
+	p, err := workerproc.Start(workerproc.Options{}, filepath.Join(d.o.bin, "demo-worker"), id, d.workerEnv())
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", id, err)
 	}
