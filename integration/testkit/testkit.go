@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
 )
 
 // Poll calls f every interval until it returns nil, and returns nil then; when timeout (if not 0)
@@ -38,6 +39,25 @@ func Poll(ctx context.Context, timeout, interval time.Duration, f func() error) 
 		case <-time.After(interval):
 		}
 	}
+}
+
+// Parallel calls f(ctx, i) for every i in [0, n) from conc goroutines, all joined before it
+// returns; the first error cancels the calls not yet made and is returned.
+func Parallel(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(conc, 1))
+	for i := 0; i < n && gctx.Err() == nil; i++ {
+		g.Go(func() error {
+			if gctx.Err() != nil {
+				return nil // canceled while this call waited for a goroutine
+			}
+			return f(gctx, i)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // Final marks an error after which Poll waits no longer (the process it waits for has exited).
