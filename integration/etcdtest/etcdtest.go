@@ -149,10 +149,6 @@ func StartCluster(opts Options) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
-	c.endpoints = make([]string, len(c.members))
-	for i, m := range c.members {
-		c.endpoints[i] = m.clientURL.String()
-	}
 	return c, nil
 }
 
@@ -167,7 +163,7 @@ func (c *Cluster) startNew() error {
 		return err
 	}
 	c.token = fmt.Sprintf("etcdtest-%d-%d", os.Getpid(), rand.Int64())
-	c.members = make([]*member, n)
+	c.members, c.endpoints = make([]*member, n), make([]string, n)
 	clientScheme := "http"
 	if c.opts.ClientTLS != nil {
 		clientScheme = "https"
@@ -179,6 +175,7 @@ func (c *Cluster) startNew() error {
 			clientURL: url.URL{Scheme: clientScheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i]))},
 			peerURL:   url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1]))},
 		}
+		c.endpoints[i] = c.members[i].clientURL.String()
 	}
 	if err = c.startAll(false); err == nil {
 		return nil
@@ -190,7 +187,7 @@ func (c *Cluster) startNew() error {
 	for _, m := range c.members {
 		os.RemoveAll(m.dir)
 	}
-	c.members = nil
+	c.members, c.endpoints = nil, nil
 	return err
 }
 
@@ -277,8 +274,6 @@ func isAddrInUse(err error) bool {
 }
 
 func waitReady(e *embed.Etcd, deadline time.Time) error {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
 		return nil
@@ -286,13 +281,12 @@ func waitReady(e *embed.Etcd, deadline time.Time) error {
 		return fmt.Errorf("stopped before it was ready: %v", err)
 	case <-e.Server.StopNotify():
 		return errors.New("stopped before it was ready")
-	case <-t.C:
+	case <-time.After(time.Until(deadline)):
 		return errors.New("not ready in time (does a quorum of members run?)")
 	}
 }
 
-// waitLeaderLocked polls until a running member reports a leader that is a
-// running member, and returns the leader's index.
+// waitLeaderLocked polls until a running member leads, and returns its index.
 func (c *Cluster) waitLeaderLocked(deadline time.Time) (int, error) {
 	for {
 		if i := c.leaderLocked(); i >= 0 {
@@ -305,19 +299,11 @@ func (c *Cluster) waitLeaderLocked(deadline time.Time) (int, error) {
 	}
 }
 
+// leaderLocked returns the index of the running member that leads by its own raft state, or -1.
 func (c *Cluster) leaderLocked() int {
-	for _, m := range c.members {
-		if m.etcd == nil {
-			continue
-		}
-		lead := m.etcd.Server.Leader()
-		if lead == 0 {
-			continue
-		}
-		for j, l := range c.members {
-			if l.etcd != nil && l.etcd.Server.MemberID() == lead && l.etcd.Server.Leader() == lead {
-				return j
-			}
+	for i, m := range c.members {
+		if m.etcd != nil && m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+			return i
 		}
 	}
 	return -1
@@ -403,10 +389,7 @@ func (c *Cluster) IsRunning(i int) bool {
 func (c *Cluster) Leader() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.external {
-		return -1
-	}
-	return c.leaderLocked()
+	return c.leaderLocked() // none for an external cluster: it has no members
 }
 
 // WaitLeader waits up to timeout for a leader among the running members and
