@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,20 +37,6 @@ type Cluster struct {
 	addrs    []string
 	password string
 	servers  []*Server
-}
-
-// CLIBinary returns the path of redis-cli (Debian's redis-tools, which redis-server depends on).
-func CLIBinary() (string, error) {
-	if p, err := exec.LookPath("redis-cli"); err == nil {
-		return p, nil
-	}
-	if bin, err := Binary(); err == nil {
-		p := filepath.Join(filepath.Dir(bin), "redis-cli")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("redistest: redis-cli not found (apt-get install redis-tools)")
 }
 
 // StartClusterServers starts opts.Masters cluster-mode redis-servers on free loopback ports, joins

@@ -89,17 +89,25 @@ type Server struct {
 }
 
 // Binary returns the path of redis-server, or ErrNoBinary.
-func Binary() (string, error) {
-	if p, err := exec.LookPath("redis-server"); err == nil {
+func Binary() (string, error) { return lookPath("redis-server", ErrNoBinary) }
+
+// CLIBinary returns the path of redis-cli (Debian's redis-tools, which redis-server depends on).
+func CLIBinary() (string, error) {
+	return lookPath("redis-cli", errors.New("redistest: redis-cli not found (apt-get install redis-tools)"))
+}
+
+// lookPath finds the program name on PATH or where Debian installs it.
+func lookPath(name string, notFound error) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
 	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin"} {
-		p := filepath.Join(dir, "redis-server")
+		p := filepath.Join(dir, name)
 		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
 			return p, nil
 		}
 	}
-	return "", ErrNoBinary
+	return "", notFound
 }
 
 // StartServer starts redis-server on a free port on 127.0.0.1 and returns once it answers PING.
