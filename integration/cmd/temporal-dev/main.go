@@ -23,7 +23,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.temporal.io/server/common/authorization"
 	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/dynamicconfig"
@@ -177,14 +176,6 @@ func startServer(c *serverConfig) (temporal.Server, error) {
 	conf.NamespaceDefaults.Archival.Visibility.State = "disabled"
 	conf.PublicClient.HostPort = addr(c.frontend)
 
-	authorizer, err := authorization.GetAuthorizerFromConfig(&conf.Global.Authorization)
-	if err != nil {
-		return nil, err
-	}
-	claimMapper, err := authorization.GetClaimMapperFromConfig(&conf.Global.Authorization, logger)
-	if err != nil {
-		return nil, err
-	}
 	dc := dynamicconfig.StaticClient{
 		// As temporaltest: a search attribute added by a test is visible to its next query.
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
@@ -192,6 +183,8 @@ func startServer(c *serverConfig) (temporal.Server, error) {
 	for k, v := range c.dynamicConfig {
 		dc[dynamicconfig.MakeKey(k)] = v
 	}
+	// No authorizer or claim mapper: the server then lets every call through, as the no-op ones of
+	// the dev server's empty authorization config do.
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(&conf),
 		temporal.ForServices(temporal.DefaultServices),
@@ -202,8 +195,6 @@ func startServer(c *serverConfig) (temporal.Server, error) {
 			primitives.WorkerService:   static.SingleLocalHost(addr(c.worker)),
 		}),
 		temporal.WithLogger(logger),
-		temporal.WithAuthorizer(authorizer),
-		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
 		temporal.WithDynamicConfigClient(dc),
 	)
 	if err != nil {
