@@ -52,12 +52,10 @@ func run() error {
 	// of an earlier devstack); devstack always starts its own.
 	for _, name := range []string{etcdtest.EnvEndpoints, temporalx.EnvAddress, temporalx.EnvNamespace,
 		redistest.EnvAddr, redistest.EnvPassword} {
-		if v, ok := os.LookupEnv(name); ok {
-			if v != "" {
-				fmt.Fprintf(os.Stderr, "devstack: ignoring %s=%s from the environment: devstack starts its own servers\n", name, v)
-			}
-			os.Unsetenv(name)
+		if v := os.Getenv(name); v != "" {
+			fmt.Fprintf(os.Stderr, "devstack: ignoring %s=%s from the environment: devstack starts its own servers\n", name, v)
 		}
+		os.Unsetenv(name)
 	}
 
 	// Every temp dir of the servers (etcd's data dirs, redis-server's working dir) goes under
@@ -203,14 +201,10 @@ func formatEnv(vars []stack.EnvVar) string {
 }
 
 func shellQuote(v string) string {
-	safe := v != ""
-	for _, r := range v {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/@%+=", r)) {
-			safe = false
-			break
-		}
+	unsafe := func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/@%+=", r))
 	}
-	if safe {
+	if v != "" && !strings.ContainsFunc(v, unsafe) {
 		return v
 	}
 	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
