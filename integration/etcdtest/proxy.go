@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,11 +42,10 @@ func NewProxy(target string) (*Proxy, error) {
 	}
 	// etcd's proxy needs its port up front; one picked as free can be taken before it binds.
 	for attempt := 0; ; attempt++ {
-		ports, err := testkit.PickPorts(1)
+		addr, err := testkit.FreeAddr()
 		if err != nil {
 			return nil, fmt.Errorf("etcdtest: proxy: %w", err)
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 		srv := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: url.URL{Scheme: "tcp", Host: addr}, To: *to})
 		select {
 		case <-srv.Ready():
