@@ -25,6 +25,7 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/integration/testkit"
 )
 
 // The Redis modes of Options.Redis.
@@ -221,7 +222,7 @@ func (s *Stack) Close() error {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		c := s.closers[i]
 		t := time.Now()
-		if err := within(15*time.Second, c.close); err != nil {
+		if err := testkit.Within(15*time.Second, c.close); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", c.name, err))
 		} else if c.name != "data dir" {
 			s.o.Say("%-9s stopped in %v", c.name, since(t))
@@ -229,19 +230,4 @@ func (s *Stack) Close() error {
 	}
 	s.closers = nil
 	return errors.Join(errs...)
-}
-
-// within runs f and waits for it at most d. On timeout f is left running: this only happens at
-// shutdown, and the process exits right after.
-func within(d time.Duration, f func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
-		return fmt.Errorf("not done after %v", d)
-	}
 }

@@ -41,6 +41,19 @@ func Poll(ctx context.Context, timeout, interval time.Duration, f func() error) 
 	}
 }
 
+// Within runs f and waits for it at most d. On timeout f is left running: it is for stopping
+// servers at shutdown, and the process exits right after.
+func Within(d time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("not done after %v", d)
+	}
+}
+
 // Parallel calls f(ctx, i) for every i in [0, n) from conc goroutines, all joined before it
 // returns; the first error cancels the calls not yet made and is returned.
 func Parallel(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) error {

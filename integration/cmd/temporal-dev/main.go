@@ -102,14 +102,10 @@ func run(args []string) error {
 	c.logger.Info("temporal-dev serving", zap.String("frontend", addr(c.frontend)), zap.String("namespace", c.namespace), zap.String("db", c.db))
 	sig := <-sigs
 	c.logger.Info("temporal-dev stopping", zap.Stringer("signal", sig))
-	done := make(chan error, 1)
-	go func() { done <- srv.Stop() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(20 * time.Second):
-		return errors.New("server stop took more than 20s")
+	if err := testkit.Within(20*time.Second, srv.Stop); err != nil {
+		return fmt.Errorf("server stop: %w", err)
 	}
+	return nil
 }
 
 func addr(port int) string { return host + ":" + strconv.Itoa(port) }
