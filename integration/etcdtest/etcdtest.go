@@ -504,11 +504,7 @@ func (c *Cluster) Close() error {
 	c.closed = true
 	var wg sync.WaitGroup
 	for _, m := range c.members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.stop(&c.bg)
-		}()
+		wg.Go(func() { m.stop(&c.bg) })
 	}
 	wg.Wait()
 	c.bg.Wait()
