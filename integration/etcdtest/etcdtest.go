@@ -328,11 +328,7 @@ func (m *member) stop(bg *sync.WaitGroup) {
 	for _, p := range e.Peers {
 		p.Listener.Close()
 	}
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		e.Close()
-	}()
+	bg.Go(e.Close)
 }
 
 // External reports whether the cluster is an external etcd (BATON_ETCD_ENDPOINTS).
