@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -126,9 +127,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if n := o.servers.EtcdMembers; n < 1 || n > 9 {
 		return o, fmt.Errorf("-etcd-members=%d: want 1 to 9", n)
 	}
-	switch r := o.servers.Redis; r {
-	case stack.RedisAuto, stack.RedisReal, stack.RedisInprocess:
-	default:
+	if r := o.servers.Redis; !slices.Contains([]string{stack.RedisAuto, stack.RedisReal, stack.RedisInprocess}, r) {
 		return o, fmt.Errorf("-redis=%q: want %s, %s or %s", r, stack.RedisAuto, stack.RedisReal, stack.RedisInprocess)
 	}
 	return o, nil
