@@ -44,40 +44,23 @@ if [[ ${1:-} == --emit ]]; then
 	timings=()
 	fuzz_beside=0
 	[[ " $* " == *" fuzz "* && " $* " == *" integration "* ]] && fuzz_beside=1
-	# The integration phase's builds, which run no test:
-	# 1. the Temporal server that the tests start as a child process (integration/temporalx), built once
-	#    for every package and without -race;
-	# 2. every other package of the module and its tests, compiled (not linked) with -race as go test
-	#    will want them; when the phase runs every package, this is also the check that the packages
-	#    without tests (the demo, the drill, the benchmarks) compile, and go test gets only the packages
-	#    that have tests: go test ./... would race-compile the server command too, the whole Temporal
-	#    server, for nothing.
-	# None of it waits on the phases before it, so when integration follows another phase the builds
-	# start at once, beside it: on a cold cache they are minutes of compiling that would otherwise come
-	# after the unit tests, whose own tests leave the CPUs idle part of the time (they wait on timers).
-	# Not niced: on a machine busy with other work a niced build would starve once the unit tests are
-	# done and it is all that stands before the integration tests. On a warm cache they take seconds.
+	# The Temporal server that the integration tests start as a child process (integration/temporalx),
+	# built once for every package and without -race. It shares nothing with the unit phase's race
+	# builds, so when integration follows unit it is built beside it, from the start: the unit tests
+	# leave the CPUs idle part of the time (a cold unit phase alone: 176 s wall, 308 s of CPU on 2
+	# cores). Not niced: on a machine busy with other work a niced build would starve once the unit
+	# tests are done. On a warm cache go build does nothing.
 	server_bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
-	prebuild=$(mktemp -d)
-	trap 'rm -rf "$prebuild"' EXIT
-	build_integration() {
+	server_built=$(mktemp)
+	trap 'rm -f "$server_built"' EXIT
+	build_server() {
 		local start=$SECONDS
 		mkdir -p "${server_bin%/*}" && (cd integration && GOTMPDIR=${server_bin%/*} "$GO" build -o "$server_bin" ./cmd/temporal-dev)
-		echo "$? $((SECONDS - start))" >"$prebuild/server"
-		cd integration || return
-		if [[ -n ${INTEGRATION_PKGS:-} ]]; then
-			# Only warms the cache: go test reports what does not compile, with its package.
-			"$GO" list -race -export -test -f '' "${integration_pkgs[@]}" >/dev/null 2>&1
-			return
-		fi
-		"$GO" list -f '{{if or .GoFiles .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v '/cmd/temporal-dev$' |
-			xargs "$GO" list -race -export -test -f '' >/dev/null
-		echo $? >"$prebuild/compiled"
-		"$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... >"$prebuild/pkgs"
+		echo "$? $((SECONDS - start))" >"$server_built"
 	}
 	if [[ " $* " == *" integration "* ]]; then
-		build_integration &
-		prebuild_pid=$!
+		build_server &
+		server_pid=$!
 	fi
 	for phase in "$@"; do
 		start=$SECONDS
@@ -88,20 +71,24 @@ if [[ ${1:-} == --emit ]]; then
 			scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT"
 			;;
 		integration)
-			wait "$prebuild_pid"
-			read -r server_rc server_secs <"$prebuild/server"
+			wait "$server_pid"
+			read -r server_rc server_secs <"$server_built"
 			built=ok
 			if ((server_rc == 0)); then
 				export TEMPORALX_SERVER_BIN=$server_bin
 			else
 				built=FAILED
 			fi
-			timings+=("$(timing "  builds" "$built" $((SECONDS - start)) " (waited for here; the server alone took $((server_secs / 60))m$(printf %02d $((server_secs % 60)))s)")")
+			timings+=("$(timing "  server" "$built" $((SECONDS - start)) " (waited for here; its build took $((server_secs / 60))m$(printf %02d $((server_secs % 60)))s)")")
 			compiled=0
 			if [[ -z ${INTEGRATION_PKGS:-} ]]; then
-				[[ $(cat "$prebuild/compiled" 2>/dev/null) == 0 ]] || compiled=1
-				mapfile -t integration_pkgs < <(cat "$prebuild/pkgs" 2>/dev/null)
-				((${#integration_pkgs[@]} > 0)) || integration_pkgs=(./...)
+				# go test ./... would race-compile the server command too, the whole Temporal server,
+				# for nothing: go test gets only the packages that have tests, and the others (the
+				# demo, the drill, the benchmarks) are compiled here, not linked, with -race as the
+				# tests want what they share (embedded etcd above all).
+				(cd integration && "$GO" list -f '{{if .GoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v '/cmd/temporal-dev$' |
+					xargs "$GO" list -race -export -f '' >/dev/null) || compiled=1
+				mapfile -t integration_pkgs < <(cd integration && "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
 			fi
 			if ((fuzz_beside)); then
 				fuzz_json=$(mktemp)
