@@ -44,24 +44,6 @@ if [[ ${1:-} == --emit ]]; then
 	timings=()
 	fuzz_beside=0
 	[[ " $* " == *" fuzz "* && " $* " == *" integration "* ]] && fuzz_beside=1
-	# The Temporal server that the integration tests start as a child process (integration/temporalx),
-	# built once for every package and without -race. It shares nothing with the unit phase's race
-	# builds, so when integration follows unit it is built beside it, from the start: the unit tests
-	# leave the CPUs idle part of the time (a cold unit phase alone: 176 s wall, 308 s of CPU on 2
-	# cores). Not niced: on a machine busy with other work a niced build would starve once the unit
-	# tests are done. On a warm cache go build does nothing.
-	server_bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
-	server_built=$(mktemp)
-	trap 'rm -f "$server_built"' EXIT
-	build_server() {
-		local start=$SECONDS
-		mkdir -p "${server_bin%/*}" && (cd integration && GOTMPDIR=${server_bin%/*} "$GO" build -o "$server_bin" ./cmd/temporal-dev)
-		echo "$? $((SECONDS - start))" >"$server_built"
-	}
-	if [[ " $* " == *" integration "* ]]; then
-		build_server &
-		server_pid=$!
-	fi
 	for phase in "$@"; do
 		start=$SECONDS
 		case $phase in
@@ -71,15 +53,14 @@ if [[ ${1:-} == --emit ]]; then
 			scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT"
 			;;
 		integration)
-			wait "$server_pid"
-			read -r server_rc server_secs <"$server_built"
-			built=ok
-			if ((server_rc == 0)); then
-				export TEMPORALX_SERVER_BIN=$server_bin
-			else
-				built=FAILED
-			fi
-			timings+=("$(timing "  server" "$built" $((SECONDS - start)) " (waited for here; its build took $((server_secs / 60))m$(printf %02d $((server_secs % 60)))s)")")
+			# The Temporal server that the tests start as a child process (integration/temporalx), built
+			# once for every package and without -race; go build does nothing when it is up to date.
+			# Not beside the unit phase: on a cold cache that made both slower (see the README).
+			bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
+			built=FAILED
+			mkdir -p "${bin%/*}" && (cd integration && GOTMPDIR=${bin%/*} "$GO" build -o "$bin" ./cmd/temporal-dev) &&
+				export TEMPORALX_SERVER_BIN=$bin && built=ok
+			timings+=("$(timing "  server" "$built" $((SECONDS - start)))")
 			compiled=0
 			if [[ -z ${INTEGRATION_PKGS:-} ]]; then
 				# go test ./... would race-compile the server command too, the whole Temporal server,
