@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -64,17 +63,7 @@ func main() {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Built as this test binary was (-race under make test), so that the build finds the library and
-	// its dependencies already compiled, and a cold make test does not compile them twice.
-	args := []string{"run"}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "-race" && s.Value == "true" {
-				args = append(args, "-race")
-			}
-		}
-	}
-	cmd := exec.Command("go", append(args, "./"+filepath.ToSlash(dir))...)
+	cmd := exec.Command("go", "run", "./"+filepath.ToSlash(dir))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the README's snippet does not build or its Fx graph fails: %v\n%s\n%s", err, out, snippet)
 	}
