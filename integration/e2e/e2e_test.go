@@ -143,8 +143,9 @@ func (c *cluster) runStatus(queue, runID string) enumspb.WorkflowExecutionStatus
 
 // checkOneDispatcherPerQueue checks that each queue has a leader whose run is the one open run. The
 // balancer may hand a queue over between the reads (a worker that has just come back takes its
-// share), and a leader that hands over terminates its own run on the way out: a run that is not
-// running fails the check only if its leader still holds the same term after the run was read.
+// share), a leader that hands over terminates its own run on the way out, and a leader replaces a
+// run closed behind its back within its term: a run that is not running fails the check only if its
+// leader still holds the same term with the same run after the run was read.
 func (c *cluster) checkOneDispatcherPerQueue() {
 	for _, q := range c.queues {
 		for deadline := time.Now().Add(takeoverSLA); ; {
@@ -156,7 +157,7 @@ func (c *cluster) checkOneDispatcherPerQueue() {
 			if st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 				break
 			}
-			if now, nowQS := c.leader(q); now == p && nowQS.Token == qs.Token || time.Now().After(deadline) {
+			if now, nowQS := c.leader(q); now == p && nowQS.Token == qs.Token && nowQS.RunID == qs.RunID || time.Now().After(deadline) {
 				c.t.Fatalf("queue %s: leader %s (token %d) has run %s, which is %v", q, p.id, qs.Token, qs.RunID, st)
 			}
 			c.t.Logf("queue %s: %s (token %d) handed over while its run was read; reading again", q, p.id, qs.Token)
