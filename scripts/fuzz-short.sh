@@ -14,6 +14,10 @@
 # inputs a second for FuzzWorkflowID against 7,000 fully instrumented. The binary runs as go test
 # would run it: in its package's directory, with go test's fuzz cache for the package.
 #
+# One fuzzing worker per target (go test's default is one per CPU): beside the integration tests a
+# second worker takes CPU they need, and one worker alone still tries several times the inputs that
+# two fully instrumented workers did.
+#
 # Usage: scripts/fuzz-short.sh [FUZZTIME [-json]]     e.g. scripts/fuzz-short.sh 30s
 #        (`make test` adds -json: its progress lines go to stderr, so stdout stays go test's own.)
 set -euo pipefail
@@ -50,7 +54,7 @@ for t in "${targets[@]}"; do
 		failed+=("$name ($pkg: does not build)")
 		continue
 	fi
-	run=("$bin" -test.paniconexit0 -test.timeout=10m -test.run='^$' -test.fuzz="^${name}\$"
+	run=("$bin" -test.paniconexit0 -test.timeout=10m -test.run='^$' -test.fuzz="^${name}\$" -test.parallel=1
 		-test.fuzztime="$FUZZTIME" -test.fuzzcachedir="$fuzzcache/$importpath")
 	[[ -n $json ]] && run=("$GO" tool test2json -t -p "$importpath" "${run[0]}" -test.v=test2json "${run[@]:1}")
 	for attempt in 1 2; do
