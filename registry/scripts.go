@@ -164,7 +164,8 @@ return out
 
 // pruneGoneScript removes the index entries of OFFLINE workers whose record has expired. An entry
 // whose record still exists is rescheduled to its key's expiry, or dropped from the list when the key
-// no longer expires (the worker registered again).
+// no longer expires (PTTL -1: the worker registered again). A record in its last millisecond still
+// exists inside a script, with PTTL 0: it is rescheduled to now, and the next pass prunes it.
 // KEYS: gone, index, then the records. ARGV: pairs of server ID and index member.
 // Returns the number of index entries removed.
 var pruneGoneScript = redis.NewScript(luaPrelude + `
@@ -177,7 +178,7 @@ for i = 3, #KEYS do
     pruned = pruned + 1
   else
     local ttl = redis.call('PTTL', KEYS[i])
-    if ttl > 0 then redis.call('ZADD', KEYS[1], fmt(now + ttl), id) else redis.call('ZREM', KEYS[1], id) end
+    if ttl >= 0 then redis.call('ZADD', KEYS[1], fmt(now + ttl), id) else redis.call('ZREM', KEYS[1], id) end
   end
 end
 return pruned

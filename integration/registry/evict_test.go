@@ -341,3 +341,48 @@ func TestEvictInBatchesAndPruneIndex(t *testing.T) {
 		t.Fatalf("ended term: %v", err)
 	}
 }
+
+// TestPruneKeepsARecordInItsLastMillisecond: inside a script, Redis still has a record in the
+// millisecond it expires, with PTTL 0. A prune pass that meets it there must schedule its index entry
+// again (the record is gone a moment later), not take it for a worker that registered again (PTTL -1)
+// and forget the entry, which then stays in the index for good. Deregistrations one after another
+// spread the records' expiry over many milliseconds, and prune passes back to back meet some of them
+// in their last one.
+func TestPruneKeepsARecordInItsLastMillisecond(t *testing.T) {
+	e := newEnv(t, registry.Config{EvictBatch: 1000, Retention: 200 * time.Millisecond})
+	const n = 300
+	for i := range n {
+		e.register(t, worker("orders", fmt.Sprintf("w-%03d", i)))
+	}
+	for i := range n {
+		if err := e.reg.Deregister(t.Context(), "orders", fmt.Sprintf("w-%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	term := &fakeTerm{token: 3}
+	last := e.reg.WorkerKey("orders", fmt.Sprintf("w-%03d", n-1))
+	passes := 0
+	for {
+		if _, err := e.reg.Evict(t.Context(), term, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		passes++
+		if exists, err := e.rdb.Exists(t.Context(), last).Result(); err != nil {
+			t.Fatal(err)
+		} else if exists == 0 {
+			break
+		}
+	}
+	// Every record has expired: one more pass prunes what the passes above scheduled again.
+	if _, err := e.reg.Evict(t.Context(), term, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	left, err := e.rdb.ZRange(t.Context(), e.reg.IndexKey(), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("after %d prune passes, %d index entries outlived their records, among them %q", passes, len(left), left[:min(len(left), 5)])
+	}
+	t.Logf("%d prune passes", passes)
+}
