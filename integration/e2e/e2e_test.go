@@ -133,16 +133,27 @@ func (c *cluster) openRuns(queue string, want int) int {
 }
 
 func (c *cluster) runStatus(queue, runID string) enumspb.WorkflowExecutionStatus {
+	st, _ := c.run(queue, runID)
+	return st
+}
+
+// run returns the status of one dispatcher run and the Owner in its memo.
+func (c *cluster) run(queue, runID string) (enumspb.WorkflowExecutionStatus, takeover.Owner) {
 	id, _ := takeover.WorkflowID(c.project(), queue)
 	resp, err := c.tc.DescribeWorkflowExecution(c.t.Context(), id, runID)
 	if err != nil {
 		c.t.Fatalf("describe %s/%s: %v", id, runID, err)
 	}
-	return resp.GetWorkflowExecutionInfo().GetStatus()
+	info := resp.GetWorkflowExecutionInfo()
+	owner, found, err := takeover.DecodeOwner(nil, info.GetMemo())
+	if err != nil || !found {
+		c.t.Fatalf("run %s/%s: no readable owner in its memo (found %v): %v", id, runID, found, err)
+	}
+	return info.GetStatus(), owner
 }
 
-// checkOneDispatcherPerQueue checks that each queue has a leader whose run is the one open run. The
-// balancer may hand a queue over between the reads (a worker that has just come back takes its
+// checkOneDispatcherPerQueue checks that each queue has a leader whose run is the one open run, and
+// that the run's memo names the leader's term (its token) and the queue. The balancer may hand a queue over between the reads (a worker that has just come back takes its
 // share), a leader that hands over terminates its own run on the way out, and a leader replaces a
 // run closed behind its back within its term: a run that is not running fails the check only if its
 // leader still holds the same term with the same run after the run was read.
@@ -153,14 +164,17 @@ func (c *cluster) checkOneDispatcherPerQueue() {
 			if n := c.openRuns(q, 1); n != 1 {
 				c.t.Fatalf("queue %s: %d open dispatcher runs, want 1 (leader %s run %s)", q, n, p.id, qs.RunID)
 			}
-			st := c.runStatus(q, qs.RunID)
+			st, owner := c.run(q, qs.RunID)
+			if owner.Token != qs.Token || owner.Queue != q {
+				c.t.Fatalf("queue %s: leader %s (token %d) reports run %s, whose memo names %s token %d", q, p.id, qs.Token, qs.RunID, owner.Queue, owner.Token)
+			}
 			if st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 				break
 			}
 			if now, nowQS := c.leader(q); now == p && nowQS.Token == qs.Token && nowQS.RunID == qs.RunID || time.Now().After(deadline) {
 				c.t.Fatalf("queue %s: leader %s (token %d) has run %s, which is %v", q, p.id, qs.Token, qs.RunID, st)
 			}
-			c.t.Logf("queue %s: %s (token %d) handed over while its run was read; reading again", q, p.id, qs.Token)
+			c.t.Logf("queue %s: the leader or its run changed while run %s (%s, token %d) was read; reading again", q, qs.RunID, p.id, qs.Token)
 		}
 	}
 }
