@@ -362,7 +362,12 @@ func TestPruneKeepsARecordInItsLastMillisecond(t *testing.T) {
 	term := &fakeTerm{token: 3}
 	last := e.reg.WorkerKey("orders", fmt.Sprintf("w-%03d", n-1))
 	passes := 0
-	for {
+	// Back to back, no poll interval: a pass that waits misses the records' last milliseconds. The
+	// records expire 200 ms after their deregistration; the bound only turns a hang into a failure.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists after %d prune passes and a minute", last, passes)
+		}
 		if _, err := e.reg.Evict(t.Context(), term, "orders"); err != nil {
 			t.Fatal(err)
 		}
