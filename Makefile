@@ -44,9 +44,11 @@ integration: deps $(GOTESTSUM)
 $(GOTESTSUM):
 	$(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 
-## lint: gofmt, go vet, staticcheck (installed with go install when missing) and govulncheck, both modules.
+## lint: no committed binary or file over 1 MiB outside testdata, gofmt, go vet, staticcheck (installed
+## with go install when missing) and govulncheck, both modules.
 STATICCHECK_VERSION ?= v0.8.2
 lint:
+	scripts/check-committed.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd integration && $(GO) vet ./...
