@@ -54,10 +54,12 @@ type Node struct {
 	// announced is the term OnStartedLeading reported, per queue.
 	announced map[string]*election.Term
 	worker    workerState
-	started   bool
-	stopped   bool
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// checks are the application's additions to readiness (AddReadinessCheck).
+	checks  []readinessCheck
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // New returns a Node over the application's clients. It validates cfg and starts nothing.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -223,8 +224,9 @@ func (n *Node) Live() error {
 }
 
 // Ready is the readiness check: the Node runs, has a live etcd session, passes Live, no queue's
-// takeover fails for good, and every queue it leads has an open dispatcher run (allowing one heartbeat
-// interval for a takeover or a replacement under way).
+// takeover fails for good, every queue it leads has an open dispatcher run (allowing one heartbeat
+// interval for a takeover or a replacement under way), and every check added with AddReadinessCheck
+// passes.
 func (n *Node) Ready() error {
 	n.mu.Lock()
 	running := n.started && !n.stopped
@@ -238,6 +240,42 @@ func (n *Node) Ready() error {
 	if err := n.Live(); err != nil {
 		return err
 	}
+	if err := n.queueReadiness(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	checks := n.checks
+	n.mu.Unlock()
+	for _, c := range checks {
+		if err := c.check(); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// readinessCheck is one of the application's additions to Ready.
+type readinessCheck struct {
+	name  string
+	check func() error
+}
+
+// AddReadinessCheck adds check to Ready: readiness fails, naming the check, whenever it returns an
+// error. It is for what the application runs beside the Node and cannot do without, the dispatch
+// ledger above all (dispatcher.EtcdLedger.Check): a worker whose ledger cannot write completes no
+// dispatch, however healthy its leadership is. check must be cheap and must not block.
+func (n *Node) AddReadinessCheck(name string, check func() error) error {
+	if name == "" || check == nil {
+		return fmt.Errorf("%w: a readiness check needs a name and a function", ErrInvalidConfig)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.checks = append(slices.Clip(n.checks), readinessCheck{name: name, check: check})
+	return nil
+}
+
+// queueReadiness is the per-queue part of Ready.
+func (n *Node) queueReadiness() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, q := range n.cfg.Queues {

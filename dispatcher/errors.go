@@ -16,6 +16,9 @@ var (
 	// ErrBadRecord wraps a ledger record that is not in the documented format. The ledger refuses to
 	// guess whether such a key was dispatched.
 	ErrBadRecord = errors.New("dispatcher: unreadable ledger record")
+	// ErrLedgerUnavailable is EtcdLedger.Check's failure: the ledger's writes have been failing for a
+	// while, so no dispatch completes on this worker. The message names the prefix and the last error.
+	ErrLedgerUnavailable = errors.New("dispatcher: ledger unavailable")
 	// ErrPermanent wraps a Temporal refusal of a Producer's call that retrying cannot fix (invalid
 	// argument, namespace not found, permission denied).
 	ErrPermanent = errors.New("dispatcher: permanent failure")

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/takeover"
@@ -40,6 +42,10 @@ type EtcdLedger struct {
 	mu      sync.Mutex
 	lease   clientv3.LeaseID
 	granted time.Time
+	// failing is the first write failure of the current streak (zero once a write went through), and
+	// failure its latest error: what Check reports.
+	failing time.Time
+	failure error
 }
 
 var _ Ledger = (*EtcdLedger)(nil)
@@ -66,6 +72,50 @@ func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration) (
 }
 
 func (l *EtcdLedger) key(k string) string { return l.prefix + "/" + k }
+
+// dropLease forgets lease when it is still the current one, so the next write grants a new lease.
+func (l *EtcdLedger) dropLease(lease clientv3.LeaseID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lease == lease {
+		l.lease = 0
+	}
+}
+
+// LedgerFailingAfter is how long the ledger's writes may fail before Check reports it: one failed
+// attempt is retried by its activity, a streak this long means no dispatch can complete.
+const LedgerFailingAfter = 5 * time.Second
+
+// noteWrite records the outcome of a write for Check. Refusals that concern one owner or one record
+// (ErrSuperseded, ErrBadRecord) say nothing about the ledger and are not counted.
+func (l *EtcdLedger) noteWrite(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.failing, l.failure = time.Time{}, nil
+	case errors.Is(err, ErrSuperseded) || errors.Is(err, ErrBadRecord) || errors.Is(err, context.Canceled):
+	default:
+		if l.failing.IsZero() {
+			l.failing = time.Now()
+		}
+		l.failure = err
+	}
+}
+
+// Check is the ledger's readiness: it fails, wrapping ErrLedgerUnavailable, while its writes have
+// been failing for LedgerFailingAfter (etcd unreachable from this process, a role without write
+// permission on the prefix): no dispatch can complete on this worker meanwhile. A write that goes
+// through clears it. Add it to the process's readiness (baton.Node.AddReadinessCheck).
+func (l *EtcdLedger) Check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failure == nil || time.Since(l.failing) < LedgerFailingAfter {
+		return nil
+	}
+	return fmt.Errorf("%w: writes under %s failing for %v: %w", ErrLedgerUnavailable, l.prefix,
+		time.Since(l.failing).Round(time.Millisecond), l.failure)
+}
 
 func (l *EtcdLedger) currentLease(ctx context.Context) (clientv3.LeaseID, error) {
 	l.mu.Lock()
@@ -147,18 +197,31 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 
 // guardedPut writes state for owner at k if owner's term holds and expect holds. Otherwise it writes
 // nothing and returns the record as it is, or ErrSuperseded when the term is the reason.
-func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner) (bool, record, error) {
-	lease, err := l.currentLease(ctx)
-	if err != nil {
-		return false, record{}, fmt.Errorf("dispatcher: ledger lease: %w", err)
-	}
-	resp, err := l.client.Txn(ctx).
-		If(OwnerCmp(owner), expect).
-		Then(clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))).
-		Else(clientv3.OpGet(owner.ElectionKey), clientv3.OpGet(k)).
-		Commit()
-	if err != nil {
-		return false, record{}, fmt.Errorf("dispatcher: ledger %s: %w", k, err)
+//
+// A lease that etcd no longer knows (a restore from an older snapshot, a move to a new cluster, a
+// revoke) is replaced at once by a new one, and the write is sent again: retrying with the lost lease
+// would fail until the ledger rotated it, half a retention later.
+func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner) (ok bool, rec record, err error) {
+	defer func() { l.noteWrite(err) }()
+	var resp *clientv3.TxnResponse
+	for regranted := false; ; regranted = true {
+		var lease clientv3.LeaseID
+		if lease, err = l.currentLease(ctx); err != nil {
+			return false, record{}, fmt.Errorf("dispatcher: ledger lease: %w", err)
+		}
+		resp, err = l.client.Txn(ctx).
+			If(OwnerCmp(owner), expect).
+			Then(clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(owner.ElectionKey), clientv3.OpGet(k)).
+			Commit()
+		if err != nil && !regranted && errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
+			l.dropLease(lease)
+			continue
+		}
+		if err != nil {
+			return false, record{}, fmt.Errorf("dispatcher: ledger %s: %w", k, err)
+		}
+		break
 	}
 	if resp.Succeeded {
 		return true, record{}, nil
@@ -166,7 +229,7 @@ func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.C
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != owner.Token {
 		return false, record{}, fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
 	}
-	rec, err := decodeRecord(k, resp.Responses[1].GetResponseRange().GetKvs())
+	rec, err = decodeRecord(k, resp.Responses[1].GetResponseRange().GetKvs())
 	return false, rec, err
 }
 

@@ -45,6 +45,9 @@ func startTemporalWorkers(p workerParams) error {
 	if err != nil {
 		return err
 	}
+	if err := p.Node.AddReadinessCheck("dispatch-ledger", ledger.Check); err != nil {
+		return err
+	}
 	log := p.Logger.Named("dispatch")
 	acts := &dispatcher.Activities{Ledger: ledger, Handler: p.Load.count(logDispatch(log)), History: p.Temporal}
 	drain := p.Options.drainTimeout()

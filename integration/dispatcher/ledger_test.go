@@ -1,14 +1,19 @@
 package dispatcher_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -159,5 +164,87 @@ func TestConfirmOwner(t *testing.T) {
 	}
 	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, a); !errors.Is(err, dispatcher.ErrSuperseded) {
 		t.Fatalf("ConfirmOwner with the key re-created = %v, want ErrSuperseded", err)
+	}
+}
+
+// A ledger whose lease is gone (an etcd restored from an older snapshot, a move to a new cluster;
+// modelled by revoking it) grants a new one at once: the next Begin and Complete go through instead
+// of failing "requested lease not found" until the lease would have been rotated (retention/2, 12 h
+// by default). Readiness (Check) stays green: nothing was left failing.
+func TestLedgerRegrantsALostLease(t *testing.T) {
+	e := newEnv(t)
+	l := e.ledger(t)
+	o, _ := e.ownerOf(t, "node-a")
+	if _, err := l.Begin(t.Context(), "before", o); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.cli.Get(t.Context(), ledgerPrefix+"/before")
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("record before the loss: %v, %v", resp, err)
+	}
+	if _, err := e.cli.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"after-1", "after-2"} {
+		if done, err := l.Begin(t.Context(), k, o); err != nil || done {
+			t.Fatalf("Begin %s after the lease was lost = %v, %v; want a new lease and the record written", k, done, err)
+		}
+		if err := l.Complete(t.Context(), k, o); err != nil {
+			t.Fatalf("Complete %s after the lease was lost: %v", k, err)
+		}
+	}
+	recs := e.records(t)
+	for _, k := range []string{"after-1", "after-2"} {
+		if recs[k] != record("done", o) {
+			t.Errorf("record %s = %q, want done by node-a", k, recs[k])
+		}
+	}
+	got, err := e.cli.Get(t.Context(), ledgerPrefix+"/after-1")
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("record after-1: %v, %v", got, err)
+	}
+	if lease := got.Kvs[0].Lease; lease == 0 || lease == resp.Kvs[0].Lease {
+		t.Errorf("record after-1 on lease %x, want a new lease (the lost one was %x)", lease, resp.Kvs[0].Lease)
+	}
+	if err := l.Check(); err != nil {
+		t.Errorf("Check after the ledger healed = %v, want nil", err)
+	}
+}
+
+// A ledger whose writes keep failing says so in Check, naming ErrLedgerUnavailable, once the streak
+// is LedgerFailingAfter old; the first write that goes through clears it.
+func TestLedgerCheckReportsFailingWrites(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.ownerOf(t, "node-a")
+	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
+	cli := etcdtest.Client(t, e.etcd, proxy.URL())
+	l, err := dispatcher.NewEtcdLedger(cli, ledgerPrefix, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Begin(t.Context(), "k", o); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole()
+	testkit.Eventually(t, time.Minute, "Check reports the failing writes", func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		if _, err := l.Begin(ctx, "k2", o); err == nil {
+			return fmt.Errorf("Begin went through a blackholed proxy")
+		}
+		if err := l.Check(); !errors.Is(err, dispatcher.ErrLedgerUnavailable) {
+			return fmt.Errorf("Check = %v", err)
+		}
+		return nil
+	})
+	proxy.Heal()
+	testkit.Eventually(t, time.Minute, "a write goes through again", func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := l.Begin(ctx, "k2", o)
+		return err
+	})
+	if err := l.Check(); err != nil {
+		t.Fatalf("Check after a write went through = %v, want nil", err)
 	}
 }
