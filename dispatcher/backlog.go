@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -16,11 +19,13 @@ import (
 // ActivityBacklog is the registered name of Activities.Backlog.
 const ActivityBacklog = "baton.Backlog"
 
-// HistoryReader reads a workflow run's history; client.Client satisfies it. The Backlog activity
-// reads closed dispatcher runs with it, page by page (the iterator pages the server's responses).
+// HistoryReader reads a workflow's runs; client.Client satisfies it. The Backlog activity lists the
+// dispatcher workflow's closed runs with ListWorkflow (visibility) and reads each one's history with
+// GetWorkflowHistory, page by page (the iterator pages the server's responses).
 type HistoryReader interface {
 	GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
 		filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
+	ListWorkflow(ctx context.Context, request *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
 }
 
 var _ HistoryReader = client.Client(nil)
@@ -32,7 +37,27 @@ type Source struct {
 	RunID      string `json:"run_id"`
 	// Offset counts the requests of the run's backlog (see Activities.Backlog) already handed over.
 	Offset int `json:"offset"`
+	// Scan makes the source stand for every earlier run a chain's carry-over must read, not for one
+	// run: Chain is the chain's first run (started by a takeover) and RunID the prior run its takeover
+	// named (empty when it found none). Backlog replaces it with the workflow ID's closed runs that
+	// started before Chain, newest first back to the last one that finished its own carry-over: a
+	// pointer alone would miss a run started between the takeover's look and its start, and a late
+	// start of a superseded term would hide every run before it.
+	Scan  bool   `json:"scan,omitempty"`
+	Chain string `json:"chain,omitempty"`
+	// Listed marks a run a scan found: the runs before it are covered by the same scan, so what it
+	// had not read itself is not followed.
+	Listed bool `json:"listed,omitempty"`
 }
+
+// MaxScanRuns bounds the runs one scan hands over. A scan stops at the first run that finished its
+// carry-over, normally the run right before the takeover; only a history of many runs that never
+// got to read their predecessors (a queue whose owners fail at once, again and again) reaches it,
+// and the runs past it are logged as not carried over.
+const MaxScanRuns = 100
+
+// scanPage is how many runs one visibility call of a scan lists.
+const scanPage = 20
 
 // BacklogInput is the Backlog activity's input: where to read, and the page size.
 type BacklogInput struct {
@@ -94,6 +119,14 @@ func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (BacklogPage,
 	expanded := map[string]bool{}
 	for len(page.Next) > 0 && len(page.Requests) < max && size < maxPageBytes {
 		src := page.Next[0]
+		if src.Scan {
+			runs, err := a.scan(ctx, src)
+			if err != nil {
+				return BacklogPage{}, err
+			}
+			page.Next = append(runs, page.Next[1:]...)
+			continue
+		}
 		b, err := a.readRun(ctx, src)
 		var notFound *serviceerror.NotFound
 		switch {
@@ -125,7 +158,7 @@ func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (BacklogPage,
 		rest := page.Next[1:]
 		page.Next = nil
 		for _, s := range b.sources {
-			if !expanded[s.RunID] {
+			if !src.Listed && (s.Scan || !expanded[s.RunID]) {
 				page.Next = append(page.Next, s)
 			}
 		}
@@ -135,6 +168,83 @@ func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (BacklogPage,
 		page.Next = nil
 	}
 	return page, nil
+}
+
+// scan lists the closed runs whose backlog the chain src.Chain must read: in the workflow ID's
+// visibility listing (newest first; a dispatcher's runs never overlap, so closing order is starting
+// order), the runs after Chain's own, up to and including the first one that finished its
+// carry-over once src.RunID was seen. They are returned oldest first, each Listed. A listing that
+// does not show Chain, or src.RunID while its history is still there, lags behind the server: the
+// error is retried.
+func (a *Activities) scan(ctx context.Context, src Source) ([]Source, error) {
+	log := activity.GetLogger(ctx)
+	query := fmt.Sprintf("WorkflowId = %s", strconv.Quote(src.WorkflowID))
+	var (
+		runs        []Source // newest first
+		token       []byte
+		chainSeen   bool
+		priorSeen   = src.RunID == ""
+		done        bool
+		listedCount int
+	)
+	for !done {
+		resp, err := a.History.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: query, PageSize: scanPage, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("dispatcher: list the runs of %s: %w", src.WorkflowID, err)
+		}
+		for _, info := range resp.GetExecutions() {
+			runID := info.GetExecution().GetRunId()
+			listedCount++
+			if !chainSeen {
+				// Newer than the chain's first run: the chain itself (no other run can start while
+				// one of its runs is open).
+				chainSeen = runID == src.Chain
+				continue
+			}
+			if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				continue
+			}
+			run := Source{WorkflowID: src.WorkflowID, RunID: runID, Listed: true}
+			b, err := a.readRun(ctx, run)
+			var notFound *serviceerror.NotFound
+			if errors.As(err, &notFound) {
+				// Past the namespace's retention: nothing older is left to read either.
+				done = true
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			runs = append(runs, run)
+			priorSeen = priorSeen || runID == src.RunID
+			if len(b.sources) == 0 && priorSeen {
+				done = true
+				break
+			}
+			if len(runs) == MaxScanRuns {
+				log.Error("dispatcher carry-over stops after MaxScanRuns runs; older runs' requests are not carried over",
+					"workflow_id", src.WorkflowID, "runs", len(runs), "oldest_run_id", runID)
+				done = true
+				break
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	if !chainSeen {
+		return nil, fmt.Errorf("dispatcher: visibility lists %d runs of %s but not this chain's first run %s yet",
+			listedCount, src.WorkflowID, src.Chain)
+	}
+	if !priorSeen {
+		if _, err := a.readRun(ctx, Source{WorkflowID: src.WorkflowID, RunID: src.RunID}); err == nil {
+			return nil, fmt.Errorf("dispatcher: visibility does not list %s run %s (the takeover's prior run) yet",
+				src.WorkflowID, src.RunID)
+		}
+	}
+	slices.Reverse(runs)
+	return runs, nil
 }
 
 // readRun reads one closed run's backlog, from a small cache: its pages are read one after another.
@@ -208,7 +318,7 @@ func (a *Activities) read(ctx context.Context, src Source) (runBacklog, error) {
 			if !decode("input", ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in) {
 				continue
 			}
-			b.sources = startSources(src.WorkflowID, in)
+			b.sources = startSources(src.WorkflowID, ev.GetWorkflowExecutionStartedEventAttributes().GetFirstExecutionRunId(), in, true)
 			if in.Carry != nil {
 				accepted = append(accepted, in.Carry.Pending...)
 			}
@@ -295,12 +405,16 @@ func (a *Activities) read(ctx context.Context, src Source) (runBacklog, error) {
 }
 
 // startSources returns the earlier runs a run started with in must read back: those its
-// continue-as-new input says are still unread, or, for a run a takeover started, the prior run.
-func startSources(workflowID string, in Input) []Source {
-	if in.Carry != nil {
+// continue-as-new input says are still unread, or, for a run a takeover started (the first of its
+// chain, firstRunID), a scan of the runs before it. Runs started before scans were introduced
+// (scan false, for their replay) read the prior run alone.
+func startSources(workflowID, firstRunID string, in Input, scan bool) []Source {
+	switch {
+	case in.Carry != nil:
 		return append([]Source(nil), in.Carry.Backlog...)
-	}
-	if in.PriorRunID != "" {
+	case scan:
+		return []Source{{WorkflowID: workflowID, RunID: in.PriorRunID, Scan: true, Chain: firstRunID}}
+	case in.PriorRunID != "":
 		return []Source{{WorkflowID: workflowID, RunID: in.PriorRunID}}
 	}
 	return nil

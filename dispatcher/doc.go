@@ -46,11 +46,15 @@
 // survives its end:
 //
 //   - Takeover. A takeover terminates the prior run by its run ID and names it in the new run's
-//     Owner.PriorRunID. The new run first reads that run's history with the Backlog activity (the
-//     worker's Temporal client, Activities.History) and re-dispatches every request the run accepted
-//     whose Dispatch activity did not complete in it: signals, accepted updates, what it carried in
-//     its own input and what it read back itself, followed by what that run had not finished
-//     reading of its own predecessors. Nothing cleverer is subtracted; the ledger makes a handled
+//     Owner.PriorRunID. The new run first lists the workflow ID's closed runs (visibility, with the
+//     worker's Temporal client, Activities.History), newest first, back to the last run that
+//     finished its own carry-over and at least to the prior run, and reads each one's history with
+//     the Backlog activity: it re-dispatches every request such a run accepted whose Dispatch
+//     activity did not complete in it (signals, accepted updates, what it carried in its own input
+//     and what it read back itself). A pointer alone is not enough: a superseded term's start that
+//     lands late, while no run is open, becomes the ID's latest run although it never saw the runs
+//     before it, and its starter ends it at once; every run of the ID since the last carried one is
+//     read, so such a run hides nothing. Nothing cleverer is subtracted; the ledger makes a handled
 //     one a duplicate and finishes one left pending by a run terminated mid-activity. The backlog
 //     is paged (at most RegisterOptions.BacklogPage requests and 512 KB per activity, the next page
 //     read once fewer than a page wait), so a backlog of any size is handed over in parts, never

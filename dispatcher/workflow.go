@@ -28,6 +28,10 @@ const (
 // their history; runs started before it was introduced replay with the defaults they ran with.
 const tuningChange = "baton.dispatcher.tuning"
 
+// scanChange marks, for Temporal's versioning, the runs whose carry-over starts with a scan of the
+// workflow ID's earlier runs (Source.Scan) rather than the takeover's prior run alone.
+const scanChange = "baton.dispatcher.scan"
+
 // maxCarryBytes bounds the requests a run carries in its continue-as-new input (their estimated
 // JSON size), well under Temporal's 2 MB payload limit together with MaxRecentKeys keys. A run with
 // more waiting handles them before it continues as new.
@@ -307,7 +311,9 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 		state.Owner = in.Owner
 		state.Generation++
 	}
-	state.Backlog = startSources(workflow.GetInfo(ctx).WorkflowExecution.ID, in)
+	info := workflow.GetInfo(ctx)
+	scan := in.Carry == nil && workflow.GetVersion(ctx, scanChange, workflow.DefaultVersion, 1) == 1
+	state.Backlog = startSources(info.WorkflowExecution.ID, info.FirstRunID, in, scan)
 	carried := state.Pending
 	state.Pending = nil
 	if err := ValidateOwner(in.Owner); err != nil {

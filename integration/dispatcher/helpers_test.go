@@ -300,31 +300,36 @@ func (e *env) state(t *testing.T, run client.WorkflowRun, ok func(dispatcher.Sta
 	return st
 }
 
-// activityOutcome waits until the run's first activity closed, and returns its ActivityTaskFailed
-// event (nil when it completed) and the attempt that closed it.
+// activityOutcome waits until the run's first dispatch activity (Dispatch or DispatchBatch; the
+// carry-over's Backlog activities are not counted) closed, and returns its ActivityTaskFailed event
+// (nil when it completed) and the attempt that closed it.
 func (e *env) activityOutcome(t *testing.T, run client.WorkflowRun) (*historypb.ActivityTaskFailedEventAttributes, int32) {
 	t.Helper()
 	var failed *historypb.ActivityTaskFailedEventAttributes
 	var attempt int32
-	testkit.Eventually(t, 30*time.Second, "an activity of run "+run.GetRunID()+" closes", func() error {
+	testkit.Eventually(t, 30*time.Second, "a dispatch activity of run "+run.GetRunID()+" closes", func() error {
+		dispatch := map[int64]bool{} // scheduled event ID -> a dispatch activity
 		iter := e.tc.GetWorkflowHistory(t.Context(), run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		for iter.HasNext() {
 			ev, err := iter.Next()
 			if err != nil {
 				return err
 			}
-			if a := ev.GetActivityTaskStartedEventAttributes(); a != nil {
+			if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() != dispatcher.ActivityBacklog {
+				dispatch[ev.GetEventId()] = true
+			}
+			if a := ev.GetActivityTaskStartedEventAttributes(); a != nil && dispatch[a.GetScheduledEventId()] {
 				attempt = a.GetAttempt()
 			}
-			if a := ev.GetActivityTaskFailedEventAttributes(); a != nil {
+			if a := ev.GetActivityTaskFailedEventAttributes(); a != nil && dispatch[a.GetScheduledEventId()] {
 				failed = a
 				return nil
 			}
-			if ev.GetActivityTaskCompletedEventAttributes() != nil {
+			if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && dispatch[a.GetScheduledEventId()] {
 				return nil
 			}
 		}
-		return fmt.Errorf("no activity closed yet")
+		return fmt.Errorf("no dispatch activity closed yet")
 	})
 	return failed, attempt
 }
