@@ -182,7 +182,7 @@ func (a *Activities) scan(ctx context.Context, src Source) ([]Source, error) {
 	var (
 		runs        []Source // newest first
 		token       []byte
-		chainSeen   bool
+		chainSeen   = src.Chain == "" // a chain that does not know its first run lists from the top
 		priorSeen   = src.RunID == ""
 		done        bool
 		listedCount int

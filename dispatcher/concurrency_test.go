@@ -52,7 +52,7 @@ func (g *gate) handle(ctx context.Context, _ string, _ Request, _ takeover.Owner
 func TestConcurrencyIsBounded(t *testing.T) {
 	g := &gate{want: 3, all: make(chan struct{})}
 	env := newSuiteEnv()
-	if err := RegisterWithOptions(env, &Activities{Ledger: &memLedger{}, Handler: g.handle}, RegisterOptions{MaxConcurrent: 3}); err != nil {
+	if err := RegisterWithOptions(env, &Activities{Ledger: &memLedger{}, Handler: g.handle, History: firstRun{}}, RegisterOptions{MaxConcurrent: 3}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 12
@@ -91,7 +91,7 @@ func TestContinueAsNewCarriesWaitingRequests(t *testing.T) {
 		}
 		return h.handle(ctx, key, r, o)
 	}
-	Register(env, &Activities{Ledger: ledger, Handler: held})
+	Register(env, &Activities{Ledger: ledger, Handler: held, History: firstRun{}})
 	const n = 6
 	env.RegisterDelayedCallback(func() {
 		for i := range n {

@@ -65,7 +65,11 @@
 //     Producer sends them again to the next run), waits for the dispatches in flight and the
 //     updates it accepted, and passes the requests still waiting, and the backlog it has not read,
 //     in the next run's input (State.Pending, State.Backlog). A queue too large for one input
-//     (512 KB) is handled down first.
+//     (512 KB) is handled down first. A backlog page in flight is applied before the run starts
+//     to drain, whatever the limit or the server's suggestion: a run that left it behind would hand
+//     the next run the same page to read, and a history that grows faster than pages come back
+//     would never apply one. A Backlog activity that fails its attempts pauses for a minute, during
+//     which the run may continue as new.
 //   - Cancel. A run cancelled (for example by an operator) ends as Canceled at once. The dispatch in
 //     flight at that moment may still finish on its worker: the ledger then records it done, or
 //     leaves it pending. Requests it had accepted but not handled are listed in its State

@@ -28,9 +28,15 @@ const (
 // their history; runs started before it was introduced replay with the defaults they ran with.
 const tuningChange = "baton.dispatcher.tuning"
 
-// scanChange marks, for Temporal's versioning, the runs whose carry-over starts with a scan of the
-// workflow ID's earlier runs (Source.Scan) rather than the takeover's prior run alone.
-const scanChange = "baton.dispatcher.scan"
+// carryChange marks, for Temporal's versioning, the runs whose carry-over starts with a scan of the
+// workflow ID's earlier runs (Source.Scan) rather than the takeover's prior run alone, and that never
+// continue as new with a backlog page in flight; runs without it replay as they ran.
+const carryChange = "baton.dispatcher.carry-every-run"
+
+// backlogAttempts bounds one Backlog activity's attempts in a run that has carryChange: such a run
+// waits for its page before it continues as new, so a reader that keeps failing must give the run
+// back (it pauses, and may continue as new meanwhile) instead of holding it for ever.
+const backlogAttempts = 5
 
 // maxCarryBytes bounds the requests a run carries in its continue-as-new input (their estimated
 // JSON size), well under Temporal's 2 MB payload limit together with MaxRecentKeys keys. A run with
@@ -121,6 +127,9 @@ type dispatcher struct {
 	byKey    map[string]*entry // queued or in flight, so a request sent twice is handled once
 	inFlight int
 	fetching bool // a Backlog activity is in flight
+	paused   bool // a Backlog activity failed: the next one waits a minute
+	// waitPage is set in runs with carryChange: they never start draining with a page in flight.
+	waitPage bool
 	draining bool // continue-as-new is due: no new updates, only their requests are started
 }
 
@@ -262,7 +271,7 @@ func updateError(err error) error {
 // wantBacklog says whether to read the next page of the predecessors' backlog: only when little is
 // waiting, so a huge backlog is read as it is handled and never held (or carried) all at once.
 func (d *dispatcher) wantBacklog() bool {
-	return len(d.state.Backlog) > 0 && !d.fetching && !d.draining && len(d.queue) < d.tune.BacklogPage
+	return len(d.state.Backlog) > 0 && !d.fetching && !d.paused && !d.draining && len(d.queue) < d.tune.BacklogPage
 }
 
 // fetchBacklog reads one page of the backlog in its own coroutine and queues its requests.
@@ -276,9 +285,13 @@ func (d *dispatcher) fetchBacklog(ctx workflow.Context) {
 			// The backlog stays where it was: this run tries again later, or carries it on.
 			if ctx.Err() == nil {
 				d.log.Warn("dispatcher backlog unreadable; retrying", "error", err)
+				if d.waitPage {
+					// Not in flight while it waits: the run may continue as new meanwhile.
+					d.fetching, d.paused = false, true
+				}
 				_ = workflow.Sleep(ctx, time.Minute)
 			}
-			d.fetching = false
+			d.fetching, d.paused = false, false
 			return
 		}
 		d.state.CarriedOver += int64(len(page.Requests))
@@ -289,6 +302,11 @@ func (d *dispatcher) fetchBacklog(ctx workflow.Context) {
 		d.fetching = false
 	})
 }
+
+// pageInFlight says whether a backlog page is being read that the run must apply before it may
+// start draining: a run that continued as new with its page in flight would leave it unapplied,
+// and a run whose history grows faster than its pages come back would never apply one.
+func (d *dispatcher) pageInFlight() bool { return d.waitPage && d.fetching }
 
 // pendingUpdates counts the update handlers still waiting for a request.
 func (d *dispatcher) pendingUpdates() int {
@@ -312,15 +330,15 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 		state.Generation++
 	}
 	info := workflow.GetInfo(ctx)
-	scan := in.Carry == nil && workflow.GetVersion(ctx, scanChange, workflow.DefaultVersion, 1) == 1
-	state.Backlog = startSources(info.WorkflowExecution.ID, info.FirstRunID, in, scan)
+	carryAll := workflow.GetVersion(ctx, carryChange, workflow.DefaultVersion, 1) == 1
+	state.Backlog = startSources(info.WorkflowExecution.ID, info.FirstRunID, in, carryAll && in.Carry == nil)
 	carried := state.Pending
 	state.Pending = nil
 	if err := ValidateOwner(in.Owner); err != nil {
 		log.Error("dispatcher run cannot be fenced; every dispatch will be refused", "error", err,
 			"server_id", in.ServerID, "token", in.Token)
 	}
-	d := &dispatcher{log: log, state: &state, tune: tune, byKey: map[string]*entry{}}
+	d := &dispatcher{log: log, state: &state, tune: tune, byKey: map[string]*entry{}, waitPage: carryAll}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (State, error) { return state, nil }); err != nil {
 		return err
 	}
@@ -332,11 +350,15 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 			NonRetryableErrorTypes: []string{ErrTypeInvalidRequest, ErrTypeInvalidOwner, ErrTypeSuperseded, ErrTypeBadRecord},
 		},
 	})
+	backlogRetry := &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: time.Minute}
+	if carryAll {
+		backlogRetry.MaximumAttempts = backlogAttempts
+	}
 	backlogCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		// A history of Temporal's maximum size is read in one attempt; heartbeats show it progressing.
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: time.Minute},
+		RetryPolicy:         backlogRetry,
 	})
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDispatch,
 		func(ctx workflow.Context, req Request) (Result, error) {
@@ -388,8 +410,9 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 		return info.GetCurrentHistoryLength() >= tune.HistoryLimit || info.GetContinueAsNewSuggested()
 	}
 	// quiet says whether the run can continue as new: no dispatch in flight, no update waiting, and
-	// what waits fits the next run's input. A Backlog activity in flight is not waited for: the next
-	// run reads the same page again from the State.Backlog it is handed.
+	// what waits fits the next run's input. No backlog page is in flight either: draining starts only
+	// once the page in flight was applied (pageInFlight), and no page is read while draining. (Runs
+	// from before carryChange did not wait for the page; the next run read it again.)
 	quiet := func() bool {
 		return d.inFlight == 0 && d.pendingUpdates() == 0 && workflow.AllHandlersFinished(ctx) && d.fits()
 	}
@@ -397,7 +420,7 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 	for {
 		err := workflow.Await(ctx, func() bool {
 			return dispatches.Len() > 0 || takeovers.Len() > 0 || d.next() >= 0 || d.wantBacklog() ||
-				(!d.draining && due()) || (d.draining && quiet())
+				(!d.draining && due() && !d.pageInFlight()) || (d.draining && quiet())
 		})
 		if err != nil {
 			return d.cancelled(dispatches)
@@ -407,7 +430,7 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 		if d.wantBacklog() {
 			d.fetchBacklog(backlogCtx)
 		}
-		if !d.draining && due() {
+		if !d.draining && due() && !d.pageInFlight() {
 			// From here no update is accepted (its sender retries on the next run), and only requests
 			// that updates wait for are started; the rest travel in the next run's input.
 			d.draining = true

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
@@ -80,7 +83,7 @@ var owner = takeover.Owner{Project: "billing", Queue: "orders", ServerID: "node-
 
 func newEnv(t *testing.T, ledger Ledger, h *countingHandler) *testsuite.TestWorkflowEnvironment {
 	env := newSuiteEnv()
-	Register(env, &Activities{Ledger: ledger, Handler: h.handle})
+	Register(env, &Activities{Ledger: ledger, Handler: h.handle, History: firstRun{}})
 	return env
 }
 
@@ -236,7 +239,7 @@ func TestCancelWhileIdle(t *testing.T) {
 func TestRegisterOptionsForceContinueAsNew(t *testing.T) {
 	ledger, h := &memLedger{}, &countingHandler{}
 	env := newSuiteEnv()
-	if err := RegisterWithOptions(env, &Activities{Ledger: ledger, Handler: h.handle}, RegisterOptions{HistoryLimit: 40, RecentKeys: 2}); err != nil {
+	if err := RegisterWithOptions(env, &Activities{Ledger: ledger, Handler: h.handle, History: firstRun{}}, RegisterOptions{HistoryLimit: 40, RecentKeys: 2}); err != nil {
 		t.Fatal(err)
 	}
 	for i, task := range []string{"t1", "t2", "t3", "t4"} {
@@ -344,4 +347,16 @@ func TestRequestKeyAndValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.r, err, tc.field)
 		}
 	}
+}
+
+// firstRun is the history reader of a workflow ID that has no run but the one under test: a
+// takeover's scan finds nothing to carry over.
+type firstRun struct{}
+
+func (firstRun) GetWorkflowHistory(context.Context, string, string, bool, enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	panic("firstRun: no earlier run to read")
+}
+
+func (firstRun) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	return &workflowservice.ListWorkflowExecutionsResponse{}, nil
 }

@@ -1,10 +1,17 @@
 package dispatcher_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -117,5 +124,69 @@ func TestContinueAsNewWithBacklog(t *testing.T) {
 	st := e.state(t, e.runOf(t, takeover.Run{WorkflowID: run.WorkflowID}), func(s dispatcher.State) bool { return s.Dispatched == n })
 	if st.Generation == 0 {
 		t.Fatalf("state %+v: the chain never continued as new", st)
+	}
+}
+
+// slowHistory delays every read of a run's history or listing: a carry-over page that stays in
+// flight while the run's history grows.
+type slowHistory struct {
+	client.Client
+	delay time.Duration
+}
+
+func (s slowHistory) GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
+	filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	time.Sleep(s.delay)
+	return s.Client.GetWorkflowHistory(ctx, workflowID, runID, isLongPoll, filterType)
+}
+
+func (s slowHistory) ListWorkflow(ctx context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	time.Sleep(s.delay)
+	return s.Client.ListWorkflow(ctx, req)
+}
+
+// A run never continues as new with a backlog page in flight: on a server that suggests
+// continue-as-new after 6 events, with a history limit of 12, a slow carry-over and requests
+// arriving all the while, every request the prior run accepted and every new one is handled once.
+func TestContinueAsNewNeverOutrunsTheBacklog(t *testing.T) {
+	srv := temporalx.Start(t, temporalx.Options{DynamicConfig: map[string]any{
+		"matching.numTaskqueueReadPartitions":     1,
+		"matching.numTaskqueueWritePartitions":    1,
+		"limit.historyCount.suggestContinueAsNew": 6,
+	}})
+	e := newEnvOn(t, srv)
+	e.historyReader = slowHistory{Client: e.tc, delay: 300 * time.Millisecond}
+	_, termA := e.take(t, "node-a")
+	var keys []string
+	for i := range 3 {
+		r := request(fmt.Sprintf("carried-%d", i))
+		keys = append(keys, r.Key())
+		e.signal(t, r)
+	}
+	if err := termA.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	runB, _ := e.take(t, "node-b")
+	h := &handled{}
+	e.workerWith(t, h, dispatcher.RegisterOptions{HistoryLimit: 12})
+	// New requests keep the run's history growing while its carry-over is read.
+	for i := range 30 {
+		r := request(fmt.Sprintf("new-%d", i))
+		keys = append(keys, r.Key())
+		e.signal(t, r)
+		time.Sleep(50 * time.Millisecond)
+	}
+	recs := e.waitDone(t, keys)
+	onceEach(t, h, keys)
+	for _, k := range keys[:3] {
+		if recs[k] != record("done", runB.Owner) {
+			t.Errorf("carried record %s = %q, want done by node-b", k, recs[k])
+		}
+	}
+	st := e.state(t, e.runOf(t, takeover.Run{WorkflowID: runB.WorkflowID}), func(s dispatcher.State) bool {
+		return s.Dispatched == int64(len(keys))
+	})
+	if st.Generation == 0 {
+		t.Errorf("state %+v: the chain never continued as new", st)
 	}
 }

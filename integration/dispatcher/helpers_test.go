@@ -34,11 +34,19 @@ type env struct {
 	cli   *clientv3.Client
 	tc    client.Client
 	queue string
+	// historyReader is the workers' history reader; nil means tc.
+	historyReader dispatcher.HistoryReader
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{etcd: etcdtest.Start(t, etcdtest.Options{}), tc: temporalx.Client(t, temporalServer)}
+	return newEnvOn(t, temporalServer)
+}
+
+// newEnvOn is newEnv on a Temporal server of the test's own.
+func newEnvOn(t *testing.T, srv *temporalx.Server) *env {
+	t.Helper()
+	e := &env{etcd: etcdtest.Start(t, etcdtest.Options{}), tc: temporalx.Client(t, srv)}
 	e.cli = etcdtest.Client(t, e.etcd)
 	e.queue = strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	return e
@@ -160,7 +168,11 @@ func (e *env) worker(t *testing.T) *handled {
 func (e *env) workerWith(t *testing.T, h *handled, opts dispatcher.RegisterOptions) (stop func()) {
 	t.Helper()
 	w := worker.New(e.tc, takeover.DefaultTaskQueue(project, e.queue), worker.Options{})
-	acts := &dispatcher.Activities{Ledger: e.ledger(t), Handler: h.handle, History: e.tc}
+	var history dispatcher.HistoryReader = e.tc
+	if e.historyReader != nil {
+		history = e.historyReader
+	}
+	acts := &dispatcher.Activities{Ledger: e.ledger(t), Handler: h.handle, History: history}
 	if err := dispatcher.RegisterWithOptions(w, acts, opts); err != nil {
 		t.Fatal(err)
 	}
