@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/etcdtest"
@@ -246,5 +251,140 @@ func TestLedgerCheckReportsFailingWrites(t *testing.T) {
 	})
 	if err := l.Check(); err != nil {
 		t.Fatalf("Check after a write went through = %v, want nil", err)
+	}
+}
+
+// cutResponses applies the next n Txn requests at etcd and then answers the client Unavailable, as a
+// connection that broke after the server applied the request but before its response arrived.
+type cutResponses struct {
+	mu    sync.Mutex
+	n     int
+	state string   // cut only Txns that write a record of this state ("" for any)
+	cut   []string // the Txns applied whose response was cut, in order
+}
+
+func (c *cutResponses) arm(n int, state string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n, c.state = n, state
+}
+
+// writes reports whether a Txn puts a ledger record of state.
+func writes(req any, state string) bool {
+	txn, ok := req.(*etcdserverpb.TxnRequest)
+	if !ok {
+		return false
+	}
+	for _, op := range txn.GetSuccess() {
+		if strings.HasPrefix(string(op.GetRequestPut().GetValue()), state+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cutResponses) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if method != "/etcdserverpb.KV/Txn" || err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 || (c.state != "" && !writes(req, c.state)) {
+		return nil
+	}
+	c.n--
+	c.cut = append(c.cut, method)
+	return status.Error(codes.Unavailable, "response cut after the server applied the request")
+}
+
+// Every ledger write is harmless when it is applied twice: the commit reaches etcd, the client
+// sees Unavailable and the write is sent again (by the etcd client's own retry or by the caller:
+// the activity's next attempt). Begin, the takeover of an older owner's pending record and Complete
+// each end in the state one application would leave, and the Dispatch activity retried after a cut
+// response calls the handler once.
+func TestLedgerWritesAppliedTwice(t *testing.T) {
+	e := newEnv(t)
+	cut := &cutResponses{}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(cut.intercept)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	l, err := dispatcher.NewEtcdLedger(cli, ledgerPrefix, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, termOld := e.ownerOf(t, "node-old")
+	if _, err := l.Begin(t.Context(), "taken-over", old); err != nil {
+		t.Fatal(err)
+	}
+	if err := termOld.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := e.ownerOf(t, "node-a")
+
+	// sendTwice makes the first application's response disappear, then sends the write again as a
+	// caller that saw the error would.
+	sendTwice := func(what string, write func() error) {
+		t.Helper()
+		cut.arm(1, "")
+		first := write()
+		if n := len(cut.cut); n == 0 {
+			t.Fatalf("%s: no response was cut", what)
+		}
+		cut.cut = nil
+		if first == nil {
+			return // the etcd client sent it again itself and reported the second outcome
+		}
+		if err := write(); err != nil {
+			t.Fatalf("%s sent again after its response was cut (%v): %v", what, first, err)
+		}
+	}
+	for _, k := range []string{"new", "taken-over"} {
+		sendTwice("Begin "+k, func() error {
+			done, err := l.Begin(t.Context(), k, o)
+			if err == nil && done {
+				return fmt.Errorf("Begin reported %s done", k)
+			}
+			return err
+		})
+		if got := e.records(t)[k]; got != record("pending", o) {
+			t.Fatalf("record %s after Begin applied twice = %q, want pending for node-a", k, got)
+		}
+		sendTwice("Complete "+k, func() error { return l.Complete(t.Context(), k, o) })
+		if got := e.records(t)[k]; got != record("done", o) {
+			t.Fatalf("record %s after Complete applied twice = %q, want done by node-a", k, got)
+		}
+	}
+
+	// The activity, attempt after attempt as Temporal retries it: a cut Begin fails an attempt
+	// before the handler, a cut Complete after it. The handler runs once either way.
+	for _, state := range []string{dispatcher.LedgerPending, dispatcher.LedgerDone} {
+		h := &handled{}
+		acts := &dispatcher.Activities{Ledger: l, Handler: h.handle}
+		req := request("cut-" + state)
+		task := dispatcher.Task{Key: req.Key(), Request: req, Owner: o}
+		cut.arm(1, state)
+		var errs []error
+		for len(errs) < 3 {
+			_, err := acts.Dispatch(t.Context(), task)
+			if err == nil {
+				break
+			}
+			errs = append(errs, err)
+		}
+		if len(cut.cut) != 1 || len(errs) == 3 {
+			t.Fatalf("cut %s write: %d responses cut, attempts failed with %v", state, len(cut.cut), errs)
+		}
+		cut.cut = nil
+		if n := h.perKey()[req.Key()]; n != 1 {
+			t.Fatalf("cut %s write: handler ran %d times, want once (failed attempts: %v)", state, n, errs)
+		}
+		if got := e.records(t)[req.Key()]; got != record("done", o) {
+			t.Fatalf("cut %s write: record = %q, want done by node-a", state, got)
+		}
 	}
 }
