@@ -104,6 +104,25 @@
 // they remember without asking the ledger (RecentKeys), how many requests they handle at a time
 // (MaxConcurrent) and the carry-over page (BacklogPage); a run's Input overrides each.
 //
+// # Your own dispatcher workflow
+//
+// An application that needs its own code in the dispatcher run (announce the owner, load
+// configuration, run side work) writes its own workflow around Serve instead of registering the
+// reference one: the workflow registers under Config.Takeover.WorkflowType, its input embeds Input
+// (the takeover's start hook builds it from takeover.Start.Owner), it calls Serve first, with its own
+// code in ServeOptions.Start and its input for the next run in ServeOptions.Next, and the worker
+// registers the activities with RegisterActivities. Baton's handlers are then registered before any
+// of the application's code runs, continue-as-new keeps the application's workflow type and input,
+// and every guarantee above holds as for the reference workflow. examples/shipping is such an
+// application. Calling Workflow (or the reference workflow's body) from a workflow of one's own is not
+// supported: its handlers would be registered only after the application's code, and it would
+// continue as new with the reference workflow's input alone.
+//
+// The Producer's contract is the same for both: the update UpdateDispatch with the dispatch key as
+// its update ID, a validator that refuses an invalid request before it is accepted, a completion
+// that means "recorded handled" (Result.Duplicate when it had been before), and the failures a
+// caller may retry; Producer.Dispatch documents each.
+//
 // # Upgrading from the one-request-at-a-time dispatcher
 //
 // Runs started by the previous release (signals handled one at a time by the Dispatch activity)

@@ -31,6 +31,9 @@ const (
 	ErrTypeInvalidOwner   = "baton.InvalidOwner"    // ErrInvalidOwner
 	ErrTypeSuperseded     = "baton.Superseded"      // ErrSuperseded
 	ErrTypeBadRecord      = "baton.BadLedgerRecord" // ErrBadRecord
+	// ErrTypeInvalidOptions fails a Serve run whose ServeOptions.Tuning breaks a rule; the message
+	// names the field.
+	ErrTypeInvalidOptions = "baton.InvalidServeOptions"
 )
 
 // Types of the failures an UpdateDispatch update ends with besides the ones above. A Producer sends

@@ -98,9 +98,26 @@ func RegisterWithOptions(w worker.Registry, a *Activities, opts RegisterOptions)
 	return nil
 }
 
+// RegisterActivities registers the dispatcher's activities alone, for a worker that runs an
+// application's own dispatcher workflow (Serve) instead of the reference one.
+func RegisterActivities(w worker.Registry, a *Activities) error {
+	switch {
+	case w == nil:
+		return errors.New("dispatcher: worker must not be nil")
+	case a == nil:
+		return errors.New("dispatcher: Activities must not be nil")
+	}
+	registerActivities(w, a)
+	return nil
+}
+
 func register(w worker.Registry, a *Activities, opts RegisterOptions) {
-	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in Input) error { return run(ctx, in, opts) },
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in Input) error { return run(ctx, in, ServeOptions{Tuning: opts}) },
 		workflow.RegisterOptions{Name: WorkflowName})
+	registerActivities(w, a)
+}
+
+func registerActivities(w worker.Registry, a *Activities) {
 	w.RegisterActivityWithOptions(a.Dispatch, activity.RegisterOptions{Name: ActivityDispatch})
 	w.RegisterActivityWithOptions(a.DispatchBatch, activity.RegisterOptions{Name: ActivityDispatchBatch})
 	w.RegisterActivityWithOptions(a.Backlog, activity.RegisterOptions{Name: ActivityBacklog})

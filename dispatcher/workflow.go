@@ -102,7 +102,51 @@ func (s *State) seen(key string) bool {
 // terminated the run that first saw it; the ledger refuses a superseded owner. It continues as new
 // before its history grows large, carrying its Owner, State and unhandled requests, and ends as
 // Canceled when cancelled.
-func Workflow(ctx workflow.Context, in Input) error { return run(ctx, in, RegisterOptions{}) }
+func Workflow(ctx workflow.Context, in Input) error { return run(ctx, in, ServeOptions{}) }
+
+// ServeOptions shape Serve: the application's own dispatcher workflow around Baton's.
+type ServeOptions struct {
+	// Tuning is the run's tuning, as RegisterOptions are the reference workflow's on a worker: a
+	// run's Input overrides it field by field, the defaults fill the rest. It must pass Validate.
+	Tuning RegisterOptions
+	// Start is the application's own code for the run: announcing the owner (ConfirmOwner, then a
+	// write fenced by OwnerCmp), loading what the run needs. Serve calls it once Baton's update,
+	// signal and query handlers are registered, so a request sent meanwhile is accepted and waits,
+	// and before the first request is dispatched. It runs in every run of the chain (Input.Carry is
+	// set in a run that continued as new) and must return: work that lasts the whole run goes in a
+	// workflow.Go coroutine. An error ends the run as failed; its owner starts another, which carries
+	// over what this one accepted. Nil: nothing.
+	Start func(ctx workflow.Context) error
+	// Next returns the workflow's arguments for the next run of the chain when this run continues as
+	// new, given Baton's part of them. Default: next alone, for a workflow whose only argument is an
+	// Input. A workflow with an input of its own returns it with next in it.
+	Next func(next Input) []any
+}
+
+// Serve is the reference dispatcher inside an application's own dispatcher workflow: the same
+// handlers, ledger, carry-over and continue-as-new, with the application's code in opts.Start and
+// its own workflow type and input kept across continue-as-new (the next run is of the type the
+// current one is, with the arguments opts.Next returns). The workflow registers under its own name
+// (Config.Takeover.WorkflowType), gets its Input from the takeover's start hook (takeover.Start.Args,
+// with Start.Owner in Input.Owner), and calls Serve first, before anything that blocks: Baton's
+// update handler must be registered in the run's first workflow task, or a Producer's update sent
+// to the new run fails until it is. The worker registers the activities with RegisterActivities.
+//
+//	func Dispatcher(ctx workflow.Context, in MyInput) error {
+//		return dispatcher.Serve(ctx, in.Input, dispatcher.ServeOptions{
+//			Start: func(ctx workflow.Context) error { return announce(ctx, in) },
+//			Next:  func(next dispatcher.Input) []any { in.Input = next; return []any{in} },
+//		})
+//	}
+//
+// Every guarantee of the package holds as for the reference workflow: a request Serve accepted is
+// handled once in effect, across takeovers and continue-as-new.
+func Serve(ctx workflow.Context, in Input, opts ServeOptions) error {
+	if err := opts.Tuning.Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidOptions, nil)
+	}
+	return run(ctx, in, opts)
+}
 
 // entry is one request the run accepted: waiting in the queue, in flight, or done.
 type entry struct {
@@ -317,7 +361,8 @@ func (d *dispatcher) pendingUpdates() int {
 	return n
 }
 
-func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
+func run(ctx workflow.Context, in Input, app ServeOptions) error {
+	opts := app.Tuning
 	if startedByPreviousRelease(ctx, in) {
 		return legacyRun(ctx, in)
 	}
@@ -387,6 +432,15 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 	for _, r := range carried {
 		d.add(r)
 	}
+	if app.Start != nil {
+		if err := app.Start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return d.cancelled(workflow.GetSignalChannel(ctx, SignalDispatch))
+			}
+			log.Error("dispatcher run's start failed; the run ends and its owner starts another", "error", err)
+			return err
+		}
+	}
 	dispatches := workflow.GetSignalChannel(ctx, SignalDispatch)
 	takeovers := workflow.GetSignalChannel(ctx, SignalTakeover)
 	receive := func() {
@@ -451,8 +505,14 @@ func run(ctx workflow.Context, in Input, opts RegisterOptions) error {
 		}
 		// The next run of the chain belongs to the same owner: its input carries this run's Owner
 		// (and Temporal copies the memo).
-		return workflow.NewContinueAsNewError(ctx, WorkflowName, Input{Owner: in.Owner, Carry: &carry,
-			HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys, MaxConcurrent: in.MaxConcurrent, BacklogPage: in.BacklogPage})
+		next := Input{Owner: in.Owner, Carry: &carry,
+			HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys, MaxConcurrent: in.MaxConcurrent, BacklogPage: in.BacklogPage}
+		args := []any{next}
+		if app.Next != nil {
+			args = app.Next(next)
+		}
+		// The chain stays of this run's type: the reference workflow's, or the application's own.
+		return workflow.NewContinueAsNewError(ctx, workflow.GetInfo(ctx).WorkflowType.Name, args...)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/takeover"
 )
@@ -34,6 +35,11 @@ type Options struct {
 	Region string
 	// HTTPAddr is where /metrics, /healthz, /readyz and /leading are served, e.g. ":9090".
 	HTTPAddr string
+	// Handler ships one dispatch request; it must be idempotent by key (see dispatcher.Handler).
+	// Default: it logs the request.
+	Handler dispatcher.Handler
+	// Tuning is the dispatcher runs' tuning (history limit, concurrency, carry-over page).
+	Tuning dispatcher.RegisterOptions
 }
 
 // Module is the app: Baton, its listener and metrics, the Temporal workers and the HTTP endpoints.
@@ -42,7 +48,10 @@ func Module(o Options) fx.Option {
 	cfg := o.Baton
 	cfg.Takeover.WorkflowType = WorkflowType
 	cfg.Takeover.Start = func(_ context.Context, s *takeover.Start) error {
-		s.Args = []any{Input{Owner: s.Owner, Region: o.Region, BatchSize: 100}}
+		in := Input{Input: dispatcher.Input{Owner: s.Owner}, Region: o.Region, BatchSize: 100}
+		in.HistoryLimit, in.MaxConcurrent, in.BacklogPage = o.Tuning.HistoryLimit, o.Tuning.MaxConcurrent, o.Tuning.BacklogPage
+		in.RecentKeys = o.Tuning.RecentKeys
+		s.Args = []any{in}
 		s.Options.WorkflowTaskTimeout = 10 * time.Second
 		s.Options.Memo["shipping.region"] = o.Region
 		return nil
@@ -114,16 +123,36 @@ type workerParams struct {
 	fx.In
 	Lifecycle fx.Lifecycle
 	Config    baton.Config
+	Options   Options
 	Temporal  client.Client
 	Etcd      *clientv3.Client
+	Log       *zap.Logger
 	// Node is taken so that the workers' hooks come after the Node's: on stop, the workers stop
 	// before the Node hands its queues over.
 	Node *baton.Node
 }
 
-// startWorkers runs the dispatcher workflow and its activities on each queue's task queue.
-func startWorkers(p workerParams) {
+// startWorkers runs the dispatcher workflow, the app's activities and Baton's dispatch activities
+// (the etcd ledger, the handler) on each queue's task queue; the ledger's health is part of /readyz.
+func startWorkers(p workerParams) error {
 	acts := &Activities{Etcd: p.Etcd}
+	ledger, err := dispatcher.NewEtcdLedger(p.Etcd, "", 0)
+	if err != nil {
+		return err
+	}
+	if err := p.Node.AddReadinessCheck("dispatch-ledger", ledger.Check); err != nil {
+		return err
+	}
+	handler := p.Options.Handler
+	if handler == nil {
+		log := p.Log.Named("dispatch")
+		handler = func(_ context.Context, key string, req dispatcher.Request, owner takeover.Owner) error {
+			log.Info("shipping", zap.String("key", key), zap.String("type", req.Type), zap.String("task_id", req.TaskID),
+				zap.String("queue", owner.Queue), zap.Int64("token", owner.Token))
+			return nil
+		}
+	}
+	dispatch := &dispatcher.Activities{Ledger: ledger, Handler: handler, History: p.Temporal}
 	queues := make([]string, len(p.Config.Queues))
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range p.Config.Queues {
@@ -131,6 +160,9 @@ func startWorkers(p workerParams) {
 		workers[i] = worker.New(p.Temporal, queues[i], worker.Options{})
 		workers[i].RegisterWorkflowWithOptions(Dispatcher, workflow.RegisterOptions{Name: WorkflowType})
 		workers[i].RegisterActivity(acts)
+		if err := dispatcher.RegisterActivities(workers[i], dispatch); err != nil {
+			return err
+		}
 	}
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(context.Context) error {
@@ -151,6 +183,7 @@ func startWorkers(p workerParams) {
 			return nil
 		},
 	})
+	return nil
 }
 
 // Server is the app's HTTP server; Addr is where it listens once the app started.
