@@ -24,23 +24,35 @@ type Term interface {
 	Context() context.Context
 	// Check is the local, synchronous test that the term may act.
 	Check() error
+	// Confirm asks etcd whether the term still holds (an error wrapping election.ErrNotLeader once a
+	// successor may exist): a write that finds a higher token stored asks it before giving way.
+	Confirm(ctx context.Context) error
 }
 
 var _ Term = (*election.Term)(nil)
 
-// MetricWrites counts heartbeat writes by project, queue and result (ok, superseded, not_leader, error).
+// MetricWrites counts heartbeat writes by project, queue and result (ok, superseded, not_leader,
+// regression, error). regression is a write that replaced an entry with a higher token once etcd
+// confirmed the writer's term: etcd's revisions went back (a restore without --bump-revision, a move
+// to a new cluster), as takeover.MetricRegressions counts for runs.
 const MetricWrites = "baton.heartbeat.writes"
 
-// beatScript writes an entry unless the stored one carries a higher token. A key of another type, or
-// a hash whose token is not a number, is garbage in the owner's own key and is replaced. The time is
-// the Redis server's. Returns {1, updated_ms, replaced} or {0, stored_token}.
+// beatScript writes an entry unless the stored one carries a higher token, other than ARGV[10]: the
+// token the writer found stored before etcd confirmed its term (a history regression), so that an
+// entry written since by anyone else is never overwritten. A key of another type, or a hash whose
+// token is not a number, is garbage in the owner's own key and is replaced. The time is the Redis
+// server's. Returns {1, updated_ms, replaced} or {0, stored_token}; replaced is 1 for garbage, 2 for
+// a higher token overwritten.
 var beatScript = redis.NewScript(`
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local replaced = 0
 if kind == 'hash' then
   local cur = redis.call('HGET', KEYS[1], 'token')
   local n = tonumber(cur)
-  if n and n > tonumber(ARGV[4]) then return {0, tostring(cur)} end
+  if n and n > tonumber(ARGV[4]) then
+    if ARGV[10] ~= cur then return {0, tostring(cur)} end
+    replaced = 2
+  end
   if cur and not n then replaced = 1 end
 elseif kind ~= 'none' then
   replaced = 1
@@ -95,12 +107,17 @@ func (w *Writer) Config() Config { return w.cfg }
 func (w *Writer) Key(workflowID string) string { return w.cfg.Prefix + workflowID }
 
 // Beat writes one heartbeat for run, which term owns. It returns an error wrapping ErrNotLeader when
-// the term no longer holds and ErrSuperseded when the stored entry carries a higher token; nothing is
-// written in either case.
+// the term no longer holds and ErrSuperseded when the stored entry carries a higher token and etcd
+// no longer confirms the term; nothing is written in either case. A higher token stored while etcd
+// confirms the term cannot be a successor's (none can exist): etcd's revisions went back, as the
+// takeover treats a run's memo token. The entry is overwritten, logged at error level and counted
+// (result regression), so the queue does not change hands over it.
 func (w *Writer) Beat(ctx context.Context, term Term, run takeover.Run) (Entry, error) {
-	e, err := w.beat(ctx, term, run)
+	e, regressed, err := w.beat(ctx, term, run)
 	result := "ok"
 	switch {
+	case err == nil && regressed:
+		result = "regression"
 	case errors.Is(err, ErrNotLeader):
 		result = "not_leader"
 	case errors.Is(err, ErrSuperseded):
@@ -113,43 +130,71 @@ func (w *Writer) Beat(ctx context.Context, term Term, run takeover.Run) (Entry, 
 	return e, err
 }
 
-func (w *Writer) beat(ctx context.Context, term Term, run takeover.Run) (Entry, error) {
+func (w *Writer) beat(ctx context.Context, term Term, run takeover.Run) (Entry, bool, error) {
 	if err := validRun(term, run); err != nil {
-		return Entry{}, err
+		return Entry{}, false, err
 	}
 	if err := term.Check(); err != nil {
-		return Entry{}, fmt.Errorf("%w: %w", ErrNotLeader, err)
+		return Entry{}, false, fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	key := w.Key(run.WorkflowID)
 	token := strconv.FormatInt(term.Token(), 10)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
-	res, err := beatScript.Run(cctx, w.rdb, []string{key},
-		run.WorkflowID, run.RunID, term.LeaderID(), token, run.Owner.Project, run.Owner.Queue,
-		w.cfg.KeyTTL.Milliseconds(), formatVersion, firstRunID(run)).Slice()
-	if err != nil {
-		return Entry{}, fmt.Errorf("heartbeat: write %s: %w", key, err)
+	write := func(overwrite string) ([]any, error) {
+		res, err := beatScript.Run(cctx, w.rdb, []string{key},
+			run.WorkflowID, run.RunID, term.LeaderID(), token, run.Owner.Project, run.Owner.Queue,
+			w.cfg.KeyTTL.Milliseconds(), formatVersion, firstRunID(run), overwrite).Slice()
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("heartbeat: write %s: %w", key, err)
+		case len(res) < 2:
+			return nil, fmt.Errorf("heartbeat: write %s: unexpected script reply %v", key, res)
+		}
+		return res, nil
 	}
-	if len(res) < 2 {
-		return Entry{}, fmt.Errorf("heartbeat: write %s: unexpected script reply %v", key, res)
+	res, err := write("")
+	if err != nil {
+		return Entry{}, false, err
 	}
 	if ok, _ := res[0].(int64); ok != 1 {
-		return Entry{}, fmt.Errorf("%w: %s holds token %v, ours is %s", ErrSuperseded, key, res[1], token)
+		stored := res[1]
+		if err := term.Confirm(cctx); errors.Is(err, election.ErrNotLeader) {
+			return Entry{}, false, fmt.Errorf("%w: %s holds token %v, ours is %s: %w", ErrSuperseded, key, stored, token, err)
+		} else if err != nil {
+			// Whether a successor exists is unknown: write nothing now, ask again at the next beat.
+			return Entry{}, false, fmt.Errorf("heartbeat: %s holds token %v, higher than ours (%s), and etcd did not confirm our term: %w",
+				key, stored, token, err)
+		}
+		if res, err = write(fmt.Sprint(stored)); err != nil {
+			return Entry{}, false, err
+		}
+		if ok, _ := res[0].(int64); ok != 1 {
+			return Entry{}, false, fmt.Errorf("heartbeat: %s changed to token %v while our term (%s) was confirmed; writing at the next beat",
+				key, res[1], token)
+		}
 	}
 	ms, err := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
 	if err != nil {
-		return Entry{}, fmt.Errorf("heartbeat: write %s: unexpected time %v", key, res[1])
+		return Entry{}, false, fmt.Errorf("heartbeat: write %s: unexpected time %v", key, res[1])
 	}
+	regressed := false
 	if len(res) > 2 {
-		if replaced, _ := res[2].(int64); replaced == 1 {
+		switch replaced, _ := res[2].(int64); replaced {
+		case 1:
 			w.log.Warn("heartbeat replaced a malformed entry in its own key", zap.String("key", key))
+		case 2:
+			regressed = true
+			w.log.Error("heartbeat entry carried a higher token than the confirmed term: etcd revisions went back (restored without --bump-revision?); overwritten",
+				zap.String("key", key), zap.String("project", run.Owner.Project), zap.String("queue", run.Owner.Queue),
+				zap.Int64("token", term.Token()), zap.String("run_id", run.RunID))
 		}
 	}
 	return Entry{
 		Key: key, WorkflowID: run.WorkflowID, RunID: run.RunID, FirstRunID: firstRunID(run), ServerID: term.LeaderID(),
 		Project: run.Owner.Project, Queue: run.Owner.Queue, Token: term.Token(),
 		UpdatedAt: time.UnixMilli(ms), UpdatedMs: ms,
-	}, nil
+	}, regressed, nil
 }
 
 // Run writes a heartbeat for run at once and then every Interval, until ctx ends or the term ends

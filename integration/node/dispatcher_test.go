@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
@@ -217,4 +219,43 @@ func takeoverAttempts(t *testing.T, reader metric.Reader) int {
 		}
 	}
 	return total
+}
+
+// After an etcd history regression the queue's heartbeat entry holds a higher token than any term
+// the restored etcd grants. The leader's heartbeat overwrites it once etcd confirms its term: the
+// queue keeps its first leader and run, where giving way to the entry made it change hands every
+// few seconds until the entry expired.
+func TestHeartbeatRegressionDoesNotChurn(t *testing.T) {
+	e := newEnv(t)
+	p, queue := project(), "orders"
+	id, err := takeover.WorkflowID(p, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := heartbeat.DefaultPrefix + id
+	if err := e.rdb.HSet(t.Context(), key, heartbeat.FieldWorkflowID, id, heartbeat.FieldRunID, "run-before-the-restore",
+		heartbeat.FieldServerID, "node-old", heartbeat.FieldToken, int64(1)<<40, heartbeat.FieldProject, p, heartbeat.FieldQueue, queue,
+		heartbeat.FieldUpdatedMs, time.Now().UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := e.startNode(t, fast(p, "node-a", queue), e.tc)
+	first := e.ownedRun(t, a, queue, "node-a leads with its run", nil)
+	e.startNode(t, fast(p, "node-b", queue), e.tc)
+	// Twenty heartbeat intervals: each refused beat used to end the term.
+	time.Sleep(4 * time.Second)
+	now := e.ownedRun(t, a, queue, "node-a still leads", nil)
+	if now.Token != first.Token || now.RunID != first.RunID {
+		t.Fatalf("queue changed hands: first token %d run %s, now token %d run %s", first.Token, first.RunID, now.Token, now.RunID)
+	}
+	resp, err := e.tc.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = %q", id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.GetExecutions()); n != 1 {
+		t.Fatalf("%d dispatcher runs, want 1", n)
+	}
+	if got, _ := e.rdb.HGet(t.Context(), key, heartbeat.FieldToken).Result(); got != fmt.Sprint(first.Token) {
+		t.Fatalf("heartbeat entry token %s, want the leader's %d", got, first.Token)
+	}
 }

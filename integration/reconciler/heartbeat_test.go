@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,11 @@ func (p pausedTerm) Token() int64             { return p.token }
 func (p pausedTerm) LeaderID() string         { return p.id }
 func (p pausedTerm) Context() context.Context { return p.ctx }
 func (p pausedTerm) Check() error             { return nil }
+
+// Confirm answers as etcd does for a superseded term.
+func (p pausedTerm) Confirm(context.Context) error {
+	return fmt.Errorf("%w: a successor holds the key", election.ErrNotLeader)
+}
 
 // The heartbeat carries the Redis server's time, the run and the fencing token; a lower token never
 // overwrites a higher one, and a superseded term writes nothing.
@@ -196,4 +202,45 @@ func containsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// After an etcd history regression (a restore without --bump-revision, a move to a new cluster) the
+// confirmed term's token is lower than the one in its queue's heartbeat entry. The entry cannot be a
+// successor's while etcd confirms the term: the write overwrites it and counts a regression, instead
+// of giving way (ErrSuperseded), which made the queue change hands every few seconds.
+func TestHeartbeatOverwritesAHigherTokenAfterARegression(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := project(t)
+	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: time.Hour, KeyTTL: 10 * time.Hour})
+	term, run, stop := a.lead(t, p, "orders")
+	stop() // only the beats below write
+	key := a.hb.Key(run.WorkflowID)
+	higher := term.Token() + 1_000_000
+	if err := e.rdb.HSet(t.Context(), key, heartbeat.FieldWorkflowID, run.WorkflowID, heartbeat.FieldRunID, "run-before-the-restore",
+		heartbeat.FieldServerID, "node-old", heartbeat.FieldToken, higher, heartbeat.FieldProject, p, heartbeat.FieldQueue, "orders",
+		heartbeat.FieldUpdatedMs, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.hb.Beat(t.Context(), term, run); err != nil {
+		t.Fatalf("Beat of a confirmed term over a higher token = %v, want the entry overwritten", err)
+	}
+	fields, err := e.rdb.HGetAll(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fields[heartbeat.FieldToken] != fmt.Sprint(term.Token()) || fields[heartbeat.FieldRunID] != run.RunID {
+		t.Fatalf("entry %v, want the confirmed term's token %d and run %s", fields, term.Token(), run.RunID)
+	}
+	// A term etcd no longer confirms (a successor's entry) still gives way to a higher token.
+	if err := e.rdb.HSet(t.Context(), key, heartbeat.FieldToken, higher).Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := pausedTerm{token: term.Token(), id: "node-a", ctx: t.Context()}
+	if _, err := a.hb.Beat(t.Context(), paused, run); !errors.Is(err, heartbeat.ErrSuperseded) {
+		t.Fatalf("Beat of a term etcd no longer confirms = %v, want ErrSuperseded", err)
+	}
+	if got, _ := e.rdb.HGet(t.Context(), key, heartbeat.FieldToken).Result(); got != fmt.Sprint(higher) {
+		t.Fatalf("entry token %s after a refused beat, want %d kept", got, higher)
+	}
 }
