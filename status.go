@@ -82,6 +82,9 @@ type QueueStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// LastStepDown is why this process's last term of the queue ended.
 	LastStepDown string `json:"last_step_down,omitempty"`
+	// HandOverWaiting says why this process keeps leading the queue although it would hand it over:
+	// it drains, and no other worker stands for the queue (none serves it, or none is up).
+	HandOverWaiting string `json:"hand_over_waiting,omitempty"`
 	// Workers counts the queue's registered workers by status, as this process last saw them while
 	// leading it.
 	Workers map[registry.Status]int `json:"workers,omitempty"`
@@ -127,6 +130,7 @@ func (n *Node) Status() Status {
 			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.term.Started()
 			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
 			qs.FirstRunID, qs.DispatcherOpen = s.run.FirstRunID, s.open
+			qs.HandOverWaiting = n.balance.HandOverWaiting(q)
 			if s.workers != nil {
 				qs.Workers = make(map[registry.Status]int, len(s.workers))
 				for k, v := range s.workers {

@@ -491,6 +491,10 @@ func (r *Runner) mayStandIn(queue string) (bool, time.Duration) {
 	if r.roster.draining() {
 		return false, 0
 	}
+	if m, ok := r.roster.member(l); ok && m.Draining {
+		// The leader hands over only to a worker that stands for this queue: stand, so that it can.
+		return true, 0
+	}
 	if r.inRollout() {
 		return r.rolloutStand(l), 0
 	}
@@ -546,8 +550,8 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 	reason := ""
 	switch {
 	case r.roster.draining():
-		if !r.anyoneElse() {
-			return "", 0
+		if !r.takerInLine(queue) {
+			return "", 0 // the queue keeps its leader until a worker that serves it stands (HandOverWaiting)
 		}
 		reason = ReasonDrain
 	case r.keeping() <= r.FairShare(), r.inRollout(), r.unknownCandidate():
@@ -601,14 +605,32 @@ func (r *Runner) unknownCandidate() bool {
 	return false
 }
 
-// anyoneElse reports whether a worker that does not drain stands for any of this worker's queues.
-func (r *Runner) anyoneElse() bool {
-	for _, id := range r.view.candidateIDs() {
+// takerInLine reports whether a worker that does not drain stands for queue. A draining worker hands
+// a queue over only to such a worker: workers may serve different queues, and a queue handed over
+// with nobody else in line would fall vacant and come back to the draining worker, again and again.
+func (r *Runner) takerInLine(queue string) bool {
+	return r.takerOf(queue) != ""
+}
+
+// takerOf returns the first worker in line for queue, other than this one, that does not drain; ""
+// when there is none.
+func (r *Runner) takerOf(queue string) string {
+	for _, id := range r.view.line(queue) {
 		if m, _ := r.roster.member(id); id != r.cfg.ServerID && !m.Draining {
-			return true
+			return id
 		}
 	}
-	return false
+	return ""
+}
+
+// HandOverWaiting says why this worker keeps leading queue although it would hand it over, or ""
+// when it does not lead the queue or nothing waits: a draining worker keeps a queue that no other
+// worker stands for (none serves it, or none is up) until one does.
+func (r *Runner) HandOverWaiting(queue string) string {
+	if r.cfg.Disabled || !r.isHeld(queue) || !r.roster.draining() || r.takerInLine(queue) {
+		return ""
+	}
+	return "draining: no other worker stands for this queue; it stays led here until one does"
 }
 
 // stopReason is why a stopping worker hands its queues over: a rollout when a newer version is live.

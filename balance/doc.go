@@ -64,8 +64,12 @@
 //     nothing: after a stop-then-start deploy of 5 workers over 100 queues, 25, 25, 25, 25 and 0 stay
 //     so, where spreading to the last new worker would move 20 queues a second time.
 //   - Drain. SetDraining(true) (the registry's DRAINING status, in a Node) hands every queue over,
-//     paced, and the worker then stands only where nobody else does, so no queue is left without an
-//     owner.
+//     paced, each to a worker that stands for that queue: the workers that serve a queue stand when
+//     its leader drains, and the draining worker names the first of them. Workers may serve
+//     different queues: a queue no other worker stands for stays led by the draining worker, without
+//     a gap, until one does (HandOverWaiting says so), where handing it to nobody would leave it
+//     vacant and bring it back, again and again. The worker then stands only where nobody else
+//     does, so no queue is left without an owner.
 //
 // A rolling deploy therefore moves each queue once when new workers start before old ones stop
 // (surge). Stopping first, the first stopped worker's queues have no new worker to go to and move

@@ -186,7 +186,14 @@ const watchSync = 100 * time.Millisecond
 func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
-	h := hint{From: r.cfg.ServerID, Reason: reason, To: r.successor()}
+	h := hint{From: r.cfg.ServerID, Reason: reason}
+	if reason == ReasonDrain {
+		// Only a worker that stands for the queue can take it: one named that does not serve it would
+		// hold the others off for the grace window.
+		h.To = r.takerOf(queue)
+	} else {
+		h.To = r.successor()
+	}
 	if err := r.roster.putHint(ctx, r.client, queue, h); err != nil {
 		r.log.Info("no hand-off hint; the queue goes to the first in line", zap.String("queue", queue), zap.Error(err))
 		return

@@ -234,3 +234,54 @@ func TestDrainHandsOver(t *testing.T) {
 	}
 	t.Logf("after the drain: %v", counts)
 }
+
+// leads reports whether w leads queue.
+func (w *worker) leads(queue string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.leading[queue]
+	return ok
+}
+
+// Workers with different queue sets: w0 serves q000 and q001, w1 only q001. A drain of w0 hands
+// q001 over to w1, and keeps q000, which nobody else serves, led by w0 without a gap (it is never
+// handed over to nobody and taken back), and the Runner says why.
+func TestDrainKeepsAQueueOnlyItServes(t *testing.T) {
+	f := newFleet(t, 2)
+	only, shared := f.queues[0], f.queues[1]
+	w0 := f.start("w0")
+	testkit.Eventually(t, settleWithin, "w0 leads both queues", func() error {
+		if !w0.leads(only) || !w0.leads(shared) {
+			return fmt.Errorf("w0 leads %v", w0.leading)
+		}
+		return nil
+	})
+	w1 := f.startWith("w1", func(c *balance.Config) { c.Queues = []string{shared} })
+	w0.runner.SetDraining(true)
+	testkit.Eventually(t, settleWithin, "w1 takes the shared queue over", func() error {
+		if !w1.leads(shared) {
+			return fmt.Errorf("w1 leads %v", w1.leading)
+		}
+		return nil
+	})
+	// A few grace windows and vacancy waits: the queue only w0 serves stays where it is.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if !w0.leads(only) {
+			t.Fatalf("%s, which only the draining w0 serves, lost its leader; owners %v", only, f.owners[only])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.mu.Lock()
+	owners := slices.Clone(f.owners[only])
+	f.mu.Unlock()
+	if len(owners) != 1 {
+		t.Fatalf("%s changed hands: owners %v, want w0 alone", only, owners)
+	}
+	if why := w0.runner.HandOverWaiting(only); why == "" {
+		t.Errorf("HandOverWaiting(%s) is empty: the status must say why a draining worker keeps it", only)
+	}
+	if why := w0.runner.HandOverWaiting(shared); why != "" {
+		t.Errorf("HandOverWaiting(%s) = %q for a queue w0 no longer leads", shared, why)
+	}
+}
