@@ -142,6 +142,10 @@ func benchRequest(name string, i int) dispatcher.Request {
 // and handled twice across the takeovers (from the ledger for Baton, from the handler for the
 // naive workflow, which has none), and the throughput of one queue.
 //
+// Beside the reference dispatcher, an application-owned one (dispatcher.Serve after an announce
+// activity, the shape a new user built) takes the same takeovers, and halfway through them the
+// Temporal server restarts under every stream.
+//
 // A takeover here is in-process: two electors (node-a, node-b) own the Baton queue in turn; a
 // graceful one resigns the leader's term, a leader loss revokes its etcd lease; the other node
 // then campaigns and takes the dispatcher over (terminating the prior run by its run ID, carrying
@@ -170,7 +174,26 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	if err != nil {
 		return nil, err
 	}
-	var chaosTerm *election.Term
+	var chaosTerm, ownTerm *election.Term
+	// The application-owned dispatcher (dispatcher.Serve with an announce activity first), under the
+	// same takeovers as d-chaos, by nodes whose takeovers start the application's workflow type.
+	appNodes, err := s.nodesWith(appTakeover(), "app-a", "app-b")
+	if err != nil {
+		return nil, err
+	}
+	{
+		w := worker.New(tc, takeover.DefaultTaskQueue(benchProject, "d-own"), worker.Options{})
+		if err := registerApp(w, s.etcd, acts); err != nil {
+			return nil, err
+		}
+		workers = append(workers, w)
+		if err := w.Start(); err != nil {
+			return nil, err
+		}
+		if ownTerm, _, err = appNodes[0].take(ctx, "d-own"); err != nil {
+			return nil, err
+		}
+	}
 	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
 		w := worker.New(tc, takeover.DefaultTaskQueue(benchProject, q), worker.Options{})
 		dispatcher.Register(w, acts)
@@ -235,14 +258,19 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 		func(c context.Context) { restBaton = stream(c, dispatchRate, "rest-dispatch", dispatch("d-rest")) },
 		func(c context.Context) { restNaive = stream(c, dispatchRate, "rest-naive", signalOnce("naive-n-rest")) })
 
-	// Across takeovers.
+	// Across takeovers, and a restart of the Temporal server halfway.
 	takeovers := int(dispatchChaos / dispatchTakeoverGap)
-	fmt.Printf("batonbench: dispatch: %d takeovers (graceful and leader loss alternately) in %v at %v/s\n", takeovers, dispatchChaos, dispatchRate)
-	var chaosDispatch, chaosSignal, chaosNaive []*sentReq
+	fmt.Printf("batonbench: dispatch: %d takeovers (graceful and leader loss alternately) and a Temporal restart in %v at %v/s\n",
+		takeovers, dispatchChaos, dispatchRate)
+	var chaosDispatch, chaosSignal, chaosNaive, chaosOwn []*sentReq
 	var chaosErr error
+	var restart time.Duration
 	parallel(ctx, dispatchChaos,
 		func(c context.Context) {
 			chaosDispatch = stream(c, dispatchRate, "chaos-dispatch", dispatch("d-chaos"))
+		},
+		func(c context.Context) {
+			chaosOwn = stream(c, dispatchRate, "chaos-own", dispatch("d-own"))
 		},
 		func(c context.Context) {
 			chaosSignal = stream(c, dispatchRate, "chaos-signal", signalOnce(batonID("d-chaos")))
@@ -251,12 +279,21 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 			chaosNaive = stream(c, dispatchRate, "chaos-naive", signalOnce("naive-n-chaos"))
 		},
 		func(c context.Context) {
-			term := chaosTerm
+			term, own := chaosTerm, ownTerm
 			for k := 0; k < takeovers && chaosErr == nil && sleepCtx(c, dispatchTakeoverGap); k++ {
-				if k%2 == 0 {
-					chaosErr = term.Resign(ctx)
-				} else {
-					chaosErr = revokeLeaseOf(ctx, s.etcd, term.Key())
+				if k == takeovers/2 {
+					began := time.Now()
+					if chaosErr = s.temporal.Restart(ctx); chaosErr != nil {
+						break
+					}
+					restart = time.Since(began)
+				}
+				for _, t := range []*election.Term{term, own} {
+					if chaosErr == nil && k%2 == 0 {
+						chaosErr = t.Resign(ctx)
+					} else if chaosErr == nil {
+						chaosErr = revokeLeaseOf(ctx, s.etcd, t.Key())
+					}
 				}
 				// The naive takeover of the same instant: terminate the run, start another.
 				if chaosErr == nil {
@@ -267,6 +304,9 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 				}
 				if chaosErr == nil { // node-b takes the first takeover, node-a the second, and so on
 					term, _, chaosErr = nodes[(k+1)%2].take(ctx, "d-chaos")
+				}
+				if chaosErr == nil {
+					own, _, chaosErr = appNodes[(k+1)%2].take(ctx, "d-own")
 				}
 			}
 		})
@@ -341,7 +381,7 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	defer watching.Wait()
 	defer stopWatch()
 	watching.Go(func() { ledgerWatch.Run(watchCtx) })
-	chaosBaton := append(slices.Clone(chaosDispatch), chaosSignal...)
+	chaosBaton := append(append(slices.Clone(chaosDispatch), chaosSignal...), chaosOwn...)
 	var dones map[string][]ledgerwatch.Done
 	inLedger := func(k string) int { return len(dones[k]) }
 	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
@@ -360,6 +400,7 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	accRest, _, _ := tally(restBaton, inLedger) // only the count accepted
 	accD, lostD, twiceD := tally(chaosDispatch, inLedger)
 	accS, lostS, twiceS := tally(chaosSignal, inLedger)
+	accO, lostO, twiceO := tally(chaosOwn, inLedger)
 	_, _, handlerTwice := tally(chaosBaton, func(k string) int { _, c := baton.get(k); return c })
 	// The naive workflow's losses are final once the queue is quiet: its terminated runs are gone.
 	for last, quietSince := naive.handled(), time.Now(); time.Since(quietSince) < 2*time.Second; sleepCtx(ctx, 100*time.Millisecond) {
@@ -385,20 +426,29 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	}
 	// A Dispatch still retrying when its bound ended is undecided for its sender; the ledger says
 	// whether the request was handled anyway.
-	undecided, undecidedDone := len(chaosDispatch)-accD, 0
-	for _, r := range chaosDispatch {
-		if !r.accepted && inLedger(r.key) > 0 {
-			undecidedDone++
+	undecidedOf := func(rs []*sentReq, accepted int) (int, int) {
+		done := 0
+		for _, r := range rs {
+			if !r.accepted && inLedger(r.key) > 0 {
+				done++
+			}
 		}
+		return len(rs) - accepted, done
 	}
+	undecided, undecidedDone := undecidedOf(chaosDispatch, accD)
+	undecidedOwn, undecidedOwnDone := undecidedOf(chaosOwn, accO)
 	fmt.Printf("batonbench: dispatch: across takeovers: %d Dispatch calls had not returned after %v; the ledger shows %d of them handled\n",
 		undecided, dispatchSendBound, undecidedDone)
 	fmt.Printf("batonbench: dispatch: across takeovers: Baton Dispatch %d sent, %d handled (returned), %v lost, %v twice; "+
 		"Baton signal %d sent, %d accepted, %v lost, %v twice; naive signal %d sent, %d accepted, %v lost, %v twice\n",
 		len(chaosDispatch), accD, lostD, twiceD, len(chaosSignal), accS, lostS, twiceS, len(chaosNaive), accN, lostN, twiceN)
+	fmt.Printf("batonbench: dispatch: across takeovers: application-owned dispatcher (Serve): Dispatch %d sent, %d handled (returned), "+
+		"%v lost, %v twice, %d not returned within %v (the ledger shows %d of them handled); the Temporal restart took %v\n",
+		len(chaosOwn), accO, lostO, twiceO, undecidedOwn, dispatchSendBound, undecidedOwnDone, restart.Round(time.Millisecond))
 
 	const naiveSignal = "naive signal, one-at-a-time workflow (send -> handled)"
-	chaos, info := fmt.Sprintf("across %d takeovers (graceful + leader loss)", takeovers), benchreport.Informational
+	chaos, info := fmt.Sprintf("across %d takeovers (graceful + leader loss) and a Temporal restart", takeovers), benchreport.Informational
+	const refDispatch = "reference dispatcher, Baton Dispatch, same takeovers"
 	naiveLost := fmt.Sprintf("naive signal sent once (of %d accepted)", accN)
 	naiveTput, tputTarget := fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), fmt.Sprintf(">= %d req/s", throughputTarget)
 	return []benchreport.Figure{
@@ -421,6 +471,16 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 			twiceD+twiceS, "naive signal sent once (handler ran twice)", twiceN, "0", twiceD+twiceS == 0),
 		benchreport.Single(fmt.Sprintf("handler ran twice %s, Baton Dispatch + signals (at-least-once between ledger Begin and Complete)", chaos), "requests",
 			handlerTwice, "naive signal sent once (handler ran twice)", twiceN, "informational", true),
+		benchreport.NewFigure(fmt.Sprintf("dispatch latency %s, application-owned dispatcher (dispatcher.Serve after an announce activity; send -> returned handled; %d of %d returned within %v)",
+			chaos, accO, len(chaosOwn), dispatchSendBound), "ms",
+			latency(chaosOwn, returned), refDispatch, latency(chaosDispatch, returned), "informational", info),
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, application-owned dispatcher (of %d)", chaos, accO), "requests",
+			lostO, refDispatch, lostD, "0", lostO == 0),
+		benchreport.Single(fmt.Sprintf("handled twice (ledger done twice) %s, application-owned dispatcher", chaos), "requests",
+			twiceO, refDispatch, twiceD, "0", twiceO == 0),
+		benchreport.Single(fmt.Sprintf("Dispatch calls not returned within %v %s, application-owned dispatcher (of %d sent; the ledger shows %d of them handled)",
+			dispatchSendBound, chaos, len(chaosOwn), undecidedOwnDone), "requests", float64(undecidedOwn),
+			refDispatch, float64(undecided), "0", undecidedOwn == 0),
 		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton, %d fire-and-forget signals (with the etcd ledger)", dispatchBurst), "req/s",
 			tputSignal, naiveTput, tputNaive, tputTarget, tputSignal >= throughputTarget),
 		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton Dispatch, %d requests, 10 in flight (the server's update limit)", dispatchUpdateBurst), "req/s",

@@ -121,6 +121,11 @@ type node struct {
 
 // nodes are a node per server ID.
 func (s *servers) nodes(ids ...string) ([]*node, error) {
+	return s.nodesWith(takeover.Config{StepDown: takeover.LeaveRunning}, ids...)
+}
+
+// nodesWith are nodes whose takeover managers have cfg.
+func (s *servers) nodesWith(cfg takeover.Config, ids ...string) ([]*node, error) {
 	var ns []*node
 	for _, id := range ids {
 		cli, err := s.etcdClient()
@@ -131,7 +136,7 @@ func (s *servers) nodes(ids ...string) ([]*node, error) {
 		if err != nil {
 			return nil, err
 		}
-		mgr, err := takeover.New(s.tc, takeover.Config{StepDown: takeover.LeaveRunning})
+		mgr, err := takeover.New(s.tc, cfg)
 		if err != nil {
 			return nil, err
 		}
