@@ -60,6 +60,12 @@
 //     read once fewer than a page wait), so a backlog of any size is handed over in parts, never
 //     truncated. The same holds after a crash (the reconciler or the successor terminated the run)
 //     and after a graceful step-down (the owner terminated its own run).
+//   - Planned moves. Before a graceful step-down (stop, drain, rollout, shed) ends its run, the
+//     owner sends it the takeover.UpdateQuiesce update: the run starts no more dispatches, refuses
+//     new updates with ErrTypeHandingOver (a Producer sends them again, to the successor), and
+//     completes the update once the dispatches in its handlers are done, under the owner's term,
+//     bounded by takeover.Config.QuiesceTimeout. So a planned move runs no handler twice; only a
+//     crash leaves a dispatch between Begin and Complete to the successor.
 //   - Continue-as-new. When the history reaches HistoryLimit (or Temporal suggests it), the run stops
 //     accepting updates (they are rejected with ErrTypeContinuing before they are accepted, and a
 //     Producer sends them again to the next run), waits for the dispatches in flight and the

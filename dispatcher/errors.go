@@ -42,6 +42,9 @@ const (
 	// ErrTypeContinuing rejects an update while the run prepares to continue as new; the next run of
 	// the chain takes it.
 	ErrTypeContinuing = "baton.ContinuingAsNew"
+	// ErrTypeHandingOver rejects an update while the run's owner steps down (takeover.UpdateQuiesce);
+	// the successor's run takes it.
+	ErrTypeHandingOver = "baton.HandingOver"
 	// ErrTypeDispatchFailed is a dispatch that failed in this run for a reason without a type of its
 	// own (a cancelled run, say).
 	ErrTypeDispatchFailed = "baton.DispatchFailed"

@@ -171,7 +171,10 @@ type dispatcher struct {
 	byKey    map[string]*entry // queued or in flight, so a request sent twice is handled once
 	inFlight int
 	fetching bool // a Backlog activity is in flight
-	paused   bool // a Backlog activity failed: the next one waits a minute
+	// quiescing is set by the owner's UpdateQuiesce before a planned step-down: no dispatch starts,
+	// no update is accepted, and the update completes once the dispatches in flight are done.
+	quiescing bool
+	paused    bool // a Backlog activity failed: the next one waits a minute
 	// waitPage is set in runs with carryChange: they never start draining with a page in flight.
 	waitPage bool
 	draining bool // continue-as-new is due: no new updates, only their requests are started
@@ -212,7 +215,7 @@ func (d *dispatcher) fits() bool {
 // next returns the index of the next queued request to start, or -1. Normally the oldest; while
 // draining only one an update waits for, unless the queue is too large to carry.
 func (d *dispatcher) next() int {
-	if d.inFlight >= d.tune.MaxConcurrent || len(d.queue) == 0 {
+	if d.inFlight >= d.tune.MaxConcurrent || len(d.queue) == 0 || d.quiescing {
 		return -1
 	}
 	if !d.draining || !d.fits() {
@@ -315,7 +318,7 @@ func updateError(err error) error {
 // wantBacklog says whether to read the next page of the predecessors' backlog: only when little is
 // waiting, so a huge backlog is read as it is handled and never held (or carried) all at once.
 func (d *dispatcher) wantBacklog() bool {
-	return len(d.state.Backlog) > 0 && !d.fetching && !d.paused && !d.draining && len(d.queue) < d.tune.BacklogPage
+	return len(d.state.Backlog) > 0 && !d.fetching && !d.paused && !d.draining && !d.quiescing && len(d.queue) < d.tune.BacklogPage
 }
 
 // fetchBacklog reads one page of the backlog in its own coroutine and queues its requests.
@@ -424,8 +427,24 @@ func run(ctx workflow.Context, in Input, app ServeOptions) error {
 				return temporal.NewApplicationError("dispatcher run is continuing as new; send the request again",
 					ErrTypeContinuing)
 			}
+			if d.quiescing {
+				return temporal.NewApplicationError("dispatcher run is handing over; send the request again", ErrTypeHandingOver)
+			}
 			return nil
 		}})
+	if err != nil {
+		return err
+	}
+	// A planned step-down (takeover.Manager.StepDown) asks the run to let the dispatches in its
+	// handlers finish, under the owner's term, before it ends the run: none of them is run again by
+	// the successor. What waits is not started; the successor carries it over.
+	err = workflow.SetUpdateHandler(ctx, takeover.UpdateQuiesce, func(ctx workflow.Context) (int, error) {
+		d.quiescing = true
+		if err := workflow.Await(ctx, func() bool { return d.inFlight == 0 }); err != nil {
+			return 0, err
+		}
+		return len(d.queue), nil
+	})
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,11 @@ type Config struct {
 	WatchInterval time.Duration
 	// AttemptTimeout bounds each Temporal call. Default 5s.
 	AttemptTimeout time.Duration
+	// QuiesceTimeout bounds how long a planned step-down (StepDown with TerminateOwnRun) waits for its
+	// run to finish the work in flight (UpdateQuiesce) before it ends the run; at most half of what
+	// is left of the step-down's context is used, the rest is the terminate's. Default
+	// DefaultQuiesceTimeout; negative: no wait (the successor runs again what was in flight).
+	QuiesceTimeout time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff between attempts (Temporal refuses
 	// to start the same workflow ID again within about 1 s of the previous start). Defaults 100ms and
 	// 2s; RetryMax at least RetryMin.
@@ -92,6 +97,10 @@ type Config struct {
 	// Clock measures latency and backoff. Default: the real clock.
 	Clock clock.Clock
 }
+
+// DefaultQuiesceTimeout is Config.QuiesceTimeout's default: a dispatch batch's handlers usually take
+// milliseconds, and a planned move waits no longer than a few seconds for a slow one.
+const DefaultQuiesceTimeout = 5 * time.Second
 
 func (c Config) withDefaults() Config {
 	if c.WorkflowType == "" {
@@ -111,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 5 * time.Second
+	}
+	if c.QuiesceTimeout == 0 {
+		c.QuiesceTimeout = DefaultQuiesceTimeout
 	}
 	if c.RetryMin == 0 {
 		c.RetryMin = 100 * time.Millisecond

@@ -26,6 +26,8 @@ type Client interface {
 		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 	TerminateWorkflowWithOptions(ctx context.Context, options client.TerminateWorkflowOptions) error
+	// UpdateWorkflow asks a stepping-down owner's run to quiesce (UpdateQuiesce).
+	UpdateWorkflow(ctx context.Context, options client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	// GetWorkflowHistory long-polls for a run's close event (Watch).
 	GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
 		filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
@@ -72,6 +74,12 @@ type Owner struct {
 
 // MemoKey is the memo field that carries the Owner of a dispatcher run.
 const MemoKey = "baton.owner"
+
+// UpdateQuiesce is the workflow Update a gracefully stepping-down owner sends its run before it ends
+// it (StepDown): the run starts no more work and completes the update once the work in flight is
+// done, so a planned move (stop, drain, rollout, shed) runs nothing twice. The dispatcher package's
+// workflows handle it; a run whose workflow does not is ended without waiting.
+const UpdateQuiesce = "baton.quiesce"
 
 // Path names how a takeover reached its run; it is a metric attribute.
 type Path string
@@ -466,6 +474,7 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	if first == "" {
 		first = run.RunID
 	}
+	m.quiesce(ctx, term, run, first)
 	reason := fmt.Sprintf("baton: %s stepped down (token %d)", term.LeaderID(), term.Token())
 	if err := m.terminate(ctx, term, run.WorkflowID, "", first, reason); err != nil {
 		return err
@@ -473,6 +482,35 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	m.log.Info("own dispatcher run terminated on step-down", zap.String("workflow_id", run.WorkflowID),
 		zap.String("run_id", run.RunID), zap.String("first_run_id", first), zap.Int64("token", term.Token()))
 	return nil
+}
+
+// quiesce asks the chain's current run to finish the work in flight (UpdateQuiesce) and waits, at
+// most QuiesceTimeout and while ctx lasts, while the term still holds. Whatever the answer, the
+// caller then ends the run: a run that does not handle the update, or does not finish in time,
+// leaves its work to the successor (at-least-once), as a crash would.
+func (m *Manager) quiesce(ctx context.Context, term Term, run Run, first string) {
+	if m.cfg.QuiesceTimeout < 0 || term.Check() != nil {
+		return
+	}
+	wait := m.cfg.QuiesceTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	qctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	began := m.cfg.Clock.Now()
+	h, err := m.client.UpdateWorkflow(qctx, client.UpdateWorkflowOptions{WorkflowID: run.WorkflowID, FirstExecutionRunID: first,
+		UpdateName: UpdateQuiesce, UpdateID: fmt.Sprintf("%s-%d", UpdateQuiesce, term.Token()), WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = h.Get(qctx, nil)
+	}
+	if err != nil {
+		m.log.Info("dispatcher run not quiesced before step-down; work in flight is left to the successor",
+			zap.String("workflow_id", run.WorkflowID), zap.String("first_run_id", first), zap.Error(err))
+		return
+	}
+	m.log.Debug("dispatcher run quiesced", zap.String("workflow_id", run.WorkflowID),
+		zap.Duration("took", m.cfg.Clock.Now().Sub(began)))
 }
 
 // classify wraps ErrPermanent around failures that retrying cannot fix: invalid arguments, a

@@ -190,3 +190,49 @@ func TestContinueAsNewNeverOutrunsTheBacklog(t *testing.T) {
 		t.Errorf("state %+v: the chain never continued as new", st)
 	}
 }
+
+// A planned step-down lets the dispatch in its run's handler finish before it ends the run: the
+// request is completed by the stepping-down owner, under its term, and the successor does not run
+// it again. (Before, the run was terminated at once, the handler finished after the term was
+// resigned, its ledger Complete was refused and the successor handled the request a second time.)
+func TestPlannedStepDownRunsNoHandlerTwice(t *testing.T) {
+	e := newEnv(t)
+	req := request("in-the-handler")
+	h, started, release := holdNodeA()
+	e.workerWith(t, h, dispatcher.RegisterOptions{})
+	runA, termA := e.take(t, "node-a")
+	e.signal(t, req)
+	select {
+	case <-started:
+	case <-t.Context().Done():
+		t.Fatal("node-a's dispatch never started")
+	}
+	// The handler finishes a little after the step-down began.
+	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := e.manager(t, "node-a").StepDown(ctx, termA, runA); err != nil {
+		t.Fatal(err)
+	}
+	if err := termA.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	runB, _ := e.take(t, "node-b")
+	e.waitDone(t, []string{req.Key()})
+	// Give node-b's carry-over the time to run it again, were it going to.
+	e.state(t, e.runOf(t, runB), func(s dispatcher.State) bool { return len(s.Backlog) == 0 })
+	if got := e.records(t)[req.Key()]; got != record("done", runA.Owner) {
+		t.Errorf("record %q, want done by node-a, whose handler finished before its run ended", got)
+	}
+	if n := h.perKey()[req.Key()]; n != 1 {
+		t.Errorf("handler ran %d times across a planned step-down, want once; calls %+v", n, h.snapshot())
+	}
+	// The stepping-down run ended terminated, as before.
+	desc, err := e.tc.DescribeWorkflowExecution(t.Context(), runA.WorkflowID, runA.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		t.Errorf("node-a's run is %v after its step-down, want terminated", st)
+	}
+}
