@@ -109,6 +109,7 @@ func run() error {
 		{"scale", need{}, benchScale},
 		{"rollout", need{}, benchRollout},
 		{"dispatch", need{temporal: true, etcd: true}, benchDispatch},
+		{"planned moves", need{temporal: true, etcd: true}, benchPlanned},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue
