@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -26,14 +25,14 @@ func (e *Elector) Leaders(ctx context.Context, project string) (map[string]Leade
 	}
 	out := make(map[string]Leader)
 	for _, kv := range resp.Kvs {
-		queue, lease, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
-		if !ok || lease == "" || strings.Contains(lease, "/") || ValidateName("queue", queue) != nil {
+		queue, c, ok := candidateOf(prefix, kv)
+		if !ok {
 			continue // not a candidate key: nothing Baton wrote
 		}
-		if cur, ok := out[queue]; ok && cur.Token <= kv.CreateRevision {
+		if cur, ok := out[queue]; ok && cur.Token <= c.Token {
 			continue
 		}
-		out[queue] = Leader{ID: string(kv.Value), Token: kv.CreateRevision, Key: string(kv.Key)}
+		out[queue] = c
 	}
 	return out, nil
 }

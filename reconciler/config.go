@@ -14,6 +14,9 @@ import (
 	"github.com/baton-run/baton/heartbeat"
 )
 
+// DefaultOrphanGrace is Config.OrphanGrace's default.
+const DefaultOrphanGrace = 3 * time.Second
+
 // DefaultElectionPrefix is the etcd prefix of the reconciler elections: the Elector handed to Run
 // should use it (or any prefix other than the queue elections').
 const DefaultElectionPrefix = "/baton/reconciler"
@@ -42,6 +45,13 @@ type Config struct {
 	// Defaults 20/s and 5.
 	TerminateRate  float64
 	TerminateBurst int
+	// OrphanGrace is how long a queue must stay without any candidate, after its last candidate key
+	// went, before the reconciler leader ends the run and heartbeat entry its last owner left, at once
+	// instead of at the next cycle: a crashed owner with no successor is cleaned up about TTL +
+	// OrphanGrace after it died. Every worker that serves the queue stands within twice balance's
+	// VacantWait (2s by default), and the first to win ends the old run itself. Default
+	// DefaultOrphanGrace; negative: off (the cycle alone cleans up).
+	OrphanGrace time.Duration
 	// Workers is how many stale entries are cleaned at once. Default 4; 1 to 64.
 	Workers int
 	// SweepPageSize is how many open dispatcher runs one Temporal visibility page of the sweep lists.
@@ -77,6 +87,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = 30 * time.Second
+	}
+	if c.OrphanGrace == 0 {
+		c.OrphanGrace = DefaultOrphanGrace
 	}
 	if c.ScanCount == 0 {
 		c.ScanCount = 1000

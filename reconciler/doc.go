@@ -26,12 +26,23 @@
 // read of the project's queue leaders taken after the listing, so a cycle's etcd cost does not grow
 // with the number of open runs. A run whose owner cannot be decided is left alone and counted.
 //
+// # Orphans, as they happen
+//
+// Between cycles the leader watches the project's queue elections (election.Elector.WatchVacated).
+// When a queue's last candidate key goes, its owner's lease expired with nobody in line, and the
+// queue is still without a candidate OrphanGrace later (default 3 s, past balance's vacant-queue
+// wait), the leader cleans up the run and heartbeat entry its owner left, through the same fenced,
+// run-scoped path as a cycle: a crashed owner with no successor is gone about TTL + OrphanGrace after
+// it died, not a minute later. A handover vacates nothing, and a queue that anyone stands for again
+// within the grace is left to them; the cycle and the Temporal-side sweep stay the backstop.
+//
 // # Observability
 //
 // Report says what a cycle saw and did (Last, OnCycle). The metrics are baton.dispatcher.active,
 // baton.dispatcher.stale, baton.dispatcher.terminations and baton.dispatcher.cleanup_errors (the
 // PRD's names under Baton's prefix), baton.reconcile.cycle.duration, baton.reconcile.cycles and
-// baton.reconcile.last_success.age, whose alert says that cleanup has gone silent.
+// baton.reconcile.last_success.age, whose alert says that cleanup has gone silent, and
+// baton.dispatcher.orphans, the runs cleaned up between cycles.
 //
 // Applications rarely use this package directly: baton.Node runs it unless
 // Config.DisableReconciler is set.

@@ -24,6 +24,9 @@ const (
 	// started, before the first), reported by every process that runs a reconciler: the project's
 	// minimum over processes says how long cleanup has been silent.
 	MetricLastSuccessAge = "baton.reconcile.last_success.age"
+	// MetricOrphans counts the dispatcher runs the reconciler leader ended outside its cycle, when a
+	// queue stayed without any candidate for OrphanGrace after its owner's key went (Config.OrphanGrace).
+	MetricOrphans = "baton.dispatcher.orphans"
 )
 
 type metrics struct {
@@ -35,6 +38,7 @@ type metrics struct {
 	cleanupErrors metric.Int64Counter
 	duration      metric.Float64Histogram
 	cycles        metric.Int64Counter
+	orphans       metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, project string, now func() time.Time) (*metrics, error) {
@@ -87,7 +91,15 @@ func newMetrics(mp metric.MeterProvider, project string, now func() time.Time) (
 		metric.WithDescription("Reconcile cycles by result (ok, error, not_leader).")); err != nil {
 		return nil, err
 	}
+	if m.orphans, err = meter.Int64Counter(MetricOrphans,
+		metric.WithDescription("Dispatcher runs of crashed owners with no successor ended by the reconciler leader as soon as their queue stayed without a candidate for the orphan grace.")); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+func (m *metrics) orphan(ctx context.Context) {
+	m.orphans.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(m.project))
 }
 
 func (m *metrics) terminated(ctx context.Context, result string) {

@@ -225,6 +225,10 @@ func (r *Reconciler) lead(ctx context.Context, term *election.Term) error {
 	r.log.Info("reconciler leadership started", zap.Int64("token", term.Token()))
 	r.metrics.leading.Store(true)
 	defer r.metrics.leading.Store(false)
+	octx, stop := context.WithCancel(ctx)
+	var orphans sync.WaitGroup
+	orphans.Go(func() { r.watchOrphans(octx, term) })
+	defer func() { stop(); orphans.Wait() }()
 	failed, lastOK := 0, r.cfg.Clock.Now()
 	for {
 		_, err := r.Cycle(ctx, term)

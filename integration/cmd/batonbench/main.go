@@ -110,6 +110,7 @@ func run() error {
 		{"rollout", need{}, benchRollout},
 		{"dispatch", need{temporal: true, etcd: true}, benchDispatch},
 		{"planned moves", need{temporal: true, etcd: true}, benchPlanned},
+		{"orphan cleanup", all, benchOrphans},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue

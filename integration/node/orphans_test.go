@@ -1,0 +1,150 @@
+package node_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/reconciler"
+)
+
+// orphanCount sums the reconciler's orphan counter of one process.
+func orphanCount(t *testing.T, reader metric.Reader) int {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == reconciler.MetricOrphans {
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					total += int(dp.Value)
+				}
+			}
+		}
+	}
+	return total
+}
+
+// slowCycle is fast() with the reconciler's cycle at its production pace: only the event-driven path
+// can clean up within seconds.
+func slowCycle(cfg baton.Config) baton.Config {
+	cfg.Reconciler.Interval, cfg.Reconciler.StaleAfter = time.Minute, 30*time.Second
+	return cfg
+}
+
+// The reconciler leader (a worker that serves another queue only) cleans up after a crashed owner
+// with no successor as soon as the owner's key expired and its queue stayed without a candidate for
+// the orphan grace, not at the next one-minute cycle: the run is terminated by its run ID and the
+// heartbeat entry deleted.
+func TestOrphanOfACrashedOwnerIsCleanedUpWithinTheGrace(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	reader := metric.NewManualReader()
+	cfgB := slowCycle(fast(p, "node-b", "other"))
+	cfgB.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
+	b := e.startNode(t, cfgB, e.tc)
+	eventually(t, 30*time.Second, "node-b leads the reconciler", func() error {
+		if st := b.Status(); st.Reconciler.Cycles == 0 {
+			return fmt.Errorf("no cycle yet")
+		}
+		return nil
+	})
+	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
+	a := e.startNodeOn(t, slowCycle(fast(p, "node-a", "solo")), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
+	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
+	key := heartbeat.DefaultPrefix + qa.WorkflowID
+
+	// node-a crashes as far as etcd can tell: cut off, its lease runs out.
+	crashed := time.Now()
+	proxy.Blackhole()
+	var closedAt time.Time
+	eventually(t, 30*time.Second, "node-a's run is terminated", func() error {
+		if st := e.status(t, qa.WorkflowID, qa.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+			return fmt.Errorf("node-a's run is %v", st)
+		}
+		closedAt = time.Now()
+		return nil
+	})
+	ttl := 2 * time.Second // fast()'s election TTL
+	took := closedAt.Sub(crashed)
+	t.Logf("crash -> run terminated: %v (TTL %v + grace %v)", took.Round(time.Millisecond), ttl, reconciler.DefaultOrphanGrace)
+	if took > ttl+reconciler.DefaultOrphanGrace+20*time.Second {
+		t.Errorf("cleanup took %v: not the event-driven path", took)
+	}
+	eventually(t, 10*time.Second, "node-a's heartbeat entry is deleted", func() error {
+		if n, err := e.rdb.Exists(t.Context(), key).Result(); err != nil || n != 0 {
+			return fmt.Errorf("entry %s still there (%v)", key, err)
+		}
+		return nil
+	})
+	if n := orphanCount(t, reader); n != 1 {
+		t.Errorf("%s = %d, want 1", reconciler.MetricOrphans, n)
+	}
+}
+
+// Neither a handover nor a queue's owner coming back within the grace triggers the orphan cleanup:
+// a graceful stop hands the queue to a worker in line, and a crash of a queue's leader with another
+// worker serving it is taken over by that worker (which ends the old run itself).
+func TestHandoverAndCrashWithASuccessorAreNoOrphans(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	reader := metric.NewManualReader()
+	cfgR := slowCycle(fast(p, "node-r", "other"))
+	cfgR.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
+	r := e.startNode(t, cfgR, e.tc)
+	eventually(t, 30*time.Second, "node-r leads the reconciler", func() error {
+		if r.Status().Reconciler.Cycles == 0 {
+			return fmt.Errorf("no cycle yet")
+		}
+		return nil
+	})
+	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
+	a := e.startNodeOn(t, slowCycle(fast(p, "node-a", "shared")), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
+	first := e.ownedRun(t, a, "shared", "node-a leads shared", nil)
+	c := e.startNode(t, slowCycle(fast(p, "node-c", "shared")), e.tc)
+	// A crash with a successor: node-c takes over and ends node-a's run itself.
+	proxy.Blackhole()
+	second := e.ownedRun(t, c, "shared", "node-c takes shared over", nil)
+	proxy.Heal()
+	// A graceful stop of node-c with node-a in line again.
+	eventually(t, 30*time.Second, "node-a is back", func() error {
+		if st := a.Status(); st.SessionValidUntil.IsZero() {
+			return fmt.Errorf("node-a has no session yet")
+		}
+		return nil
+	})
+	ctx := t.Context()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := e.ownedRun(t, a, "shared", "node-a takes shared back", nil)
+	// Past the grace, with room to spare.
+	time.Sleep(reconciler.DefaultOrphanGrace + 2*time.Second)
+	if n := orphanCount(t, reader); n != 0 {
+		t.Errorf("%s = %d after a handover and a crash with a successor, want 0", reconciler.MetricOrphans, n)
+	}
+	for _, run := range []baton.QueueStatus{first, second} {
+		iter := e.tc.GetWorkflowHistory(t.Context(), run.WorkflowID, run.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+		ev, err := iter.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reason := ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason(); strings.Contains(reason, "reconciler") {
+			t.Errorf("run %s was ended by the reconciler (%q), want by its successor or owner", run.RunID, reason)
+		}
+	}
+	if e.status(t, third.WorkflowID, third.RunID) != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Errorf("the live leader's run is not running")
+	}
+}
