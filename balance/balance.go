@@ -715,9 +715,8 @@ const notifyEvery = 5 * time.Millisecond
 // cand is one candidate key: its server ID and create revision (the oldest key leads), and when this
 // worker's watch brought it (zero for a key found by a read: it has stood for a while).
 type cand struct {
-	id   string
-	rev  int64
-	seen time.Time
+	id  string
+	rev int64
 }
 
 func newView(prefix, self string, queues []string) *view {
@@ -820,22 +819,6 @@ func (v *view) leads(id string) int {
 	return v.led[id]
 }
 
-// watchingSince returns since when id's campaign for queue has watched the key it now waits on, as far
-// as this worker can tell: since its key stepped into line, or since a key of the queue last went
-// (a candidate whose predecessor goes watches the next older key from then on). Zero: both were
-// found by a read, long ago.
-func (v *view) watchingSince(queue, id string) time.Time {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	since := v.deleted[queue]
-	for _, c := range v.cands[queue] {
-		if c.id == id && c.seen.After(since) {
-			since = c.seen
-		}
-	}
-	return since
-}
-
 func (v *view) othersStand(queue, self string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -912,11 +895,7 @@ func (v *view) record(queue, key, value string, rev int64, deleted bool) {
 		c = map[string]cand{}
 		v.cands[queue] = c
 	}
-	nc := cand{id: value, rev: rev, seen: time.Now()}
-	if had && prior.rev == rev {
-		nc.seen = prior.seen
-	}
-	c[key] = nc
+	c[key] = cand{id: value, rev: rev}
 	if v.ids[value]++; v.ids[value] == 1 {
 		delete(v.gone, value)
 		v.idsChanged = true
@@ -932,12 +911,6 @@ func (v *view) load(kvs []*mvccpb.KeyValue) {
 	v.loadedAt = time.Now()
 	for _, kv := range kvs {
 		v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
-	}
-	for _, c := range v.cands {
-		for k, cd := range c {
-			cd.seen = time.Time{} // found by a read: it has stood for a while
-			c[k] = cd
-		}
 	}
 	v.newLeaders.markAll() // a queue nobody stands for any more is applied nothing
 	for id := range before {

@@ -46,10 +46,10 @@
 //     has just named), then age (oldest first); a worker of a newer version counts even before it
 //     stands anywhere (it has just started). The others defer to it for 2 × Grace, and the leader
 //     waits, at most Grace, until the successor stands first in line behind it, so that etcd, which
-//     elects the oldest candidate, elects it, and until the successor has watched the key in front
-//     of it for 100 ms (since it stepped in, or since a key in front of it went): etcd serves a watch
-//     that starts at a revision already past every 100 ms, and a leader that resigned earlier would
-//     leave the queue without a leader meanwhile. etcd still decides; a term is still a term.
+//     elects the oldest candidate, elects it. Nothing more: the successor's campaign watches the key
+//     in front of it from the current revision, which etcd serves at once, and catches a delete that
+//     came before its watch by the watch's created notice. etcd still decides; a term is still a
+//     term.
 //   - Forward only (versioned workers). While workers of two versions are live (a rollout), a worker
 //     never stands for a queue whose leader runs a newer version, and a worker newer than a queue's
 //     leader stands in line for it, ready to be named. The successor is never older than the leader

@@ -170,19 +170,12 @@ func (r *Runner) successor() string {
 // hintMemory, in Graces, is how long a winner still reads a hint to learn why its queue moved.
 const hintMemory = 10
 
-// watchSync is how long a candidate that has just stepped into line, or whose predecessor has just
-// gone, may take to hear of the next resignation: its campaign watches its predecessor's key from the
-// revision after a read, and when the line changed in between (a fleet's deploy changes it all the
-// time) etcd serves that watch from its "unsynced" watchers, every 100 ms. A resigning leader waits
-// that long after its successor's watch began, while it still leads, so that the queue is not without
-// a leader meanwhile.
-const watchSync = 100 * time.Millisecond
-
 // handOff prepares the resignation of a held term: it names the successor in a hint (the others
 // defer to it for a grace window) and waits, at most Grace, until the successor stands first in line
-// behind this worker, so that etcd, which elects the oldest candidate, elects it, and has stood there
-// for watchSync. etcd decides in
-// the end; safety does not depend on any of it.
+// behind this worker, so that etcd, which elects the oldest candidate, elects it. It does not wait
+// for the successor's watch: a waiting candidate watches its predecessor from the current revision
+// (election's waitGone), so etcd serves it at once, and a key deleted before that watch began is
+// caught by the watch's created notice. etcd decides in the end; safety does not depend on any of it.
 func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
@@ -204,18 +197,11 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	r.log.Debug("naming a successor", zap.String("queue", queue), zap.String("successor", h.To), zap.String("reason", reason))
 	for {
 		changed := r.view.changed()
-		var synced <-chan time.Time
 		if line := r.view.line(queue); len(line) > 1 && line[0] == r.cfg.ServerID && line[1] == h.To {
-			wait := watchSync - time.Since(r.view.watchingSince(queue, h.To))
-			if wait <= 0 {
-				return
-			}
-			synced = time.After(wait)
+			return
 		}
 		select {
 		case <-changed:
-		case <-synced:
-			return
 		case <-ctx.Done():
 			r.log.Info("named successor did not stand in time; the queue goes to the first in line",
 				zap.String("queue", queue), zap.String("successor", h.To))
