@@ -100,6 +100,7 @@ func run() error {
 		run  func(context.Context, *servers, options) ([]benchreport.Figure, error)
 	}{
 		{"graceful handover", need{}, benchGraceful},
+		{"graceful handover, end to end", all, benchHandoverE2E},
 		{"crash failover", need{}, benchCrash},
 		{"takeover (FAIL path)", need{temporal: true}, benchTakeover},
 		{"replacement after an out-of-band close", all, benchReplace},
