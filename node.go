@@ -190,6 +190,34 @@ func (n *Node) launch(ctx context.Context) error {
 	return nil
 }
 
+// Quiesce prepares a planned stop: every dispatcher run this process leads finishes the dispatches
+// in its handlers and starts no new ones (takeover.Manager.Quiesce), all at once, bounded by ctx.
+// Stop does the same for each run before it ends it; an application calls Quiesce earlier, before it
+// stops its Temporal workers, so that a worker that still holds the run in its cache serves the
+// request at once instead of another worker replaying the run's history, which is most of a
+// graceful handover's time. Requests sent to a quiesced run are refused with
+// dispatcher.ErrTypeHandingOver and sent again by Producers, to the successor. Call it only when Stop
+// follows: a quiesced run dispatches nothing for the rest of its life.
+func (n *Node) Quiesce(ctx context.Context) {
+	type led struct {
+		term *election.Term
+		run  takeover.Run
+	}
+	var runs []led
+	n.mu.Lock()
+	for _, q := range n.cfg.Queues {
+		if s := n.state[q]; s.term != nil && s.term.Check() == nil && s.open && s.run.RunID != "" {
+			runs = append(runs, led{s.term, s.run})
+		}
+	}
+	n.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Go(func() { n.takeover.Quiesce(ctx, r.term, r.run) })
+	}
+	wg.Wait()
+}
+
 // Stop hands every queue over and stops: it resigns every term first (each leader steps down as its
 // Takeover.StepDown policy says, so a follower takes over in milliseconds), stops every loop and
 // waits for it, deregisters this worker and closes the elections. It returns when all of that is

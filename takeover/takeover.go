@@ -474,7 +474,7 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	if first == "" {
 		first = run.RunID
 	}
-	m.quiesce(ctx, term, run, first)
+	m.Quiesce(ctx, term, run)
 	reason := fmt.Sprintf("baton: %s stepped down (token %d)", term.LeaderID(), term.Token())
 	if err := m.terminate(ctx, term, run.WorkflowID, "", first, reason); err != nil {
 		return err
@@ -484,13 +484,21 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	return nil
 }
 
-// quiesce asks the chain's current run to finish the work in flight (UpdateQuiesce) and waits, at
-// most QuiesceTimeout and while ctx lasts, while the term still holds. Whatever the answer, the
-// caller then ends the run: a run that does not handle the update, or does not finish in time,
-// leaves its work to the successor (at-least-once), as a crash would.
-func (m *Manager) quiesce(ctx context.Context, term Term, run Run, first string) {
-	if m.cfg.QuiesceTimeout < 0 || term.Check() != nil {
+// Quiesce asks the chain's current run to finish the work in flight (UpdateQuiesce) and waits, at
+// most QuiesceTimeout and half of what is left of ctx, while the term still holds. StepDown calls it
+// before it ends the run; a process that is about to stop may call it earlier, before it stops its
+// Temporal workers, so that a worker that still holds the run in its cache serves the update at once
+// (StepDown's own call then finds the update done: its ID is the term's). Whatever the answer, the
+// run is ended afterwards: a run that does not handle the update, or does not finish in time, leaves
+// its work to the successor (at-least-once), as a crash would. Once quiesced, a run starts no new
+// work for the rest of its life.
+func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
+	if m.cfg.QuiesceTimeout < 0 || m.cfg.StepDown == LeaveRunning || term.Check() != nil || run.Owner.Token != term.Token() {
 		return
+	}
+	first := run.FirstRunID
+	if first == "" {
+		first = run.RunID
 	}
 	wait := m.cfg.QuiesceTimeout
 	if deadline, ok := ctx.Deadline(); ok {

@@ -78,7 +78,12 @@ func startTemporalWorkers(p workerParams) error {
 			// more than a worker that cannot say goodbye.
 			ctx, cancel := context.WithTimeout(ctx, drain+stopSlack)
 			defer cancel()
+			// The runs this process leads finish their dispatches first, while its workers still
+			// serve them (the Node's step-down then finds them quiesced).
+			quiesced := time.Now()
+			p.Node.Quiesce(ctx)
 			began := time.Now()
+			p.Logger.Debug("dispatcher runs quiesced", zap.Duration("took", began.Sub(quiesced)))
 			done := make(chan struct{})
 			go func() { stopAll(workers); close(done) }()
 			select {

@@ -176,7 +176,10 @@ func startWorkers(p workerParams) error {
 			}
 			return nil
 		},
-		OnStop: func(context.Context) error {
+		OnStop: func(ctx context.Context) error {
+			// The runs this process leads finish their dispatches while its workers still serve
+			// them; the Node's step-down, after this hook, then ends them without waiting.
+			p.Node.Quiesce(ctx)
 			for _, w := range workers {
 				w.Stop()
 			}

@@ -14,7 +14,7 @@ import (
 )
 
 // handoverRounds is how many leaders the end-to-end handover section stops with SIGTERM.
-const handoverRounds = 10
+const handoverRounds = 20
 
 // handoverTarget is the end-to-end graceful handover's p95 target.
 const handoverTarget = 50 * time.Millisecond
