@@ -64,6 +64,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"bad server id", with(func(c *Config) { c.ServerID = "x\ny" }), "ServerID", "control"},
 		{"max concurrency", with(func(c *Config) { c.MaxConcurrency = -1 }), "MaxConcurrency", "at least 1"},
 		{"election ttl", with(func(c *Config) { c.Election.TTL = time.Second }), "Election.TTL", "must be at least 2s"},
+		{"long election ttl", with(func(c *Config) { c.Election.TTL = 1000 * time.Hour }), "Election.TTL", "AllowLongTTL"},
 		{"takeover attempts", with(func(c *Config) { c.Takeover.MaxAttempts = -1 }), "Takeover.MaxAttempts", "must"},
 		{"heartbeat interval", with(func(c *Config) { c.Heartbeat.Interval = time.Millisecond }), "Heartbeat.Interval", "must be at least 100ms"},
 		{"reconciler rate", with(func(c *Config) { c.Reconciler.TerminateRate = -1 }), "Reconciler.TerminateRate", "must"},
@@ -160,6 +161,8 @@ func TestLoadEnvRefusesBadValues(t *testing.T) {
 		"BATON_LABELS":                {"novalue", "key=value"},
 		"BATON_REGISTRY_DISABLED":     {"maybe", "true or false"},
 		"BATON_QUEUS":                 {"typo", "not a Baton setting"},
+		"BATON_QUEUES":                {" , ", "unset it to keep the queues set in code"},
+		"BATON_HEARTBEAT_KEY_TTL":     {"3000000h", "out of range"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -184,5 +187,24 @@ func TestCheckAppliesDefaultsOnceAndNewCheckedNeedsIt(t *testing.T) {
 	}
 	if _, err := NewChecked(CheckedConfig{}, nil, nil, nil); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "not checked") {
 		t.Fatalf("NewChecked(unchecked) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// A TTL past the takeover SLA is refused unless the operator says so explicitly.
+func TestLongTTLNeedsItsOwnSwitch(t *testing.T) {
+	lookup, environ := env(map[string]string{"BATON_ELECTION_TTL": "1000h"})
+	c, err := loadEnv(valid(), lookup, environ, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "AllowLongTTL") {
+		t.Fatalf("TTL 1000h without the switch: %v, want refused naming AllowLongTTL", err)
+	}
+	lookup, environ = env(map[string]string{"BATON_ELECTION_TTL": "1000h", "BATON_ELECTION_ALLOW_LONG_TTL": "true"})
+	if c, err = loadEnv(valid(), lookup, environ, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("TTL 1000h with BATON_ELECTION_ALLOW_LONG_TTL=true: %v, want accepted", err)
 	}
 }

@@ -2,7 +2,9 @@ package baton
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +32,15 @@ const devstackEnvPrefix = "BATON_DEVSTACK_"
 // syntax (10s, 1m30s); lists are comma-separated; labels are key=value pairs, comma-separated.
 var envVars = []envVar{
 	{"BATON_PROJECT", "Project", func(c *Config, v string) error { c.Project = v; return nil }},
-	{"BATON_QUEUES", "Queues", func(c *Config, v string) error { c.Queues = splitList(v); return nil }},
+	{"BATON_QUEUES", "Queues", func(c *Config, v string) error {
+		q := splitList(v)
+		if len(q) == 0 {
+			// Set but empty would wipe the queues set in code, and the worker would serve nothing.
+			return fmt.Errorf("is set but names no queue: unset it to keep the queues set in code, or name at least one, got %s", names.Quote(v))
+		}
+		c.Queues = q
+		return nil
+	}},
 	{"BATON_SERVER_ID", "ServerID", func(c *Config, v string) error { c.ServerID = v; return nil }},
 	{"BATON_VERSION", "Version", func(c *Config, v string) error { c.Version = v; return nil }},
 	{"BATON_CAPABILITIES", "Capabilities", func(c *Config, v string) error { c.Capabilities = splitList(v); return nil }},
@@ -38,6 +48,7 @@ var envVars = []envVar{
 	{"BATON_MAX_CONCURRENCY", "MaxConcurrency", intVar(func(c *Config) *int { return &c.MaxConcurrency })},
 	{"BATON_ELECTION_PREFIX", "Election.Prefix", func(c *Config, v string) error { c.Election.Prefix = v; return nil }},
 	{"BATON_ELECTION_TTL", "Election.TTL", durVar(func(c *Config) *time.Duration { return &c.Election.TTL })},
+	{"BATON_ELECTION_ALLOW_LONG_TTL", "Election.AllowLongTTL", boolVar(func(c *Config) *bool { return &c.Election.AllowLongTTL })},
 	{"BATON_ELECTION_SAFETY_MARGIN", "Election.SafetyMargin", durVar(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
 	{"BATON_DISPATCHER_WORKFLOW_TYPE", "Takeover.WorkflowType", func(c *Config, v string) error { c.Takeover.WorkflowType = v; return nil }},
 	{"BATON_DISPATCHER_TASK_QUEUE", "Takeover.TaskQueue", func(c *Config, v string) error { c.Takeover.TaskQueue = v; return nil }},
@@ -155,6 +166,9 @@ func parseLabels(v string) (map[string]string, error) {
 func durVar(field func(*Config) *time.Duration) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
+		if err != nil && durationSyntax.MatchString(v) {
+			return fmt.Errorf("is out of range: a duration is at most %v (about 292 years), got %s", time.Duration(math.MaxInt64).Truncate(time.Hour), names.Quote(v))
+		}
 		if err != nil {
 			return fmt.Errorf("must be a duration such as 10s or 1m30s, got %s", names.Quote(v))
 		}
@@ -165,6 +179,10 @@ func durVar(field func(*Config) *time.Duration) func(*Config, string) error {
 		return nil
 	}
 }
+
+// durationSyntax matches what time.ParseDuration reads, whatever the size: a value it matches and
+// ParseDuration refuses overflows.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func intVar(field func(*Config) *int) func(*Config, string) error {
 	return func(c *Config, v string) error {

@@ -15,6 +15,10 @@ import (
 // would break the local deadline arithmetic.
 const MinTTL = 2 * time.Second
 
+// MaxTTL is the longest TTL Validate accepts without AllowLongTTL: a crashed leader is replaced about
+// TTL after the crash, and the PRD's takeover SLA is 30 s.
+const MaxTTL = 30 * time.Second
+
 // Config tunes an Elector. The zero value of every field means its documented default.
 type Config struct {
 	// Prefix is the etcd key prefix of every election. Candidates for (project, queue) live under
@@ -24,6 +28,9 @@ type Config struct {
 	// TTL is the lease TTL of the process's session. Default 10s. At least 2s (etcd's minimum), whole
 	// seconds (etcd leases are granted in seconds). A crashed leader is replaced about TTL after the crash.
 	TTL time.Duration
+	// AllowLongTTL lets TTL exceed MaxTTL: the operator accepts that a crashed leader's queues wait
+	// that long for a new leader. Default false.
+	AllowLongTTL bool
 
 	// SafetyMargin ends every term at (local lease deadline - SafetyMargin). The local deadline is the
 	// time just before the last acknowledged keepalive was sent plus the TTL granted in its response, a
@@ -116,6 +123,8 @@ func (c Config) Validate() error {
 		return bad("Prefix", "must not contain control characters, got %s", names.Quote(c.Prefix))
 	case c.TTL < MinTTL:
 		return bad("TTL", "must be at least %v (etcd's minimum lease TTL), got %v", MinTTL, c.TTL)
+	case c.TTL > MaxTTL && !c.AllowLongTTL:
+		return bad("TTL", "must be at most %v, the takeover SLA (a crashed leader is replaced about TTL after the crash); set AllowLongTTL to exceed it, got %v", MaxTTL, c.TTL)
 	case c.TTL%time.Second != 0:
 		return bad("TTL", "must be a whole number of seconds (etcd grants leases in seconds), got %v", c.TTL)
 	case c.SafetyMargin <= 0:

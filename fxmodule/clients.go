@@ -167,7 +167,19 @@ func ClientEnvVars() []string {
 // LoadClientEnv applies the BATON_ETCD_*, BATON_TEMPORAL_* and BATON_REDIS_* variables to base. An
 // error wraps ErrInvalidClientConfig and names the variable; it never holds a secret's value.
 // Unknown variables in those namespaces are refused, so a typo does not leave a default in force
-// (baton.LoadEnv leaves the namespaces to this function).
+// (baton.LoadEnv leaves the namespaces to this function). The variables (ClientEnvVars lists them):
+//
+//   - etcd: BATON_ETCD_ENDPOINTS (comma-separated), BATON_ETCD_DIAL_TIMEOUT; credentials
+//     BATON_ETCD_USERNAME and BATON_ETCD_PASSWORD; TLS BATON_ETCD_TLS, BATON_ETCD_CA_FILE,
+//     BATON_ETCD_CERT_FILE, BATON_ETCD_KEY_FILE, BATON_ETCD_SERVER_NAME.
+//   - Temporal: BATON_TEMPORAL_ADDRESS, BATON_TEMPORAL_NAMESPACE; credentials
+//     BATON_TEMPORAL_API_KEY (Temporal Cloud) or a client certificate; TLS BATON_TEMPORAL_TLS,
+//     BATON_TEMPORAL_TLS_DISABLED, BATON_TEMPORAL_CA_FILE, BATON_TEMPORAL_CERT_FILE,
+//     BATON_TEMPORAL_KEY_FILE, BATON_TEMPORAL_SERVER_NAME.
+//   - Redis: BATON_REDIS_ADDR, or BATON_REDIS_CLUSTER_ADDRS (a Redis Cluster's seed nodes,
+//     comma-separated); BATON_REDIS_DB; credentials BATON_REDIS_USERNAME (an ACL user) and
+//     BATON_REDIS_PASSWORD; TLS BATON_REDIS_TLS, BATON_REDIS_CA_FILE, BATON_REDIS_CERT_FILE,
+//     BATON_REDIS_KEY_FILE, BATON_REDIS_SERVER_NAME.
 func LoadClientEnv(base ClientConfig) (ClientConfig, error) {
 	if err := unknownClientEnv(os.Environ()); err != nil {
 		return base, err
