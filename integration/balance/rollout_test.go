@@ -2,6 +2,7 @@ package balance_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -235,6 +236,13 @@ func TestDrainHandsOver(t *testing.T) {
 	t.Logf("after the drain: %v", counts)
 }
 
+// leadingNow returns the queues w leads, with their tokens.
+func (w *worker) leadingNow() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.leading)
+}
+
 // leads reports whether w leads queue.
 func (w *worker) leads(queue string) bool {
 	w.mu.Lock()
@@ -252,7 +260,7 @@ func TestDrainKeepsAQueueOnlyItServes(t *testing.T) {
 	w0 := f.start("w0")
 	testkit.Eventually(t, settleWithin, "w0 leads both queues", func() error {
 		if !w0.leads(only) || !w0.leads(shared) {
-			return fmt.Errorf("w0 leads %v", w0.leading)
+			return fmt.Errorf("w0 leads %v", w0.leadingNow())
 		}
 		return nil
 	})
@@ -260,7 +268,7 @@ func TestDrainKeepsAQueueOnlyItServes(t *testing.T) {
 	w0.runner.SetDraining(true)
 	testkit.Eventually(t, settleWithin, "w1 takes the shared queue over", func() error {
 		if !w1.leads(shared) {
-			return fmt.Errorf("w1 leads %v", w1.leading)
+			return fmt.Errorf("w1 leads %v", w1.leadingNow())
 		}
 		return nil
 	})
@@ -268,7 +276,10 @@ func TestDrainKeepsAQueueOnlyItServes(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if !w0.leads(only) {
-			t.Fatalf("%s, which only the draining w0 serves, lost its leader; owners %v", only, f.owners[only])
+			f.mu.Lock()
+			owners := slices.Clone(f.owners[only])
+			f.mu.Unlock()
+			t.Fatalf("%s, which only the draining w0 serves, lost its leader; owners %v", only, owners)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
