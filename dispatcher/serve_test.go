@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -36,20 +37,28 @@ func appWorkflowFunc(announced *[]string) func(ctx workflow.Context, in appInput
 	}
 }
 
+// appEnv is a test environment with the application's workflow, its announce activity (taking
+// announce) and Baton's activities on an in-memory ledger.
+func appEnv(t *testing.T, events *[]string, announce time.Duration) (*testsuite.TestWorkflowEnvironment, *countingHandler) {
+	t.Helper()
+	h := &countingHandler{}
+	env := newSuiteEnv()
+	env.RegisterWorkflowWithOptions(appWorkflowFunc(events), workflow.RegisterOptions{Name: appWorkflow})
+	if err := RegisterActivities(env, &Activities{Ledger: &memLedger{}, Handler: h.handle, History: firstRun{}}); err != nil {
+		t.Fatal(err)
+	}
+	env.RegisterActivityWithOptions(func(context.Context, string) error {
+		time.Sleep(announce)
+		return nil
+	}, activity.RegisterOptions{Name: "app.Announce"})
+	return env, h
+}
+
 // Baton's handlers are registered before the application's Start runs: an update sent while the
 // announce activity is in flight is accepted, waits, and is handled once Start returned.
 func TestServeAcceptsUpdatesDuringStart(t *testing.T) {
-	ledger, h := &memLedger{}, &countingHandler{}
-	env := newSuiteEnv()
 	var events []string
-	env.RegisterWorkflowWithOptions(appWorkflowFunc(&events), workflow.RegisterOptions{Name: appWorkflow})
-	if err := RegisterActivities(env, &Activities{Ledger: ledger, Handler: h.handle, History: firstRun{}}); err != nil {
-		t.Fatal(err)
-	}
-	env.RegisterActivityWithOptions(func(ctx context.Context, region string) error {
-		time.Sleep(50 * time.Millisecond) // in flight while the update arrives
-		return nil
-	}, activity.RegisterOptions{Name: "app.Announce"})
+	env, h := appEnv(t, &events, 50*time.Millisecond) // the announce is in flight while the update arrives
 	var res Result
 	var updateErr error
 	updated := false
@@ -76,14 +85,8 @@ func TestServeAcceptsUpdatesDuringStart(t *testing.T) {
 // A run of the application's workflow continues as new into its own type, with the input Next
 // returns: the application's field kept, Baton's carry inside.
 func TestServeContinuesAsNewAsTheApplicationsWorkflow(t *testing.T) {
-	ledger, h := &memLedger{}, &countingHandler{}
-	env := newSuiteEnv()
 	var events []string
-	env.RegisterWorkflowWithOptions(appWorkflowFunc(&events), workflow.RegisterOptions{Name: appWorkflow})
-	if err := RegisterActivities(env, &Activities{Ledger: ledger, Handler: h.handle, History: firstRun{}}); err != nil {
-		t.Fatal(err)
-	}
-	env.RegisterActivityWithOptions(func(context.Context, string) error { return nil }, activity.RegisterOptions{Name: "app.Announce"})
+	env, h := appEnv(t, &events, 0)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, req("t1")) }, time.Second)
 	env.RegisterDelayedCallback(func() { env.SetCurrentHistoryLength(41) }, 3*time.Second)
 	env.ExecuteWorkflow(appWorkflow, appInput{Input: Input{Owner: owner, HistoryLimit: 40}, Region: "eu-west"})
@@ -97,6 +100,9 @@ func TestServeContinuesAsNewAsTheApplicationsWorkflow(t *testing.T) {
 	var next appInput
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
+	}
+	if h.seen()[req("t1").Key()] != 1 {
+		t.Errorf("handler calls %v, want t1 once before the run continued as new", h.seen())
 	}
 	if next.Region != "eu-west" || next.Owner != owner || next.Carry == nil || next.Carry.Dispatched != 1 || next.HistoryLimit != 40 {
 		t.Fatalf("next run's input %+v (carry %+v): want the region, the owner, the tuning and the carried state", next, next.Carry)

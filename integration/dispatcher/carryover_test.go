@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/temporalx"
 	"github.com/baton-run/baton/takeover"
 )
@@ -64,15 +65,7 @@ func TestTakeoverCarriesOverSignalledBacklog(t *testing.T) {
 func TestPendingDispatchOfTerminatedRunIsFinished(t *testing.T) {
 	e := newEnv(t)
 	req := request("mid-activity")
-	h, started, release := holdNodeA()
-	e.workerWith(t, h, dispatcher.RegisterOptions{})
-	runA, termA := e.take(t, "node-a")
-	e.signal(t, req)
-	select {
-	case <-started:
-	case <-t.Context().Done():
-		t.Fatal("node-a's dispatch never started")
-	}
+	h, release, runA, termA := e.heldInNodeA(t, req)
 	if got := e.records(t)[req.Key()]; got != record("pending", runA.Owner) {
 		t.Fatalf("record %q, want pending for node-a", got)
 	}
@@ -198,15 +191,7 @@ func TestContinueAsNewNeverOutrunsTheBacklog(t *testing.T) {
 func TestPlannedStepDownRunsNoHandlerTwice(t *testing.T) {
 	e := newEnv(t)
 	req := request("in-the-handler")
-	h, started, release := holdNodeA()
-	e.workerWith(t, h, dispatcher.RegisterOptions{})
-	runA, termA := e.take(t, "node-a")
-	e.signal(t, req)
-	select {
-	case <-started:
-	case <-t.Context().Done():
-		t.Fatal("node-a's dispatch never started")
-	}
+	h, release, runA, termA := e.heldInNodeA(t, req)
 	// The handler finishes a little after the step-down began.
 	time.AfterFunc(300*time.Millisecond, func() { close(release) })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -235,4 +220,21 @@ func TestPlannedStepDownRunsNoHandlerTwice(t *testing.T) {
 	if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
 		t.Errorf("node-a's run is %v after its step-down, want terminated", st)
 	}
+}
+
+// heldInNodeA runs a worker whose handler holds node-a's dispatches (holdNodeA), makes node-a the
+// owner, sends req and returns once node-a's handler holds it: the handler, the channel that
+// releases it, and node-a's run and term.
+func (e *env) heldInNodeA(t *testing.T, req dispatcher.Request) (*handled, chan struct{}, takeover.Run, *election.Term) {
+	t.Helper()
+	h, started, release := holdNodeA()
+	e.workerWith(t, h, dispatcher.RegisterOptions{})
+	runA, termA := e.take(t, "node-a")
+	e.signal(t, req)
+	select {
+	case <-started:
+	case <-t.Context().Done():
+		t.Fatal("node-a's dispatch never started")
+	}
+	return h, release, runA, termA
 }

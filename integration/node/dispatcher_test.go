@@ -202,6 +202,12 @@ func TestWrongNamespaceBacksOffAndShowsInReadiness(t *testing.T) {
 
 // takeoverAttempts sums the baton.takeover counter over every outcome.
 func takeoverAttempts(t *testing.T, reader metric.Reader) int {
+	return counterSum(t, reader, takeover.MetricTakeovers)
+}
+
+// counterSum sums one counter of a process over every attribute set (0 before its first increment:
+// the SDK reports a counter once it has been added to).
+func counterSum(t *testing.T, reader metric.Reader, name string) int {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(t.Context(), &rm); err != nil {
@@ -210,7 +216,7 @@ func takeoverAttempts(t *testing.T, reader metric.Reader) int {
 	total := 0
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != takeover.MetricTakeovers {
+			if m.Name != name {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {

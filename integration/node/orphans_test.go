@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/baton-run/baton"
@@ -18,22 +17,24 @@ import (
 
 // orphanCount sums the reconciler's orphan counter of one process.
 func orphanCount(t *testing.T, reader metric.Reader) int {
+	return counterSum(t, reader, reconciler.MetricOrphans)
+}
+
+// reconcilerLeader starts a node that serves queue only (at the cycle's production pace) and waits
+// until it leads the project's reconciler, and returns it with its metrics.
+func (e *env) reconcilerLeader(t *testing.T, p, id, queue string) (*baton.Node, metric.Reader) {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(t.Context(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name == reconciler.MetricOrphans {
-				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-					total += int(dp.Value)
-				}
-			}
+	reader := metric.NewManualReader()
+	cfg := slowCycle(fast(p, id, queue))
+	cfg.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
+	n := e.startNode(t, cfg, e.tc)
+	eventually(t, 30*time.Second, id+" leads the reconciler", func() error {
+		if n.Status().Reconciler.Cycles == 0 {
+			return fmt.Errorf("no cycle yet")
 		}
-	}
-	return total
+		return nil
+	})
+	return n, reader
 }
 
 // slowCycle is fast() with the reconciler's cycle at its production pace: only the event-driven path
@@ -50,16 +51,7 @@ func slowCycle(cfg baton.Config) baton.Config {
 func TestOrphanOfACrashedOwnerIsCleanedUpWithinTheGrace(t *testing.T) {
 	e := newEnv(t)
 	p := project()
-	reader := metric.NewManualReader()
-	cfgB := slowCycle(fast(p, "node-b", "other"))
-	cfgB.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
-	b := e.startNode(t, cfgB, e.tc)
-	eventually(t, 30*time.Second, "node-b leads the reconciler", func() error {
-		if st := b.Status(); st.Reconciler.Cycles == 0 {
-			return fmt.Errorf("no cycle yet")
-		}
-		return nil
-	})
+	_, reader := e.reconcilerLeader(t, p, "node-b", "other")
 	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
 	a := e.startNodeOn(t, slowCycle(fast(p, "node-a", "solo")), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
 	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
@@ -99,16 +91,7 @@ func TestOrphanOfACrashedOwnerIsCleanedUpWithinTheGrace(t *testing.T) {
 func TestHandoverAndCrashWithASuccessorAreNoOrphans(t *testing.T) {
 	e := newEnv(t)
 	p := project()
-	reader := metric.NewManualReader()
-	cfgR := slowCycle(fast(p, "node-r", "other"))
-	cfgR.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
-	r := e.startNode(t, cfgR, e.tc)
-	eventually(t, 30*time.Second, "node-r leads the reconciler", func() error {
-		if r.Status().Reconciler.Cycles == 0 {
-			return fmt.Errorf("no cycle yet")
-		}
-		return nil
-	})
+	_, reader := e.reconcilerLeader(t, p, "node-r", "other")
 	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
 	a := e.startNodeOn(t, slowCycle(fast(p, "node-a", "shared")), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
 	first := e.ownedRun(t, a, "shared", "node-a leads shared", nil)
