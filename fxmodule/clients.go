@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/baton-run/baton"
 )
@@ -331,9 +332,17 @@ func NewEtcdClient(p ClientParams) (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: c.EtcdEndpoints, DialTimeout: c.EtcdDialTimeout, TLS: tlsCfg,
-		Username: c.EtcdUsername, Password: c.EtcdPassword, Logger: logger(p.Logger).Named("etcd-client"),
+		Username: c.EtcdUsername, Password: c.EtcdPassword,
+		// The client's own retry warnings repeat, request by request, what Baton reports once with
+		// its consequence (a campaign failing, readiness red): only its errors are kept.
+		Logger:            logger(p.Logger).Named("etcd-client").WithOptions(zap.IncreaseLevel(zapcore.ErrorLevel)),
 		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second,
 	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		// With credentials the client authenticates at once: an etcd that does not answer ends here.
+		return nil, fmt.Errorf("fxmodule: etcd not reachable at %v within %v (BATON_ETCD_ENDPOINTS, BATON_ETCD_DIAL_TIMEOUT): %w",
+			c.EtcdEndpoints, c.EtcdDialTimeout, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fxmodule: etcd client for %v: %w", c.EtcdEndpoints, err)
 	}

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
+	"go.uber.org/dig"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
@@ -37,7 +38,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	app := fx.New(appOptions(o, log)...)
 	if err := app.Err(); err != nil {
-		log.Error("building the application failed", zap.Error(err))
+		// The cause alone: Fx's wrapping names every constructor on the way to it.
+		log.Error("building the application failed", zap.Error(dig.RootCause(err)))
 		return exitStartError
 	}
 	startCtx, cancel := context.WithTimeout(ctx, o.startTimeout)
@@ -97,8 +99,10 @@ func appOptions(o runOptions, log *zap.Logger) []fx.Option {
 		fx.Provide(func() *zap.Logger { return log }, newMeterProvider),
 		fx.WithLogger(func() fxevent.Logger {
 			l := &fxevent.ZapLogger{Logger: log.Named("fx")}
-			l.UseLogLevel(zapcore.DebugLevel) // Fx's own events only with -log-level=debug
-			l.UseErrorLevel(zapcore.ErrorLevel)
+			// Fx's own events only with -log-level=debug, its errors too: each restates the error
+			// the worker logs once, with its cause, when the start fails.
+			l.UseLogLevel(zapcore.DebugLevel)
+			l.UseErrorLevel(zapcore.DebugLevel)
 			return l
 		}),
 		fx.StartTimeout(o.startTimeout),
@@ -172,11 +176,13 @@ func orDefault(v, def string) string {
 }
 
 // redisLog routes go-redis's own messages (connection pool failures) to zap instead of plain lines
-// on stderr; a nil logger drops them. go-redis has one process-wide logger, which main owns.
+// on stderr, at debug level: each repeats, dial by dial, a failure Baton reports once with its
+// consequence (Redis not reachable, heartbeats failing, readiness red). A nil logger drops them.
+// go-redis has one process-wide logger, which main owns.
 type redisLog struct{ log *zap.Logger }
 
 func (r redisLog) Printf(_ context.Context, format string, v ...any) {
 	if r.log != nil {
-		r.log.Warn(fmt.Sprintf(format, v...))
+		r.log.Debug(fmt.Sprintf(format, v...))
 	}
 }

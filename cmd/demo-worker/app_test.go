@@ -88,3 +88,32 @@ func TestStartFailureExitsThree(t *testing.T) {
 	}
 	assertNoSecrets(t, "logs", stderr.String())
 }
+
+// An etcd that does not answer at start (the worker has credentials, so its client authenticates at
+// once) ends the start with one line that says so and names the settings to check, not Fx's trace
+// of every constructor, hook and rollback on the way, nor the clients' retries dial by dial.
+func TestUnreachableEtcdAtStartIsOneClearLine(t *testing.T) {
+	addr := closedAddr(t)
+	setEnv(t, map[string]string{
+		"BATON_ETCD_ENDPOINTS":   "http://" + addr,
+		"BATON_TEMPORAL_ADDRESS": addr,
+		"BATON_REDIS_ADDR":       addr,
+	})
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"run", "-http=127.0.0.1:0", "-start-timeout=20s"}, &stdout, &stderr)
+	if code != exitStartError {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", code, exitStartError, stderr.String())
+	}
+	out := stderr.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	if len(lines) > 2 || !strings.Contains(last, "etcd not reachable") || !strings.Contains(last, "BATON_ETCD_ENDPOINTS") {
+		t.Errorf("stderr has %d lines, want one saying etcd is not reachable and what to check:\n%s", len(lines), out)
+	}
+	for _, noise := range []string{"could not build arguments", "OnStart hook failed", "rolling back", "retrying of unary invoker"} {
+		if strings.Contains(out, noise) {
+			t.Errorf("stderr repeats %q:\n%s", noise, out)
+		}
+	}
+	assertNoSecrets(t, "logs", out)
+}
