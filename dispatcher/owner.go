@@ -6,6 +6,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -37,7 +38,7 @@ func OwnerCmp(owner takeover.Owner) clientv3.Cmp {
 	if ValidateOwner(owner) != nil {
 		return clientv3.Compare(clientv3.CreateRevision(owner.ElectionKey), "<", 0)
 	}
-	return clientv3.Compare(clientv3.CreateRevision(owner.ElectionKey), "=", owner.Token)
+	return election.HeldCmp(owner.ElectionKey, owner.Token)
 }
 
 // ConfirmOwner asks etcd, with a guarded transaction that writes nothing (a linearizable read),

@@ -334,7 +334,7 @@ func (e *Elector) enter(ctx context.Context, s *session, prefix, key, value stri
 			continue
 		}
 		if _, err := e.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kvs[0].CreateRevision)).
+			If(HeldCmp(key, kvs[0].CreateRevision)).
 			Then(clientv3.OpDelete(key)).
 			Commit(); err != nil {
 			return entered{}, err
@@ -444,7 +444,7 @@ func (e *Elector) deleteKey(ctx context.Context, s *session, key string, rev int
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
 	defer cancel()
 	if _, err := e.client.Txn(dctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		If(HeldCmp(key, rev)).
 		Then(clientv3.OpDelete(key)).
 		Commit(); err != nil {
 		e.log.Warn("election could not remove its candidate key; the lease will", zap.String("key", key), zap.Error(err))

@@ -98,6 +98,15 @@ func (t *Term) Check() error {
 	return nil
 }
 
+// HeldCmp is the comparison that holds exactly while the term whose election key is key and whose
+// token is token holds: the key exists with that create revision. Once a successor wins, the key is
+// gone or was created again at a higher revision, and the comparison fails for ever. It is Baton's
+// one fencing comparison: Term.Guard, the term's own delete, and every fenced write of a dispatcher
+// run (dispatcher.OwnerCmp) put it in their transaction's If.
+func HeldCmp(key string, token int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(key), "=", token)
+}
+
 // Guard commits ops in one etcd transaction only while the term's key still exists at the term's
 // revision. It returns an error wrapping ErrNotLeader, and ends the term, when that is no longer so;
 // nothing is written then.
@@ -106,7 +115,7 @@ func (t *Term) Guard(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResp
 		return nil, err
 	}
 	resp, err := t.elector.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
+		If(HeldCmp(t.key, t.token)).
 		Then(ops...).
 		Commit()
 	if err != nil {
@@ -140,7 +149,7 @@ func (t *Term) Resign(ctx context.Context) error {
 // deleteKey deletes the term's key if it is still at the term's revision.
 func (t *Term) deleteKey(ctx context.Context) error {
 	_, err := t.elector.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.token)).
+		If(HeldCmp(t.key, t.token)).
 		Then(clientv3.OpDelete(t.key)).
 		Commit()
 	if err != nil {
