@@ -104,7 +104,17 @@ func NewWriter(rdb redis.UniversalClient, cfg Config) (*Writer, error) {
 func (w *Writer) Config() Config { return w.cfg }
 
 // Key returns the heartbeat key of a dispatcher workflow.
-func (w *Writer) Key(workflowID string) string { return w.cfg.Prefix + workflowID }
+func (w *Writer) Key(workflowID string) string { return Key(w.cfg.Prefix, workflowID) }
+
+// Key returns the heartbeat key of a dispatcher workflow under prefix (Config.Prefix; empty means
+// DefaultPrefix): the prefix followed by the workflow ID. Tools and the reconciler use it rather than
+// build the key themselves.
+func Key(prefix, workflowID string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + workflowID
+}
 
 // Beat writes one heartbeat for run, which term owns. It returns an error wrapping ErrNotLeader when
 // the term no longer holds and ErrSuperseded when the stored entry carries a higher token and etcd

@@ -91,7 +91,7 @@ func (r *Reconciler) orphan(ctx context.Context, term Term, v election.Vacated) 
 	if err != nil {
 		return // not a queue Baton could have led
 	}
-	key := r.cfg.Prefix + id
+	key := heartbeat.Key(r.cfg.Prefix, id)
 	fields, err := r.rdb.HGetAll(cctx, key).Result()
 	if err != nil || len(fields) == 0 {
 		log.Info("vacated queue has no heartbeat entry to act on; left to the cycle's sweep", zap.NamedError("redis_error", err))

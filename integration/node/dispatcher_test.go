@@ -238,7 +238,7 @@ func TestHeartbeatRegressionDoesNotChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := heartbeat.DefaultPrefix + id
+	key := heartbeat.Key("", id)
 	if err := e.rdb.HSet(t.Context(), key, heartbeat.FieldWorkflowID, id, heartbeat.FieldRunID, "run-before-the-restore",
 		heartbeat.FieldServerID, "node-old", heartbeat.FieldToken, int64(1)<<40, heartbeat.FieldProject, p, heartbeat.FieldQueue, queue,
 		heartbeat.FieldUpdatedMs, time.Now().UnixMilli()).Err(); err != nil {

@@ -35,7 +35,7 @@ func TestFxClientsOnRedisCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return heartbeat.DefaultPrefix + id
+		return heartbeat.Key("", id)
 	}
 	var queues []string
 	for _, i := range redistest.SpreadKeys(t, cc, 3, func(i int) string { return key(fmt.Sprintf("q%d", i)) }) {

@@ -55,7 +55,7 @@ func TestOrphanOfACrashedOwnerIsCleanedUpWithinTheGrace(t *testing.T) {
 	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
 	a := e.startNodeOn(t, slowCycle(fast(p, "node-a", "solo")), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
 	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
-	key := heartbeat.DefaultPrefix + qa.WorkflowID
+	key := heartbeat.Key("", qa.WorkflowID)
 
 	// node-a crashes as far as etcd can tell: cut off, its lease runs out.
 	crashed := time.Now()

@@ -35,7 +35,7 @@ func TestReconcilerCleansEveryMasterOfACluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e.pfx + id
+		return heartbeat.Key(e.pfx, id)
 	})
 
 	a := e.owner(t, "node-a", election.Config{TTL: 2 * time.Second}, heartbeat.Config{Interval: 200 * time.Millisecond})
