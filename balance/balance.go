@@ -550,7 +550,7 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 	reason := ""
 	switch {
 	case r.roster.draining():
-		if !r.takerInLine(queue) {
+		if r.takerOf(queue) == "" {
 			return "", 0 // the queue keeps its leader until a worker that serves it stands (HandOverWaiting)
 		}
 		reason = ReasonDrain
@@ -605,15 +605,10 @@ func (r *Runner) unknownCandidate() bool {
 	return false
 }
 
-// takerInLine reports whether a worker that does not drain stands for queue. A draining worker hands
-// a queue over only to such a worker: workers may serve different queues, and a queue handed over
-// with nobody else in line would fall vacant and come back to the draining worker, again and again.
-func (r *Runner) takerInLine(queue string) bool {
-	return r.takerOf(queue) != ""
-}
-
 // takerOf returns the first worker in line for queue, other than this one, that does not drain; ""
-// when there is none.
+// when there is none. A draining worker hands a queue over only to such a worker: workers may serve
+// different queues, and a queue handed over with nobody else in line would fall vacant and come back
+// to the draining worker, again and again.
 func (r *Runner) takerOf(queue string) string {
 	for _, id := range r.view.line(queue) {
 		if m, _ := r.roster.member(id); id != r.cfg.ServerID && !m.Draining {
@@ -627,7 +622,7 @@ func (r *Runner) takerOf(queue string) string {
 // when it does not lead the queue or nothing waits: a draining worker keeps a queue that no other
 // worker stands for (none serves it, or none is up) until one does.
 func (r *Runner) HandOverWaiting(queue string) string {
-	if r.cfg.Disabled || !r.isHeld(queue) || !r.roster.draining() || r.takerInLine(queue) {
+	if r.cfg.Disabled || !r.isHeld(queue) || !r.roster.draining() || r.takerOf(queue) != "" {
 		return ""
 	}
 	return "draining: no other worker stands for this queue; it stays led here until one does"

@@ -238,9 +238,15 @@ func (a *Activities) scan(ctx context.Context, src Source) ([]Source, error) {
 			listedCount, src.WorkflowID, src.Chain)
 	}
 	if !priorSeen {
-		if _, err := a.readRun(ctx, Source{WorkflowID: src.WorkflowID, RunID: src.RunID}); err == nil {
+		// Not listed: its history is gone (past retention, nothing to read), or visibility lags.
+		_, err := a.readRun(ctx, Source{WorkflowID: src.WorkflowID, RunID: src.RunID})
+		var notFound *serviceerror.NotFound
+		switch {
+		case err == nil:
 			return nil, fmt.Errorf("dispatcher: visibility does not list %s run %s (the takeover's prior run) yet",
 				src.WorkflowID, src.RunID)
+		case !errors.As(err, &notFound):
+			return nil, err
 		}
 	}
 	slices.Reverse(runs)

@@ -85,11 +85,8 @@ func Register(w worker.Registry, a *Activities) {
 
 // RegisterWithOptions is Register with the workflow's tuning set for this worker.
 func RegisterWithOptions(w worker.Registry, a *Activities, opts RegisterOptions) error {
-	if w == nil {
-		return errors.New("dispatcher: worker must not be nil")
-	}
-	if a == nil {
-		return errors.New("dispatcher: Activities must not be nil")
+	if err := checkRegister(w, a); err != nil {
+		return err
 	}
 	if err := opts.Validate(); err != nil {
 		return err
@@ -101,13 +98,20 @@ func RegisterWithOptions(w worker.Registry, a *Activities, opts RegisterOptions)
 // RegisterActivities registers the dispatcher's activities alone, for a worker that runs an
 // application's own dispatcher workflow (Serve) instead of the reference one.
 func RegisterActivities(w worker.Registry, a *Activities) error {
+	if err := checkRegister(w, a); err != nil {
+		return err
+	}
+	registerActivities(w, a)
+	return nil
+}
+
+func checkRegister(w worker.Registry, a *Activities) error {
 	switch {
 	case w == nil:
 		return errors.New("dispatcher: worker must not be nil")
 	case a == nil:
 		return errors.New("dispatcher: Activities must not be nil")
 	}
-	registerActivities(w, a)
 	return nil
 }
 

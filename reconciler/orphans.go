@@ -44,12 +44,15 @@ func (r *Reconciler) watchOrphans(ctx context.Context, term Term) {
 		return
 	}
 	var pending []vacancy // in order of due time: the grace is the same for all
+	// Armed only while something is pending; an early fire is harmless: only what is due is looked at.
+	timer := r.cfg.Clock.NewTimer(r.cfg.OrphanGrace)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		var due <-chan time.Time
-		var timer interface{ Stop() bool }
 		if len(pending) > 0 {
-			t := r.cfg.Clock.NewTimer(max(0, pending[0].at.Sub(r.cfg.Clock.Now())))
-			due, timer = t.C(), t
+			timer.Reset(max(0, pending[0].at.Sub(r.cfg.Clock.Now())))
+			due = timer.C()
 		}
 		select {
 		case v, ok := <-vacated:
@@ -64,11 +67,6 @@ func (r *Reconciler) watchOrphans(ctx context.Context, term Term) {
 				pending = pending[1:]
 			}
 		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
 			return
 		}
 	}

@@ -108,6 +108,14 @@ type Run struct {
 	Latency time.Duration
 }
 
+// chainFirst is the first run of run's chain: what run-scoped calls name as FirstExecutionRunId.
+func (r Run) chainFirst() string {
+	if r.FirstRunID != "" {
+		return r.FirstRunID
+	}
+	return r.RunID
+}
+
 // Manager takes over, supervises and steps down dispatcher runs for election terms.
 type Manager struct {
 	client  Client
@@ -470,10 +478,7 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	if run.Owner.Token != term.Token() {
 		return fmt.Errorf("%w: run %s belongs to token %d, not to this term (%d)", ErrSuperseded, run.RunID, run.Owner.Token, term.Token())
 	}
-	first := run.FirstRunID
-	if first == "" {
-		first = run.RunID
-	}
+	first := run.chainFirst()
 	m.Quiesce(ctx, term, run)
 	reason := fmt.Sprintf("baton: %s stepped down (token %d)", term.LeaderID(), term.Token())
 	if err := m.terminate(ctx, term, run.WorkflowID, "", first, reason); err != nil {
@@ -496,10 +501,7 @@ func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
 	if m.cfg.QuiesceTimeout < 0 || m.cfg.StepDown == LeaveRunning || term.Check() != nil || run.Owner.Token != term.Token() {
 		return
 	}
-	first := run.FirstRunID
-	if first == "" {
-		first = run.RunID
-	}
+	first := run.chainFirst()
 	wait := m.cfg.QuiesceTimeout
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(deadline)/2)

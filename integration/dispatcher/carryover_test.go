@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,14 +193,35 @@ func TestPlannedStepDownRunsNoHandlerTwice(t *testing.T) {
 	e := newEnv(t)
 	req := request("in-the-handler")
 	h, release, runA, termA := e.heldInNodeA(t, req)
-	// The handler finishes a little after the step-down began.
-	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	// The handler finishes once the step-down has asked the run to quiesce (the run accepted the
+	// update), or, where nothing asks, once node-a's term is over: either way after the step-down
+	// began, never by a guess at its timing.
+	resigned := make(chan struct{})
+	var releaser sync.WaitGroup
+	releaser.Go(func() {
+		defer close(release)
+		for {
+			if e.updateAccepted(t, runA, takeover.UpdateQuiesce) {
+				return
+			}
+			select {
+			case <-resigned:
+				return
+			case <-t.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := e.manager(t, "node-a").StepDown(ctx, termA, runA); err != nil {
-		t.Fatal(err)
+	err := e.manager(t, "node-a").StepDown(ctx, termA, runA)
+	if err == nil {
+		err = termA.Resign(t.Context())
 	}
-	if err := termA.Resign(t.Context()); err != nil {
+	close(resigned)
+	releaser.Wait()
+	if err != nil {
 		t.Fatal(err)
 	}
 	runB, _ := e.take(t, "node-b")
@@ -237,4 +259,20 @@ func (e *env) heldInNodeA(t *testing.T, req dispatcher.Request) (*handled, chan 
 		t.Fatal("node-a's dispatch never started")
 	}
 	return h, release, runA, termA
+}
+
+// updateAccepted reports whether run's history shows an accepted update named name.
+func (e *env) updateAccepted(t *testing.T, run takeover.Run, name string) bool {
+	t.Helper()
+	iter := e.tc.GetWorkflowHistory(t.Context(), run.WorkflowID, run.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			return false
+		}
+		if a := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && a.GetAcceptedRequest().GetInput().GetName() == name {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -30,7 +31,7 @@ func newHeldStart() *heldStart {
 
 func (h *heldStart) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if method == "/temporal.api.workflowservice.v1.WorkflowService/StartWorkflowExecution" {
+	if method == workflowservice.WorkflowService_StartWorkflowExecution_FullMethodName {
 		first := false
 		h.once.Do(func() { first = true })
 		if first {

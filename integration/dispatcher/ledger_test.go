@@ -286,7 +286,7 @@ func writes(req any, state string) bool {
 func (c *cutResponses) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	if method != "/etcdserverpb.KV/Txn" || err != nil {
+	if _, txn := req.(*etcdserverpb.TxnRequest); !txn || err != nil {
 		return err
 	}
 	c.mu.Lock()

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -21,11 +20,13 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// startNodeOn is startNode with an etcd client of the test's choosing (one behind a proxy it cuts).
-func (e *env) startNodeOn(t *testing.T, cfg baton.Config, cli *clientv3.Client, heal func()) *baton.Node {
+// startCuttableNode is startNode with its etcd client behind a proxy of its own, which the test cuts
+// to make the node crash as far as etcd can tell (its Temporal and Redis clients go on).
+func (e *env) startCuttableNode(t *testing.T, cfg baton.Config) (*baton.Node, *etcdtest.Proxy) {
 	t.Helper()
+	proxy := etcdtest.NewTestProxy(t, e.etcd.Endpoints()[0])
 	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(cfg.ServerID)
-	node, err := baton.New(cfg, cli, e.tc, e.rdb)
+	node, err := baton.New(cfg, etcdtest.Client(t, e.etcd, proxy.URL()), e.tc, e.rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,14 +34,14 @@ func (e *env) startNodeOn(t *testing.T, cfg baton.Config, cli *clientv3.Client, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		heal()
+		proxy.Heal()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 20*time.Second)
 		defer cancel()
 		if err := node.Stop(ctx); err != nil {
 			t.Error(err)
 		}
 	})
-	return node
+	return node, proxy
 }
 
 // The whole Node runs on Redis Cluster, with its queues' heartbeat entries on three masters: it leads,
@@ -100,8 +101,7 @@ func TestNodesOnRedisCluster(t *testing.T) {
 		return nil
 	})
 
-	proxy := etcdtest.NewTestProxy(t, e.etcd.Endpoints()[0])
-	b := e.startNodeOn(t, fast(p, "node-b", queues...), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
+	b, proxy := e.startCuttableNode(t, fast(p, "node-b", queues...))
 	eventually(t, 30*time.Second, "the leader counts both workers", func() error {
 		for _, q := range queues {
 			if qs, _ := leading(a, q); qs.Workers[registry.StatusOnline] != 2 {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
-	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/reconciler"
 )
 
@@ -52,8 +51,7 @@ func TestOrphanOfACrashedOwnerIsCleanedUpWithinTheGrace(t *testing.T) {
 	e := newEnv(t)
 	p := project()
 	_, reader := e.reconcilerLeader(t, p, "node-b", "other")
-	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
-	a := e.startNodeOn(t, slowCycle(fast(p, "node-a", "solo")), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
+	a, proxy := e.startCuttableNode(t, slowCycle(fast(p, "node-a", "solo")))
 	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
 	key := heartbeat.Key("", qa.WorkflowID)
 
@@ -92,8 +90,7 @@ func TestHandoverAndCrashWithASuccessorAreNoOrphans(t *testing.T) {
 	e := newEnv(t)
 	p := project()
 	_, reader := e.reconcilerLeader(t, p, "node-r", "other")
-	proxy := etcdtest.NewTestProxy(t, e.etcd.MemberEndpoint(0))
-	a := e.startNodeOn(t, slowCycle(fast(p, "node-a", "shared")), etcdtest.Client(t, e.etcd, proxy.URL()), proxy.Heal)
+	a, proxy := e.startCuttableNode(t, slowCycle(fast(p, "node-a", "shared")))
 	first := e.ownedRun(t, a, "shared", "node-a leads shared", nil)
 	c := e.startNode(t, slowCycle(fast(p, "node-c", "shared")), e.tc)
 	// A crash with a successor: node-c takes over and ends node-a's run itself.
