@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/internal/names"
 	"github.com/baton-run/baton/reconciler"
@@ -87,8 +88,12 @@ type Config struct {
 	// Default false: Start returns at once and the session follows.
 	WaitForSession bool
 
-	// Logger receives every component's events. Default: no-op.
+	// Logger receives every component's logs. Default: no-op.
 	Logger *zap.Logger
+	// Events receives every component's typed events (package event: terms, takeovers, step-downs,
+	// heartbeat trouble, stale runs ended, workers evicted, queues handed over), unless a component's
+	// own Config names another Sink. It is called synchronously: it must return quickly. Default: none.
+	Events event.Sink
 	// MeterProvider receives every component's metrics. Default: no-op.
 	MeterProvider metric.MeterProvider
 }
@@ -119,6 +124,12 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.Capabilities) == 0 {
 		c.Capabilities = []string{c.Takeover.WorkflowType}
+	}
+	for _, sink := range []*event.Sink{&c.Election.Events, &c.Balance.Events, &c.Takeover.Events, &c.Heartbeat.Events,
+		&c.Reconciler.Events, &c.Registry.Events} {
+		if *sink == nil {
+			*sink = c.Events
+		}
 	}
 	if c.Election.Logger == nil {
 		c.Election.Logger = c.Logger

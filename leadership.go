@@ -82,8 +82,8 @@ func (n *Node) Term(queue string) (*election.Term, bool) {
 	return s.term, true
 }
 
-// event is one leadership event of one queue.
-type event struct {
+// leadershipEvent is one leadership event of one queue.
+type leadershipEvent struct {
 	kind   eventKind
 	ctx    context.Context // the term's, for eventStarted
 	lead   Lead
@@ -110,18 +110,18 @@ type notifier struct {
 	listeners []Listener // fixed once the Node starts
 
 	mu      sync.Mutex
-	pending map[mailbox][]event
+	pending map[mailbox][]leadershipEvent
 	wg      sync.WaitGroup
 }
 
-func (nt *notifier) emit(queue string, ev event) {
+func (nt *notifier) emit(queue string, ev leadershipEvent) {
 	if len(nt.listeners) == 0 {
 		return
 	}
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
 	if nt.pending == nil {
-		nt.pending = make(map[mailbox][]event)
+		nt.pending = make(map[mailbox][]leadershipEvent)
 	}
 	for i, l := range nt.listeners {
 		if !l.wants(ev.kind) {
@@ -152,7 +152,7 @@ func (nt *notifier) drain(mb mailbox) {
 			return
 		}
 		ev := evs[0]
-		evs[0] = event{}
+		evs[0] = leadershipEvent{}
 		nt.pending[mb] = evs[1:]
 		nt.mu.Unlock()
 		switch ev.kind {

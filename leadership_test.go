@@ -76,11 +76,13 @@ func (r *recorder) await(t *testing.T, queue string, want ...string) {
 	}
 }
 
-func started(ctx context.Context, queue string, token int64, run string) event {
-	return event{kind: eventStarted, ctx: ctx, lead: Lead{Queue: queue, Token: token, Run: takeover.Run{RunID: run}}}
+func started(ctx context.Context, queue string, token int64, run string) leadershipEvent {
+	return leadershipEvent{kind: eventStarted, ctx: ctx, lead: Lead{Queue: queue, Token: token, Run: takeover.Run{RunID: run}}}
 }
 
-func stopped(cause string) event { return event{kind: eventStopped, cause: errors.New(cause)} }
+func stopped(cause string) leadershipEvent {
+	return leadershipEvent{kind: eventStopped, cause: errors.New(cause)}
+}
 
 // A listener held in OnStartedLeading blocks neither the emitter (the election) nor other queues; its
 // own queue's events follow in order once it returns, and a short term's start is still reported,
@@ -122,10 +124,10 @@ func TestNotifierMergesPendingLeaderChanges(t *testing.T) {
 	nt.emit("orders", started(t.Context(), "orders", 1, "r1"))
 	r.await(t, "orders", "start 1 r1")
 	for _, id := range []string{"a", "b", "c"} {
-		nt.emit("orders", event{kind: eventNewLeader, leader: election.Leader{ID: id}})
+		nt.emit("orders", leadershipEvent{kind: eventNewLeader, leader: election.Leader{ID: id}})
 	}
 	nt.emit("orders", stopped("resigned"))
-	nt.emit("orders", event{kind: eventNewLeader, leader: election.Leader{ID: "d"}})
+	nt.emit("orders", leadershipEvent{kind: eventNewLeader, leader: election.Leader{ID: "d"}})
 	close(r.hold["orders"])
 	r.await(t, "orders", "start 1 r1", "leader c", "stop resigned", "leader d")
 	if err := nt.wait(t.Context()); err != nil {
@@ -140,7 +142,7 @@ func TestNotifierWaitIsBounded(t *testing.T) {
 	partial := newRecorder()
 	nt := &notifier{listeners: []Listener{r.listener(), {OnNewLeader: partial.listener().OnNewLeader}}}
 	nt.emit("orders", started(t.Context(), "orders", 1, "r1"))
-	nt.emit("orders", event{kind: eventNewLeader, leader: election.Leader{ID: "w1"}})
+	nt.emit("orders", leadershipEvent{kind: eventNewLeader, leader: election.Leader{ID: "w1"}})
 	r.await(t, "orders", "start 1 r1")
 	partial.await(t, "orders", "leader w1")
 	ctx, cancel := context.WithCancel(t.Context())

@@ -283,12 +283,12 @@ func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callba
 					}
 				})
 				if announced {
-					n.notify.emit(queue, event{kind: eventStopped, cause: cause})
+					n.notify.emit(queue, leadershipEvent{kind: eventStopped, cause: cause})
 				}
 			},
 			OnNewLeader: func(l election.Leader) {
 				n.update(queue, func(s *queueState) { s.leader = l })
-				n.notify.emit(queue, event{kind: eventNewLeader, leader: l})
+				n.notify.emit(queue, leadershipEvent{kind: eventNewLeader, leader: l})
 			},
 		}
 	}
@@ -340,7 +340,7 @@ func (n *Node) lead(ctx context.Context, queue string, term *election.Term) erro
 			}
 		})
 		if announce {
-			n.notify.emit(queue, event{kind: eventStarted, ctx: term.Context(), lead: Lead{Queue: queue, Token: term.Token(), Run: run, Term: term}})
+			n.notify.emit(queue, leadershipEvent{kind: eventStarted, ctx: term.Context(), lead: Lead{Queue: queue, Token: term.Token(), Run: run, Term: term}})
 		}
 		err = n.supervise(ctx, queue, term, run)
 		if !errors.Is(err, takeover.ErrRunClosed) {

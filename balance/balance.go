@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
 
@@ -69,6 +70,8 @@ type Config struct {
 	VacantWait time.Duration
 	// Logger receives rebalancing decisions. Default: no-op.
 	Logger *zap.Logger
+	// Events receives balance's events (event.HandingOver). Optional.
+	Events event.Sink
 	// MeterProvider receives the owner-change counter and the leading gauge. Default: no-op.
 	MeterProvider metric.MeterProvider
 }
@@ -388,6 +391,8 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 			if reason != "" {
 				r.log.Info("handing a queue over", zap.String("queue", queue), zap.String("reason", reason),
 					zap.Int("leading", r.Leading()), zap.Int("fair_share", r.FairShare()), zap.Int("workers", r.view.workers()))
+				r.cfg.Events.Emit(event.Event{Kind: event.HandingOver, At: time.Now(), Project: r.cfg.Project, Queue: queue,
+					ServerID: r.cfg.ServerID, Reason: reason})
 				return true, handOver(reason)
 			}
 			if wait > 0 && retry == nil {

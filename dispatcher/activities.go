@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -57,6 +59,9 @@ type Activities struct {
 	// DataConverter decodes the payloads of those histories. Default: the SDK's default data
 	// converter; set it to the client's when the application encodes payloads.
 	DataConverter converter.DataConverter
+	// Events receives event.HandlerRan each time Handler is called (for example the Node's
+	// Config().Events). Optional.
+	Events event.Sink
 
 	mu    sync.Mutex
 	cache []cachedRun // the last runs Backlog read, oldest first
@@ -81,7 +86,10 @@ func (a *Activities) Dispatch(ctx context.Context, task Task) (Result, error) {
 	if done {
 		return Result{Duplicate: true}, nil
 	}
-	if err := a.Handler(ctx, task.Key, task.Request, task.Owner); err != nil {
+	err = a.Handler(ctx, task.Key, task.Request, task.Owner)
+	a.Events.Emit(event.Event{Kind: event.HandlerRan, At: time.Now(), Project: task.Owner.Project, Queue: task.Owner.Queue,
+		Peer: task.Owner.ServerID, Token: task.Owner.Token, DispatchKey: task.Key, Err: event.ErrText(err)})
+	if err != nil {
 		return Result{}, classify(fmt.Errorf("dispatcher: handle %s: %w", task.Key, err))
 	}
 	if err := a.Ledger.Complete(ctx, task.Key, task.Owner); err != nil {

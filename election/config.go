@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
 
@@ -67,6 +68,8 @@ type Config struct {
 
 	// Logger receives structured events (session granted and lost, term started and ended). Default: no-op.
 	Logger *zap.Logger
+	// Events receives the elections' events (event.TermStarted, TermEnded, ResignFailed). Optional.
+	Events event.Sink
 
 	// Clock is the time source for lease deadlines and backoff. Default: the real clock.
 	Clock clock.Clock

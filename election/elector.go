@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 )
 
 // Elector runs a process's elections: one etcd session (lease) shared by every campaign, so keepalive
@@ -282,8 +283,10 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		return abandon(err)
 	}
 	e.wg.Go(func() { t.watch(watchFrom) })
-	// wall_ns lets a drill that runs every process on one host compare terms across processes.
-	t.log.Info("leadership started", zap.Int64("wall_ns", t.started.UnixNano()))
+	t.log.Info("leadership started")
+	ev := t.event(event.TermStarted)
+	ev.At = t.started
+	e.cfg.Events.Emit(ev)
 	return t, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 )
 
 // Callbacks are what Run calls as leadership comes and goes, in the spirit of client-go's
@@ -175,6 +176,9 @@ func (e *Elector) resign(ctx context.Context, term *Term, onResign func(context.
 	defer cancel()
 	if err := term.deleteKey(dctx); err != nil {
 		term.log.Warn("resign failed; the lease expiry hands over instead", zap.Error(err))
+		ev := term.event(event.ResignFailed)
+		ev.Err = err.Error()
+		e.cfg.Events.Emit(ev)
 	}
 }
 

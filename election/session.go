@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 )
 
 // leaser is the part of clientv3.Lease a session uses; it is small so the watchdog arithmetic can be
@@ -266,6 +267,7 @@ func (s *session) lose(cause error) {
 		return
 	}
 	s.log.Warn("election session lost", zap.Error(cause), zap.Int("terms_ended", len(terms)))
+	s.cfg.Events.Emit(event.Event{Kind: event.SessionLost, At: s.cfg.Clock.Now(), Err: cause.Error()})
 }
 
 // awaitCallbacks waits for the leader callbacks of the terms the loss ended, until the local lease

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 )
 
 // Term is one tenure as leader of a (project, queue). It is handed out only after etcd confirmed, with
@@ -46,6 +48,12 @@ func (t *Term) Project() string { return t.project }
 
 // Queue returns the task queue the term leads.
 func (t *Term) Queue() string { return t.queue }
+
+// event is an Event of kind k about the term, at its clock's now.
+func (t *Term) event(k event.Kind) event.Event {
+	return event.Event{Kind: k, At: t.elector.cfg.Clock.Now(), Project: t.project, Queue: t.queue, ServerID: t.value,
+		Key: t.key, Token: t.token}
+}
 
 // Key returns this process's candidate key in etcd.
 func (t *Term) Key() string { return t.key }
@@ -168,8 +176,10 @@ func (t *Term) end(cause error) {
 		t.cancel(cause)
 		t.session.removeTerm(t)
 		t.elector.release(t.project, t.queue)
-		t.log.Info("leadership ended", zap.Error(cause), zap.Duration("held", t.endedAt.Sub(t.started)),
-			zap.Int64("wall_ns", t.endedAt.UnixNano()), zap.Int64("started_wall_ns", t.started.UnixNano()))
+		t.log.Info("leadership ended", zap.Error(cause), zap.Duration("held", t.endedAt.Sub(t.started)))
+		e := t.event(event.TermEnded)
+		e.At, e.Started, e.Reason, e.Err = t.endedAt, t.started, endReason(cause), event.ErrText(cause)
+		t.elector.cfg.Events.Emit(e)
 	})
 }
 
@@ -241,4 +251,19 @@ func (t *Term) watchOnce(fromRev int64) (next int64, lost bool) {
 		next = max(next, resp.Header.Revision+1)
 	}
 	return next, false
+}
+
+// endReason is the event.TermEnded reason of cause.
+func endReason(cause error) string {
+	switch {
+	case errors.Is(cause, ErrResigned):
+		return event.EndedResigned
+	case errors.Is(cause, ErrSessionLost):
+		return event.EndedSessionLost
+	case errors.Is(cause, ErrKeyLost):
+		return event.EndedKeyLost
+	case errors.Is(cause, ErrClosed):
+		return event.EndedClosed
+	}
+	return event.EndedOther
 }

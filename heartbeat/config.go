@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
 
@@ -28,6 +29,9 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives write failures and refusals. Default: no-op.
 	Logger *zap.Logger
+	// Events receives the heartbeat's events (event.HeartbeatRefused, HeartbeatFailed,
+	// HeartbeatRecovered). Optional.
+	Events event.Sink
 	// MeterProvider receives baton.heartbeat.writes. Default: no-op.
 	MeterProvider metric.MeterProvider
 	// Clock paces the loop. Default: the real clock. Entry times always come from Redis.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -229,6 +230,10 @@ func (w *Writer) RunReporting(ctx context.Context, term Term, run takeover.Run, 
 		zap.String("server_id", term.LeaderID()), zap.Int64("token", term.Token()),
 		zap.String("workflow_id", run.WorkflowID), zap.String("run_id", run.RunID))
 	failing := false
+	emit := func(k event.Kind, err error) {
+		w.cfg.Events.Emit(event.Event{Kind: k, At: w.cfg.Clock.Now(), Project: run.Owner.Project, Queue: run.Owner.Queue,
+			ServerID: term.LeaderID(), Token: term.Token(), WorkflowID: run.WorkflowID, RunID: run.RunID, Err: event.ErrText(err)})
+	}
 	for {
 		_, err := w.Beat(ctx, term, run)
 		if report != nil && ctx.Err() == nil {
@@ -239,12 +244,15 @@ func (w *Writer) RunReporting(ctx context.Context, term Term, run takeover.Run, 
 			return nil
 		case errors.Is(err, ErrSuperseded):
 			log.Warn("heartbeat refused: a newer owner's entry is stored", zap.Error(err))
+			emit(event.HeartbeatRefused, err)
 			return err
 		case err != nil:
 			log.Warn("heartbeat write failed; retrying at the next interval", zap.Error(err))
+			emit(event.HeartbeatFailed, err)
 			failing = true
 		case failing:
 			log.Info("heartbeat writes recovered")
+			emit(event.HeartbeatRecovered, nil)
 			failing = false
 		}
 		if !clock.Sleep(ctx, w.cfg.Clock, w.cfg.Interval) {

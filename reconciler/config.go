@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 )
 
@@ -71,6 +72,8 @@ type Config struct {
 	DataConverter converter.DataConverter
 	// Logger receives cycle summaries and every termination. Default: no-op.
 	Logger *zap.Logger
+	// Events receives the reconciler's events (event.StaleRunTerminated, StaleRunClosed). Optional.
+	Events event.Sink
 	// MeterProvider receives the baton.dispatcher.* and baton.reconcile.* metrics. Default: no-op.
 	MeterProvider metric.MeterProvider
 	// Clock paces cycles and measures their duration. Default: the real clock. Staleness is always

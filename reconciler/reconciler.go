@@ -19,6 +19,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/takeover"
 )
@@ -461,16 +462,21 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 	err = r.tc.TerminateWorkflowWithOptions(cctx, opts)
 	cancel()
 	var notFound *serviceerror.NotFound
+	ev := event.Event{At: r.cfg.Clock.Now(), Project: r.cfg.Project, Queue: e.Queue, ServerID: r.cfg.ServerID, Token: term.Token(),
+		WorkflowID: e.WorkflowID, RunID: e.RunID, Peer: e.ServerID, PeerToken: e.Token}
 	switch {
 	case err == nil:
 		r.metrics.terminated(ctx, "terminated")
 		log.Info("stale dispatcher run terminated", zap.Duration("stale_for", e.Age(now)))
+		ev.Kind = event.StaleRunTerminated
 	case errors.As(err, &notFound):
 		r.metrics.terminated(ctx, "already_closed")
 		log.Info("stale dispatcher run was already closed")
+		ev.Kind = event.StaleRunClosed
 	default:
 		return fail("terminate", err)
 	}
+	r.cfg.Events.Emit(ev)
 	rep.Terminated++
 
 	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)

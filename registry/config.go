@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
 
@@ -40,6 +41,8 @@ type Config struct {
 	// Logger receives registrations, drains, deregistrations, every eviction and every malformed
 	// record met. Default: no-op.
 	Logger *zap.Logger
+	// Events receives the registry's events (event.WorkerEvicted). Optional.
+	Events event.Sink
 	// MeterProvider receives baton.registry.evictions, baton.registry.heartbeats and
 	// baton.registry.malformed. Default: no-op.
 	MeterProvider metric.MeterProvider

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
 
@@ -136,10 +137,12 @@ func (r *Registry) evictBatch(ctx context.Context, log *zap.Logger, term Term, q
 		case "hash", "none":
 			log.Info("worker evicted", zap.String("server_id", member), zap.Duration("last_heartbeat_age", age),
 				zap.Bool("record_missing", kind == "none"))
+			r.evicted(queue, term, member)
 		default:
 			malformed++
 			log.Warn("worker evicted; its record is malformed and expires after the retention", zap.String("server_id", member),
 				zap.Duration("last_heartbeat_age", age), zap.String("key", r.keys.worker(queue, member)), zap.String("record_type", kind))
+			r.evicted(queue, term, member)
 		}
 		evicted++
 	}
@@ -195,4 +198,10 @@ func (r *Registry) pruneGone(ctx context.Context, queue string) error {
 		return nil
 	}
 	return pruneGoneScript.Run(ctx, r.rdb, keys, args...).Err()
+}
+
+// evicted emits event.WorkerEvicted for member of queue.
+func (r *Registry) evicted(queue string, term Term, member string) {
+	r.cfg.Events.Emit(event.Event{Kind: event.WorkerEvicted, At: time.Now(), Project: r.cfg.Project, Queue: queue,
+		Token: term.Token(), Peer: member})
 }

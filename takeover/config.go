@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 )
 
 // StartMode says how the dispatcher run is started.
@@ -92,6 +93,8 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	// Logger receives structured events. Default: no-op.
 	Logger *zap.Logger
+	// Events receives the takeover's events (event.TakenOver, PriorTerminated, SteppedDown). Optional.
+	Events event.Sink
 	// MeterProvider receives the takeover metrics. Default: no-op.
 	MeterProvider metric.MeterProvider
 	// Clock measures latency and backoff. Default: the real clock.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 )
 
 // Client is the part of the Temporal client a Manager uses; client.Client satisfies it.
@@ -211,6 +212,9 @@ func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, er
 			m.metrics.latency(ctx, owner.Project, owner.Queue, run.Latency, run.Path)
 			log.Info("dispatcher taken over", zap.String("run_id", run.RunID), zap.String("path", string(run.Path)),
 				zap.Int("attempts", attempts), zap.Duration("latency", run.Latency))
+			e := m.event(event.TakenOver, term, id)
+			e.RunID, e.PriorRunID, e.Reason = run.RunID, run.Owner.PriorRunID, string(run.Path)
+			m.cfg.Events.Emit(e)
 			return run, nil
 		}
 		path, lastErr = next, err
@@ -268,6 +272,9 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		}
 		log.Info("prior dispatcher run terminated", zap.String("prior_run_id", prior.runID),
 			zap.String("prior_server_id", prior.owner.ServerID), zap.Int64("prior_token", prior.owner.Token))
+		e := m.event(event.PriorTerminated, term, id)
+		e.PriorRunID, e.Peer, e.PeerToken = prior.runID, prior.owner.ServerID, prior.owner.Token
+		m.cfg.Events.Emit(e)
 		if path == PathStart {
 			path = PathTerminateFirst
 		}
@@ -312,6 +319,12 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		return Run{}, path, err
 	}
 	return run, path, nil
+}
+
+// event is an Event of kind k about term's dispatcher workflow id.
+func (m *Manager) event(k event.Kind, term Term, id string) event.Event {
+	return event.Event{Kind: k, At: m.cfg.Clock.Now(), Project: term.Project(), Queue: term.Queue(), ServerID: term.LeaderID(),
+		Key: term.Key(), Token: term.Token(), WorkflowID: id}
 }
 
 // endOwnRun terminates a run started by a term that ended on the way. The run is ours alone, so ending
@@ -486,6 +499,9 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	}
 	m.log.Info("own dispatcher run terminated on step-down", zap.String("workflow_id", run.WorkflowID),
 		zap.String("run_id", run.RunID), zap.String("first_run_id", first), zap.Int64("token", term.Token()))
+	e := m.event(event.SteppedDown, term, run.WorkflowID)
+	e.RunID = run.RunID
+	m.cfg.Events.Emit(e)
 	return nil
 }
 

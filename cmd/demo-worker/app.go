@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/fxmodule"
 )
 
@@ -36,6 +39,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer func() { _ = log.Sync() }()
 	redis.SetLogger(redisLog{log.Named("redis")})
 
+	if o.events == "stdout" {
+		o.cfg.Events = eventWriter(stdout)
+	}
 	app := fx.New(appOptions(o, log)...)
 	if err := app.Err(); err != nil {
 		// The cause alone: Fx's wrapping names every constructor on the way to it.
@@ -184,5 +190,16 @@ type redisLog struct{ log *zap.Logger }
 func (r redisLog) Printf(_ context.Context, format string, v ...any) {
 	if r.log != nil {
 		r.log.Debug(fmt.Sprintf(format, v...))
+	}
+}
+
+// eventWriter is a Sink that writes each event as one JSON line on w (-events stdout).
+func eventWriter(w io.Writer) event.Sink {
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	return func(e event.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(e) // a tool that stopped reading must not stop the worker
 	}
 }

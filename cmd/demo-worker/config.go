@@ -24,6 +24,7 @@ const (
 	envLogLevel        = "BATON_LOG_LEVEL"
 	envShutdownTimeout = "BATON_SHUTDOWN_TIMEOUT"
 	envStartTimeout    = "BATON_START_TIMEOUT"
+	envEvents          = "BATON_EVENTS"
 	// envDevstackRedis is written by integration/cmd/devstack into its env file; it is ignored, so
 	// that sourcing that file is enough to run a worker.
 	envDevstackRedis = "BATON_DEVSTACK_REDIS"
@@ -51,7 +52,7 @@ const (
 
 // ignoredEnv lists the BATON_* variables baton.LoadEnv must not refuse as unknown.
 func ignoredEnv() []string {
-	return append(fxmodule.ClientEnvVars(), envHTTPAddr, envLogLevel, envShutdownTimeout, envStartTimeout, envDevstackRedis)
+	return append(fxmodule.ClientEnvVars(), envHTTPAddr, envLogLevel, envShutdownTimeout, envStartTimeout, envEvents, envDevstackRedis)
 }
 
 // common is the configuration both subcommands share: the Baton settings and how to reach the servers.
@@ -69,6 +70,7 @@ type runOptions struct {
 	shutdownTimeout time.Duration
 	startTimeout    time.Duration
 	logLevel        zapcore.Level
+	events          string // "" or "stdout": where Baton's typed events go (package event)
 }
 
 // statusOptions is the configuration of `demo-worker status`.
@@ -205,6 +207,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 			return o, fmt.Errorf("%s: %w", envLogLevel, err)
 		}
 	}
+	o.events = strings.TrimSpace(os.Getenv(envEvents))
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
@@ -225,6 +228,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.Var(durationValue{&o.shutdownTimeout}, "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+envShutdownTimeout+")")
 	fs.Var(durationValue{&o.startTimeout}, "start-timeout", "bound of the start ("+envStartTimeout+")")
 	fs.Var(&o.logLevel, "log-level", "debug, info, warn or error ("+envLogLevel+"; default info)")
+	fs.StringVar(&o.events, "events", o.events, "stdout: write Baton's typed events (package event) as JSON lines on standard output, for tools; empty: none ("+envEvents+")")
 	fs.Var(durationValue{&c.Election.TTL}, "ttl", "etcd lease TTL, whole seconds (BATON_ELECTION_TTL; default 10s)")
 	fs.Var(durationValue{&c.Heartbeat.Interval}, "heartbeat-interval", "dispatcher heartbeat interval (BATON_HEARTBEAT_INTERVAL; default 10s)")
 	fs.Var(durationValue{&c.Reconciler.Interval}, "reconcile-interval", "reconciler cycle (BATON_RECONCILE_INTERVAL; default 1m)")
@@ -235,6 +239,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	}
 	if err := o.readSecrets(); err != nil {
 		return o, err
+	}
+	if o.events != "" && o.events != "stdout" {
+		return o, fmt.Errorf("-events (%s): must be empty or stdout, got %q", envEvents, o.events)
 	}
 	if o.cfg.ServerID == "" {
 		// Chosen here rather than by the Node, so that the Temporal workers and the startup log use it too.

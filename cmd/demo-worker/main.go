@@ -5,8 +5,8 @@
 // # demo-worker run (the default)
 //
 // Configuration comes from the environment first (the BATON_* variables of baton.EnvVars and
-// fxmodule.ClientEnvVars, plus BATON_HTTP_ADDR, BATON_LOG_LEVEL, BATON_SHUTDOWN_TIMEOUT and
-// BATON_START_TIMEOUT of this command), then flags override it (see -h). Passwords and API keys are
+// fxmodule.ClientEnvVars, plus BATON_HTTP_ADDR, BATON_LOG_LEVEL, BATON_EVENTS, BATON_SHUTDOWN_TIMEOUT
+// and BATON_START_TIMEOUT of this command), then flags override it (see -h). Passwords and API keys are
 // read only from BATON_ETCD_PASSWORD, BATON_REDIS_PASSWORD, BATON_TEMPORAL_API_KEY or the
 // -etcd-password-file, -redis-password-file and -temporal-api-key-file flags: a secret in a flag
 // would show in ps. Everything is validated before any connection is made.
@@ -17,6 +17,10 @@
 // term, so another worker takes over in milliseconds, then the HTTP server stops. The Node's share of
 // the timeout is four times the election's ResignTimeout; the workers' drain gets the rest but one
 // second.
+//
+// -events stdout (BATON_EVENTS) writes Baton's typed events (package event: terms, takeovers,
+// step-downs, heartbeat trouble, handler runs, ...) as JSON lines on standard output, for tools: the
+// drill and the e2e tests read them; logs go to standard error and are for people.
 //
 // # demo-worker status
 //

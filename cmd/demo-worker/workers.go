@@ -49,7 +49,8 @@ func startTemporalWorkers(p workerParams) error {
 		return err
 	}
 	log := p.Logger.Named("dispatch")
-	acts := &dispatcher.Activities{Ledger: ledger, Handler: p.Load.count(logDispatch(log)), History: p.Temporal}
+	acts := &dispatcher.Activities{Ledger: ledger, Handler: p.Load.count(logDispatch(log)), History: p.Temporal,
+		Events: cfg.Events}
 	drain := p.Options.drainTimeout()
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range queues {

@@ -15,6 +15,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -158,7 +159,7 @@ func (d *Drill) analyze(ctx context.Context) {
 	}
 }
 
-// buildTerms reconstructs every term from the logs. A term's end is its logged end, with two
+// buildTerms reconstructs every term from the events. A term's end is its logged end, with two
 // exceptions: a SIGKILLed process cannot log one, and cannot act after the kill, so its open terms
 // end at the kill; a SIGSTOPped process logs its end only after SIGCONT (its watchdog only runs
 // then), so a term it held when stopped ends at the stop, provided the process logs no action for
@@ -175,14 +176,14 @@ func (d *Drill) buildTerms(procs []*proc) map[string][]*term {
 		byToken := map[int64]*term{}
 		var order []*term
 		for _, e := range events {
-			switch e.Msg {
-			case msgTermStarted:
-				t := &term{Election: e.Queue, Token: e.Token, Server: e.ServerID, Start: time.Unix(0, e.WallNS)}
+			switch e.Kind {
+			case event.TermStarted:
+				t := &term{Election: e.Queue, Token: e.Token, Server: e.ServerID, Start: e.At}
 				byToken[e.Token] = t
 				order = append(order, t)
-			case msgTermEnded:
+			case event.TermEnded:
 				if t := byToken[e.Token]; t != nil {
-					t.End, t.EndHow = time.Unix(0, e.WallNS), "logged"
+					t.End, t.EndHow = e.At, "logged"
 				}
 			}
 		}
@@ -207,8 +208,8 @@ func (d *Drill) buildTerms(procs []*proc) map[string][]*term {
 				}
 				var acted []string
 				for _, e := range events {
-					if actionMsgs[e.Msg] && e.HasToken && e.Token == t.Token && e.TS.After(resumed) {
-						acted = append(acted, fmt.Sprintf("%s %q at %s", e.Msg, e.RunID+e.Prior, e.TS.Format(tsFormat)))
+					if actionKinds[e.Kind] && e.Token != 0 && e.Token == t.Token && e.At.After(resumed) {
+						acted = append(acted, fmt.Sprintf("%s %q at %s", e.Kind, e.RunID+e.PriorRunID, e.At.Format(tsFormat)))
 					}
 				}
 				if len(acted) > 0 {
@@ -220,7 +221,7 @@ func (d *Drill) buildTerms(procs []*proc) map[string][]*term {
 				t.End, t.EndHow = w.Stop, "sigstop"
 			}
 			for _, e := range events {
-				if e.Msg == msgBalance && e.Queue == t.Election && !e.TS.Before(t.Start) && !e.TS.After(t.End) {
+				if e.Kind == event.HandingOver && e.Queue == t.Election && !e.At.Before(t.Start) && !e.At.After(t.End) {
 					t.Balanced = true
 				}
 			}
@@ -275,7 +276,7 @@ func (d *Drill) fetchRuns(ctx context.Context, procs []*proc) (map[string][]*run
 	}
 	for _, p := range procs {
 		for _, e := range p.snapshotEvents() {
-			if e.Msg == msgTakenOver {
+			if e.Kind == event.TakenOver {
 				add(d.workflowID(e.Queue), e.RunID)
 			}
 		}

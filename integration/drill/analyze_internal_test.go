@@ -8,6 +8,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/integration/ledgerwatch"
 	"github.com/baton-run/baton/takeover"
 )
@@ -18,12 +19,12 @@ var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-func started(q, srv string, tok int64, ms int) event {
-	return event{Msg: msgTermStarted, Queue: q, ServerID: srv, Token: tok, HasToken: true, WallNS: at(ms).UnixNano(), TS: at(ms)}
+func started(q, srv string, tok int64, ms int) event.Event {
+	return event.Event{Kind: event.TermStarted, Queue: q, ServerID: srv, Token: tok, At: at(ms)}
 }
 
-func ended(q string, tok int64, ms int) event {
-	return event{Msg: msgTermEnded, Queue: q, Token: tok, HasToken: true, WallNS: at(ms).UnixNano(), TS: at(ms)}
+func ended(q string, tok int64, ms int) event.Event {
+	return event.Event{Kind: event.TermEnded, Queue: q, Token: tok, At: at(ms)}
 }
 
 func testDrill() *Drill {
@@ -40,15 +41,15 @@ func checks(d *Drill) []string {
 
 func TestAnalyzeTermsOverlap(t *testing.T) {
 	d := testDrill()
-	a := &proc{id: "a", events: []event{started("q1", "a", 10, 0), ended("q1", 10, 1000)}}
-	b := &proc{id: "b", events: []event{started("q1", "b", 20, 900), ended("q1", 20, 2000)}}
+	a := &proc{id: "a", events: []event.Event{started("q1", "a", 10, 0), ended("q1", 10, 1000)}}
+	b := &proc{id: "b", events: []event.Event{started("q1", "b", 20, 900), ended("q1", 20, 2000)}}
 	d.checkTerms(d.buildTerms([]*proc{a, b}))
 	if got := checks(d); len(got) != 1 || got[0] != CheckOneOwner {
 		t.Fatalf("violations %v, want one %s", got, CheckOneOwner)
 	}
 
 	d = testDrill()
-	b.events = []event{started("q1", "b", 20, 1001), ended("q1", 20, 2000)}
+	b.events = []event.Event{started("q1", "b", 20, 1001), ended("q1", 20, 2000)}
 	d.checkTerms(d.buildTerms([]*proc{a, b}))
 	if got := checks(d); len(got) != 0 {
 		t.Fatalf("consecutive terms flagged: %v", got)
@@ -57,8 +58,8 @@ func TestAnalyzeTermsOverlap(t *testing.T) {
 
 func TestAnalyzeSIGKILLEndsTermsAtTheKill(t *testing.T) {
 	d := testDrill()
-	a := &proc{id: "a", events: []event{started("q1", "a", 10, 0)}, killedAt: at(500), exitedAt: at(600)}
-	b := &proc{id: "b", events: []event{started("q1", "b", 20, 550), ended("q1", 20, 900)}}
+	a := &proc{id: "a", events: []event.Event{started("q1", "a", 10, 0)}, killedAt: at(500), exitedAt: at(600)}
+	b := &proc{id: "b", events: []event.Event{started("q1", "b", 20, 550), ended("q1", 20, 900)}}
 	d.checkTerms(d.buildTerms([]*proc{a, b}))
 	if got := checks(d); len(got) != 0 {
 		t.Fatalf("violations %v, want none", got)
@@ -73,10 +74,10 @@ func TestAnalyzeSIGKILLEndsTermsAtTheKill(t *testing.T) {
 // A SIGSTOPped leader logs its term's end only after SIGCONT: the term counts as ended at the stop,
 // unless the process acted for it after SIGCONT.
 func TestAnalyzeSIGSTOPTerm(t *testing.T) {
-	mk := func(extra ...event) []*proc {
-		a := &proc{id: "a", events: append([]event{started("q1", "a", 10, 0), ended("q1", 10, 5100)}, extra...),
+	mk := func(extra ...event.Event) []*proc {
+		a := &proc{id: "a", events: append([]event.Event{started("q1", "a", 10, 0), ended("q1", 10, 5100)}, extra...),
 			stops: []stopWindow{{Stop: at(1000), Resume: at(5000)}}}
-		b := &proc{id: "b", events: []event{started("q1", "b", 20, 3000), ended("q1", 20, 9000)}}
+		b := &proc{id: "b", events: []event.Event{started("q1", "b", 20, 3000), ended("q1", 20, 9000)}}
 		return []*proc{a, b}
 	}
 	d := testDrill()
@@ -85,7 +86,7 @@ func TestAnalyzeSIGSTOPTerm(t *testing.T) {
 		t.Fatalf("violations %v, want none", got)
 	}
 	d = testDrill()
-	acted := event{Msg: msgTakenOver, Queue: "q1", Token: 10, HasToken: true, RunID: "r", TS: at(5050)}
+	acted := event.Event{Kind: event.TakenOver, Queue: "q1", Token: 10, RunID: "r", At: at(5050)}
 	d.checkTerms(d.buildTerms(mk(acted)))
 	got := strings.Join(checks(d), ",")
 	if !strings.Contains(got, CheckStoppedActed) || !strings.Contains(got, CheckOneOwner) {

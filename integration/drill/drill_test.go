@@ -66,6 +66,10 @@ func TestDrillShort(t *testing.T) {
 		dumpLogs(t, logs)
 		t.Fatalf("%d violations of Baton's invariants (see the table above)", len(rep.Violations))
 	}
+	// The term checks read the workers' event streams: without terms they would pass vacuously.
+	if rep.Checks.Terms < 6 {
+		t.Errorf("only %d terms seen in the workers' events for 6 queues and their faults: the event stream is not read", rep.Checks.Terms)
+	}
 	if l := rep.Load; l == nil || l.Accepted == 0 || l.Handled != l.Accepted {
 		t.Errorf("the load phase did not account for every accepted request: %+v", l)
 	} else {

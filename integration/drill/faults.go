@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
@@ -306,7 +307,7 @@ func (d *Drill) faultSIGSTOP(ctx context.Context) error {
 		// checked afterwards (analyze), /status here: it must not report leading for an old term.
 		old := map[int64]bool{}
 		for _, e := range p.snapshotEvents() {
-			if e.Msg == msgTermStarted && e.TS.Before(stoppedAt) {
+			if e.Kind == event.TermStarted && e.At.Before(stoppedAt) {
 				old[e.Token] = true
 			}
 		}

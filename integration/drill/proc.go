@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -22,7 +23,7 @@ type proc struct {
 	done chan struct{} // closed once the exit is recorded
 
 	mu       sync.Mutex
-	events   []event
+	events   []event.Event
 	expected bool      // the drill sent SIGKILL or SIGTERM, or tore it down
 	killedAt time.Time // SIGKILL sent
 	termAt   time.Time // SIGTERM sent
@@ -41,35 +42,11 @@ type sample struct {
 	St         baton.Status
 }
 
-// event is one log line of interest.
-type event struct {
-	Msg      string    `json:"msg"`
-	TS       time.Time `json:"ts"`
-	Queue    string    `json:"queue"`
-	Token    int64     `json:"-"`
-	HasToken bool      `json:"-"`
-	WallNS   int64     `json:"wall_ns"`
-	RunID    string    `json:"run_id"`
-	Prior    string    `json:"prior_run_id"`
-	ServerID string    `json:"server_id"`
-}
-
-// Messages the drill reads from the workers' logs.
-const (
-	msgTermStarted = "leadership started"
-	msgTermEnded   = "leadership ended"
-	msgTakenOver   = "dispatcher taken over"
-	// msgBalance is logged by package balance right before it resigns a term it hands over (to spread
-	// leadership, drain, or move it forward in a rollout).
-	msgBalance = "handing a queue over"
-)
-
-// actionMsgs are the log lines that show a process acting for a term (its token): a SIGSTOPped
-// process must log none of them for a term it held when it was stopped once it is resumed.
-var actionMsgs = map[string]bool{msgTakenOver: true, "prior dispatcher run terminated": true,
-	"own dispatcher run terminated on step-down": true, "heartbeat refused: a newer owner's entry is stored": true,
-	"heartbeat write failed; retrying at the next interval": true, "heartbeat writes recovered": true,
-	"stale dispatcher run terminated": true, "stale dispatcher run was already closed": true, "worker evicted": true}
+// actionKinds are the events that show a process acting for a term (its token): a SIGSTOPped
+// process must emit none of them for a term it held when it was stopped once it is resumed.
+var actionKinds = map[event.Kind]bool{event.TakenOver: true, event.PriorTerminated: true, event.SteppedDown: true,
+	event.HeartbeatRefused: true, event.HeartbeatFailed: true, event.HeartbeatRecovered: true,
+	event.StaleRunTerminated: true, event.StaleRunClosed: true, event.WorkerEvicted: true}
 
 // startProc starts a demo worker, its log in the drill's directory, and waits until it is ready.
 func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []string, endpoints []string, extraEnv ...string) (*proc, error) {
@@ -120,27 +97,21 @@ func (d *Drill) clientEnv(etcd []string) []string {
 	return env
 }
 
-// onLine keeps p's log lines of interest, and counts the load's handler runs.
+// onLine keeps p's events of interest (its JSON lines with an "event" field), and counts the
+// load's handler runs.
 func (d *Drill) onLine(p *proc, line []byte) {
-	var e struct {
-		event
-		Token *int64 `json:"token"` // absent is not 0
-		Key   string `json:"key"`
-	}
-	if json.Unmarshal(line, &e) != nil {
+	var e event.Event
+	if json.Unmarshal(line, &e) != nil || e.Kind == "" {
 		return
 	}
 	switch {
-	case e.Msg == "dispatched" && e.Key != "":
+	case e.Kind == event.HandlerRan && e.DispatchKey != "":
 		d.mu.Lock()
-		d.handlerRuns[e.Key]++
+		d.handlerRuns[e.DispatchKey]++
 		d.mu.Unlock()
-	case actionMsgs[e.Msg] || e.Msg == msgTermStarted || e.Msg == msgTermEnded || e.Msg == msgBalance:
-		if e.Token != nil {
-			e.event.Token, e.HasToken = *e.Token, true
-		}
+	case actionKinds[e.Kind] || e.Kind == event.TermStarted || e.Kind == event.TermEnded || e.Kind == event.HandingOver:
 		p.mu.Lock()
-		p.events = append(p.events, e.event)
+		p.events = append(p.events, e)
 		p.mu.Unlock()
 	}
 }
@@ -235,10 +206,10 @@ func (p *proc) read() (sample, bool) {
 	return sample{Sent: sent, Recv: time.Now(), St: st}, ok
 }
 
-func (p *proc) snapshotEvents() []event {
+func (p *proc) snapshotEvents() []event.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]event(nil), p.events...)
+	return append([]event.Event(nil), p.events...)
 }
 
 func (p *proc) lastSample() (sample, bool) {

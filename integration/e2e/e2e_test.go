@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton"
-	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
@@ -271,14 +271,14 @@ func TestProcessFaults(t *testing.T) {
 				t.Fatalf("the current owner's run (token %d) is %v after the old owner resumed", qs.Token, st)
 			}
 		}
-		for _, m := range old.logged("dispatcher taken over", resumed) {
-			if tok, _ := m["token"].(float64); int64(tok) == oldQS.Token {
-				t.Fatalf("resumed process took over for its old term: %v", m)
+		for _, e := range old.Events(event.TakenOver, resumed) {
+			if e.Token == oldQS.Token {
+				t.Fatalf("resumed process took over for its old term: %+v", e)
 			}
 		}
-		for _, m := range old.logged("prior dispatcher run terminated", resumed) {
-			if tok, _ := m["token"].(float64); int64(tok) <= oldQS.Token {
-				t.Fatalf("resumed process terminated a run for its old term: %v", m)
+		for _, e := range old.Events(event.PriorTerminated, resumed) {
+			if e.Token <= oldQS.Token {
+				t.Fatalf("resumed process terminated a run for its old term: %+v", e)
 			}
 		}
 		id, _ := takeover.WorkflowID(c.project(), "q1")
@@ -286,8 +286,8 @@ func TestProcessFaults(t *testing.T) {
 		if err != nil || entry[heartbeat.FieldToken] != fmt.Sprint(qs.Token) || entry[heartbeat.FieldRunID] != qs.RunID {
 			t.Fatalf("heartbeat entry after the old owner resumed: %v (%v), want the current owner's token %d and run %s", entry, err, qs.Token, qs.RunID)
 		}
-		if ended := old.logged("leadership ended", paused); len(ended) == 0 {
-			t.Fatalf("%s never logged the end of its term", old.id)
+		if ended := old.Events(event.TermEnded, paused); len(ended) == 0 {
+			t.Fatalf("%s never reported the end of its term", old.id)
 		}
 		c.checkOneDispatcherPerQueue()
 	})
@@ -311,12 +311,12 @@ func TestProcessFaults(t *testing.T) {
 		// A handover by resignation, not by the lease running out. Shown by the old owner's own record,
 		// not by the handover's duration: under load a resigned handover can take longer than the TTL.
 		resigned := false
-		for _, m := range old.logged("leadership ended", stopped) {
-			if m["queue"] == "q1" && m["error"] == election.ErrResigned.Error() {
+		for _, e := range old.Events(event.TermEnded, stopped) {
+			if e.Queue == "q1" && e.Reason == event.EndedResigned {
 				resigned = true
 			}
 		}
-		if failed := old.logged("resign failed; the lease expiry hands over instead", stopped); !resigned || len(failed) > 0 {
+		if failed := old.Events(event.ResignFailed, stopped); !resigned || len(failed) > 0 {
 			t.Fatalf("%s did not resign q1 on SIGTERM (handover after %v): resign failures %v", old.id, handover, failed)
 		}
 		if st := c.runStatus("q1", oldQS.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/integration/workerproc"
@@ -41,6 +40,3 @@ func (p *proc) leads(queue string) (baton.QueueStatus, bool) {
 	}
 	return workerproc.Leading(st, queue)
 }
-
-// logged returns the log lines of p whose message contains msg, seen after since.
-func (p *proc) logged(msg string, since time.Time) []map[string]any { return p.Logged(msg, since) }

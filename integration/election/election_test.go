@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/testkit"
 )
@@ -542,7 +543,8 @@ func TestCampaignEndsWithItsSession(t *testing.T) {
 func TestRevokedLeaseEndsEveryTerm(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	cfg := election.Config{TTL: 5 * time.Second}
-	a := newCandidate(t, c, "node-a", cfg)
+	var events recorder
+	a := newCandidate(t, c, "node-a", election.Config{TTL: cfg.TTL, Events: events.sink})
 	b := newCandidate(t, c, "node-b", cfg)
 	operator := etcdtest.Client(t, c)
 	queues := []string{"q0", "q1", "q2"}
@@ -573,6 +575,16 @@ func TestRevokedLeaseEndsEveryTerm(t *testing.T) {
 		}
 		if !errors.Is(term.Err(), election.ErrKeyLost) && !errors.Is(term.Err(), election.ErrLeaseNotFound) {
 			t.Errorf("%s: term ended with %v", term.Queue(), term.Err())
+		}
+		// The event stream says the same, in its own terms: one start and one end of this term.
+		started, ended := events.of(event.TermStarted, term.Queue()), events.of(event.TermEnded, term.Queue())
+		if len(started) != 1 || len(ended) != 1 {
+			t.Fatalf("%s: events %+v %+v, want one TermStarted and one TermEnded", term.Queue(), started, ended)
+		}
+		s, e := started[0], ended[0]
+		if s.Token != term.Token() || e.Token != term.Token() || s.Key != term.Key() || e.Key != term.Key() || s.ServerID != "node-a" ||
+			!e.Started.Equal(s.At) || e.At.Before(s.At) || (e.Reason != event.EndedKeyLost && e.Reason != event.EndedSessionLost) || e.Err == "" {
+			t.Errorf("%s: term %d (%s) reported as %+v, then %+v", term.Queue(), term.Token(), term.Key(), s, e)
 		}
 	}
 	for range queues {

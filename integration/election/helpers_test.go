@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/integration/etcdtest"
 )
 
@@ -189,4 +190,29 @@ func (w *deleteWatcher) waitFor(t *testing.T, key string, limit time.Duration) t
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// recorder keeps the events a sink receives.
+type recorder struct {
+	mu     sync.Mutex
+	events []event.Event
+}
+
+func (r *recorder) sink(e event.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// of returns the events of kind about queue.
+func (r *recorder) of(kind event.Kind, queue string) []event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []event.Event
+	for _, e := range r.events {
+		if e.Kind == kind && e.Queue == queue {
+			out = append(out, e)
+		}
+	}
+	return out
 }

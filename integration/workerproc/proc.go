@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/testkit"
 )
@@ -57,8 +58,8 @@ func Environ() []string {
 }
 
 // Proc is one `demo-worker run` (or `load`) process. Everything it writes to stdout and stderr is
-// kept, in memory or in Options.LogFile; its JSON log lines are also parsed (for Logged), unless
-// Options.OnLine takes them.
+// kept, in memory or in Options.LogFile; its event lines (-events stdout) are also parsed (for
+// Events), unless Options.OnLine takes them.
 type Proc struct {
 	// ID is the process's server ID, Addr the listen address of its HTTP endpoints.
 	ID, Addr string
@@ -69,10 +70,10 @@ type Proc struct {
 	logFile string
 	onLine  func([]byte)
 
-	mu   sync.Mutex
-	logs []map[string]any
-	raw  bytes.Buffer
-	out  io.Writer // raw, or the log file
+	mu     sync.Mutex
+	events []event.Event
+	raw    bytes.Buffer
+	out    io.Writer // raw, or the log file
 }
 
 // Options are the optional parts of a start.
@@ -83,7 +84,7 @@ type Options struct {
 	// process's log stays on disk, for whoever reads it afterwards.
 	LogFile string
 	// OnLine, when set, is called with every output line (each stream in order), in place of the
-	// parsed store that Logged reads.
+	// parsed store of events that Events reads.
 	OnLine func(line []byte)
 }
 
@@ -99,7 +100,8 @@ func Start(o Options, bin, id string, env []string, args ...string) (*Proc, erro
 			return nil, err
 		}
 		p.Addr = addr
-		argv = append([]string{"run", "-server-id", id, "-http", addr}, args...)
+		// Baton's typed events on stdout (Events reads them), never its log text.
+		argv = append([]string{"run", "-server-id", id, "-http", addr, "-events", "stdout"}, args...)
 	}
 	p.out = &p.raw
 	var logf *os.File
@@ -169,9 +171,8 @@ func (p *Proc) scan(r io.Reader) {
 		_, _ = p.out.Write([]byte{'\n'})
 		if p.onLine != nil {
 			p.onLine(line)
-		} else if m := map[string]any(nil); json.Unmarshal(line, &m) == nil && m != nil {
-			m["_seen"] = time.Now()
-			p.logs = append(p.logs, m)
+		} else if e := (event.Event{}); json.Unmarshal(line, &e) == nil && e.Kind != "" {
+			p.events = append(p.events, e)
 		}
 		p.mu.Unlock()
 	}
@@ -266,14 +267,14 @@ func Counts(line string) map[string]int {
 	return v
 }
 
-// Logged returns the JSON log lines whose message contains msg, seen at or after since.
-func (p *Proc) Logged(msg string, since time.Time) []map[string]any {
+// Events returns the events of kind the process emitted at or after since (event.Event.At).
+func (p *Proc) Events(kind event.Kind, since time.Time) []event.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []map[string]any
-	for _, m := range p.logs {
-		if s, _ := m["msg"].(string); strings.Contains(s, msg) && !m["_seen"].(time.Time).Before(since) {
-			out = append(out, m)
+	var out []event.Event
+	for _, e := range p.events {
+		if e.Kind == kind && !e.At.Before(since) {
+			out = append(out, e)
 		}
 	}
 	return out

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,11 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.opentelemetry.io/otel/metric"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/testkit"
 )
@@ -63,19 +61,13 @@ type fleetWorker struct {
 	leaders sync.Map     // queue -> leader's server ID, from OnNewLeader, as a Node keeps it for its status
 }
 
-// sessionLostMessage is the warning election logs when a session (and every term on it) is lost; a
-// fleet counts these, because the Elector has no metric of its own for it.
-const sessionLostMessage = "election session lost"
-
-// lossCounting is a logger that counts, in n, the elector's session-loss warnings and drops every entry.
-func lossCounting(n *atomic.Int64) *zap.Logger {
-	drop := zapcore.NewCore(zapcore.NewJSONEncoder(zapcore.EncoderConfig{}), zapcore.AddSync(io.Discard), zap.WarnLevel)
-	return zap.New(drop, zap.Hooks(func(e zapcore.Entry) error {
-		if e.Message == sessionLostMessage {
+// lossCounting is an event sink that counts, in n, the elector's lost sessions.
+func lossCounting(n *atomic.Int64) event.Sink {
+	return func(e event.Event) {
+		if e.Kind == event.SessionLost {
 			n.Add(1)
 		}
-		return nil
-	}))
+	}
 }
 
 // bareKey is the prefix of a bare fleet's election for queue (of every queue, with "").
@@ -148,7 +140,7 @@ func (f *fleet) start(ctx context.Context, id, version string) (w *fleetWorker, 
 		f.workers = append(f.workers, w)
 		return w, nil
 	}
-	if w.el, err = election.New(w.cli, election.Config{TTL: f.ttl, Logger: lossCounting(&w.losses)}); err != nil {
+	if w.el, err = election.New(w.cli, election.Config{TTL: f.ttl, Events: lossCounting(&w.losses)}); err != nil {
 		return nil, err
 	}
 	runner, err := balance.New(w.el, w.cli, balance.Config{Project: f.project, ServerID: id, Version: version,
