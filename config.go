@@ -8,13 +8,13 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/balance"
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
@@ -125,67 +125,46 @@ func (c Config) withDefaults() Config {
 	if len(c.Capabilities) == 0 {
 		c.Capabilities = []string{c.Takeover.WorkflowType}
 	}
+	// The Node's logger, meter provider and event sink, for every component that names none of its own.
+	for _, l := range []**zap.Logger{&c.Election.Logger, &c.Balance.Logger, &c.Takeover.Logger, &c.Heartbeat.Logger,
+		&c.Reconciler.Logger, &c.Registry.Logger} {
+		if *l == nil {
+			*l = c.Logger
+		}
+	}
+	for _, m := range []*metric.MeterProvider{&c.Balance.MeterProvider, &c.Takeover.MeterProvider, &c.Heartbeat.MeterProvider,
+		&c.Reconciler.MeterProvider, &c.Registry.MeterProvider} {
+		if *m == nil {
+			*m = c.MeterProvider
+		}
+	}
 	for _, sink := range []*event.Sink{&c.Election.Events, &c.Balance.Events, &c.Takeover.Events, &c.Heartbeat.Events,
 		&c.Reconciler.Events, &c.Registry.Events} {
 		if *sink == nil {
 			*sink = c.Events
 		}
 	}
-	if c.Election.Logger == nil {
-		c.Election.Logger = c.Logger
-	}
-	if c.Takeover.Logger == nil {
-		c.Takeover.Logger = c.Logger
-	}
-	if c.Takeover.MeterProvider == nil {
-		c.Takeover.MeterProvider = c.MeterProvider
-	}
-	if c.Heartbeat.Logger == nil {
-		c.Heartbeat.Logger = c.Logger
-	}
-	if c.Heartbeat.MeterProvider == nil {
-		c.Heartbeat.MeterProvider = c.MeterProvider
-	}
+	c.Reconciler.Project, c.Reconciler.ServerID = c.Project, c.ServerID
 	if c.Heartbeat.Prefix == "" {
 		c.Heartbeat.Prefix = heartbeat.DefaultPrefix
 	}
-	if c.Heartbeat.Interval == 0 {
-		c.Heartbeat.Interval = 10 * time.Second
-	}
-	if c.Takeover.WatchInterval == 0 {
-		// A closed run is noticed within one heartbeat interval, like a dead owner's missing heartbeat.
-		c.Takeover.WatchInterval = c.Heartbeat.Interval
-	}
-	c.Reconciler.Project, c.Reconciler.ServerID, c.Reconciler.Prefix = c.Project, c.ServerID, c.Heartbeat.Prefix
+	c.Reconciler.Prefix = c.Heartbeat.Prefix
 	if c.Reconciler.DataConverter == nil {
 		// Both read the owner memo of the same runs.
 		c.Reconciler.DataConverter = c.Takeover.DataConverter
 	}
-	if c.Reconciler.Interval == 0 {
-		c.Reconciler.Interval = time.Minute
-	}
-	if c.Reconciler.StaleAfter == 0 {
-		c.Reconciler.StaleAfter = 30 * time.Second
-	}
-	if c.Reconciler.Logger == nil {
-		c.Reconciler.Logger = c.Logger
-	}
-	if c.Reconciler.MeterProvider == nil {
-		c.Reconciler.MeterProvider = c.MeterProvider
-	}
+	c.Reconciler = c.Reconciler.WithDefaults()
 	if c.Heartbeat.KeyTTL == 0 {
-		c.Heartbeat.KeyTTL = max(time.Hour, 2*(c.Reconciler.StaleAfter+2*c.Reconciler.Interval))
+		// A stale entry must outlive the reconciler's cleanup of its run.
+		c.Heartbeat.KeyTTL = max(heartbeat.DefaultConfig().KeyTTL, 2*(c.Reconciler.StaleAfter+2*c.Reconciler.Interval))
+	}
+	c.Heartbeat = c.Heartbeat.WithDefaults()
+	if c.Takeover.WatchInterval == 0 {
+		// A closed run is noticed within one heartbeat interval, like a dead owner's missing heartbeat.
+		c.Takeover.WatchInterval = c.Heartbeat.Interval
 	}
 	c.Registry.Project = c.Project
-	if c.Registry.HeartbeatInterval == 0 {
-		c.Registry.HeartbeatInterval = 10 * time.Second
-	}
-	if c.Registry.Logger == nil {
-		c.Registry.Logger = c.Logger
-	}
-	if c.Registry.MeterProvider == nil {
-		c.Registry.MeterProvider = c.MeterProvider
-	}
+	c.Registry = c.Registry.WithDefaults()
 	return c
 }
 
@@ -242,13 +221,10 @@ func (c Config) Check() (CheckedConfig, error) {
 // check validates c, which has its defaults applied; raw is the Config the application gave.
 func (c Config) check(raw Config) error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
 	sub := func(field string, err error) error {
-		if err == nil {
-			return nil
-		}
-		return subError(field, err)
+		return configerr.Under(ErrInvalidConfig, field, err, nodeOwnedFrom)
 	}
 	for _, f := range nodeOwned {
 		if f.conflicts(raw, c) {
@@ -350,37 +326,13 @@ var nodeOwned = []struct {
 	{"Registry.Project", "Project", func(r, c Config) bool { return r.Registry.Project != "" && r.Registry.Project != c.Project }},
 }
 
-// subError reports a sub-configuration's error under one field path of the Config
-// ("baton: invalid config: Election.TTL must ..."), not under both packages' prefixes; a field the
-// Node sets is reported under the Config field it comes from ("Project", not "Registry.Project").
-// The error still matches ErrInvalidConfig and the sub-package's own error with errors.Is.
-func subError(field string, err error) error {
-	rest := err.Error()
-	// Every package's validation error reads "<package>: invalid <what>: <Field> <rule>".
-	if i := strings.Index(rest, ": invalid "); i >= 0 {
-		if j := strings.Index(rest[i+len(": invalid "):], ": "); j >= 0 {
-			rest = rest[i+len(": invalid ")+j+2:]
+// nodeOwnedFrom reports a field the Node sets under the Config field it comes from ("Project", not
+// "Registry.Project").
+func nodeOwnedFrom(path string) string {
+	for _, f := range nodeOwned {
+		if f.path == path {
+			return f.from
 		}
 	}
-	path := rest
-	if field != "" {
-		path = field + "." + rest
-		for _, f := range nodeOwned {
-			if name := strings.TrimPrefix(f.path, field+"."); name != f.path && strings.HasPrefix(rest, name+" ") {
-				path = f.from + rest[len(name):]
-				break
-			}
-		}
-	}
-	return &configError{msg: ErrInvalidConfig.Error() + ": " + path, err: err}
+	return path
 }
-
-// configError is a configuration error with its own message that wraps ErrInvalidConfig and the
-// error it was made from.
-type configError struct {
-	msg string
-	err error
-}
-
-func (e *configError) Error() string   { return e.msg }
-func (e *configError) Unwrap() []error { return []error{ErrInvalidConfig, e.err} }

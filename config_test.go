@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -27,6 +31,14 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Reconciler.Project != "billing" || c.Reconciler.ServerID != "host-1-1-ab12" || c.Registry.Project != "billing" {
 		t.Fatalf("project and server ID must reach the components: %+v %+v", c.Reconciler, c.Registry)
+	}
+	// The root composes the components' defaults rather than restating them: every default a
+	// component defines is what a Node gets, the Node's own values aside.
+	hb, rc, rg := heartbeat.DefaultConfig(), reconciler.DefaultConfig(), registry.DefaultConfig()
+	if c.Heartbeat.Interval != hb.Interval || c.Heartbeat.Timeout != hb.Timeout || c.Reconciler.Interval != rc.Interval ||
+		c.Reconciler.StaleAfter != rc.StaleAfter || c.Reconciler.OrphanGrace != rc.OrphanGrace || c.Reconciler.Workers != rc.Workers ||
+		c.Registry.HeartbeatInterval != rg.HeartbeatInterval || c.Registry.EvictAfter != rg.EvictAfter || c.Registry.Retention != rg.Retention {
+		t.Fatalf("the Node's defaults differ from the components': %+v %+v %+v", c.Heartbeat, c.Reconciler, c.Registry)
 	}
 	// A longer reconcile interval stretches the backstop TTL with it.
 	c = valid()
@@ -96,6 +108,11 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 			if !strings.HasPrefix(msg, ErrInvalidConfig.Error()+": "+tc.field+" ") || !strings.Contains(msg, tc.rule) ||
 				strings.Count(msg, "invalid") != 1 {
 				t.Fatalf("Validate() = %q, want %q followed by %s and %q", err, ErrInvalidConfig.Error()+": ", tc.field, tc.rule)
+			}
+			// The same, typed: a caller never parses the text.
+			var bad *configerr.Error
+			if !errors.As(err, &bad) || bad.Field != tc.field || !strings.Contains(bad.Rule, tc.rule) {
+				t.Fatalf("errors.As(%v) gives %+v, want field %s and a rule with %q", err, bad, tc.field, tc.rule)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/internal/names"
 	"github.com/baton-run/baton/takeover"
 )
@@ -125,7 +126,7 @@ func loadEnv(c Config, lookup func(string) (string, bool), environ []string, ign
 			continue
 		}
 		if err := v.set(&c, strings.TrimSpace(raw)); err != nil {
-			return c, fmt.Errorf("%w: %s (%s) %v", ErrInvalidConfig, v.name, v.field, err)
+			return c, configerr.New(ErrInvalidConfig, v.name, "(%s) %v", v.field, err)
 		}
 	}
 	for _, name := range ignore {
@@ -135,7 +136,7 @@ func loadEnv(c Config, lookup func(string) (string, bool), environ []string, ign
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, EnvPrefix) && !known[name] && !clientEnv(name) {
 			// Quoted: a name is any bytes but '=' and NUL, and an error must not forge log lines.
-			return c, fmt.Errorf("%w: %s is not a Baton setting (see baton.EnvVars)", ErrInvalidConfig, names.Quote(name))
+			return c, configerr.New(ErrInvalidConfig, names.Quote(name), "is not a Baton setting (see baton.EnvVars)")
 		}
 	}
 	return c, nil

@@ -94,12 +94,6 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 	}
 	bcfg := cfg.Balance
 	bcfg.Project, bcfg.ServerID, bcfg.Queues, bcfg.Version = cfg.Project, cfg.ServerID, cfg.Queues, cfg.Version
-	if bcfg.Logger == nil {
-		bcfg.Logger = cfg.Logger
-	}
-	if bcfg.MeterProvider == nil {
-		bcfg.MeterProvider = cfg.MeterProvider
-	}
 	if n.balance, err = balance.New(n.queues, etcd, bcfg); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
@@ -114,15 +115,15 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
 	if err := election.ValidateName("Project", c.Project); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return configerr.Under(ErrInvalidConfig, "", err, nil)
 	}
 	seen := map[string]bool{}
 	for i, q := range c.Queues {
 		if err := election.ValidateName(fmt.Sprintf("Queues[%d]", i), q); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return configerr.Under(ErrInvalidConfig, "", err, nil)
 		}
 		if seen[q] {
 			return bad(fmt.Sprintf("Queues[%d]", i), "%q is listed twice", q)

@@ -1,13 +1,13 @@
 package election
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
@@ -117,7 +117,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
 	switch {
 	case strings.HasSuffix(c.Prefix, "/"):
@@ -156,7 +156,7 @@ func (c Config) Validate() error {
 // ValidateName checks a project or queue name; field names the argument in the error.
 func ValidateName(field, value string) error {
 	if err := names.Check(value); err != nil {
-		return fmt.Errorf("%w: %s %s %v", ErrInvalidName, field, names.Quote(value), err)
+		return configerr.New(ErrInvalidName, field, "%s %v", names.Quote(value), err)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/configerr"
 )
 
 // ErrInvalidClientConfig wraps every client configuration error; the message names the field (and
@@ -208,7 +209,7 @@ func loadClientEnv(base ClientConfig, lookup func(string) (string, bool)) (Clien
 		}
 		if err := e.set(&base, strings.TrimSpace(v)); err != nil {
 			// The value is never echoed for a secret.
-			return base, fmt.Errorf("%w: %s %v", ErrInvalidClientConfig, e.name, err)
+			return base, configerr.New(ErrInvalidClientConfig, e.name, "%v", err)
 		}
 	}
 	return base, nil
@@ -255,7 +256,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 func (c ClientConfig) Validate() error {
 	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidClientConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidClientConfig, field, format, args...)
 	}
 	if len(c.RedisClusterAddrs) > 0 {
 		switch {

@@ -1,7 +1,6 @@
 package heartbeat
 
 import (
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -9,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
@@ -38,7 +38,12 @@ type Config struct {
 	Clock clock.Clock
 }
 
-func (c Config) withDefaults() Config {
+// DefaultConfig is Config{} with every default applied: the one definition of the heartbeat
+// defaults, which the root package composes rather than restates.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
@@ -66,9 +71,9 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults are applied and returns an error wrapping
 // ErrInvalidConfig that names the field and the rule it breaks.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
 	switch {
 	case ValidatePrefix(c.Prefix) != nil:

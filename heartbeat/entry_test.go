@@ -127,7 +127,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := (Config{}).Validate(); err != nil {
 		t.Fatalf("defaults must validate: %v", err)
 	}
-	c := Config{}.withDefaults()
+	c := Config{}.WithDefaults()
 	if c.Prefix != DefaultPrefix || c.Interval != 10*time.Second || c.KeyTTL != time.Hour || c.Timeout != 5*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}

@@ -92,7 +92,7 @@ func NewWriter(rdb redis.UniversalClient, cfg Config) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	writes, err := cfg.MeterProvider.Meter("github.com/baton-run/baton/heartbeat").Int64Counter(MetricWrites,
 		metric.WithDescription("Dispatcher heartbeat writes by result (ok, superseded, not_leader, error)."))
 	if err != nil {

@@ -1,7 +1,6 @@
 package reconciler
 
 import (
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -10,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
@@ -81,7 +81,12 @@ type Config struct {
 	Clock clock.Clock
 }
 
-func (c Config) withDefaults() Config {
+// DefaultConfig is Config{} with every default applied: the one definition of the reconciler
+// defaults, which the root package composes rather than restates.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = heartbeat.DefaultPrefix
 	}
@@ -133,12 +138,12 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults are applied and returns an error wrapping
 // ErrInvalidConfig that names the field and the rule it breaks.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
 	if err := election.ValidateName("Project", c.Project); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return configerr.Under(ErrInvalidConfig, "", err, nil)
 	}
 	switch {
 	case c.ServerID == "":

@@ -13,7 +13,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults must validate: %v", err)
 	}
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	if c.Interval != time.Minute || c.StaleAfter != 30*time.Second || c.ScanCount != 1000 || c.TerminateRate != 20 ||
 		c.TerminateBurst != 5 || c.Prefix != "dispatcher:heartbeat:" {
 		t.Fatalf("defaults: %+v", c)

@@ -146,7 +146,7 @@ func New(cfg Config, rdb redis.UniversalClient, tc Temporal, leaders Leaders) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	m, err := newMetrics(cfg.MeterProvider, cfg.Project, cfg.Clock.Now)
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: metrics: %w", err)

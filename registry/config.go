@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
@@ -48,7 +48,12 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-func (c Config) withDefaults() Config {
+// DefaultConfig is Config{} with every default applied: the one definition of the registry
+// defaults, which the root package composes rather than restates.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
@@ -76,9 +81,9 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults are applied and returns an error wrapping
 // ErrInvalidConfig that names the field and the rule it breaks.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
 	if err := names.Check(c.Project); err != nil {
 		return bad("Project", "%s %v", names.Quote(c.Project), err)

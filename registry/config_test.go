@@ -10,12 +10,12 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
-	c := Config{Project: "billing"}.withDefaults()
+	c := Config{Project: "billing"}.WithDefaults()
 	if c.Prefix != DefaultPrefix || c.HeartbeatInterval != 10*time.Second || c.EvictAfter != 30*time.Second ||
 		c.Retention != 24*time.Hour || c.EvictBatch != 500 || c.Logger == nil || c.MeterProvider == nil {
 		t.Fatalf("defaults: %+v", c)
 	}
-	if c := (Config{Project: "billing", HeartbeatInterval: 200 * time.Millisecond}).withDefaults(); c.EvictAfter != 600*time.Millisecond {
+	if c := (Config{Project: "billing", HeartbeatInterval: 200 * time.Millisecond}).WithDefaults(); c.EvictAfter != 600*time.Millisecond {
 		t.Fatalf("EvictAfter follows HeartbeatInterval: got %v", c.EvictAfter)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/internal/names"
 )
 
@@ -54,7 +55,7 @@ type Registration struct {
 // breaks, or nil.
 func (r Registration) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidRegistration, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidRegistration, field, format, args...)
 	}
 	if err := names.Check(r.ServerID); err != nil {
 		return bad("ServerID", "%s %v", names.Quote(r.ServerID), err)

@@ -30,7 +30,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Registry, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	m, err := newMetrics(cfg.MeterProvider, cfg.Project)
 	if err != nil {
 		return nil, fmt.Errorf("registry: metrics: %w", err)

@@ -1,7 +1,6 @@
 package takeover
 
 import (
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -10,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
 )
 
@@ -153,7 +153,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
 	switch {
 	case c.Mode != StartExecute && c.Mode != StartSignalWithStart:

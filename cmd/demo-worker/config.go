@@ -16,6 +16,9 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/registry"
 )
 
 // The environment variables of this command (beyond baton.EnvVars and fxmodule.ClientEnvVars).
@@ -229,11 +232,11 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.Var(durationValue{&o.startTimeout}, "start-timeout", "bound of the start ("+envStartTimeout+")")
 	fs.Var(&o.logLevel, "log-level", "debug, info, warn or error ("+envLogLevel+"; default info)")
 	fs.StringVar(&o.events, "events", o.events, "stdout: write Baton's typed events (package event) as JSON lines on standard output, for tools; empty: none ("+envEvents+")")
-	fs.Var(durationValue{&c.Election.TTL}, "ttl", "etcd lease TTL, whole seconds (BATON_ELECTION_TTL; default 10s)")
-	fs.Var(durationValue{&c.Heartbeat.Interval}, "heartbeat-interval", "dispatcher heartbeat interval (BATON_HEARTBEAT_INTERVAL; default 10s)")
-	fs.Var(durationValue{&c.Reconciler.Interval}, "reconcile-interval", "reconciler cycle (BATON_RECONCILE_INTERVAL; default 1m)")
-	fs.Var(durationValue{&c.Reconciler.StaleAfter}, "stale-after", "heartbeat age that makes a dispatcher stale (BATON_RECONCILE_STALE_AFTER; default 30s)")
-	fs.Var(durationValue{&c.Registry.HeartbeatInterval}, "registry-heartbeat-interval", "worker registry heartbeat interval (BATON_REGISTRY_HEARTBEAT_INTERVAL; default 10s)")
+	fs.Var(durationValue{&c.Election.TTL}, "ttl", fmt.Sprintf("etcd lease TTL, whole seconds (BATON_ELECTION_TTL; default %v)", election.DefaultConfig().TTL))
+	fs.Var(durationValue{&c.Heartbeat.Interval}, "heartbeat-interval", fmt.Sprintf("dispatcher heartbeat interval (BATON_HEARTBEAT_INTERVAL; default %v)", heartbeat.DefaultConfig().Interval))
+	fs.Var(durationValue{&c.Reconciler.Interval}, "reconcile-interval", fmt.Sprintf("reconciler cycle (BATON_RECONCILE_INTERVAL; default %v)", reconciler.DefaultConfig().Interval))
+	fs.Var(durationValue{&c.Reconciler.StaleAfter}, "stale-after", fmt.Sprintf("heartbeat age that makes a dispatcher stale (BATON_RECONCILE_STALE_AFTER; default %v)", reconciler.DefaultConfig().StaleAfter))
+	fs.Var(durationValue{&c.Registry.HeartbeatInterval}, "registry-heartbeat-interval", fmt.Sprintf("worker registry heartbeat interval (BATON_REGISTRY_HEARTBEAT_INTERVAL; default %v)", registry.DefaultConfig().HeartbeatInterval))
 	if err := parse(fs, args, stdout); err != nil {
 		return o, err
 	}
