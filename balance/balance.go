@@ -201,10 +201,10 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 	r := &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{}, heldSince: map[string]time.Time{},
 		busy: map[string]int{}, lastLeader: map[string]string{}, named: map[string][]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
-		view: newView(el.Config().Prefix+"/"+cfg.Project+"/", cfg.ServerID, cfg.Queues)}
+		view: newView(el.Keys().Project(cfg.Project), cfg.ServerID, cfg.Queues)}
 	r.view.onWorkers = r.restand
 	r.view.goneFor = 2 * el.Config().TTL // a gone worker's member record, on a lease of that TTL, is gone by then
-	r.roster = newRoster(rosterPrefix(el.Config().Prefix, cfg.Project), cfg.ServerID, cfg.Version, el.Config().TTL, r.log, r.view.poke, r.view.wake)
+	r.roster = newRoster(Keys{ElectionPrefix: el.Config().Prefix}, cfg.Project, cfg.ServerID, cfg.Version, el.Config().TTL, r.log, r.view.poke, r.view.wake)
 	var err error
 	if r.metrics, err = newBalanceMetrics(cfg.MeterProvider, r); err != nil {
 		return nil, fmt.Errorf("balance: metrics: %w", err)

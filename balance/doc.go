@@ -75,10 +75,8 @@
 // (surge). Stopping first, the first stopped worker's queues have no new worker to go to and move
 // twice: 1 + 1/workers moves per queue with an even spread.
 //
-// Keys beside the election's (never under it, so no queue name collides):
-//
-//	<Election.Prefix>-balance/<project>/m/<serverID>  member record (JSON), on the worker's own lease
-//	<Election.Prefix>-balance/<project>/h/<queue>     hand-off hint (JSON: to, from, reason), same lease
+// Its keys live beside the election's, never under it, so no queue name collides (Keys has the
+// layout: member records and hand-off hints).
 //
 // Metrics: MetricOwnerChanges counts queues won from another worker by reason (crash, resign, drain,
 // shed, rollout); MetricLeading reports the queues a worker leads by version.

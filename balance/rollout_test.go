@@ -39,7 +39,7 @@ func TestNoHandOffDuringTakeover(t *testing.T) {
 	r := &Runner{cfg: Config{Project: "p", ServerID: "w1", Queues: []string{"a"}, Version: "v1"}.withDefaults(), view: v,
 		held: map[string]bool{"a": true}, heldSince: map[string]time.Time{"a": time.Now()}, busy: map[string]int{},
 		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
-	r.roster = newRoster("/e-balance/p/", "w1", "v1", 10*time.Second, r.log, v.poke, v.wake)
+	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", "w1", "v1", 10*time.Second, r.log, v.poke, v.wake)
 	r.roster.members["w2"] = member{Version: "v1"}
 	r.roster.me.Draining = true
 	done := r.TakingOver("a")
@@ -75,7 +75,7 @@ func TestSmallFleetRule(t *testing.T) {
 			r := &Runner{cfg: Config{Project: "p", ServerID: "w0", Queues: queues}.withDefaults(), view: v,
 				held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
 				lastLeader: map[string]string{}, named: map[string][]time.Time{}}
-			r.roster = newRoster("/e-balance/p/", "w0", "", 10*time.Second, r.log, v.poke, v.wake)
+			r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", "w0", "", 10*time.Second, r.log, v.poke, v.wake)
 			last := fmt.Sprintf("w%d", len(tc.led)-1)
 			q := 0
 			for w, n := range tc.led {

@@ -15,15 +15,6 @@ import (
 	"github.com/baton-run/baton/clock"
 )
 
-// The balance keys of a project live beside its election keys, never under them, so that no queue
-// name can collide with them (this is their one home; the package doc shows the layout):
-//
-//	<Election.Prefix>-balance/<project>/m/<serverID>  a worker's member record (JSON), on its own lease
-//	<Election.Prefix>-balance/<project>/h/<queue>     a resigning leader's hand-off hint (JSON), on its lease
-func rosterPrefix(electionPrefix, project string) string {
-	return electionPrefix + "-balance/" + project + "/"
-}
-
 // member is what a worker publishes about itself: its version, when it started (age breaks ties
 // between successors) and whether it drains.
 type member struct {
@@ -48,12 +39,14 @@ type hint struct {
 // roster is one worker's picture of the project's members and hand-off hints, kept by one watch, plus
 // this worker's own member record on a lease of its own (so that it goes with the process).
 type roster struct {
-	prefix string
-	self   string
-	ttl    time.Duration
-	log    *zap.Logger
-	poke   func()             // a member changed: every queue's decision may move
-	wake   func(queue string) // a queue's hint changed: only that queue's decision may move
+	keys    Keys
+	project string
+	prefix  string // keys.Project(project)
+	self    string
+	ttl     time.Duration
+	log     *zap.Logger
+	poke    func()             // a member changed: every queue's decision may move
+	wake    func(queue string) // a queue's hint changed: only that queue's decision may move
 
 	lease     atomic.Int64 // this worker's record lease; 0 until granted
 	republish chan struct{}
@@ -68,15 +61,15 @@ type roster struct {
 	newest   string
 }
 
-func newRoster(prefix, self, version string, ttl time.Duration, log *zap.Logger, poke func(), wake func(queue string)) *roster {
-	return &roster{prefix: prefix, self: self, ttl: ttl, log: log, poke: poke, wake: wake,
+func newRoster(keys Keys, project, self, version string, ttl time.Duration, log *zap.Logger, poke func(), wake func(queue string)) *roster {
+	return &roster{keys: keys, project: project, prefix: keys.Project(project), self: self, ttl: ttl, log: log, poke: poke, wake: wake,
 		republish: make(chan struct{}, 1), published: make(chan struct{}),
 		me:      member{Version: version, Since: time.Now().UnixNano()},
 		members: map[string]member{}, hints: map[string]hint{}}
 }
 
-func (r *roster) memberKey(id string) string  { return r.prefix + "m/" + id }
-func (r *roster) hintKey(queue string) string { return r.prefix + "h/" + queue }
+func (r *roster) memberKey(id string) string  { return r.keys.Member(r.project, id) }
+func (r *roster) hintKey(queue string) string { return r.keys.Hint(r.project, queue) }
 
 // setDraining changes this worker's published draining flag; it reports whether it changed.
 func (r *roster) setDraining(d bool) bool {
@@ -185,7 +178,7 @@ func (r *roster) apply(key string, value []byte, deleted bool) (hintOf string) {
 		return ""
 	}
 	switch kind {
-	case "m":
+	case memberDir:
 		var m member
 		if deleted || json.Unmarshal(value, &m) != nil {
 			delete(r.members, name)
@@ -193,7 +186,7 @@ func (r *roster) apply(key string, value []byte, deleted bool) (hintOf string) {
 			r.members[name] = m
 		}
 		r.recompute()
-	case "h":
+	case hintDir:
 		if deleted {
 			if h, ok := r.hints[name]; ok {
 				h.cleared = true

@@ -13,7 +13,7 @@ func testRunner(self string, queues []string, members ...string) *Runner {
 	r := &Runner{cfg: Config{Project: "p", ServerID: self, Queues: queues}.withDefaults(), view: v,
 		held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
 		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
-	r.roster = newRoster("/e-balance/p/", self, "", 10*time.Second, r.log, v.poke, v.wake)
+	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", self, "", 10*time.Second, r.log, v.poke, v.wake)
 	for _, id := range members {
 		r.roster.members[id] = member{}
 	}

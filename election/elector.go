@@ -67,10 +67,9 @@ func New(client *clientv3.Client, cfg Config) (*Elector, error) {
 // Config returns the configuration in force, defaults applied.
 func (e *Elector) Config() Config { return e.cfg }
 
-// ElectionKey returns the etcd prefix under which the candidates of (project, queue) live.
-func (e *Elector) ElectionKey(project, queue string) string {
-	return e.cfg.Prefix + "/" + project + "/" + queue
-}
+// ElectionKey returns the etcd prefix under which the candidates of (project, queue) live
+// (Keys().Election).
+func (e *Elector) ElectionKey(project, queue string) string { return e.Keys().Election(project, queue) }
 
 // SessionValidUntil returns when the current session's terms must end unless a keepalive succeeds,
 // and false when there is no live session. Health checks use it.

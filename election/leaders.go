@@ -16,9 +16,8 @@ func (e *Elector) Leaders(ctx context.Context, project string) (map[string]Leade
 	if err := ValidateName("project", project); err != nil {
 		return nil, err
 	}
-	// Every queue election of project lives under ElectionKey(project, queue): with an empty queue
-	// that is the project's own prefix, "<Prefix>/<project>/".
-	prefix := e.ElectionKey(project, "")
+	// Every queue election of project lives under the project's range (Keys).
+	prefix := e.Keys().Project(project)
 	resp, err := e.client.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("election: leaders of %s: %w", prefix, err)

@@ -33,7 +33,7 @@ func (e *Elector) WatchVacated(ctx context.Context, project string) (<-chan Vaca
 	e.wg.Go(func() {
 		defer close(out)
 		defer stop()
-		e.watchVacated(octx, e.ElectionKey(project, ""), out)
+		e.watchVacated(octx, e.Keys().Project(project), out)
 	})
 	return out, nil
 }
@@ -44,8 +44,8 @@ type candidates map[string]map[string]Leader
 // candidateOf parses a candidate key under prefix ("<prefix><queue>/<lease>"); ok is false for
 // anything else.
 func candidateOf(prefix string, kv *mvccpb.KeyValue) (string, Leader, bool) {
-	queue, lease, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
-	if !ok || lease == "" || strings.Contains(lease, "/") || ValidateName("queue", queue) != nil {
+	queue, ok := queueOf(strings.TrimPrefix(string(kv.Key), prefix))
+	if !ok {
 		return "", Leader{}, false
 	}
 	return queue, Leader{ID: string(kv.Value), Token: kv.CreateRevision, Key: string(kv.Key)}, true

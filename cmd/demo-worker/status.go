@@ -194,11 +194,11 @@ func call[T any](ctx context.Context, timeout time.Duration, f func(context.Cont
 
 // discoverEtcd lists the queues with candidates: keys <prefix>/<project>/<queue>/<lease>.
 func discoverEtcd(ctx context.Context, src *source, cli *clientv3.Client, cfg election.Config, project string, timeout time.Duration) []string {
-	prefix := election.DefaultConfig().Prefix
+	keys := election.Keys{Prefix: election.DefaultConfig().Prefix}
 	if cfg.Prefix != "" {
-		prefix = cfg.Prefix
+		keys.Prefix = cfg.Prefix
 	}
-	prefix += "/" + project + "/"
+	prefix := keys.Project(project)
 	resp, err := call(ctx, timeout, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	})
@@ -208,8 +208,7 @@ func discoverEtcd(ctx context.Context, src *source, cli *clientv3.Client, cfg el
 	}
 	var out []string
 	for _, kv := range resp.Kvs {
-		q, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
-		if ok && election.ValidateName("queue", q) == nil {
+		if q, ok := keys.Queue(project, string(kv.Key)); ok {
 			out = append(out, q)
 		}
 	}

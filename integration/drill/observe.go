@@ -321,7 +321,7 @@ func (d *Drill) waitSteady(ctx context.Context, step *Step, except *proc, timeou
 func (d *Drill) candidates(ctx context.Context, queue string) string {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	prefix := election.DefaultConfig().Prefix + "/" + d.cfg.Project + "/" + queue + "/"
+	prefix := election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(d.cfg.Project, queue)
 	resp, err := d.ec.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return "(" + err.Error() + ")"

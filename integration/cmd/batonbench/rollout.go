@@ -64,7 +64,7 @@ func settleRollout(ctx context.Context, f *fleet, limit int) error {
 }
 
 // noHandOffs waits until no hand-off is in flight: a hand-off hint lives from the decision until the
-// term has ended (the key layout is in package balance's doc), and a shed decided before the rollout
+// term has ended (balance.Keys), and a shed decided before the rollout
 // must not be counted as the rollout's.
 func noHandOffs(ctx context.Context, f *fleet) error {
 	cli, err := f.cluster.NewClient()
@@ -72,7 +72,7 @@ func noHandOffs(ctx context.Context, f *fleet) error {
 		return err
 	}
 	defer cli.Close()
-	prefix := election.DefaultConfig().Prefix + "-balance/" + f.project + "/h/"
+	prefix := balance.Keys{ElectionPrefix: election.DefaultConfig().Prefix}.Hints(f.project)
 	if err := testkit.Poll(ctx, time.Minute, 20*time.Millisecond, func() error {
 		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err == nil && resp.Count > 0 {
