@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
 )
 
@@ -19,42 +17,50 @@ import (
 type ledgerReader struct {
 	etcd   *clientv3.Client
 	prefix string
-	from   int64 // the etcd revision when the load began; the ledger's history is replayed from it
+	watch  *dispatcher.LedgerWatch // from the start of the load: the completions since
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
-// ledgerReport is what the ledger says about a load run's accepted requests.
-type ledgerReport struct {
-	Accepted, Handled int
-	// NotHandled are accepted requests without a done record: lost, unless still on their way.
-	NotHandled int
-	// HandledTwice are requests whose record became done more than once since the load began.
-	HandledTwice int
-}
-
-func (r ledgerReport) String() string {
+// ledgerString is r as the summary line shows it.
+func ledgerString(r loadreport.Ledger) string {
 	return fmt.Sprintf("ledger_accepted=%d ledger_handled=%d not_handled=%d handled_twice=%d", r.Accepted, r.Handled, r.NotHandled, r.HandledTwice)
 }
 
 const ledgerPoll = 500 * time.Millisecond
 
+// startLedgerReader follows the ledger from now on, until close: even after ctx ends (a stop signal),
+// since what happened to the accepted requests is the point of reading it.
 func startLedgerReader(ctx context.Context, etcd *clientv3.Client, prefix string) (*ledgerReader, error) {
-	resp, err := etcd.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	w, err := dispatcher.NewLedgerWatch(ctx, etcd, prefix)
 	if err != nil {
 		return nil, err
 	}
-	return &ledgerReader{etcd: etcd, prefix: prefix, from: resp.Header.Revision + 1}, nil
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	l := &ledgerReader{etcd: etcd, prefix: prefix, watch: w, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		w.Run(wctx)
+	}()
+	return l, nil
+}
+
+// close stops following the ledger and waits for the watch to end.
+func (l *ledgerReader) close() {
+	l.stop()
+	<-l.done
 }
 
 // settle reads the ledger until every key is done or settle has passed, calling progress after each
 // read that is not yet final, and returns the final report.
-func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Duration, progress func(ledgerReport)) (ledgerReport, error) {
+func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Duration, progress func(loadreport.Ledger)) (loadreport.Ledger, error) {
 	deadline := time.Now().Add(settle)
 	for {
 		records, rev, err := dispatcher.ReadLedger(ctx, l.etcd, l.prefix)
 		if err != nil {
-			return ledgerReport{}, err
+			return loadreport.Ledger{}, err
 		}
-		r := ledgerReport{Accepted: len(keys)}
+		r := loadreport.Ledger{Accepted: len(keys)}
 		for _, k := range keys {
 			if dispatcher.LedgerState(records[k]) == dispatcher.LedgerDone {
 				r.Handled++
@@ -72,62 +78,20 @@ func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Du
 	}
 }
 
-// doneTwice replays the ledger's history from the start of the load to rev and counts the keys that
-// became done more than once (a done record is never rewritten, so each put of one is a completion).
+// doneTwice counts the keys that were completed more than once since the load began, once the
+// ledger's watch has seen everything up to rev.
 func (l *ledgerReader) doneTwice(ctx context.Context, keys []string, rev int64) (int, error) {
-	if rev < l.from {
-		return 0, nil
-	}
-	ours := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		ours[k] = true
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	done := map[string]int{}
-	watch := l.etcd.Watch(wctx, l.prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(l.from))
-	// A progress notification says every event up to its revision was sent; etcd sends one only
-	// once the watch has caught up, so it is asked for until it comes.
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-			if err := l.etcd.RequestProgress(wctx); err != nil {
-				return 0, err
-			}
-		case wr, ok := <-watch:
-			if !ok {
-				if err := ctx.Err(); err != nil {
-					return 0, err
-				}
-				return 0, errors.New("the ledger's watch ended before the replay did")
-			}
-			if err := wr.Err(); err != nil {
-				return 0, fmt.Errorf("replaying the ledger from revision %d: %w", l.from, err)
-			}
-			for _, ev := range wr.Events {
-				if ev.Kv.ModRevision > rev {
-					return countTwice(done), nil
-				}
-				k := strings.TrimPrefix(string(ev.Kv.Key), l.prefix+"/")
-				if ev.Type == mvccpb.PUT && ours[k] && dispatcher.LedgerState(string(ev.Kv.Value)) == dispatcher.LedgerDone {
-					done[k]++
-				}
-			}
-			if wr.Header.Revision >= rev && (wr.IsProgressNotify() || len(wr.Events) > 0 && wr.Events[len(wr.Events)-1].Kv.ModRevision >= rev) {
-				return countTwice(done), nil
-			}
-		}
+	if err := l.watch.WaitFor(wctx, rev); err != nil {
+		return 0, err
 	}
-}
-
-func countTwice(done map[string]int) int {
+	completions, _ := l.watch.Seen()
 	n := 0
-	for _, c := range done {
-		if c > 1 {
+	for _, k := range keys {
+		if len(completions[k]) > 1 {
 			n++
 		}
 	}
-	return n
+	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/takeover"
@@ -59,6 +61,8 @@ type loadOptions struct {
 	// acceptedOut, when set, receives one line per accepted request: "<key> <queue> <sent_unix_ns>
 	// <accepted_unix_ns>", so that a drill can judge every request from the ledger itself.
 	acceptedOut string
+	// json prints each summary as a loadreport.Summary, one JSON object per line, for tools.
+	json bool
 }
 
 // parseLoad reads the environment and the flags of `demo-worker load` and validates them.
@@ -75,6 +79,7 @@ func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 	fs.Float64Var(&o.rate, "rate", o.rate, "dispatch requests per second per queue, at random (Poisson) times")
 	fs.DurationVar(&o.duration, "duration", 0, "how long to send (0: until SIGTERM or SIGINT)")
 	fs.Var(durationValue{&o.interval}, "interval", "time between summary lines")
+	fs.BoolVar(&o.json, "json", false, "print each summary as one JSON object per line (package loadreport), for tools")
 	fs.Var(durationValue{&o.settle}, "settle", "how long the ledger may take, after the sending, to show every accepted request handled; in dispatch mode also the bound of each Dispatch")
 	fs.IntVar(&o.inFlight, "in-flight", o.inFlight, "sends in flight per queue at most; arrivals wait beyond it")
 	fs.StringVar(&o.run, "run-id", "", "prefix of this run's task IDs, so that runs never share a dispatch key (default: random)")
@@ -153,13 +158,46 @@ func (c *loadCounts) failedReq(err error) {
 	}
 }
 
-func (c *loadCounts) line(prefix, mode string) string {
-	l := fmt.Sprintf("%s sent=%d accepted=%d", prefix, c.sent.Load(), c.accepted.Load())
+// summary is what the counts say now.
+func (c *loadCounts) summary(mode string, elapsed time.Duration) loadreport.Summary {
+	s := loadreport.Summary{Elapsed: elapsed, Mode: mode, Sent: c.sent.Load(), Accepted: c.accepted.Load(), Waited: c.waited.Load()}
 	if mode == modeDispatch {
-		return l + fmt.Sprintf(" handled=%d unsettled=%d rejected=%d errors=%d waited=%d", c.handled.Load(), c.unsettled.Load(),
-			c.rejected.Load(), c.failed.Load(), c.waited.Load())
+		s.Handled, s.Unsettled, s.Rejected, s.Errors = c.handled.Load(), c.unsettled.Load(), c.rejected.Load(), c.failed.Load()
+	} else {
+		s.Retries = c.retries.Load()
 	}
-	return l + fmt.Sprintf(" retries=%d waited=%d", c.retries.Load(), c.waited.Load())
+	return s
+}
+
+// printSummary prints s as a JSON line (-json), or as the line people read.
+func printSummary(w io.Writer, s loadreport.Summary, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(s)
+		fmt.Fprintf(w, "%s\n", b)
+		return
+	}
+	prefix := fmt.Sprintf("load: %6.1fs", s.Elapsed.Seconds())
+	if s.Final {
+		prefix = "load total:"
+	}
+	l := fmt.Sprintf("%s sent=%d accepted=%d", prefix, s.Sent, s.Accepted)
+	if s.Mode == modeDispatch {
+		l += fmt.Sprintf(" handled=%d unsettled=%d rejected=%d errors=%d waited=%d", s.Handled, s.Unsettled, s.Rejected, s.Errors, s.Waited)
+	} else {
+		l += fmt.Sprintf(" retries=%d waited=%d", s.Retries, s.Waited)
+	}
+	switch {
+	case s.LedgerError != "":
+		l += " ledger=error"
+	case s.Ledger == nil:
+		l += " ledger=unread"
+	default:
+		l += " " + ledgerString(*s.Ledger)
+	}
+	if u := s.UnsettledLedger; u != nil {
+		l += fmt.Sprintf(" unsettled_handled_later=%d unsettled_not_handled=%d", u.Handled, u.NotHandled)
+	}
+	fmt.Fprintln(w, l)
 }
 
 // sender sends one request; accepted is true once Temporal took it (in dispatch mode: once it was
@@ -238,6 +276,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "demo-worker load: etcd: %v\n", err)
 			return exitStartError
 		}
+		defer ledger.close()
 	}
 
 	send, err := newSender(tc, o)
@@ -251,7 +290,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		sendCtx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
-	fmt.Fprintf(stdout, "load: mode=%s rate=%v/s per queue queues=%s project=%s run=%s\n", o.mode, o.rate, strings.Join(o.cfg.Queues, ","), o.cfg.Project, o.run)
+	if !o.json {
+		fmt.Fprintf(stdout, "load: mode=%s rate=%v/s per queue queues=%s project=%s run=%s\n", o.mode, o.rate, strings.Join(o.cfg.Queues, ","), o.cfg.Project, o.run)
+	}
 	var counts loadCounts
 	var mu sync.Mutex
 	var keys []string // accepted dispatch keys
@@ -277,12 +318,13 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for sending := true; sending; {
 		select {
 		case <-tick.C:
-			fmt.Fprintln(stdout, counts.line(fmt.Sprintf("load: %6.1fs", time.Since(began).Seconds()), o.mode))
+			printSummary(stdout, counts.summary(o.mode, time.Since(began)), o.json)
 		case <-done:
 			sending = false
 		}
 	}
-	total := counts.line("load total:", o.mode)
+	total := counts.summary(o.mode, time.Since(began))
+	total.Final = true
 	if counts.firstErr != nil {
 		fmt.Fprintf(stderr, "demo-worker load: %d request(s) failed; the first: %v\n", counts.failed.Load(), counts.firstErr)
 	}
@@ -293,34 +335,39 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if ledger == nil {
-		fmt.Fprintln(stdout, total, "ledger=unread")
+		printSummary(stdout, total, o.json)
 		return exitOK
 	}
 	// The ledger is read even after a stop signal: what happened to the accepted requests is the point.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*o.settle+defaultStatusTimeout) // accepted, then unsettled
 	defer cancel()
-	rep, err := ledger.settle(rctx, keys, o.settle, func(r ledgerReport) {
-		fmt.Fprintf(stdout, "load: settling: %s\n", r)
-	})
+	settling := func(what string) func(loadreport.Ledger) {
+		return func(r loadreport.Ledger) {
+			if !o.json {
+				fmt.Fprintf(stdout, "load: settling%s: %s\n", what, ledgerString(r))
+			}
+		}
+	}
+	rep, err := ledger.settle(rctx, keys, o.settle, settling(""))
 	if err != nil {
-		fmt.Fprintf(stdout, "%s ledger=error\n", total)
+		total.LedgerError = err.Error()
+		printSummary(stdout, total, o.json)
 		fmt.Fprintf(stderr, "demo-worker load: reading the ledger: %v\n", err)
 		return exitUnclean
 	}
+	total.Ledger = &rep
 	if len(counts.unsettledKeys) > 0 {
 		// Undecided when their Dispatch gave up: the ledger says whether the run handled them after.
-		late, err := ledger.settle(rctx, counts.unsettledKeys, o.settle, func(r ledgerReport) {
-			fmt.Fprintf(stdout, "load: settling the unsettled: %d of %d handled\n", r.Handled, r.Accepted)
-		})
+		late, err := ledger.settle(rctx, counts.unsettledKeys, o.settle, settling(" the unsettled"))
 		if err != nil {
-			fmt.Fprintf(stdout, "%s %s unsettled_ledger=error\n", total, rep)
+			total.LedgerError = err.Error()
+			printSummary(stdout, total, o.json)
 			fmt.Fprintf(stderr, "demo-worker load: reading the ledger: %v\n", err)
 			return exitUnclean
 		}
-		fmt.Fprintf(stdout, "%s %s unsettled_handled_later=%d unsettled_not_handled=%d\n", total, rep, late.Handled, late.NotHandled)
-		return exitOK
+		total.UnsettledLedger = &late
 	}
-	fmt.Fprintf(stdout, "%s %s\n", total, rep)
+	printSummary(stdout, total, o.json)
 	return exitOK
 }
 

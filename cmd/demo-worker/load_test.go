@@ -5,7 +5,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
 )
 
@@ -80,8 +82,9 @@ func TestLoadRequestsAreValidAndDistinct(t *testing.T) {
 	}
 }
 
-// In dispatch mode the line tells a request still undecided when its bound ended from one refused.
-func TestDispatchLineTellsUnsettledFromRejected(t *testing.T) {
+// In dispatch mode the summary tells a request still undecided when its bound ended from one
+// refused, as a line for people and as JSON for tools.
+func TestDispatchSummaryTellsUnsettledFromRejected(t *testing.T) {
 	var c loadCounts
 	c.sent.Store(5)
 	c.accepted.Store(2)
@@ -89,9 +92,17 @@ func TestDispatchLineTellsUnsettledFromRejected(t *testing.T) {
 	c.unsettledReq("k1")
 	c.rejected.Add(1)
 	c.failedReq(dispatcher.ErrBadRecord)
-	got := c.line("load total:", modeDispatch)
-	want := "load total: sent=5 accepted=2 handled=2 unsettled=1 rejected=1 errors=1 waited=0"
-	if got != want || len(c.unsettledKeys) != 1 || c.firstErr != dispatcher.ErrBadRecord {
-		t.Errorf("line %q, want %q; unsettled keys %v, first error %v", got, want, c.unsettledKeys, c.firstErr)
+	s := c.summary(modeDispatch, time.Second)
+	s.Final, s.Ledger = true, &loadreport.Ledger{Accepted: 2, Handled: 2}
+	var line, js strings.Builder
+	printSummary(&line, s, false)
+	want := "load total: sent=5 accepted=2 handled=2 unsettled=1 rejected=1 errors=1 waited=0 ledger_accepted=2 ledger_handled=2 not_handled=0 handled_twice=0\n"
+	if line.String() != want || len(c.unsettledKeys) != 1 || c.firstErr != dispatcher.ErrBadRecord {
+		t.Errorf("line %q, want %q; unsettled keys %v, first error %v", line.String(), want, c.unsettledKeys, c.firstErr)
+	}
+	printSummary(&js, s, true)
+	back, ok := loadreport.Last("load: starting\n" + js.String())
+	if !ok || back.Sent != 5 || back.Unsettled != 1 || back.Rejected != 1 || back.Errors != 1 || !back.Final || back.Ledger == nil || back.Ledger.Handled != 2 {
+		t.Errorf("JSON summary %q read back as %+v (%v)", js.String(), back, ok)
 	}
 }

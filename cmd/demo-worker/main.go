@@ -41,6 +41,7 @@
 // errors instead of retries) and a final line. With -etcd-endpoints it
 // reads the dispatch ledger back at the end, waiting up to -settle, and adds how many accepted
 // requests were handled, never handled (not_handled) and handled more than once (handled_twice).
+// -json prints every summary as one JSON object per line instead (package loadreport), for tools.
 // It sends for -duration, or until SIGTERM or SIGINT.
 //
 // # Exit codes

@@ -8,8 +8,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/integration/ledgerwatch"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -237,14 +237,14 @@ func TestAnalyzeContinuedAsNewMustStayWithTheOwner(t *testing.T) {
 // unfinished; one done record is handled.
 func TestLoadJudge(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	done := func(sec int, v string, rev int64) ledgerwatch.Done {
-		return ledgerwatch.Done{Seen: t0.Add(time.Duration(sec) * time.Second), Value: v, Rev: rev}
+	done := func(sec int, v string, rev int64) dispatcher.LedgerCompletion {
+		return dispatcher.LedgerCompletion{Seen: t0.Add(time.Duration(sec) * time.Second), Record: v, Rev: rev}
 	}
-	dones := map[string][]ledgerwatch.Done{"a": {done(1, "done w1 5", 10)}, "d": {done(1, "done w1 5", 11), done(2, "done w2 9", 20)}}
+	dones := map[string][]dispatcher.LedgerCompletion{"a": {done(1, "done w1 5", 10)}, "d": {done(1, "done w1 5", 11), done(2, "done w2 9", 20)}}
 	touched := map[string]bool{"a": true, "b": true, "d": true, "p": true}
 	reqs := []acceptedReq{{key: "a", queue: "q0", sent: t0}, {key: "b", queue: "q0", sent: t0}, {key: "c", queue: "q1", sent: t0},
 		{key: "d", queue: "q1", sent: t0}}
-	states := map[string]ledgerwatch.Record{"a": {State: "done", Raw: "done w1 5"}, "b": {State: "pending", Raw: "pending w1 5"}, "d": {State: "done", Raw: "done w2 9"},
+	states := map[string]ledgerRecord{"a": {State: "done", Raw: "done w1 5"}, "b": {State: "pending", Raw: "pending w1 5"}, "d": {State: "done", Raw: "done w2 9"},
 		"p": {State: "pending", Raw: "pending w3 7"}, "other": {State: "pending", Raw: "pending x 1"}}
 	var st LoadStats
 	lost, double, pending := judge(&st, reqs, states, dones, touched)

@@ -13,9 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/ledgerwatch"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
@@ -24,7 +25,7 @@ import (
 // sends distinct dispatch requests to the dispatcher of each loaded queue with SignalWorkflow, a
 // fire-and-forget producer that retries a failed send until Temporal accepts it, and lists what
 // Temporal accepted (-accepted-out). The drill watches the dispatch ledger from before the first
-// send (package ledgerwatch) and judges every accepted request from etcd's records, not from the
+// send (dispatcher.LedgerWatch) and judges every accepted request from etcd's records, not from the
 // producer's or the workers' word: handled (done once the ledger has settled, LoadSettle after the
 // last send), lost (never done), double (done more than once), and any record of the load still
 // pending at the end (a run terminated mid-dispatch left it, and no successor finished it).
@@ -75,7 +76,7 @@ type loadPhase struct {
 	proc     *workerproc.Proc
 	keysPath string
 	queues   []string
-	watch    *ledgerwatch.Watch
+	watch    *dispatcher.LedgerWatch
 }
 
 // startLoad starts the ledger watch and the producer, and waits for the producer's first summary
@@ -87,7 +88,7 @@ func (d *Drill) startLoad(ctx context.Context) error {
 	}
 	l := &loadPhase{queues: d.queues[:n], keysPath: filepath.Join(d.dir, "load-accepted.txt")}
 	var err error
-	if l.watch, err = ledgerwatch.New(ctx, d.ec, dispatcher.DefaultLedgerPrefix); err != nil {
+	if l.watch, err = dispatcher.NewLedgerWatch(ctx, d.ec, dispatcher.DefaultLedgerPrefix); err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
 	d.load = l
@@ -112,8 +113,8 @@ func (d *Drill) startLoad(ctx context.Context) error {
 		switch {
 		case l.proc.Exited():
 			return testkit.Final(fmt.Errorf("exited with code %d", l.proc.Code()))
-		case !strings.Contains(l.proc.Line("load: "), "accepted="):
-			return errors.New("no summary line")
+		case !hasSummary(l.proc):
+			return errors.New("no summary yet")
 		}
 		return nil
 	})
@@ -148,9 +149,8 @@ func (d *Drill) endLoad(ctx context.Context) {
 	failed := func(format string, args ...any) {
 		d.violate(Violation{Check: CheckLoadFailed, At: time.Now(), Detail: fmt.Sprintf(format, args...)})
 	}
-	total := l.proc.Line("load total:")
-	v := workerproc.Counts(total)
-	st.Sent, st.Retries = v["sent"], v["retries"]
+	total, _ := l.proc.Summary()
+	st.Sent, st.Retries = int(total.Sent), int(total.Retries)
 	reqs, err := readAccepted(l.keysPath)
 	switch {
 	case l.proc.Code() != 0:
@@ -159,21 +159,25 @@ func (d *Drill) endLoad(ctx context.Context) {
 	case err != nil:
 		failed("the producer's accepted requests: %v", err)
 		return
-	case len(reqs) != v["accepted"]:
-		failed("the producer counted %d accepted requests and listed %d", v["accepted"], len(reqs))
+	case !total.Final:
+		failed("the producer printed no final summary: %s", l.proc.Tail(1500))
+		return
+	case len(reqs) != int(total.Accepted):
+		failed("the producer counted %d accepted requests and listed %d", total.Accepted, len(reqs))
 	}
 	st.Accepted = len(reqs)
 	if st.Accepted == 0 {
-		failed("Temporal accepted no request: %s", total)
+		failed("Temporal accepted no request: sent %d, retries %d", total.Sent, total.Retries)
 		return
 	}
-	d.logf("load: %s; waiting up to %v for the ledger to show every accepted request handled", total, d.cfg.LoadSettle)
+	d.logf("load: sent %d, accepted %d, retried sends %d; waiting up to %v for the ledger to show every accepted request handled",
+		total.Sent, total.Accepted, total.Retries, d.cfg.LoadSettle)
 
 	// The ledger settles: every accepted request done and no record pending, or the bound passed.
-	var states map[string]ledgerwatch.Record
+	var states map[string]ledgerRecord
 	var rev int64
 	err = testkit.Poll(ctx, d.cfg.LoadSettle, 500*time.Millisecond, func() (err error) {
-		if states, rev, err = ledgerwatch.Read(ctx, d.ec, dispatcher.DefaultLedgerPrefix); err != nil {
+		if states, rev, err = readLedger(ctx, d.ec); err != nil {
 			return err
 		}
 		for _, r := range reqs {
@@ -199,7 +203,9 @@ func (d *Drill) endLoad(ctx context.Context) {
 		return
 	}
 	// The watch must have seen every put up to the revision the verdict is read at.
-	if err := l.watch.WaitFor(ctx, rev, 30*time.Second); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := l.watch.WaitFor(wctx, rev); err != nil {
 		if ctx.Err() == nil {
 			failed("%v", err)
 		}
@@ -226,7 +232,7 @@ func (d *Drill) endLoad(ctx context.Context) {
 // judge fills st from the ledger's records at the end (states) and the puts the watch saw, and
 // returns the evidence of each lost request, request completed twice and record of the load left
 // pending.
-func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerwatch.Record, dones map[string][]ledgerwatch.Done,
+func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerRecord, dones map[string][]dispatcher.LedgerCompletion,
 	touched map[string]bool) (lost, double, pending []string) {
 	short := func(k string) string { return k[:min(12, len(k))] }
 	var lat []time.Duration
@@ -245,7 +251,7 @@ func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerwatch.Reco
 		if len(ds) > 1 {
 			var vs []string
 			for _, d := range ds {
-				vs = append(vs, fmt.Sprintf("%s@rev%d", d.Value, d.Rev))
+				vs = append(vs, fmt.Sprintf("%s@rev%d", d.Record, d.Rev))
 			}
 			double = append(double, fmt.Sprintf("%s: %s", short(k), strings.Join(vs, ", ")))
 		}
@@ -294,4 +300,30 @@ func firstN(s []string, n int) string {
 		return strings.Join(s, "; ")
 	}
 	return strings.Join(s[:n], "; ") + fmt.Sprintf("; … %d more", len(s)-n)
+}
+
+// ledgerRecord is one ledger record: State is the first word of Raw, "<state> <server_id> <token>".
+type ledgerRecord struct{ State, Raw string }
+
+// readLedger reads every record of the ledger at one revision, keyed by dispatch key, and returns
+// that revision; the read as a whole gets 10 s, so that a member killed under it costs a retry of the
+// caller's, not the drill.
+func readLedger(ctx context.Context, cli *clientv3.Client) (map[string]ledgerRecord, int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	raw, rev, err := dispatcher.ReadLedger(rctx, cli, dispatcher.DefaultLedgerPrefix)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make(map[string]ledgerRecord, len(raw))
+	for k, v := range raw {
+		out[k] = ledgerRecord{State: dispatcher.LedgerState(v), Raw: v}
+	}
+	return out, rev, nil
+}
+
+// hasSummary reports whether the producer has printed a summary: it is sending.
+func hasSummary(p *workerproc.Proc) bool {
+	_, ok := p.Summary()
+	return ok
 }

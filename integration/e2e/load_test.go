@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -79,7 +79,7 @@ func statusShowsLoad(t *testing.T, c *cluster) {
 // ledger report.
 func loadThroughAKill(t *testing.T, c *cluster, mode string) {
 	load := workerproc.StartT(t, workerproc.Options{Load: true}, c.bin, "load-"+mode, c.env, "-mode="+mode, "-rate=20", "-duration=8s", "-interval=1s", "-settle=30s")
-	waitLine(t, load, "load:  ", 30*time.Second) // the first summary: requests are flowing
+	waitSummary(t, load, 30*time.Second) // the first summary: requests are flowing
 
 	old, _ := c.waitLeader("q1", takeoverSLA, nil)
 	killed := time.Now()
@@ -95,41 +95,40 @@ func loadThroughAKill(t *testing.T, c *cluster, mode string) {
 	if load.Code() != 0 {
 		t.Fatalf("load exited %d", load.Code())
 	}
-	final := waitLine(t, load, "load total:", 0)
-	t.Log(final)
-	v := workerproc.Counts(final)
-	if v["sent"] == 0 || v["accepted"] == 0 || v["ledger_accepted"] != v["accepted"] {
-		t.Fatalf("load sent nothing or the ledger report does not cover every accepted request: %s", final)
+	final := waitSummary(t, load, 0)
+	t.Logf("%+v", final)
+	l := final.Ledger
+	if !final.Final || final.Sent == 0 || final.Accepted == 0 || l == nil || int64(l.Accepted) != final.Accepted {
+		t.Fatalf("load sent nothing or the ledger report does not cover every accepted request: %+v (ledger %+v)", final, l)
 	}
-	if v["handled_twice"] != 0 {
-		t.Errorf("%d requests handled twice: %s", v["handled_twice"], final)
+	if l.HandledTwice != 0 {
+		t.Errorf("%d requests handled twice: %+v", l.HandledTwice, l)
 	}
-	if v["ledger_handled"]+v["not_handled"] != v["accepted"] {
-		t.Errorf("handled %d + not handled %d != accepted %d", v["ledger_handled"], v["not_handled"], v["accepted"])
+	if l.Handled+l.NotHandled != l.Accepted {
+		t.Errorf("handled %d + not handled %d != accepted %d", l.Handled, l.NotHandled, l.Accepted)
 	}
-	t.Logf("%s: accepted but never handled across the kill: %d of %d (%.1f %%)", mode, v["not_handled"], v["accepted"],
-		100*float64(v["not_handled"])/float64(v["accepted"]))
-	if mode == "dispatch" && v["not_handled"] > 0 {
-		t.Errorf("Dispatch returned for %d requests the ledger never shows handled", v["not_handled"])
+	t.Logf("%s: accepted but never handled across the kill: %d of %d (%.1f %%)", mode, l.NotHandled, l.Accepted,
+		100*float64(l.NotHandled)/float64(l.Accepted))
+	if mode == "dispatch" && l.NotHandled > 0 {
+		t.Errorf("Dispatch returned for %d requests the ledger never shows handled", l.NotHandled)
 	}
 	c.gen++
 	c.start(fmt.Sprintf("l%d-%d", c.gen, c.gen))
 	c.waitReady(60 * time.Second)
 }
 
-// waitLine returns the first output line of p that starts with prefix, waiting up to d for it.
-func waitLine(t *testing.T, p *workerproc.Proc, prefix string, d time.Duration) string {
+// waitSummary returns the last summary p printed, waiting up to d for one (the final one once p has
+// exited).
+func waitSummary(t *testing.T, p *workerproc.Proc, d time.Duration) loadreport.Summary {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		for _, l := range strings.Split(p.Output(), "\n") {
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
+		if s, ok := p.Summary(); ok {
+			return s
 		}
-		if time.Now().After(deadline) || p.Exited() && d > 0 {
-			t.Fatalf("%s wrote no line starting %q:\n%s", p.ID, prefix, p.Output())
+		if time.Now().After(deadline) {
+			t.Fatalf("no load summary within %v:\n%s", d, p.Tail(3000))
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }

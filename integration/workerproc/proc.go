@@ -13,13 +13,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/testkit"
@@ -93,7 +93,7 @@ type Options struct {
 // (a Ctrl-C reaches its starter, which stops it) and is killed if this process dies (Pdeathsig).
 func Start(o Options, bin, id string, env []string, args ...string) (*Proc, error) {
 	p := &Proc{ID: id, done: make(chan struct{}), logFile: o.LogFile, onLine: o.OnLine}
-	argv := append([]string{"load"}, args...)
+	argv := append([]string{"load", "-json"}, args...) // summaries as loadreport.Summary, for Summary
 	if !o.Load {
 		addr, err := testkit.FreeAddr()
 		if err != nil {
@@ -243,29 +243,9 @@ func (p *Proc) Output() string {
 // Tail is the last n bytes of Output, for an error message.
 func (p *Proc) Tail(n int) string { return testkit.Tail(p.Output(), n) }
 
-// Line returns the last output line that starts with prefix, or "".
-func (p *Proc) Line(prefix string) string {
-	var last string
-	for _, l := range strings.Split(p.Output(), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			last = l
-		}
-	}
-	return last
-}
-
-// Counts parses the key=value counts of a line of `load` ("load total: sent=5 accepted=2 ...").
-func Counts(line string) map[string]int {
-	v := map[string]int{}
-	for _, f := range strings.Fields(line) {
-		if k, s, ok := strings.Cut(f, "="); ok {
-			if n, err := strconv.Atoi(s); err == nil {
-				v[k] = n
-			}
-		}
-	}
-	return v
-}
+// Summary returns the last summary a `load` process printed (it runs with -json), and false before
+// the first.
+func (p *Proc) Summary() (loadreport.Summary, bool) { return loadreport.Last(p.Output()) }
 
 // Events returns the events of kind the process emitted at or after since (event.Event.At).
 func (p *Proc) Events(kind event.Kind, since time.Time) []event.Event {

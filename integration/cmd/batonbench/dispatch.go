@@ -21,7 +21,6 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/ledgerwatch"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
@@ -246,7 +245,7 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	batonID := func(q string) string { id, _ := takeover.WorkflowID(benchProject, q); return id }
 	// The ledger's revision before the first request: its done puts since are read from etcd's
 	// history once the loads are over, so that no watch competes with them for the CPU.
-	ledgerWatch, err := ledgerwatch.New(ctx, s.etcd, dispatchLedger)
+	ledgerWatch, err := dispatcher.NewLedgerWatch(ctx, s.etcd, dispatchLedger)
 	if err != nil {
 		return nil, err
 	}
@@ -382,14 +381,17 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	defer stopWatch()
 	watching.Go(func() { ledgerWatch.Run(watchCtx) })
 	chaosBaton := append(append(slices.Clone(chaosDispatch), chaosSignal...), chaosOwn...)
-	var dones map[string][]ledgerwatch.Done
+	var dones map[string][]dispatcher.LedgerCompletion
 	inLedger := func(k string) int { return len(dones[k]) }
 	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
 		now, err := s.etcd.Get(ctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return nil, err
 		}
-		if err := ledgerWatch.WaitFor(ctx, now.Header.Revision, dispatchSettle); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, dispatchSettle)
+		err = ledgerWatch.WaitFor(wctx, now.Header.Revision)
+		cancel()
+		if err != nil {
 			return nil, err
 		}
 		dones, _ = ledgerWatch.Seen()

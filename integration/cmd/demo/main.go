@@ -152,7 +152,12 @@ func (d *demo) script(ctx context.Context) error {
 	d.explainRun(ctx, nqs.WorkflowID, nqs.RunID, "the new run")
 	say("  Requests to orders through the crash (demo-worker load -mode dispatch, read back from the ledger):")
 	<-load.Done()
-	say("  %s", load.Line("load total:"))
+	if s, ok := load.Summary(); ok && s.Ledger != nil {
+		say("  sent %d, handled %d (Dispatch returned), not handled %d, handled twice %d, per the ledger", s.Sent, s.Ledger.Handled,
+			s.Ledger.NotHandled, s.Ledger.HandledTwice)
+	} else {
+		say("  the load printed no final summary: %s", load.Tail(800))
+	}
 
 	// A graceful stop.
 	if err := d.waitAllLed(ctx, 30*time.Second); err != nil {

@@ -1,0 +1,117 @@
+package dispatcher
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// LedgerWatch follows the dispatch ledger's history in etcd from a revision on: every key put, and
+// every completion. The ledger writes a done record only in a transaction fenced by its owner and
+// never rewrites one, so each put of a done record in etcd's history is one completion of that
+// dispatch: a key with two completions was handled to the end twice. This is the one replay of the
+// ledger; tools that judge it (a load run, a drill, a benchmark) read etcd's records through it, not
+// any process's word. etcd resumes the watch on another member when one fails.
+type LedgerWatch struct {
+	cli    *clientv3.Client
+	prefix string // with the trailing slash
+	from   int64
+
+	mu          sync.Mutex
+	rev         int64 // every put up to this revision has been seen
+	err         error // the watch failed: a completion may have gone unseen
+	completions map[string][]LedgerCompletion
+	touched     map[string]bool
+}
+
+// LedgerCompletion is one completion of a dispatch: a put of its done record.
+type LedgerCompletion struct {
+	Seen   time.Time // when the watch saw it
+	Record string    // the record, "done <server_id> <token>"
+	Rev    int64     // its etcd revision
+}
+
+// NewLedgerWatch reads the ledger's current revision under prefix (default DefaultLedgerPrefix);
+// Run then follows every change after it.
+func NewLedgerWatch(ctx context.Context, c *clientv3.Client, prefix string) (*LedgerWatch, error) {
+	prefix = cmp.Or(prefix, DefaultLedgerPrefix) + "/"
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: reading the ledger's revision: %w", err)
+	}
+	return &LedgerWatch{cli: c, prefix: prefix, from: resp.Header.Revision + 1, rev: resp.Header.Revision,
+		completions: map[string][]LedgerCompletion{}, touched: map[string]bool{}}, nil
+}
+
+// Run follows the ledger until ctx ends.
+func (w *LedgerWatch) Run(ctx context.Context) {
+	ch := w.cli.Watch(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(w.from), clientv3.WithProgressNotify())
+	for wr := range ch {
+		now := time.Now()
+		w.mu.Lock()
+		if err := wr.Err(); err != nil {
+			if w.err == nil && ctx.Err() == nil {
+				w.err = fmt.Errorf("dispatcher: following the ledger from revision %d: %w", w.from, err)
+			}
+			w.mu.Unlock()
+			continue
+		}
+		for _, ev := range wr.Events {
+			if ev.Type != mvccpb.PUT {
+				continue
+			}
+			k := strings.TrimPrefix(string(ev.Kv.Key), w.prefix)
+			w.touched[k] = true
+			if LedgerState(string(ev.Kv.Value)) == LedgerDone {
+				w.completions[k] = append(w.completions[k], LedgerCompletion{Seen: now, Record: string(ev.Kv.Value), Rev: ev.Kv.ModRevision})
+			}
+		}
+		if n := len(wr.Events); n > 0 {
+			w.rev = max(w.rev, wr.Events[n-1].Kv.ModRevision)
+		}
+		if wr.IsProgressNotify() {
+			w.rev = max(w.rev, wr.Header.Revision)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// WaitFor waits until the watch has seen every put up to rev, the watch failed (its error: a
+// completion may have gone unseen), or ctx ends. etcd sends a progress notification only once a watch
+// has caught up, so one is asked for every 100 ms until then.
+func (w *LedgerWatch) WaitFor(ctx context.Context, rev int64) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		w.mu.Lock()
+		seen, err := w.rev, w.err
+		w.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case seen >= rev:
+			return nil
+		}
+		_ = w.cli.RequestProgress(ctx) // a failure is retried at the next tick
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dispatcher: the ledger watch saw revision %d, not %d: %w", seen, rev, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Seen returns copies of what the watch has seen: each key's completions, oldest first, and every key
+// put.
+func (w *LedgerWatch) Seen() (completions map[string][]LedgerCompletion, touched map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.completions), maps.Clone(w.touched) // a later append does not reach a cloned slice's length
+}
