@@ -223,9 +223,6 @@ func (c Config) check(raw Config) error {
 	bad := func(field, format string, args ...any) error {
 		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
-	sub := func(field string, err error) error {
-		return configerr.Under(ErrInvalidConfig, field, err, nodeOwnedFrom)
-	}
 	for _, f := range nodeOwned {
 		if f.conflicts(raw, c) {
 			return bad(f.path, "is set by the Node from %s; leave it empty", f.from)
@@ -256,6 +253,33 @@ func (c Config) check(raw Config) error {
 	if c.MaxConcurrency < 1 {
 		return bad("MaxConcurrency", "must be at least 1, got %d", c.MaxConcurrency)
 	}
+	if err := c.checkComponents(); err != nil {
+		return err
+	}
+	electionPrefix := election.DefaultConfig().Prefix
+	if c.Election.Prefix != "" {
+		electionPrefix = c.Election.Prefix
+	}
+	switch {
+	case c.ReconcilerElectionPrefix == electionPrefix:
+		return bad("ReconcilerElectionPrefix", "must differ from Election.Prefix (%s)", names.Quote(electionPrefix))
+	case strings.HasSuffix(c.ReconcilerElectionPrefix, "/"):
+		return bad("ReconcilerElectionPrefix", "must not end with '/', got %s", names.Quote(c.ReconcilerElectionPrefix))
+	case c.Reconciler.StaleAfter < 2*c.Heartbeat.Interval:
+		return bad("Reconciler.StaleAfter", "must be at least 2 × Heartbeat.Interval (%v) so that one late heartbeat never makes a live owner stale, got %v",
+			2*c.Heartbeat.Interval, c.Reconciler.StaleAfter)
+	case !c.DisableReconciler && c.Heartbeat.KeyTTL <= c.Reconciler.StaleAfter+2*c.Reconciler.Interval:
+		return bad("Heartbeat.KeyTTL", "must exceed Reconciler.StaleAfter + 2 × Reconciler.Interval (%v), or a stale entry could expire before the reconciler ends its run, got %v",
+			c.Reconciler.StaleAfter+2*c.Reconciler.Interval, c.Heartbeat.KeyTTL)
+	}
+	return nil
+}
+
+// checkComponents validates each enabled component's configuration, reported under its field.
+func (c Config) checkComponents() error {
+	sub := func(field string, err error) error {
+		return configerr.Under(ErrInvalidConfig, field, err, nodeOwnedFrom)
+	}
 	if err := sub("Election", c.Election.Validate()); err != nil {
 		return err
 	}
@@ -285,22 +309,6 @@ func (c Config) check(raw Config) error {
 		if err := sub("", reg.Validate()); err != nil {
 			return err
 		}
-	}
-	electionPrefix := election.DefaultConfig().Prefix
-	if c.Election.Prefix != "" {
-		electionPrefix = c.Election.Prefix
-	}
-	switch {
-	case c.ReconcilerElectionPrefix == electionPrefix:
-		return bad("ReconcilerElectionPrefix", "must differ from Election.Prefix (%s)", names.Quote(electionPrefix))
-	case strings.HasSuffix(c.ReconcilerElectionPrefix, "/"):
-		return bad("ReconcilerElectionPrefix", "must not end with '/', got %s", names.Quote(c.ReconcilerElectionPrefix))
-	case c.Reconciler.StaleAfter < 2*c.Heartbeat.Interval:
-		return bad("Reconciler.StaleAfter", "must be at least 2 × Heartbeat.Interval (%v) so that one late heartbeat never makes a live owner stale, got %v",
-			2*c.Heartbeat.Interval, c.Reconciler.StaleAfter)
-	case !c.DisableReconciler && c.Heartbeat.KeyTTL <= c.Reconciler.StaleAfter+2*c.Reconciler.Interval:
-		return bad("Heartbeat.KeyTTL", "must exceed Reconciler.StaleAfter + 2 × Reconciler.Interval (%v), or a stale entry could expire before the reconciler ends its run, got %v",
-			c.Reconciler.StaleAfter+2*c.Reconciler.Interval, c.Heartbeat.KeyTTL)
 	}
 	return nil
 }

@@ -29,65 +29,15 @@ func (v *view) takeWoken() (map[string]bool, bool) {
 // error other than ctx's end) is not campaigned for again; its error is returned, joined with the
 // others', once the rest have ended.
 func (r *Runner) dispatch(ctx context.Context, cbs map[string]election.Callbacks) error {
-	type stood struct {
-		queue string
-		shed  bool
-		err   error
-	}
-	returned := make(chan stood)
-	idle := make(map[string]bool, len(r.cfg.Queues))
-	paused := map[string]time.Time{}   // queues that shed a moment ago: not before then
-	timers := map[string]*time.Timer{} // a vacant wait or a pause ending wakes its queue
-	wakeIn := func(queue string, d time.Duration) {
-		if t, ok := timers[queue]; ok {
-			t.Reset(d)
-			return
-		}
-		timers[queue] = time.AfterFunc(d, func() { r.view.wake(queue) })
-	}
-	running := 0
-	var errs []error
-	var wg sync.WaitGroup
-	defer func() {
-		for _, t := range timers {
-			t.Stop()
-		}
-		wg.Wait()
-	}()
-	look := func(queue string) {
-		if until, ok := paused[queue]; ok {
-			if d := time.Until(until); d > 0 {
-				wakeIn(queue, d)
-				return
-			}
-			delete(paused, queue)
-		}
-		if !r.cfg.Disabled {
-			ok, wait := r.mayStandIn(queue)
-			if !ok {
-				if wait > 0 {
-					wakeIn(queue, wait)
-				}
-				return
-			}
-		}
-		if t, ok := timers[queue]; ok {
-			t.Stop()
-			delete(timers, queue)
-		}
-		delete(idle, queue)
-		running++
-		wg.Go(func() {
-			shed, err := r.stand(ctx, queue, cbs[queue])
-			returned <- stood{queue, shed, err}
-		})
-	}
+	d := &idleQueues{r: r, ctx: ctx, cbs: cbs, returned: make(chan stood), idle: make(map[string]bool, len(r.cfg.Queues)),
+		paused: map[string]time.Time{}, timers: map[string]*time.Timer{}}
+	defer d.stop()
 	for _, q := range r.cfg.Queues {
-		idle[q] = true
-		look(q)
+		d.idle[q] = true
+		d.look(q)
 	}
 	done := ctx.Done()
-	for running > 0 || (len(idle) > 0 && ctx.Err() == nil) {
+	for d.running > 0 || (len(d.idle) > 0 && ctx.Err() == nil) {
 		select {
 		case <-r.view.woken.due:
 			qs, all := r.view.takeWoken()
@@ -96,34 +46,104 @@ func (r *Runner) dispatch(ctx context.Context, cbs map[string]election.Callbacks
 			}
 			if all {
 				for _, q := range r.cfg.Queues {
-					if idle[q] {
-						look(q)
+					if d.idle[q] {
+						d.look(q)
 					}
 				}
 				continue
 			}
-			for q := range qs {
-				if idle[q] {
-					look(q)
+			for q := range qs { // only the woken: O(queues) per event would be minutes at 10,000 queues
+				if d.idle[q] {
+					d.look(q)
 				}
 			}
-		case s := <-returned:
-			running--
+		case s := <-d.returned:
+			d.running--
 			switch {
 			case s.err != nil:
-				errs = append(errs, s.err)
+				d.errs = append(d.errs, s.err)
 			case ctx.Err() == nil:
-				idle[s.queue] = true
+				d.idle[s.queue] = true
 				if s.shed {
 					// Stay out of this queue's line for a moment, so that the handover goes to the
 					// waiting candidate and not back to this worker.
-					paused[s.queue] = time.Now().Add(2 * r.cfg.ShedInterval)
+					d.paused[s.queue] = time.Now().Add(2 * r.cfg.ShedInterval)
 				}
-				look(s.queue)
+				d.look(s.queue)
 			}
 		case <-done:
 			done = nil // the stands hand their terms over and return
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(d.errs...)
+}
+
+// stood is how a queue's stand ended.
+type stood struct {
+	queue string
+	shed  bool
+	err   error
+}
+
+// idleQueues is dispatch's state: the idle queues, those paused after a shed, the timers that wake
+// them, and the stands running. Only dispatch's goroutine touches it.
+type idleQueues struct {
+	r        *Runner
+	ctx      context.Context
+	cbs      map[string]election.Callbacks
+	returned chan stood
+	idle     map[string]bool
+	paused   map[string]time.Time   // queues that shed a moment ago: not before then
+	timers   map[string]*time.Timer // a vacant wait or a pause ending wakes its queue
+	running  int
+	errs     []error
+	wg       sync.WaitGroup
+}
+
+// wakeIn wakes queue after d.
+func (d *idleQueues) wakeIn(queue string, after time.Duration) {
+	if t, ok := d.timers[queue]; ok {
+		t.Reset(after)
+		return
+	}
+	d.timers[queue] = time.AfterFunc(after, func() { d.r.view.wake(queue) })
+}
+
+// look starts the idle queue's stand if the worker may stand for it now, and otherwise wakes it when
+// that may change by time alone.
+func (d *idleQueues) look(queue string) {
+	if until, ok := d.paused[queue]; ok {
+		if wait := time.Until(until); wait > 0 {
+			d.wakeIn(queue, wait)
+			return
+		}
+		delete(d.paused, queue)
+	}
+	if !d.r.cfg.Disabled {
+		ok, wait := d.r.mayStandIn(queue)
+		if !ok {
+			if wait > 0 {
+				d.wakeIn(queue, wait)
+			}
+			return
+		}
+	}
+	if t, ok := d.timers[queue]; ok {
+		t.Stop()
+		delete(d.timers, queue)
+	}
+	delete(d.idle, queue)
+	d.running++
+	d.wg.Go(func() {
+		shed, err := d.r.stand(d.ctx, queue, d.cbs[queue])
+		d.returned <- stood{queue, shed, err}
+	})
+}
+
+// stop stops the timers and waits for the stands.
+func (d *idleQueues) stop() {
+	for _, t := range d.timers {
+		t.Stop()
+	}
+	d.wg.Wait()
 }

@@ -9,6 +9,7 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
@@ -285,30 +286,15 @@ type cachedRun struct {
 	backlog runBacklog
 }
 
+// read reads one closed run's backlog from its history.
 func (a *Activities) read(ctx context.Context, src Source) (runBacklog, error) {
 	dc := a.DataConverter
 	if dc == nil {
 		dc = converter.GetDefaultDataConverter()
 	}
-	var (
-		b         runBacklog
-		accepted  []Request
-		kinds     = map[int64]string{}   // scheduled event ID -> activity type, for our activities
-		keys      = map[int64][]string{} // scheduled event ID -> dispatch keys
-		completed = map[string]bool{}    // dispatch keys whose activity completed
-		closed    bool
-		events    int
-	)
-	decode := func(what string, p *commonpb.Payloads, v any) bool {
-		if err := dc.FromPayloads(p, v); err != nil {
-			activity.GetLogger(ctx).Warn("dispatcher history payload unreadable; skipped", "workflow_id", src.WorkflowID,
-				"run_id", src.RunID, "what", what, "error", err)
-			b.skipped++
-			return false
-		}
-		return true
-	}
+	h := &historyScan{ctx: ctx, src: src, dc: dc, kinds: map[int64]string{}, keys: map[int64][]string{}, completed: map[string]bool{}}
 	iter := a.History.GetWorkflowHistory(ctx, src.WorkflowID, src.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	events, closed := 0, false
 	for iter.HasNext() {
 		ev, err := iter.Next()
 		if err != nil {
@@ -317,97 +303,147 @@ func (a *Activities) read(ctx context.Context, src Source) (runBacklog, error) {
 		if events++; events%1000 == 0 {
 			activity.RecordHeartbeat(ctx, events)
 		}
-		closed = false
-		switch ev.GetEventType() {
-		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-			var in Input
-			if !decode("input", ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in) {
-				continue
-			}
-			b.sources = startSources(src.WorkflowID, ev.GetWorkflowExecutionStartedEventAttributes().GetFirstExecutionRunId(), in, true)
-			if in.Carry != nil {
-				accepted = append(accepted, in.Carry.Pending...)
-			}
-		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-			attrs := ev.GetWorkflowExecutionSignaledEventAttributes()
-			var r Request
-			if attrs.GetSignalName() == SignalDispatch && decode("signal", attrs.GetInput(), &r) {
-				accepted = append(accepted, r)
-			}
-		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-			in := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
-			var r Request
-			if in.GetName() == UpdateDispatch && decode("update", in.GetArgs(), &r) {
-				accepted = append(accepted, r)
-			}
-		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-			attrs := ev.GetActivityTaskScheduledEventAttributes()
-			switch attrs.GetActivityType().GetName() {
-			case ActivityBacklog:
-				kinds[ev.GetEventId()] = ActivityBacklog
-			case ActivityDispatch:
-				var t Task
-				if dc.FromPayloads(attrs.GetInput(), &t) == nil {
-					keys[ev.GetEventId()] = []string{t.Key}
-				}
-			case ActivityDispatchBatch:
-				var b Batch
-				if dc.FromPayloads(attrs.GetInput(), &b) == nil {
-					kinds[ev.GetEventId()] = ActivityDispatchBatch
-					for _, it := range b.Items {
-						keys[ev.GetEventId()] = append(keys[ev.GetEventId()], it.Key)
-					}
-				}
-			}
-		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-			attrs := ev.GetActivityTaskCompletedEventAttributes()
-			id := attrs.GetScheduledEventId()
-			switch kinds[id] {
-			case ActivityDispatchBatch:
-				// Items that failed on their own (a bad ledger record) did not complete.
-				var r BatchResult
-				if dc.FromPayloads(attrs.GetResult(), &r) == nil && len(r.Results) == len(keys[id]) {
-					for i, k := range keys[id] {
-						if r.Results[i].ErrorType == "" {
-							completed[k] = true
-						}
-					}
-				}
-			case ActivityBacklog:
-				var p BacklogPage
-				if decode("backlog page", attrs.GetResult(), &p) {
-					accepted = append(accepted, p.Requests...)
-					b.sources = p.Next
-				}
-			default:
-				for _, k := range keys[id] {
-					completed[k] = true
-				}
-			}
-		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-			closed = true
-		}
+		closed = closes(ev.GetEventType())
+		h.event(ev)
 	}
 	if !closed {
 		// Its history could still grow: reading it now could miss a request. Retried until it closed.
 		return runBacklog{}, fmt.Errorf("dispatcher: %s run %s is still open; its backlog is read once it closed", src.WorkflowID, src.RunID)
 	}
+	return h.backlog(), nil
+}
+
+// historyScan is one run's history read event by event: what the run accepted, and which dispatch
+// keys its own activities saw through.
+type historyScan struct {
+	ctx       context.Context
+	src       Source
+	dc        converter.DataConverter
+	b         runBacklog
+	accepted  []Request
+	kinds     map[int64]string   // scheduled event ID -> activity type, for our activities
+	keys      map[int64][]string // scheduled event ID -> dispatch keys
+	completed map[string]bool    // dispatch keys whose activity completed
+}
+
+// closes reports whether an event of type t ends a run.
+func closes(t enumspb.EventType) bool {
+	switch t {
+	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+		enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+		enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+		return true
+	}
+	return false
+}
+
+// decode decodes p into v; a payload it cannot read is skipped, counted and logged.
+func (h *historyScan) decode(what string, p *commonpb.Payloads, v any) bool {
+	if err := h.dc.FromPayloads(p, v); err != nil {
+		activity.GetLogger(h.ctx).Warn("dispatcher history payload unreadable; skipped", "workflow_id", h.src.WorkflowID,
+			"run_id", h.src.RunID, "what", what, "error", err)
+		h.b.skipped++
+		return false
+	}
+	return true
+}
+
+func (h *historyScan) event(ev *historypb.HistoryEvent) {
+	switch ev.GetEventType() {
+	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+		attrs := ev.GetWorkflowExecutionStartedEventAttributes()
+		var in Input
+		if !h.decode("input", attrs.GetInput(), &in) {
+			return
+		}
+		h.b.sources = startSources(h.src.WorkflowID, attrs.GetFirstExecutionRunId(), in, true)
+		if in.Carry != nil {
+			h.accepted = append(h.accepted, in.Carry.Pending...)
+		}
+	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+		attrs := ev.GetWorkflowExecutionSignaledEventAttributes()
+		var r Request
+		if attrs.GetSignalName() == SignalDispatch && h.decode("signal", attrs.GetInput(), &r) {
+			h.accepted = append(h.accepted, r)
+		}
+	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+		in := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
+		var r Request
+		if in.GetName() == UpdateDispatch && h.decode("update", in.GetArgs(), &r) {
+			h.accepted = append(h.accepted, r)
+		}
+	case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+		h.scheduled(ev.GetEventId(), ev.GetActivityTaskScheduledEventAttributes())
+	case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+		h.activityCompleted(ev.GetActivityTaskCompletedEventAttributes())
+	}
+}
+
+// scheduled remembers what an activity of ours was scheduled for.
+func (h *historyScan) scheduled(id int64, attrs *historypb.ActivityTaskScheduledEventAttributes) {
+	switch attrs.GetActivityType().GetName() {
+	case ActivityBacklog:
+		h.kinds[id] = ActivityBacklog
+	case ActivityDispatch:
+		var t Task
+		if h.dc.FromPayloads(attrs.GetInput(), &t) == nil {
+			h.keys[id] = []string{t.Key}
+		}
+	case ActivityDispatchBatch:
+		var b Batch
+		if h.dc.FromPayloads(attrs.GetInput(), &b) == nil {
+			h.kinds[id] = ActivityDispatchBatch
+			for _, it := range b.Items {
+				h.keys[id] = append(h.keys[id], it.Key)
+			}
+		}
+	}
+}
+
+// activityCompleted records what a completed activity of ours saw through, or handed the run.
+func (h *historyScan) activityCompleted(attrs *historypb.ActivityTaskCompletedEventAttributes) {
+	id := attrs.GetScheduledEventId()
+	switch h.kinds[id] {
+	case ActivityDispatchBatch:
+		// Items that failed on their own (a bad ledger record) did not complete.
+		var r BatchResult
+		if h.dc.FromPayloads(attrs.GetResult(), &r) == nil && len(r.Results) == len(h.keys[id]) {
+			for i, k := range h.keys[id] {
+				if r.Results[i].ErrorType == "" {
+					h.completed[k] = true
+				}
+			}
+		}
+	case ActivityBacklog:
+		var p BacklogPage
+		if h.decode("backlog page", attrs.GetResult(), &p) {
+			h.accepted = append(h.accepted, p.Requests...)
+			h.b.sources = p.Next
+		}
+	default:
+		for _, k := range h.keys[id] {
+			h.completed[k] = true
+		}
+	}
+}
+
+// backlog is what the run accepted and did not see through, in history order, each dispatch key once.
+func (h *historyScan) backlog() runBacklog {
+	b := h.b
 	seen := map[string]bool{}
-	for _, r := range accepted {
+	for _, r := range h.accepted {
 		if r.Validate() != nil {
 			b.skipped++
 			continue
 		}
 		k := r.Key()
-		if completed[k] || seen[k] {
+		if h.completed[k] || seen[k] {
 			continue
 		}
 		seen[k] = true
 		b.requests = append(b.requests, r)
 	}
-	return b, nil
+	return b
 }
 
 // startSources returns the earlier runs a run started with in must read back: those its

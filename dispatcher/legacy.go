@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"time"
 
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -67,30 +68,7 @@ func legacyRun(ctx workflow.Context, in Input) error {
 	dispatches := workflow.GetSignalChannel(ctx, SignalDispatch)
 	takeovers := workflow.GetSignalChannel(ctx, SignalTakeover)
 
-	handle := func(req Request) {
-		if err := req.Validate(); err != nil {
-			state.Rejected++
-			log.Warn("dispatch request rejected", "error", err)
-			return
-		}
-		key := req.Key()
-		if state.seen(key) {
-			state.Duplicates++
-			return
-		}
-		var res Result
-		err := workflow.ExecuteActivity(ctx, ActivityDispatch, Task{Key: key, Request: req, Owner: state.Owner}).Get(ctx, &res)
-		if err != nil {
-			log.Error("dispatch failed", "key", key, "error", err)
-			return
-		}
-		state.remember(key, recent)
-		if res.Duplicate {
-			state.Duplicates++
-		} else {
-			state.Dispatched++
-		}
-	}
+	handle := func(req Request) { legacyHandle(ctx, log, &state, recent, req) }
 
 	for {
 		sel := workflow.NewSelector(ctx)
@@ -124,5 +102,31 @@ func legacyRun(ctx workflow.Context, in Input) error {
 		carry := state
 		return workflow.NewContinueAsNewError(ctx, WorkflowName, Input{Owner: in.Owner, Carry: &carry,
 			HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys})
+	}
+}
+
+// legacyHandle dispatches one request as the previous release did: one activity at a time.
+func legacyHandle(ctx workflow.Context, logger log.Logger, state *State, recent int, req Request) {
+	if err := req.Validate(); err != nil {
+		state.Rejected++
+		logger.Warn("dispatch request rejected", "error", err)
+		return
+	}
+	key := req.Key()
+	if state.seen(key) {
+		state.Duplicates++
+		return
+	}
+	var res Result
+	err := workflow.ExecuteActivity(ctx, ActivityDispatch, Task{Key: key, Request: req, Owner: state.Owner}).Get(ctx, &res)
+	if err != nil {
+		logger.Error("dispatch failed", "key", key, "error", err)
+		return
+	}
+	state.remember(key, recent)
+	if res.Duplicate {
+		state.Duplicates++
+	} else {
+		state.Dispatched++
 	}
 }

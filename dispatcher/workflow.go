@@ -387,10 +387,94 @@ func run(ctx workflow.Context, in Input, app ServeOptions) error {
 			"server_id", in.ServerID, "token", in.Token)
 	}
 	d := &dispatcher{log: log, state: &state, tune: tune, byKey: map[string]*entry{}, waitPage: carryAll}
-	if err := workflow.SetQueryHandler(ctx, QueryState, func() (State, error) { return state, nil }); err != nil {
+	var backlogCtx workflow.Context
+	d.ctx, backlogCtx = activityContexts(ctx, carryAll)
+	if err := d.setHandlers(ctx); err != nil {
 		return err
 	}
-	d.ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	for _, r := range carried {
+		d.add(r)
+	}
+	if app.Start != nil {
+		if err := app.Start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return d.cancelled(workflow.GetSignalChannel(ctx, SignalDispatch))
+			}
+			log.Error("dispatcher run's start failed; the run ends and its owner starts another", "error", err)
+			return err
+		}
+	}
+	dispatches := workflow.GetSignalChannel(ctx, SignalDispatch)
+	takeovers := workflow.GetSignalChannel(ctx, SignalTakeover)
+
+	for {
+		err := workflow.Await(ctx, func() bool {
+			return dispatches.Len() > 0 || takeovers.Len() > 0 || d.next() >= 0 || d.wantBacklog() ||
+				(!d.draining && d.due(ctx) && !d.pageInFlight()) || (d.draining && d.quiet(ctx))
+		})
+		if err != nil {
+			return d.cancelled(dispatches)
+		}
+		d.receive(dispatches, takeovers)
+		d.startAll()
+		if d.wantBacklog() {
+			d.fetchBacklog(backlogCtx)
+		}
+		if !d.draining && d.due(ctx) && !d.pageInFlight() {
+			// From here no update is accepted (its sender retries on the next run), and only requests
+			// that updates wait for are started; the rest travel in the next run's input.
+			d.draining = true
+		}
+		if !d.draining || !d.quiet(ctx) {
+			continue
+		}
+		// Every signal already delivered goes into the input: one left in the channel would be lost
+		// with the run.
+		d.receive(dispatches, takeovers)
+		if !d.fits() {
+			continue
+		}
+		return d.continueAsNew(ctx, in, app)
+	}
+}
+
+// receive takes every request and owner signal already delivered.
+func (d *dispatcher) receive(dispatches, takeovers workflow.ReceiveChannel) {
+	for {
+		var req Request
+		if !dispatches.ReceiveAsync(&req) {
+			break
+		}
+		d.add(req)
+	}
+	for {
+		var owner takeover.Owner
+		if !takeovers.ReceiveAsync(&owner) {
+			break
+		}
+		d.log.Info("dispatcher run owned", "server_id", owner.ServerID, "token", owner.Token)
+	}
+}
+
+// due says whether the run should continue as new: its history reached the limit, or Temporal
+// suggests it.
+func (d *dispatcher) due(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetCurrentHistoryLength() >= d.tune.HistoryLimit || info.GetContinueAsNewSuggested()
+}
+
+// quiet says whether the run can continue as new: no dispatch in flight, no update waiting, and
+// what waits fits the next run's input. No backlog page is in flight either: draining starts only
+// once the page in flight was applied (pageInFlight), and no page is read while draining. (Runs
+// from before carryChange did not wait for the page; the next run read it again.)
+func (d *dispatcher) quiet(ctx workflow.Context) bool {
+	return d.inFlight == 0 && d.pendingUpdates() == 0 && workflow.AllHandlersFinished(ctx) && d.fits()
+}
+
+// activityContexts returns the contexts of the run's dispatch activities and of its Backlog
+// activities (bounded attempts once runs carry every run: carryAll).
+func activityContexts(ctx workflow.Context, carryAll bool) (dispatchCtx, backlogCtx workflow.Context) {
+	dispatchCtx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        200 * time.Millisecond,
@@ -402,12 +486,21 @@ func run(ctx workflow.Context, in Input, app ServeOptions) error {
 	if carryAll {
 		backlogRetry.MaximumAttempts = backlogAttempts
 	}
-	backlogCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	backlogCtx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		// A history of Temporal's maximum size is read in one attempt; heartbeats show it progressing.
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
 		RetryPolicy:         backlogRetry,
 	})
+	return dispatchCtx, backlogCtx
+}
+
+// setHandlers registers the run's query and update handlers: the state query, the dispatch update
+// and the owner's quiesce.
+func (d *dispatcher) setHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (State, error) { return *d.state, nil }); err != nil {
+		return err
+	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDispatch,
 		func(ctx workflow.Context, req Request) (Result, error) {
 			e := d.add(req)
@@ -448,91 +541,25 @@ func run(ctx workflow.Context, in Input, app ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range carried {
-		d.add(r)
-	}
-	if app.Start != nil {
-		if err := app.Start(ctx); err != nil {
-			if ctx.Err() != nil {
-				return d.cancelled(workflow.GetSignalChannel(ctx, SignalDispatch))
-			}
-			log.Error("dispatcher run's start failed; the run ends and its owner starts another", "error", err)
-			return err
-		}
-	}
-	dispatches := workflow.GetSignalChannel(ctx, SignalDispatch)
-	takeovers := workflow.GetSignalChannel(ctx, SignalTakeover)
-	receive := func() {
-		for {
-			var req Request
-			if !dispatches.ReceiveAsync(&req) {
-				break
-			}
-			d.add(req)
-		}
-		for {
-			var owner takeover.Owner
-			if !takeovers.ReceiveAsync(&owner) {
-				break
-			}
-			log.Info("dispatcher run owned", "server_id", owner.ServerID, "token", owner.Token)
-		}
-	}
-	due := func() bool {
-		info := workflow.GetInfo(ctx)
-		return info.GetCurrentHistoryLength() >= tune.HistoryLimit || info.GetContinueAsNewSuggested()
-	}
-	// quiet says whether the run can continue as new: no dispatch in flight, no update waiting, and
-	// what waits fits the next run's input. No backlog page is in flight either: draining starts only
-	// once the page in flight was applied (pageInFlight), and no page is read while draining. (Runs
-	// from before carryChange did not wait for the page; the next run read it again.)
-	quiet := func() bool {
-		return d.inFlight == 0 && d.pendingUpdates() == 0 && workflow.AllHandlersFinished(ctx) && d.fits()
-	}
+	return nil
+}
 
-	for {
-		err := workflow.Await(ctx, func() bool {
-			return dispatches.Len() > 0 || takeovers.Len() > 0 || d.next() >= 0 || d.wantBacklog() ||
-				(!d.draining && due() && !d.pageInFlight()) || (d.draining && quiet())
-		})
-		if err != nil {
-			return d.cancelled(dispatches)
-		}
-		receive()
-		d.startAll()
-		if d.wantBacklog() {
-			d.fetchBacklog(backlogCtx)
-		}
-		if !d.draining && due() && !d.pageInFlight() {
-			// From here no update is accepted (its sender retries on the next run), and only requests
-			// that updates wait for are started; the rest travel in the next run's input.
-			d.draining = true
-		}
-		if !d.draining || !quiet() {
-			continue
-		}
-		// Every signal already delivered goes into the input: one left in the channel would be lost
-		// with the run.
-		receive()
-		if !d.fits() {
-			continue
-		}
-		carry := state
-		carry.Pending = make([]Request, 0, len(d.queue))
-		for _, e := range d.queue {
-			carry.Pending = append(carry.Pending, e.req)
-		}
-		// The next run of the chain belongs to the same owner: its input carries this run's Owner
-		// (and Temporal copies the memo).
-		next := Input{Owner: in.Owner, Carry: &carry,
-			HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys, MaxConcurrent: in.MaxConcurrent, BacklogPage: in.BacklogPage}
-		args := []any{next}
-		if app.Next != nil {
-			args = app.Next(next)
-		}
-		// The chain stays of this run's type: the reference workflow's, or the application's own.
-		return workflow.NewContinueAsNewError(ctx, workflow.GetInfo(ctx).WorkflowType.Name, args...)
+// continueAsNew ends the run into the next run of its chain, which carries the state and what waits,
+// for the same owner (Temporal copies the memo), of this run's type: the reference workflow's, or the
+// application's own (app.Next makes its input).
+func (d *dispatcher) continueAsNew(ctx workflow.Context, in Input, app ServeOptions) error {
+	carry := *d.state
+	carry.Pending = make([]Request, 0, len(d.queue))
+	for _, e := range d.queue {
+		carry.Pending = append(carry.Pending, e.req)
 	}
+	next := Input{Owner: in.Owner, Carry: &carry,
+		HistoryLimit: in.HistoryLimit, RecentKeys: in.RecentKeys, MaxConcurrent: in.MaxConcurrent, BacklogPage: in.BacklogPage}
+	args := []any{next}
+	if app.Next != nil {
+		args = app.Next(next)
+	}
+	return workflow.NewContinueAsNewError(ctx, workflow.GetInfo(ctx).WorkflowType.Name, args...)
 }
 
 // cancelled ends a run an operator (or a parent) cancelled. Requests accepted but not handled are

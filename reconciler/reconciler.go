@@ -449,34 +449,9 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 		}
 		return fail("terminate", err)
 	}
-	reason := fmt.Sprintf("baton: reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
-		term.LeaderID(), term.Token(), e.ServerID, e.Token, e.Age(now).Round(time.Millisecond))
-	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
-	// By the chain's first run when the entry has it: that reaches the chain's current run after a
-	// continue-as-new the entry did not see yet, and the server refuses (NotFound) when the current run
-	// belongs to another chain.
-	opts := client.TerminateWorkflowOptions{WorkflowID: e.WorkflowID, RunID: e.RunID, Reason: reason}
-	if e.FirstRunID != "" {
-		opts.RunID, opts.FirstExecutionRunID = "", e.FirstRunID
-	}
-	err = r.tc.TerminateWorkflowWithOptions(cctx, opts)
-	cancel()
-	var notFound *serviceerror.NotFound
-	ev := event.Event{At: r.cfg.Clock.Now(), Project: r.cfg.Project, Queue: e.Queue, ServerID: r.cfg.ServerID, Token: term.Token(),
-		WorkflowID: e.WorkflowID, RunID: e.RunID, Peer: e.ServerID, PeerToken: e.Token}
-	switch {
-	case err == nil:
-		r.metrics.terminated(ctx, "terminated")
-		log.Info("stale dispatcher run terminated", zap.Duration("stale_for", e.Age(now)))
-		ev.Kind = event.StaleRunTerminated
-	case errors.As(err, &notFound):
-		r.metrics.terminated(ctx, "already_closed")
-		log.Info("stale dispatcher run was already closed")
-		ev.Kind = event.StaleRunClosed
-	default:
+	if err := r.terminateStale(ctx, term, e, now, log); err != nil {
 		return fail("terminate", err)
 	}
-	r.cfg.Events.Emit(ev)
 	rep.Terminated++
 
 	cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
@@ -493,6 +468,39 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 		rep.Refreshed++
 		log.Info("stale entry was written again before its delete; kept")
 	}
+	return nil
+}
+
+// terminateStale ends the stale entry e's run (already closed counts as ended) and reports it.
+func (r *Reconciler) terminateStale(ctx context.Context, term Term, e heartbeat.Entry, now time.Time, log *zap.Logger) error {
+	reason := fmt.Sprintf("baton: reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
+		term.LeaderID(), term.Token(), e.ServerID, e.Token, e.Age(now).Round(time.Millisecond))
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	// By the chain's first run when the entry has it: that reaches the chain's current run after a
+	// continue-as-new the entry did not see yet, and the server refuses (NotFound) when the current run
+	// belongs to another chain.
+	opts := client.TerminateWorkflowOptions{WorkflowID: e.WorkflowID, RunID: e.RunID, Reason: reason}
+	if e.FirstRunID != "" {
+		opts.RunID, opts.FirstExecutionRunID = "", e.FirstRunID
+	}
+	err := r.tc.TerminateWorkflowWithOptions(cctx, opts)
+	var notFound *serviceerror.NotFound
+	ev := event.Event{At: r.cfg.Clock.Now(), Project: r.cfg.Project, Queue: e.Queue, ServerID: r.cfg.ServerID, Token: term.Token(),
+		WorkflowID: e.WorkflowID, RunID: e.RunID, Peer: e.ServerID, PeerToken: e.Token}
+	switch {
+	case err == nil:
+		r.metrics.terminated(ctx, "terminated")
+		log.Info("stale dispatcher run terminated", zap.Duration("stale_for", e.Age(now)))
+		ev.Kind = event.StaleRunTerminated
+	case errors.As(err, &notFound):
+		r.metrics.terminated(ctx, "already_closed")
+		log.Info("stale dispatcher run was already closed")
+		ev.Kind = event.StaleRunClosed
+	default:
+		return err
+	}
+	r.cfg.Events.Emit(ev)
 	return nil
 }
 

@@ -252,19 +252,9 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		case prior.owner.Token == owner.Token && prior.owner.ServerID == owner.ServerID:
 			return Run{WorkflowID: id, RunID: prior.runID, FirstRunID: prior.firstRunID, Owner: owner, Path: PathReused}, path, nil
 		case prior.owner.Token > owner.Token:
-			// A newer owner's run, unless etcd still confirms this term: then no newer term can exist, and
-			// the higher token is a history regression (an etcd restored without --bump-revision, or a
-			// move to a new cluster). Holding the term without a dispatcher would wedge the queue.
-			if err := m.fence(ctx, term); errors.Is(err, ErrSuperseded) {
-				return Run{}, path, fmt.Errorf("%w: run %s is owned by %s at token %d, newer than ours (%d)",
-					ErrSuperseded, prior.runID, prior.owner.ServerID, prior.owner.Token, owner.Token)
-			} else if err != nil {
+			if err := m.regressed(ctx, term, owner, prior, log); err != nil {
 				return Run{}, path, err
 			}
-			m.metrics.regression(ctx, owner.Project, owner.Queue)
-			log.Error("dispatcher run carries a higher token than the confirmed term: etcd revisions went back (restored without --bump-revision?); replacing the run",
-				zap.String("prior_run_id", prior.runID), zap.String("prior_server_id", prior.owner.ServerID),
-				zap.Int64("prior_token", prior.owner.Token))
 		}
 		reason := fmt.Sprintf("baton: taken over by %s (token %d)", owner.ServerID, owner.Token)
 		if err := m.terminate(ctx, term, id, prior.runID, "", reason); err != nil {
@@ -325,6 +315,25 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 func (m *Manager) event(k event.Kind, term Term, id string) event.Event {
 	return event.Event{Kind: k, At: m.cfg.Clock.Now(), Project: term.Project(), Queue: term.Queue(), ServerID: term.LeaderID(),
 		Key: term.Key(), Token: term.Token(), WorkflowID: id}
+}
+
+// regressed is called when the prior run carries a higher token than this term's: a newer owner's
+// run (ErrSuperseded), unless etcd still confirms this term: then no newer term can exist, and the
+// higher token is a history regression (an etcd restored without --bump-revision, or a move to a new
+// cluster), counted and logged; the takeover goes on, since holding the term without a dispatcher
+// would wedge the queue.
+func (m *Manager) regressed(ctx context.Context, term Term, owner Owner, prior priorRun, log *zap.Logger) error {
+	if err := m.fence(ctx, term); errors.Is(err, ErrSuperseded) {
+		return fmt.Errorf("%w: run %s is owned by %s at token %d, newer than ours (%d)",
+			ErrSuperseded, prior.runID, prior.owner.ServerID, prior.owner.Token, owner.Token)
+	} else if err != nil {
+		return err
+	}
+	m.metrics.regression(ctx, owner.Project, owner.Queue)
+	log.Error("dispatcher run carries a higher token than the confirmed term: etcd revisions went back (restored without --bump-revision?); replacing the run",
+		zap.String("prior_run_id", prior.runID), zap.String("prior_server_id", prior.owner.ServerID),
+		zap.Int64("prior_token", prior.owner.Token))
+	return nil
 }
 
 // endOwnRun terminates a run started by a term that ended on the way. The run is ours alone, so ending
