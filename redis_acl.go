@@ -21,7 +21,7 @@ var redisCommands = []string{
 //
 //	ACL SETUSER baton on >PASSWORD resetkeys ~dispatcher:heartbeat:* ~baton:registry:* resetchannels -@all +ping ...
 //
-// "demo-worker redis-acl" prints the whole command for the configuration in its environment.
+// "baton acl redis" prints the whole command for the configuration in its environment.
 func (c Config) RedisACLRules() []string {
 	c = c.withDefaults()
 	registryPrefix := c.Registry.Prefix

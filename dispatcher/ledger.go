@@ -71,7 +71,16 @@ func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration) (
 	return &EtcdLedger{client: c, prefix: prefix, retention: retention}, nil
 }
 
-func (l *EtcdLedger) key(k string) string { return l.prefix + "/" + k }
+func (l *EtcdLedger) key(k string) string { return LedgerKey(l.prefix, k) }
+
+// LedgerKey returns the etcd key of dispatchKey's record under prefix (DefaultLedgerPrefix when
+// empty): <prefix>/<dispatch key>, holding "<state> <server_id> <token>". This is the ledger's one
+// key layout; LedgerRange is the range of every record.
+func LedgerKey(prefix, dispatchKey string) string { return LedgerRange(prefix) + dispatchKey }
+
+// LedgerRange returns the range every record under prefix (DefaultLedgerPrefix when empty) starts
+// with: <prefix>/.
+func LedgerRange(prefix string) string { return cmp.Or(prefix, DefaultLedgerPrefix) + "/" }
 
 // dropLease forgets lease when it is still the current one, so the next write grants a new lease.
 func (l *EtcdLedger) dropLease(lease clientv3.LeaseID) {
@@ -274,7 +283,7 @@ func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
 // LedgerState gives its state), with that revision. It is for tools that judge the ledger from
 // etcd's records rather than a worker's word: `demo-worker load`, drills.
 func ReadLedger(ctx context.Context, c *clientv3.Client, prefix string) (map[string]string, int64, error) {
-	prefix = cmp.Or(prefix, DefaultLedgerPrefix) + "/"
+	prefix = LedgerRange(prefix)
 	out := map[string]string{}
 	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	var rev int64
@@ -305,4 +314,31 @@ func ReadLedger(ctx context.Context, c *clientv3.Client, prefix string) (map[str
 func LedgerState(record string) string {
 	state, _, _ := strings.Cut(record, " ")
 	return state
+}
+
+// LedgerRecord is one dispatch request's record, as an operator reads it back.
+type LedgerRecord struct {
+	// State is LedgerPending (begun, its handler not known to have finished) or LedgerDone.
+	State string `json:"state"`
+	// ServerID and Token are the owner that wrote the record: its server and term.
+	ServerID string `json:"server_id"`
+	Token    int64  `json:"token"`
+	// Revision is the etcd revision that last wrote it.
+	Revision int64 `json:"revision"`
+}
+
+// ReadLedgerRecord reads dispatchKey's record under prefix (DefaultLedgerPrefix when empty); found
+// is false when the ledger has none: the request was never begun (not yet dispatched, or never
+// accepted). A record that is not one fails with ErrBadRecord.
+func ReadLedgerRecord(ctx context.Context, c *clientv3.Client, prefix, dispatchKey string) (rec LedgerRecord, found bool, err error) {
+	k := LedgerKey(prefix, dispatchKey)
+	resp, err := c.Get(ctx, k)
+	if err != nil {
+		return LedgerRecord{}, false, err
+	}
+	r, err := decodeRecord(k, resp.Kvs)
+	if err != nil || !r.exists {
+		return LedgerRecord{}, false, err
+	}
+	return LedgerRecord{State: r.state, ServerID: r.serverID, Token: r.token, Revision: r.modRevision}, true, nil
 }

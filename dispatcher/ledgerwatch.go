@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -41,7 +40,7 @@ type LedgerCompletion struct {
 // NewLedgerWatch reads the ledger's current revision under prefix (default DefaultLedgerPrefix);
 // Run then follows every change after it.
 func NewLedgerWatch(ctx context.Context, c *clientv3.Client, prefix string) (*LedgerWatch, error) {
-	prefix = cmp.Or(prefix, DefaultLedgerPrefix) + "/"
+	prefix = LedgerRange(prefix)
 	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: reading the ledger's revision: %w", err)

@@ -180,6 +180,26 @@ func (r *Registry) Drain(ctx context.Context, queue, serverID string) error {
 	return nil
 }
 
+// Undrain takes back a Drain: a DRAINING worker becomes ONLINE again, which its next heartbeat
+// answers (it stands for its queues again). Undraining an ONLINE worker is a no-op. It returns an
+// error wrapping ErrNotFound when there is no record, and ErrOffline for an OFFLINE worker.
+func (r *Registry) Undrain(ctx context.Context, queue, serverID string) error {
+	if err := checkIDs(queue, serverID); err != nil {
+		return err
+	}
+	key := r.keys.worker(queue, serverID)
+	res, err := undrainScript.Run(ctx, r.rdb, []string{key}).Slice()
+	if err != nil {
+		return fmt.Errorf("registry: undrain %s/%s: %w", queue, serverID, err)
+	}
+	if replyCode(res) != 1 {
+		_, err := r.refused(ctx, "undrain", key, res, ErrNotFound, ErrOffline)
+		return err
+	}
+	r.log.Info("worker drain taken back", zap.String("queue", queue), zap.String("server_id", serverID))
+	return nil
+}
+
 // Deregister sets the worker OFFLINE and stops watching its heartbeat. The record stays visible
 // for Retention, then expires. Deregistering an OFFLINE worker changes nothing. It returns an error
 // wrapping ErrNotFound when there is no record. A malformed record is deregistered all the same (it

@@ -85,6 +85,19 @@ redis.call('HSET', KEYS[1], 'status', 'DRAINING')
 return {1}
 `)
 
+// undrainScript sets a DRAINING worker ONLINE again (an ONLINE one stays so).
+// KEYS: record. Returns {1} or {0, reason, detail} as heartbeatScript.
+var undrainScript = redis.NewScript(luaPrelude + `
+local t = keytype(KEYS[1])
+if t == 'none' then return {0, 'absent', ''} end
+if t ~= 'hash' then return {0, 'type', t} end
+local st = redis.call('HGET', KEYS[1], 'status')
+if st == 'OFFLINE' then return {0, 'offline', st} end
+if st ~= 'ONLINE' and st ~= 'DRAINING' then return {0, 'status', st or ''} end
+redis.call('HSET', KEYS[1], 'status', 'ONLINE')
+return {1}
+`)
+
 // deregisterScript sets the worker OFFLINE, takes it out of the heartbeat set, and lets its record
 // expire after the retention. A record that is not a readable hash is garbage: it is taken out of
 // the heartbeat set and left to expire too.

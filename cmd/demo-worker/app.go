@@ -23,13 +23,14 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/internal/opscli"
 )
 
 // runWorker is `demo-worker run`.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseRun(args, stdout)
 	switch {
-	case errors.Is(err, errHelp):
+	case errors.Is(err, opscli.ErrHelp):
 		return exitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "demo-worker: %v\n", err)
@@ -40,7 +41,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	redis.SetLogger(redisLog{log.Named("redis")})
 
 	if o.events == "stdout" {
-		o.cfg.Events = eventWriter(stdout)
+		o.Cfg.Events = eventWriter(stdout)
 	}
 	app := fx.New(appOptions(o, log)...)
 	if err := app.Err(); err != nil {
@@ -98,10 +99,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // argument so that they are built after it: they start last and stop first. The routes that need
 // the Node are added by a root invoke, which does not register a hook.
 func appOptions(o runOptions, log *zap.Logger) []fx.Option {
-	load := newDispatchLoad(o.cfg.Queues)
-	o.cfg.Load = load.report
+	load := newDispatchLoad(o.Cfg.Queues)
+	o.Cfg.Load = load.report
 	return []fx.Option{
-		fx.Supply(o.cfg, o.clients, o, load),
+		fx.Supply(o.Cfg, o.Clients, o, load),
 		fx.Provide(func() *zap.Logger { return log }, newMeterProvider),
 		fx.WithLogger(func() fxevent.Logger {
 			l := &fxevent.ZapLogger{Logger: log.Named("fx")}
@@ -140,7 +141,7 @@ func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
 // logStartup logs the effective settings in one line: o as parsed, with the defaults of effective
 // (the Node's configuration). Secrets are never among them: only whether one is set.
 func logStartup(log *zap.Logger, o runOptions, effective baton.Config) {
-	c, cl := effective, o.clients
+	c, cl := effective, o.Clients
 	ttl := c.Election.TTL
 	if ttl == 0 {
 		ttl = election.DefaultConfig().TTL

@@ -207,7 +207,7 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, cl := o.cfg, o.clients
+	c, cl := o.Cfg, o.Clients
 	for _, chk := range []struct {
 		name      string
 		got, want any
@@ -244,20 +244,10 @@ func TestDefaults(t *testing.T) {
 	if o.httpAddr != ":8080" || o.shutdownTimeout != defaultShutdownTimeout || o.logLevel != zapcore.InfoLevel {
 		t.Errorf("defaults: http %q, shutdown %v, level %v", o.httpAddr, o.shutdownTimeout, o.logLevel)
 	}
-	if o.cfg.ServerID == "" {
+	if o.Cfg.ServerID == "" {
 		t.Error("no server ID chosen")
 	}
-	s, err := parseStatus(nil, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.queuesGiven || s.timeout != defaultStatusTimeout {
-		t.Errorf("status: queuesGiven %v, timeout %v", s.queuesGiven, s.timeout)
-	}
-	setEnv(t, map[string]string{"BATON_QUEUES": "-"})
-	if s, err = parseStatus(nil, &bytes.Buffer{}); err != nil || s.queuesGiven {
-		t.Errorf("status without queues: queuesGiven %v, err %v", s.queuesGiven, err)
-	}
+
 }
 
 func TestStartupLogShowsSettingsNotSecrets(t *testing.T) {
@@ -268,7 +258,7 @@ func TestStartupLogShowsSettingsNotSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	logStartup(newLogger(&buf, zapcore.InfoLevel), o, o.cfg)
+	logStartup(newLogger(&buf, zapcore.InfoLevel), o, o.Cfg)
 	out := buf.String()
 	if strings.Count(out, "\n") != 1 {
 		t.Fatalf("want one line, got:\n%s", out)
@@ -294,30 +284,6 @@ func TestStartupLogShowsSettingsNotSecrets(t *testing.T) {
 	assertNoSecrets(t, "startup log", out, "file-s3cret")
 }
 
-func TestRefuseSecretFlags(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		bad  bool
-	}{
-		{[]string{"-etcd-password=x"}, true},
-		{[]string{"--etcd-password", "x"}, true},
-		{[]string{"-redis-password"}, true},
-		{[]string{"-temporal-api-key=x"}, true},
-		{[]string{"-etcd-password-file=/p"}, false},
-		{[]string{"-temporal-api-key-file", "/p"}, false},
-		{[]string{"--", "-etcd-password=x"}, false},
-		{[]string{"-project", "password"}, false},
-	} {
-		err := refuseSecretFlags(tt.args)
-		if (err != nil) != tt.bad {
-			t.Errorf("%q: err %v, want refused %v", tt.args, err, tt.bad)
-		}
-		if err != nil && strings.Contains(err.Error(), "=x") {
-			t.Errorf("%q: the value is echoed: %v", tt.args, err)
-		}
-	}
-}
-
 // Seen through a zap observer, no field of the startup line carries a secret value.
 func TestStartupLogFieldsCarryNoSecret(t *testing.T) {
 	setEnv(t, nil)
@@ -326,7 +292,7 @@ func TestStartupLogFieldsCarryNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	logStartup(zap.New(core), o, o.cfg)
+	logStartup(zap.New(core), o, o.Cfg)
 	if logs.Len() != 1 {
 		t.Fatalf("want one entry, got %d", logs.Len())
 	}

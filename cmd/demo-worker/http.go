@@ -40,7 +40,7 @@ func newMeterProvider(lc fx.Lifecycle, o runOptions) (meterOut, error) {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(resource.NewSchemaless(
 		attribute.String("service.name", "baton-demo-worker"),
-		attribute.String("service.instance.id", o.cfg.ServerID),
+		attribute.String("service.instance.id", o.Cfg.ServerID),
 	)))
 	lc.Append(fx.StopHook(mp.Shutdown))
 	return meterOut{Provider: mp, Registry: reg}, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/internal/opscli"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -49,7 +50,7 @@ const (
 
 // loadOptions is the configuration of `demo-worker load`.
 type loadOptions struct {
-	common
+	opscli.Common
 	mode     string
 	rate     float64       // requests per second per queue
 	duration time.Duration // 0: until the process is asked to stop
@@ -69,26 +70,26 @@ type loadOptions struct {
 func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 	var o loadOptions
 	var err error
-	if o.common, err = loadCommon(); err != nil {
+	if o.Common, err = opscli.LoadCommon(ownEnv()...); err != nil {
 		return o, err
 	}
 	o.mode, o.rate, o.interval, o.settle, o.inFlight, o.ledger = modeSignal, defaultLoadRate, defaultLoadInterval, defaultLoadSettle, defaultInFlight, dispatcher.DefaultLedgerPrefix
-	fs := flag.NewFlagSet("load", flag.ContinueOnError)
-	o.addFlags(fs)
+	fs := flag.NewFlagSet("demo-worker load", flag.ContinueOnError)
+	o.AddFlags(fs)
 	fs.StringVar(&o.mode, "mode", o.mode, "how requests are sent: signal (SignalWorkflow, each failed send retried until accepted) or dispatch (dispatcher.Producer, returns once handled)")
 	fs.Float64Var(&o.rate, "rate", o.rate, "dispatch requests per second per queue, at random (Poisson) times")
 	fs.DurationVar(&o.duration, "duration", 0, "how long to send (0: until SIGTERM or SIGINT)")
-	fs.Var(durationValue{&o.interval}, "interval", "time between summary lines")
+	fs.Var(opscli.Duration(&o.interval), "interval", "time between summary lines")
 	fs.BoolVar(&o.json, "json", false, "print each summary as one JSON object per line (package loadreport), for tools")
-	fs.Var(durationValue{&o.settle}, "settle", "how long the ledger may take, after the sending, to show every accepted request handled; in dispatch mode also the bound of each Dispatch")
+	fs.Var(opscli.Duration(&o.settle), "settle", "how long the ledger may take, after the sending, to show every accepted request handled; in dispatch mode also the bound of each Dispatch")
 	fs.IntVar(&o.inFlight, "in-flight", o.inFlight, "sends in flight per queue at most; arrivals wait beyond it")
 	fs.StringVar(&o.run, "run-id", "", "prefix of this run's task IDs, so that runs never share a dispatch key (default: random)")
 	fs.StringVar(&o.ledger, "ledger-prefix", o.ledger, "etcd prefix of the dispatch ledger, read back at the end when -etcd-endpoints is set")
 	fs.StringVar(&o.acceptedOut, "accepted-out", "", "write every accepted request to this file at the end, one line each: <dispatch key> <queue> <sent unix ns> <accepted unix ns>")
-	if err := parse(fs, args, stdout); err != nil {
+	if err := opscli.Parse(fs, args, stdout); err != nil {
 		return o, err
 	}
-	if err := o.readSecrets(); err != nil {
+	if err := o.ReadSecrets(); err != nil {
 		return o, err
 	}
 	if err := o.validate(); err != nil {
@@ -115,11 +116,11 @@ func (o loadOptions) validate() error {
 	case !strings.HasPrefix(o.ledger, "/") || strings.HasSuffix(o.ledger, "/"):
 		return fmt.Errorf("flag -ledger-prefix must start with / and not end with /, got %q", o.ledger)
 	}
-	check := o.cfg
+	check := o.Cfg
 	if err := check.Validate(); err != nil {
 		return err
 	}
-	clients := o.clients
+	clients := o.Clients
 	if len(clients.EtcdEndpoints) == 0 {
 		clients.EtcdEndpoints = []string{"placeholder:2379"} // etcd is optional: without it the ledger is not read
 	}
@@ -213,7 +214,7 @@ func newSender(tc client.Client, o loadOptions) (sender, error) {
 			// sent is one its producer insists on.
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.settle)
 			defer cancel()
-			wfID, err := takeover.WorkflowID(o.cfg.Project, queue)
+			wfID, err := takeover.WorkflowID(o.Cfg.Project, queue)
 			return err == nil && sendSignal(sctx, tc, wfID, req, counts)
 		}, nil
 	}
@@ -225,7 +226,7 @@ func newSender(tc client.Client, o loadOptions) (sender, error) {
 		// Dispatch retries across a handover by itself; the bound is the settle time, not the sending.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.settle)
 		defer cancel()
-		_, err := p.Dispatch(dctx, o.cfg.Project, queue, req)
+		_, err := p.Dispatch(dctx, o.Cfg.Project, queue, req)
 		switch {
 		case err == nil:
 			counts.handled.Add(1)
@@ -247,26 +248,26 @@ func newSender(tc client.Client, o loadOptions) (sender, error) {
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseLoad(args, stdout)
 	switch {
-	case errors.Is(err, errHelp):
+	case errors.Is(err, opscli.ErrHelp):
 		return exitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "demo-worker load: %v\n", err)
 		return exitConfig
 	}
-	var lc hooks
+	var lc opscli.Hooks
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultStatusTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opscli.DefaultStatusTimeout)
 		defer cancel()
-		lc.stop(sctx)
+		lc.Stop(sctx)
 	}()
-	params := fxmodule.ClientParams{Config: o.clients, Lifecycle: &lc}
+	params := fxmodule.ClientParams{Config: o.Clients, Lifecycle: &lc}
 	tc, err := fxmodule.NewTemporalClient(params)
 	if err != nil {
 		fmt.Fprintf(stderr, "demo-worker load: temporal: %v\n", err)
 		return exitStartError
 	}
 	var ledger *ledgerReader
-	if len(o.clients.EtcdEndpoints) > 0 {
+	if len(o.Clients.EtcdEndpoints) > 0 {
 		etcd, err := fxmodule.NewEtcdClient(params)
 		if err != nil {
 			fmt.Fprintf(stderr, "demo-worker load: etcd: %v\n", err)
@@ -291,14 +292,14 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if !o.json {
-		fmt.Fprintf(stdout, "load: mode=%s rate=%v/s per queue queues=%s project=%s run=%s\n", o.mode, o.rate, strings.Join(o.cfg.Queues, ","), o.cfg.Project, o.run)
+		fmt.Fprintf(stdout, "load: mode=%s rate=%v/s per queue queues=%s project=%s run=%s\n", o.mode, o.rate, strings.Join(o.Cfg.Queues, ","), o.Cfg.Project, o.run)
 	}
 	var counts loadCounts
 	var mu sync.Mutex
 	var keys []string // accepted dispatch keys
 	var out strings.Builder
 	var wg sync.WaitGroup
-	for _, q := range o.cfg.Queues {
+	for _, q := range o.Cfg.Queues {
 		wg.Go(func() {
 			produce(sendCtx, send, o, q, &counts, func(key string, sent time.Time) {
 				mu.Lock()
@@ -339,7 +340,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	// The ledger is read even after a stop signal: what happened to the accepted requests is the point.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*o.settle+defaultStatusTimeout) // accepted, then unsettled
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*o.settle+opscli.DefaultStatusTimeout) // accepted, then unsettled
 	defer cancel()
 	settling := func(what string) func(loadreport.Ledger) {
 		return func(r loadreport.Ledger) {

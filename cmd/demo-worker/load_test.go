@@ -58,8 +58,8 @@ func TestLoadDefaultsAndEtcdIsOptional(t *testing.T) {
 	if o.mode != modeSignal || o.rate != 2.5 || o.interval != defaultLoadInterval || o.inFlight != defaultInFlight || o.ledger != dispatcher.DefaultLedgerPrefix {
 		t.Errorf("options %+v", o)
 	}
-	if !strings.HasPrefix(o.run, "load-") || len(o.clients.EtcdEndpoints) != 0 {
-		t.Errorf("run %q, etcd endpoints %v", o.run, o.clients.EtcdEndpoints)
+	if !strings.HasPrefix(o.run, "load-") || len(o.Clients.EtcdEndpoints) != 0 {
+		t.Errorf("run %q, etcd endpoints %v", o.run, o.Clients.EtcdEndpoints)
 	}
 }
 

@@ -62,6 +62,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/baton-run/baton/internal/opscli"
 )
 
 // Exit codes.
@@ -90,11 +92,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "run":
 		return runWorker(ctx, args, stdout, stderr)
 	case "status":
-		return runStatus(ctx, args, stdout, stderr)
+		return opscli.Status(ctx, "demo-worker", args, stdout, stderr, ownEnv()...)
 	case "load":
 		return runLoad(ctx, args, stdout, stderr)
 	case "redis-acl":
-		return runRedisACL(args, stdout, stderr)
+		return opscli.RedisACL("demo-worker redis-acl", args, stdout, stderr, ownEnv()...)
 	case "help":
 		fmt.Fprintln(stdout, "usage: demo-worker [run] [flags] | demo-worker status [flags] | demo-worker load [flags] | demo-worker redis-acl [flags]   (-h for the flags of each)")
 		return exitOK

@@ -33,7 +33,7 @@ type workerParams struct {
 // startTemporalWorkers runs the reference dispatcher on a Temporal worker per task queue: each queue's
 // default (takeover.DefaultTaskQueue), or BATON_DISPATCHER_TASK_QUEUE for all of them when it is set.
 func startTemporalWorkers(p workerParams) error {
-	cfg := p.Options.cfg
+	cfg := p.Options.Cfg
 	queues := make([]string, len(cfg.Queues))
 	for i, q := range cfg.Queues {
 		queues[i] = takeover.DefaultTaskQueue(cfg.Project, q)

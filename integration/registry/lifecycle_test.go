@@ -65,6 +65,21 @@ func TestLifecycle(t *testing.T) {
 	if got := e.get(t, q, id); got.Status != registry.StatusDraining || got.TotalCompleted != 13 {
 		t.Fatalf("after drain: %+v", got)
 	}
+	// Undrain takes it back, learned the same way; undraining twice changes nothing; then drain again.
+	for range 2 {
+		if err := e.reg.Undrain(ctx, q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := e.reg.Heartbeat(ctx, q, id, registry.Beat{Active: 1}); err != nil || st != registry.StatusOnline {
+		t.Fatalf("heartbeat after undrain: %v %v", st, err)
+	}
+	if err := e.reg.Drain(ctx, q, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Undrain(ctx, q, "nobody"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("undrain of an unknown worker: %v", err)
+	}
 
 	// Deregister: OFFLINE, out of the heartbeat set, refused heartbeats, kept for Retention.
 	if err := e.reg.Deregister(ctx, q, id); err != nil {
@@ -86,6 +101,9 @@ func TestLifecycle(t *testing.T) {
 	}
 	if err := e.reg.Drain(ctx, q, id); !errors.Is(err, registry.ErrOffline) {
 		t.Fatalf("drain after deregister: %v", err)
+	}
+	if err := e.reg.Undrain(ctx, q, id); !errors.Is(err, registry.ErrOffline) {
+		t.Fatalf("undrain after deregister: %v", err)
 	}
 	if err := e.reg.Deregister(ctx, q, id); err != nil {
 		t.Fatalf("deregistering twice: %v", err)

@@ -384,7 +384,7 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 	var dones map[string][]dispatcher.LedgerCompletion
 	inLedger := func(k string) int { return len(dones[k]) }
 	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
-		now, err := s.etcd.Get(ctx, dispatchLedger+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		now, err := s.etcd.Get(ctx, dispatcher.LedgerRange(dispatchLedger), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package main
+package opscli
 
 import (
 	"context"
@@ -25,17 +25,19 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// runStatus is `demo-worker status`.
-func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseStatus(args, stdout)
+// Status is `prog status`: who leads each queue, its dispatcher run, heartbeat and workers, read
+// straight from etcd, Temporal and Redis, so it works with every worker down. ignore names prog's
+// own BATON_* variables.
+func Status(ctx context.Context, prog string, args []string, stdout, stderr io.Writer, ignore ...string) int {
+	o, err := parseStatus(prog, args, stdout, ignore)
 	switch {
-	case errors.Is(err, errHelp):
-		return exitOK
+	case errors.Is(err, ErrHelp):
+		return ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "demo-worker status: %v\n", err)
-		return exitConfig
+		fmt.Fprintf(stderr, "%s status: %v\n", prog, err)
+		return ExitConfig
 	}
-	redis.SetLogger(redisLog{}) // a Redis that is down is reported once, in the warnings
+	redis.SetLogger(quietRedis{}) // a Redis that is down is reported once, in the warnings
 	rep := collectStatus(ctx, o)
 	if o.json {
 		err = writeJSON(stdout, rep)
@@ -43,22 +45,24 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		err = writeTable(stdout, rep)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "demo-worker status: %v\n", err)
-		return exitUnclean
+		fmt.Fprintf(stderr, "%s status: %v\n", prog, err)
+		return ExitUnclean
 	}
 	if !rep.etcdOK {
-		return exitUnclean
+		return ExitUnclean
 	}
-	return exitOK
+	return ExitOK
 }
 
-// hooks is the smallest fx.Lifecycle: it collects the stop hooks of fxmodule's client constructors,
-// so that status builds its clients exactly as the worker does, without an Fx app.
-type hooks []fx.Hook
+// Hooks is the smallest fx.Lifecycle: it collects the stop hooks of fxmodule's client constructors,
+// so that a command builds its clients exactly as the worker does, without an Fx app.
+type Hooks []fx.Hook
 
-func (h *hooks) Append(x fx.Hook) { *h = append(*h, x) }
+// Append keeps x for Stop.
+func (h *Hooks) Append(x fx.Hook) { *h = append(*h, x) }
 
-func (h hooks) stop(ctx context.Context) {
+// Stop runs the stop hooks kept, the last first.
+func (h Hooks) Stop(ctx context.Context) {
 	for i := len(h) - 1; i >= 0; i-- {
 		if h[i].OnStop != nil {
 			_ = h[i].OnStop(ctx)
@@ -98,16 +102,16 @@ func (s *source) warning() string {
 // collectStatus reads etcd, Temporal and Redis, each bounded by o.timeout per call; the three are read
 // in parallel.
 func collectStatus(ctx context.Context, o statusOptions) report {
-	rep := report{Project: o.cfg.Project, CheckedAt: time.Now().UTC()}
+	rep := report{Project: o.Cfg.Project, CheckedAt: time.Now().UTC()}
 	etcdSrc, temporalSrc, redisSrc := &source{name: "etcd"}, &source{name: "temporal"}, &source{name: "redis"}
 
-	var lc hooks
+	var lc Hooks
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
 		defer cancel()
-		lc.stop(sctx)
+		lc.Stop(sctx)
 	}()
-	clientCfg := o.clients
+	clientCfg := o.Clients
 	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > o.timeout {
 		clientCfg.EtcdDialTimeout = o.timeout // bounds the authentication of an etcd user
 	}
@@ -126,33 +130,18 @@ func collectStatus(ctx context.Context, o statusOptions) report {
 	}
 	var reg *registry.Registry
 	if redisSrc.err == nil {
-		regCfg := o.cfg.Registry
-		regCfg.Project = o.cfg.Project
+		regCfg := o.Cfg.Registry
+		regCfg.Project = o.Cfg.Project
 		if reg, err = registry.New(rdb, regCfg); err != nil {
 			redisSrc.fail(err)
 		}
 	}
-	electionCfg := o.cfg.Election
+	electionCfg := o.Cfg.Election
 	electionCfg.Logger = nil
 
-	queues := o.cfg.Queues
+	queues := o.Cfg.Queues
 	if !o.queuesGiven {
-		var fromEtcd, fromRegistry []string
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			if etcdSrc.err == nil {
-				fromEtcd = discoverEtcd(ctx, etcdSrc, etcd, electionCfg, o.cfg.Project, o.timeout)
-			}
-		})
-		wg.Go(func() {
-			if redisSrc.err == nil {
-				fromRegistry = discoverRegistry(ctx, redisSrc, reg, o.timeout)
-			}
-		})
-		wg.Wait()
-		queues = append(fromEtcd, fromRegistry...)
-		slices.Sort(queues)
-		queues = slices.Compact(queues)
+		queues = discover(ctx, o, etcdSrc, etcd, electionCfg, redisSrc, reg)
 	}
 	rep.Queues = make([]queueStatus, len(queues))
 	for i, q := range queues {
@@ -184,6 +173,27 @@ func collectStatus(ctx context.Context, o statusOptions) report {
 	}
 	rep.etcdOK = etcdSrc.err == nil
 	return rep
+}
+
+// discover lists the queues etcd has candidates for or the registry has workers of, read in parallel.
+func discover(ctx context.Context, o statusOptions, etcdSrc *source, etcd *clientv3.Client, electionCfg election.Config,
+	redisSrc *source, reg *registry.Registry) []string {
+	var fromEtcd, fromRegistry []string
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if etcdSrc.err == nil {
+			fromEtcd = discoverEtcd(ctx, etcdSrc, etcd, electionCfg, o.Cfg.Project, o.timeout)
+		}
+	})
+	wg.Go(func() {
+		if redisSrc.err == nil {
+			fromRegistry = discoverRegistry(ctx, redisSrc, reg, o.timeout)
+		}
+	})
+	wg.Wait()
+	queues := append(fromEtcd, fromRegistry...)
+	slices.Sort(queues)
+	return slices.Compact(queues)
 }
 
 func call[T any](ctx context.Context, timeout time.Duration, f func(context.Context) (T, error)) (T, error) {
@@ -245,7 +255,7 @@ func readEtcd(ctx context.Context, src *source, cli *clientv3.Client, cfg electi
 			return leaderCell{}
 		}
 		l, err := call(ctx, o.timeout, func(ctx context.Context) (election.Leader, error) {
-			return el.Leader(ctx, o.cfg.Project, queue)
+			return el.Leader(ctx, o.Cfg.Project, queue)
 		})
 		switch {
 		case errors.Is(err, election.ErrNoLeader):
@@ -267,7 +277,7 @@ func readEtcd(ctx context.Context, src *source, cli *clientv3.Client, cfg electi
 		rep.Queues[i].Leader = leader(el, rep.Queues[i].Queue)
 	}
 	recCfg := cfg
-	recCfg.Prefix = o.cfg.ReconcilerElectionPrefix
+	recCfg.Prefix = o.Cfg.ReconcilerElectionPrefix
 	if recCfg.Prefix == "" {
 		recCfg.Prefix = reconciler.DefaultElectionPrefix
 	}
@@ -283,7 +293,7 @@ func readEtcd(ctx context.Context, src *source, cli *clientv3.Client, cfg electi
 func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOptions, queues []queueStatus) {
 	for i := range queues {
 		q := &queues[i]
-		id, err := takeover.WorkflowID(o.cfg.Project, q.Queue)
+		id, err := takeover.WorkflowID(o.Cfg.Project, q.Queue)
 		if err != nil {
 			src.fail(err)
 			continue
@@ -333,13 +343,13 @@ func readRedis(ctx context.Context, src *source, rdb redis.UniversalClient, reg 
 	if err != nil {
 		src.fail(fmt.Errorf("TIME: %w", err))
 	}
-	prefix := o.cfg.Heartbeat.Prefix
+	prefix := o.Cfg.Heartbeat.Prefix
 	if prefix == "" {
 		prefix = heartbeat.DefaultPrefix
 	}
 	for i := range rep.Queues {
 		q := &rep.Queues[i]
-		id, err := takeover.WorkflowID(o.cfg.Project, q.Queue)
+		id, err := takeover.WorkflowID(o.Cfg.Project, q.Queue)
 		if err != nil || src.down() {
 			continue
 		}
@@ -401,3 +411,9 @@ func countWorkers(ctx context.Context, src *source, reg *registry.Registry, queu
 		}
 	}
 }
+
+// quietRedis drops go-redis's own messages (pool dial failures): status reports a Redis that is down
+// once, in its warnings.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,75 @@
+// Command baton is the operator's command for a Baton deployment. It is configured like a worker
+// (the BATON_* variables of baton.EnvVars and fxmodule.ClientEnvVars: endpoints, TLS files,
+// credentials), then flags; secrets come only from the environment or -*-file flags. It reads etcd,
+// Temporal and Redis directly, so it works with every worker down, and changes nothing unless a
+// subcommand says so.
+//
+//	baton status            who leads each queue, its dispatcher run, heartbeat and workers (-json)
+//	baton ledger KEY        a dispatch request's record: not begun, pending or done, by which owner
+//	baton drain SERVER      ask worker SERVER to hand its queues over and stand for none (writes)
+//	baton undrain SERVER    take a drain back (writes)
+//	baton acl redis         the Redis ACL SETUSER command for a Baton user of this configuration
+//	baton acl etcd          the etcdctl commands for a role and user with exactly Baton's prefixes
+//
+// `baton <command> -h` lists a command's flags.
+//
+// # Exit codes
+//
+//	0  done; status: etcd answered (other sources may show "?")
+//	1  a server could not be read or written, or the worker named is not registered
+//	2  invalid configuration or usage (the message names the field, flag or variable)
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/baton-run/baton/internal/opscli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = "usage: baton status | ledger KEY | drain SERVER | undrain SERVER | acl redis | acl etcd   (baton <command> -h for its flags)"
+
+// run is the whole command: it reads the environment of the process, parses args and returns the
+// exit code. ctx ends when the process is asked to stop.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return opscli.ExitConfig
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "status":
+		return opscli.Status(ctx, "baton", args, stdout, stderr)
+	case "ledger":
+		return opscli.Ledger(ctx, "baton", args, stdout, stderr)
+	case "drain", "undrain":
+		return opscli.Drain(ctx, "baton", cmd == "undrain", args, stdout, stderr)
+	case "acl":
+		if len(args) > 0 {
+			switch args[0] {
+			case "redis":
+				return opscli.RedisACL("baton acl redis", args[1:], stdout, stderr)
+			case "etcd":
+				return opscli.EtcdACL("baton acl etcd", args[1:], stdout, stderr)
+			}
+		}
+		fmt.Fprintln(stderr, "baton acl: want redis or etcd")
+		return opscli.ExitConfig
+	case "help", "-h", "-help", "--help":
+		fmt.Fprintln(stdout, usage)
+		return opscli.ExitOK
+	}
+	fmt.Fprintf(stderr, "baton: unknown command %q\n%s\n", cmd, usage)
+	return opscli.ExitConfig
+}

@@ -1,0 +1,32 @@
+package baton
+
+import (
+	"cmp"
+
+	"github.com/baton-run/baton/balance"
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/election"
+)
+
+// EtcdPrefixes returns the etcd key prefixes a Node of this configuration reads and writes, each to
+// be granted read and write as a prefix (etcdctl role grant-permission ROLE readwrite PREFIX
+// --prefix): its project's queue elections, their balance records (members and hand-off hints) and,
+// unless DisableReconciler, its reconciler election; with a ledgerPrefix (dispatcher.NewEtcdLedger's
+// prefix, dispatcher.DefaultLedgerPrefix for the default; "" for none) the dispatch ledger too.
+// Nothing else in etcd is read or written, so a role with exactly these is all a Baton user needs
+// (leases need no permission). `baton acl etcd` prints the commands.
+func (c Config) EtcdPrefixes(ledgerPrefix string) []string {
+	c = c.withDefaults()
+	electionPrefix := cmp.Or(c.Election.Prefix, election.DefaultConfig().Prefix)
+	out := []string{
+		election.Keys{Prefix: electionPrefix}.Project(c.Project),
+		balance.Keys{ElectionPrefix: electionPrefix}.Project(c.Project),
+	}
+	if !c.DisableReconciler {
+		out = append(out, election.Keys{Prefix: c.ReconcilerElectionPrefix}.Project(c.Project))
+	}
+	if ledgerPrefix != "" {
+		out = append(out, dispatcher.LedgerRange(ledgerPrefix))
+	}
+	return out
+}

@@ -1,0 +1,260 @@
+package node_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/balance"
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/workerproc"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/registry"
+	"github.com/baton-run/baton/takeover"
+)
+
+// buildBaton builds cmd/baton of the root module once per test process.
+var buildBaton = sync.OnceValues(func() (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	return testkit.GoBuild(filepath.Join(filepath.Dir(file), "..", ".."), "./cmd/baton")
+})
+
+// baton runs the operator's command against e's servers for project, as an operator would.
+func (e *env) baton(t *testing.T, project string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	bin, err := buildBaton()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(workerproc.Environ(), "BATON_PROJECT="+project, "BATON_ETCD_ENDPOINTS="+strings.Join(e.cc.EtcdEndpoints, ","),
+		"BATON_TEMPORAL_ADDRESS="+e.cc.TemporalAddress, "BATON_TEMPORAL_NAMESPACE="+e.cc.TemporalNamespace,
+		"BATON_REDIS_ADDR="+e.cc.RedisAddr, "BATON_REDIS_PASSWORD="+e.cc.RedisPassword)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("baton %q: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// baton status shows who leads and its run; drain hands the leader's queue to the other worker, which
+// the registry and the workers show; undrain takes it back; a worker nobody registered is refused;
+// ledger reads a request's record.
+func TestBatonStatusDrainUndrainLedger(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	nodes := map[string]*baton.Node{}
+	for _, id := range []string{"w1", "w2"} {
+		app, n := e.app(t, fast(p, id, "q1"))
+		app.RequireStart()
+		t.Cleanup(app.RequireStop)
+		nodes[id] = n
+	}
+	var leader, other string
+	var led baton.QueueStatus
+	eventually(t, 30*time.Second, "a leader of q1 with an open run", func() error {
+		for id, n := range nodes {
+			if qs, ok := leading(n, "q1"); ok && qs.DispatcherOpen {
+				leader, led = id, qs
+				return nil
+			}
+		}
+		return errors.New("nobody leads q1")
+	})
+	for id := range nodes {
+		if id != leader {
+			other = id
+		}
+	}
+
+	out, errOut, code := e.baton(t, p, "status", "-json")
+	var st struct {
+		Queues []struct {
+			Queue  string
+			Leader struct {
+				ServerID string `json:"server_id"`
+				Token    int64
+			}
+			Dispatcher struct {
+				RunID string `json:"run_id"`
+			}
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Queues) != 1 || st.Queues[0].Leader.ServerID != leader ||
+		st.Queues[0].Leader.Token != led.Token || st.Queues[0].Dispatcher.RunID != led.RunID {
+		t.Fatalf("baton status: exit %d, %s %s; want q1 led by %s (token %d), run %s", code, out, errOut, leader, led.Token, led.RunID)
+	}
+
+	if out, errOut, code := e.baton(t, p, "drain", leader); code != 0 || !strings.Contains(out, "q1") {
+		t.Fatalf("baton drain %s: exit %d, %s %s", leader, code, out, errOut)
+	}
+	reg, err := registry.New(e.rdb, registry.Config{Project: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the drained worker's queue led by the other, with its run", func() error {
+		if w, err := reg.Get(t.Context(), "q1", leader); err != nil || w.Status != registry.StatusDraining {
+			return errors.New("not DRAINING in the registry")
+		}
+		if qs, ok := leading(nodes[other], "q1"); !ok || !qs.DispatcherOpen {
+			return errors.New(other + " does not lead q1 yet")
+		}
+		return nil
+	})
+	if out, errOut, code := e.baton(t, p, "undrain", leader); code != 0 {
+		t.Fatalf("baton undrain %s: exit %d, %s %s", leader, code, out, errOut)
+	}
+	eventually(t, 30*time.Second, "the undrained worker ONLINE again, and knowing it", func() error {
+		if w, err := reg.Get(t.Context(), "q1", leader); err != nil || w.Status != registry.StatusOnline {
+			return errors.New("not ONLINE in the registry")
+		}
+		if nodes[leader].Draining() {
+			return errors.New(leader + " still drains")
+		}
+		return nil
+	})
+	if _, errOut, code := e.baton(t, p, "drain", "nobody"); code != 1 || !strings.Contains(errOut, "nobody") {
+		t.Fatalf("baton drain of an unregistered worker: exit %d, %s", code, errOut)
+	}
+
+	// A record as the ledger writes it (dispatcher/doc.go: "<state> <server_id> <token>").
+	etcd := etcdtest.Client(t, e.etcd)
+	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", "k-done"), "done w1 7"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = e.baton(t, p, "ledger", "-json", "k-done")
+	var lr struct {
+		Found  bool
+		Record dispatcher.LedgerRecord
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &lr) != nil || !lr.Found || lr.Record.State != dispatcher.LedgerDone ||
+		lr.Record.ServerID != "w1" || lr.Record.Token != 7 {
+		t.Fatalf("baton ledger k-done: exit %d, %s %s", code, out, errOut)
+	}
+	if out, _, code := e.baton(t, p, "ledger", "k-never"); code != 0 || !strings.Contains(out, "not begun") {
+		t.Fatalf("baton ledger of a key never begun: exit %d, %s", code, out)
+	}
+	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", "k-bad"), "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := e.baton(t, p, "ledger", "k-bad"); code != 1 || !strings.Contains(errOut, "k-bad") {
+		t.Fatalf("baton ledger of a bad record: exit %d, %s", code, errOut)
+	}
+}
+
+// The role `baton acl etcd` prints (baton.Config.EtcdPrefixes, which its output is held to) is
+// enough for a worker, applied to an etcd with authentication on: the worker leads, takes the
+// dispatcher over and writes the ledger; and it is no more: the user reads nothing else.
+func TestEtcdRoleOfBatonACLIsEnough(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	cfg := fast(p, "w-acl", "q1")
+	root := etcdtest.Client(t, e.etcd)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	steps := []func() error{
+		func() error { _, err := root.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := root.UserAdd(ctx, "root", "root-pw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "baton"); return err },
+		func() error { _, err := root.UserAdd(ctx, "baton", "baton-pw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "baton", "baton"); return err },
+	}
+	for _, prefix := range cfg.EtcdPrefixes(dispatcher.DefaultLedgerPrefix) {
+		steps = append(steps, func() error {
+			_, err := root.RoleGrantPermission(ctx, "baton", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(authpb.READWRITE))
+			return err
+		})
+	}
+	steps = append(steps, func() error { _, err := root.AuthEnable(ctx); return err })
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("etcd auth setup, step %d: %v", i, err)
+		}
+	}
+	user := *e
+	user.cc.EtcdUsername, user.cc.EtcdPassword = "baton", "baton-pw"
+	app, n := user.app(t, cfg)
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+	var qs baton.QueueStatus
+	eventually(t, 30*time.Second, "the worker with Baton's role leads q1 with an open run", func() error {
+		var ok bool
+		if qs, ok = leading(n, "q1"); !ok || !qs.DispatcherOpen {
+			return errors.New("not leading")
+		}
+		return nil
+	})
+
+	// Every part of the worker wrote its keys: its balance member record and its reconciler candidacy
+	// (read as root).
+	admin, err := clientv3.New(clientv3.Config{Endpoints: e.cc.EtcdEndpoints, Username: "root", Password: "root-pw", DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	full := n.Config()
+	eventually(t, 30*time.Second, "the worker's balance record and reconciler candidacy in etcd", func() error {
+		for _, k := range []string{
+			balance.Keys{ElectionPrefix: cmp.Or(full.Election.Prefix, election.DefaultConfig().Prefix)}.Member(p, "w-acl"),
+			election.Keys{Prefix: full.ReconcilerElectionPrefix}.Candidates(p, reconciler.ElectionQueue),
+		} {
+			resp, err := admin.Get(ctx, k, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return err
+			}
+			if resp.Count == 0 {
+				return errors.New("nothing under " + k)
+			}
+		}
+		return nil
+	})
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.cc.EtcdEndpoints, Username: "baton", Password: "baton-pw", DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ledger, err := dispatcher.NewEtcdLedger(cli, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, ok := n.Term("q1")
+	if !ok {
+		t.Fatal("no term of q1")
+	}
+	owner := takeover.Owner{Project: p, Queue: "q1", ServerID: "w-acl", Token: term.Token(), ElectionKey: term.Key()}
+	if _, err := ledger.Begin(ctx, "k1", owner); err != nil {
+		t.Fatalf("ledger Begin as the Baton user: %v", err)
+	}
+	if err := ledger.Complete(ctx, "k1", owner); err != nil {
+		t.Fatalf("ledger Complete as the Baton user: %v", err)
+	}
+	if _, err := cli.Get(ctx, "/other/", clientv3.WithPrefix()); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("the Baton user read outside its prefixes: %v", err)
+	}
+}

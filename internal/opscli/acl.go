@@ -1,0 +1,42 @@
+package opscli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// RedisACL prints the ACL SETUSER command of a Redis user that can run this configuration and
+// nothing else (baton.Config.RedisACLRules), so an operator never has to assemble the command list.
+// The password is left as a placeholder: it never passes through this command.
+// fs is named prog (for example "baton acl redis"); ignore names prog's own BATON_* variables.
+func RedisACL(prog string, args []string, stdout, stderr io.Writer, ignore ...string) int {
+	c, err := LoadCommon(ignore...)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		return ExitConfig
+	}
+	user := c.Clients.RedisUsername
+	if user == "" {
+		user = "baton"
+	}
+	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
+	fs.StringVar(&c.Cfg.Heartbeat.Prefix, "heartbeat-prefix", c.Cfg.Heartbeat.Prefix, "heartbeat key prefix (BATON_HEARTBEAT_PREFIX)")
+	fs.StringVar(&c.Cfg.Registry.Prefix, "registry-prefix", c.Cfg.Registry.Prefix, "registry key prefix (BATON_REGISTRY_PREFIX)")
+	fs.StringVar(&user, "user", user, "the ACL user's name (BATON_REDIS_USERNAME; default baton)")
+	switch err := Parse(fs, args, stdout); {
+	case errors.Is(err, ErrHelp):
+		return ExitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		return ExitConfig
+	}
+	if user == "" || strings.ContainsAny(user, " \t\r\n") {
+		fmt.Fprintf(stderr, "%s: -user must be a non-empty name without spaces, got %q\n", prog, user)
+		return ExitConfig
+	}
+	fmt.Fprintf(stdout, "ACL SETUSER %s on >PASSWORD %s\n", user, strings.Join(c.Cfg.RedisACLRules(), " "))
+	return ExitOK
+}
