@@ -164,16 +164,7 @@ func (r *Registry) refused(ctx context.Context, op, key string, res []any, absen
 // DRAINING, which its next heartbeat answers. Draining a DRAINING worker is a no-op. It returns an
 // error wrapping ErrNotFound when there is no record, and ErrOffline for an OFFLINE worker.
 func (r *Registry) Drain(ctx context.Context, queue, serverID string) error {
-	if err := checkIDs(queue, serverID); err != nil {
-		return err
-	}
-	key := r.keys.worker(queue, serverID)
-	res, err := drainScript.Run(ctx, r.rdb, []string{key}).Slice()
-	if err != nil {
-		return fmt.Errorf("registry: drain %s/%s: %w", queue, serverID, err)
-	}
-	if replyCode(res) != 1 {
-		_, err := r.refused(ctx, "drain", key, res, ErrNotFound, ErrOffline)
+	if err := r.setStatus(ctx, "drain", queue, serverID, StatusDraining); err != nil {
 		return err
 	}
 	r.log.Info("worker asked to drain", zap.String("queue", queue), zap.String("server_id", serverID))
@@ -184,19 +175,27 @@ func (r *Registry) Drain(ctx context.Context, queue, serverID string) error {
 // answers (it stands for its queues again). Undraining an ONLINE worker is a no-op. It returns an
 // error wrapping ErrNotFound when there is no record, and ErrOffline for an OFFLINE worker.
 func (r *Registry) Undrain(ctx context.Context, queue, serverID string) error {
+	if err := r.setStatus(ctx, "undrain", queue, serverID, StatusOnline); err != nil {
+		return err
+	}
+	r.log.Info("worker drain taken back", zap.String("queue", queue), zap.String("server_id", serverID))
+	return nil
+}
+
+// setStatus sets a live worker's status (statusScript); op names the operation in errors.
+func (r *Registry) setStatus(ctx context.Context, op, queue, serverID string, status Status) error {
 	if err := checkIDs(queue, serverID); err != nil {
 		return err
 	}
 	key := r.keys.worker(queue, serverID)
-	res, err := undrainScript.Run(ctx, r.rdb, []string{key}).Slice()
+	res, err := statusScript.Run(ctx, r.rdb, []string{key}, string(status)).Slice()
 	if err != nil {
-		return fmt.Errorf("registry: undrain %s/%s: %w", queue, serverID, err)
+		return fmt.Errorf("registry: %s %s/%s: %w", op, queue, serverID, err)
 	}
 	if replyCode(res) != 1 {
-		_, err := r.refused(ctx, "undrain", key, res, ErrNotFound, ErrOffline)
+		_, err := r.refused(ctx, op, key, res, ErrNotFound, ErrOffline)
 		return err
 	}
-	r.log.Info("worker drain taken back", zap.String("queue", queue), zap.String("server_id", serverID))
 	return nil
 }
 

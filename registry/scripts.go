@@ -72,29 +72,17 @@ zset(KEYS[2]); redis.call('ZADD', KEYS[2], ms, ARGV[1])
 return {1, st, ms, repaired}
 `)
 
-// drainScript sets an ONLINE worker DRAINING (a DRAINING one stays so).
-// KEYS: record. Returns {1} or {0, reason, detail} as heartbeatScript.
-var drainScript = redis.NewScript(luaPrelude + `
+// statusScript sets a live worker's status to ARGV[1], ONLINE or DRAINING (Drain, Undrain); a
+// worker already there stays so, an OFFLINE one is refused.
+// KEYS: record. ARGV: status. Returns {1} or {0, reason, detail} as heartbeatScript.
+var statusScript = redis.NewScript(luaPrelude + `
 local t = keytype(KEYS[1])
 if t == 'none' then return {0, 'absent', ''} end
 if t ~= 'hash' then return {0, 'type', t} end
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'OFFLINE' then return {0, 'offline', st} end
 if st ~= 'ONLINE' and st ~= 'DRAINING' then return {0, 'status', st or ''} end
-redis.call('HSET', KEYS[1], 'status', 'DRAINING')
-return {1}
-`)
-
-// undrainScript sets a DRAINING worker ONLINE again (an ONLINE one stays so).
-// KEYS: record. Returns {1} or {0, reason, detail} as heartbeatScript.
-var undrainScript = redis.NewScript(luaPrelude + `
-local t = keytype(KEYS[1])
-if t == 'none' then return {0, 'absent', ''} end
-if t ~= 'hash' then return {0, 'type', t} end
-local st = redis.call('HGET', KEYS[1], 'status')
-if st == 'OFFLINE' then return {0, 'offline', st} end
-if st ~= 'ONLINE' and st ~= 'DRAINING' then return {0, 'status', st or ''} end
-redis.call('HSET', KEYS[1], 'status', 'ONLINE')
+redis.call('HSET', KEYS[1], 'status', ARGV[1])
 return {1}
 `)
 

@@ -255,11 +255,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	var lc opscli.Hooks
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opscli.DefaultStatusTimeout)
-		defer cancel()
-		lc.Stop(sctx)
-	}()
+	defer func() { lc.Stop(ctx, opscli.DefaultStatusTimeout) }()
 	params := fxmodule.ClientParams{Config: o.Clients, Lifecycle: &lc}
 	tc, err := fxmodule.NewTemporalClient(params)
 	if err != nil {

@@ -122,24 +122,36 @@ func refuseSecretFlags(args []string) error {
 }
 
 // Parse runs fs over args, printing the usage on -h; every other error is returned for one line.
+// No argument may follow the flags.
 func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	if err := refuseSecretFlags(args); err != nil {
-		return err
-	}
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintf(stdout, "usage: %s [flags]\n", fs.Name())
-			fs.PrintDefaults()
-			return ErrHelp
-		}
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return nil
+}
+
+// parseFlags runs fs over args, refusing a secret given as a flag and printing the usage on -h
+// (ErrHelp).
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := refuseSecretFlags(args); err != nil {
+		return err
+	}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		usage := fs.Name() // a command that takes an argument names its flags' place itself
+		if !strings.Contains(usage, "[flags]") {
+			usage += " [flags]"
+		}
+		fmt.Fprintf(stdout, "usage: %s\n", usage)
+		fs.PrintDefaults()
+		return ErrHelp
+	}
+	return err
 }
 
 // parseStatus reads the environment and the flags of `prog status` and validates them.

@@ -49,11 +49,7 @@ func Drain(ctx context.Context, prog string, undrain bool, args []string, stdout
 		return ExitConfig
 	}
 	var lc Hooks
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		lc.Stop(sctx)
-	}()
+	defer func() { lc.Stop(ctx, timeout) }()
 	rdb, err := fxmodule.NewRedisClient(fxmodule.ClientParams{Config: c.Clients, Lifecycle: &lc})
 	var reg *registry.Registry
 	if err == nil {
@@ -116,19 +112,9 @@ func queuesOf(ctx context.Context, reg *registry.Registry, server string, timeou
 }
 
 // parseWithArg parses fs over args, which must end with exactly one positional argument, named name
-// in the error; flags may come before it.
+// in the error; flags come before it.
 func parseWithArg(fs *flag.FlagSet, args []string, stdout io.Writer, name string) (string, error) {
-	if err := refuseSecretFlags(args); err != nil {
-		return "", err
-	}
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintf(stdout, "usage: %s\n", fs.Name())
-			fs.PrintDefaults()
-			return "", ErrHelp
-		}
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return "", err
 	}
 	switch fs.NArg() {

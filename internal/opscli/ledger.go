@@ -42,11 +42,7 @@ func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.W
 		return ExitConfig
 	}
 	var lc Hooks
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		lc.Stop(sctx)
-	}()
+	defer func() { lc.Stop(ctx, timeout) }()
 	clientCfg := c.Clients
 	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > timeout {
 		clientCfg.EtcdDialTimeout = timeout

@@ -61,8 +61,11 @@ type Hooks []fx.Hook
 // Append keeps x for Stop.
 func (h *Hooks) Append(x fx.Hook) { *h = append(*h, x) }
 
-// Stop runs the stop hooks kept, the last first.
-func (h Hooks) Stop(ctx context.Context) {
+// Stop runs the stop hooks kept, the last first, within d, even once ctx has ended (the clients
+// are closed whatever happened).
+func (h Hooks) Stop(ctx context.Context, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	defer cancel()
 	for i := len(h) - 1; i >= 0; i-- {
 		if h[i].OnStop != nil {
 			_ = h[i].OnStop(ctx)
@@ -106,11 +109,7 @@ func collectStatus(ctx context.Context, o statusOptions) report {
 	etcdSrc, temporalSrc, redisSrc := &source{name: "etcd"}, &source{name: "temporal"}, &source{name: "redis"}
 
 	var lc Hooks
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
-		defer cancel()
-		lc.Stop(sctx)
-	}()
+	defer func() { lc.Stop(ctx, o.timeout) }()
 	clientCfg := o.Clients
 	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > o.timeout {
 		clientCfg.EtcdDialTimeout = o.timeout // bounds the authentication of an etcd user
