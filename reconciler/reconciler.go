@@ -473,7 +473,7 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 
 // terminateStale ends the stale entry e's run (already closed counts as ended) and reports it.
 func (r *Reconciler) terminateStale(ctx context.Context, term Term, e heartbeat.Entry, now time.Time, log *zap.Logger) error {
-	reason := fmt.Sprintf("baton: reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
+	reason := fmt.Sprintf(takeover.ReasonPrefix+"reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
 		term.LeaderID(), term.Token(), e.ServerID, e.Token, e.Age(now).Round(time.Millisecond))
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()

@@ -132,7 +132,7 @@ func (r *Reconciler) sweepRun(ctx context.Context, term Term, run openRun, leade
 	if err := r.confirm(ctx, term); err != nil {
 		return err
 	}
-	reason := fmt.Sprintf("baton: reconciler %s (token %d): run of %s (token %d) has no live owner",
+	reason := fmt.Sprintf(takeover.ReasonPrefix+"reconciler %s (token %d): run of %s (token %d) has no live owner",
 		term.LeaderID(), term.Token(), owner.ServerID, owner.Token)
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	err := r.tc.TerminateWorkflowWithOptions(cctx, client.TerminateWorkflowOptions{WorkflowID: run.id, RunID: run.runID, Reason: reason})

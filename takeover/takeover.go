@@ -76,6 +76,11 @@ type Owner struct {
 // MemoKey is the memo field that carries the Owner of a dispatcher run.
 const MemoKey = "baton.owner"
 
+// ReasonPrefix starts the reason of every termination Baton makes (a takeover, a step-down, the
+// reconciler's cleanup), so that an operator or `baton verify` tells them from any other: a
+// conflict policy's, or a hand's.
+const ReasonPrefix = "baton: "
+
 // UpdateQuiesce is the workflow Update a gracefully stepping-down owner sends its run before it ends
 // it (StepDown): the run starts no more work and completes the update once the work in flight is
 // done, so a planned move (stop, drain, rollout, shed) runs nothing twice. The dispatcher package's
@@ -256,7 +261,7 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 				return Run{}, path, err
 			}
 		}
-		reason := fmt.Sprintf("baton: taken over by %s (token %d)", owner.ServerID, owner.Token)
+		reason := fmt.Sprintf(ReasonPrefix+"taken over by %s (token %d)", owner.ServerID, owner.Token)
 		if err := m.terminate(ctx, term, id, prior.runID, "", reason); err != nil {
 			return Run{}, path, err
 		}
@@ -341,7 +346,7 @@ func (m *Manager) regressed(ctx context.Context, term Term, owner Owner, prior p
 func (m *Manager) endOwnRun(ctx context.Context, id string, owner Owner, runID string, log *zap.Logger) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
 	terr := m.client.TerminateWorkflowWithOptions(tctx, client.TerminateWorkflowOptions{WorkflowID: id, RunID: runID,
-		Reason: fmt.Sprintf("baton: started by %s at token %d after its term ended", owner.ServerID, owner.Token)})
+		Reason: fmt.Sprintf(ReasonPrefix+"started by %s at token %d after its term ended", owner.ServerID, owner.Token)})
 	cancel()
 	log.Warn("dispatcher run started by an ended term; terminated by its run ID", zap.String("run_id", runID),
 		zap.NamedError("terminate_error", terr))
@@ -502,7 +507,7 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	}
 	first := run.chainFirst()
 	m.Quiesce(ctx, term, run)
-	reason := fmt.Sprintf("baton: %s stepped down (token %d)", term.LeaderID(), term.Token())
+	reason := fmt.Sprintf(ReasonPrefix+"%s stepped down (token %d)", term.LeaderID(), term.Token())
 	if err := m.terminate(ctx, term, run.WorkflowID, "", first, reason); err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@
 // subcommand says so.
 //
 //	baton status            who leads each queue, its dispatcher run, heartbeat and workers (-json)
+//	baton verify            judge the deployment against Baton's invariants: 0 ok, 1 violations,
+//	                        2 could not judge (-json)
 //	baton ledger KEY        a dispatch request's record: not begun, pending or done, by which owner
 //	baton drain SERVER      ask worker SERVER to hand its queues over and stand for none (writes)
 //	baton undrain SERVER    take a drain back (writes)
@@ -15,9 +17,11 @@
 //
 // # Exit codes
 //
-//	0  done; status: etcd answered (other sources may show "?")
-//	1  a server could not be read or written, or the worker named is not registered
-//	2  invalid configuration or usage (the message names the field, flag or variable)
+//	0  done; status: etcd answered (other sources may show "?"); verify: no violation
+//	1  a server could not be read or written, or the worker named is not registered; verify: a
+//	   violation
+//	2  invalid configuration or usage (the message names the field, flag or variable); verify: a
+//	   server could not be read, so not everything was judged
 package main
 
 import (
@@ -38,7 +42,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = "usage: baton status | ledger KEY | drain SERVER | undrain SERVER | acl redis | acl etcd   (baton <command> -h for its flags)"
+const usage = "usage: baton status | verify | ledger KEY | drain SERVER | undrain SERVER | acl redis | acl etcd   (baton <command> -h for its flags)"
 
 // run is the whole command: it reads the environment of the process, parses args and returns the
 // exit code. ctx ends when the process is asked to stop.
@@ -51,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "status":
 		return opscli.Status(ctx, "baton", args, stdout, stderr)
+	case "verify":
+		return opscli.Verify(ctx, "baton", args, stdout, stderr)
 	case "ledger":
 		return opscli.Ledger(ctx, "baton", args, stdout, stderr)
 	case "drain", "undrain":

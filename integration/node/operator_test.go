@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,11 @@ import (
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx/fxtest"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/balance"
@@ -171,8 +177,13 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 // dispatcher over and writes the ledger; and it is no more: the user reads nothing else.
 func TestEtcdRoleOfBatonACLIsEnough(t *testing.T) {
 	e := newEnv(t)
+	// etcd checks a password with bcrypt on every Authenticate, and its client authenticates again for
+	// every stream (each keepalive): at the default cost a loaded 2-core machine misses a 2 s TTL.
+	e.etcd = etcdtest.Start(t, etcdtest.Options{Configure: func(_ int, cfg *embed.Config) { cfg.BcryptCost = uint(bcrypt.MinCost) }})
+	e.cc.EtcdEndpoints = e.etcd.Endpoints()
 	p := project()
 	cfg := fast(p, "w-acl", "q1")
+	cfg.Election.TTL = 5 * time.Second
 	root := etcdtest.Client(t, e.etcd)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -256,5 +267,100 @@ func TestEtcdRoleOfBatonACLIsEnough(t *testing.T) {
 	}
 	if _, err := cli.Get(ctx, "/other/", clientv3.WithPrefix()); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Fatalf("the Baton user read outside its prefixes: %v", err)
+	}
+}
+
+// verify finds nothing wrong in a deployment that only handed over, and fails on each violation
+// planted by hand: a running run with a stale token, and a run ended by a conflict policy.
+func TestBatonVerify(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	apps := map[string]*fxtest.App{}
+	nodes := map[string]*baton.Node{}
+	for _, id := range []string{"w1", "w2"} {
+		app, n := e.app(t, fast(p, id, "q1", "q2"))
+		app.RequireStart()
+		apps[id], nodes[id] = app, n
+	}
+	t.Cleanup(func() {
+		for _, app := range apps {
+			app.RequireStop()
+		}
+	})
+	ledBy := func(q string) (string, baton.QueueStatus) {
+		var who string
+		var led baton.QueueStatus
+		eventually(t, 30*time.Second, q+" led with an open run", func() error {
+			for id, n := range nodes {
+				if qs, ok := leading(n, q); ok && qs.DispatcherOpen {
+					who, led = id, qs
+					return nil
+				}
+			}
+			return errors.New("nobody leads " + q)
+		})
+		return who, led
+	}
+	ledBy("q1")
+	ledBy("q2")
+	// A graceful handover: the leader of q1 stops, the other takes over.
+	first, _ := ledBy("q1")
+	apps[first].RequireStop()
+	delete(apps, first)
+	delete(nodes, first)
+	ledBy("q1")
+	time.Sleep(time.Second) // a heartbeat interval or more: the new leader's entry is written
+	if out, errOut, code := e.baton(t, p, "verify", "-queues", "q1,q2"); code != 0 {
+		t.Fatalf("baton verify after a clean handover: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// A run ended by a conflict policy: a start with TERMINATE_EXISTING and a newer token in its memo
+	// ends the leader's run; the leader then replaces the intruder. The history keeps the evidence.
+	id, _ := takeover.WorkflowID(p, "q2")
+	_, led := ledBy("q2")
+	intruder := takeover.Owner{Project: p, Queue: "q2", ServerID: "intruder", Token: led.Token + 1000}
+	if _, err := e.tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: takeover.DefaultTaskQueue(p, "q2"),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING, WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		Memo: map[string]any{takeover.MemoKey: intruder}}, takeover.DefaultWorkflowType, intruder); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := e.baton(t, p, "verify", "-json", "-queues", "q2", "-settle", "100ms")
+	var v struct {
+		Violations []struct{ Check, Queue, Detail string }
+	}
+	if code != 1 || json.Unmarshal([]byte(out), &v) != nil ||
+		!slices.ContainsFunc(v.Violations, func(x struct{ Check, Queue, Detail string }) bool { return x.Check == "superseded" && x.Queue == "q2" }) {
+		t.Fatalf("baton verify after a conflict-policy termination: exit %d, %s %s; want a superseded violation on q2", code, out, errOut)
+	}
+	t.Logf("conflict policy: %+v", v.Violations)
+
+	// A running run with a stale token on a queue nobody leads any more: stop every worker, then start
+	// a run by hand that names an old owner.
+	for id, app := range apps {
+		app.RequireStop()
+		delete(apps, id)
+	}
+	stale := takeover.Owner{Project: p, Queue: "q1", ServerID: "ghost", Token: 1}
+	id1, _ := takeover.WorkflowID(p, "q1")
+	if _, err := e.tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id1, TaskQueue: takeover.DefaultTaskQueue(p, "q1"),
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		Memo:                  map[string]any{takeover.MemoKey: stale}}, takeover.DefaultWorkflowType, stale); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = e.baton(t, p, "verify", "-json", "-queues", "q1", "-settle", "100ms")
+	v.Violations = nil
+	if code != 1 || json.Unmarshal([]byte(out), &v) != nil ||
+		!slices.ContainsFunc(v.Violations, func(x struct{ Check, Queue, Detail string }) bool { return x.Check == "unled-run" }) ||
+		!slices.ContainsFunc(v.Violations, func(x struct{ Check, Queue, Detail string }) bool { return x.Check == "token-order" }) {
+		t.Fatalf("baton verify with a stale run: exit %d, %s %s; want unled-run and token-order on q1", code, out, errOut)
+	}
+	t.Logf("stale run: %+v", v.Violations)
+
+	// A server that is down: not judged, exit 2.
+	if err := e.redis.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := e.baton(t, p, "verify", "-queues", "q1", "-timeout", "500ms"); code != 2 {
+		t.Fatalf("baton verify with Redis down: exit %d, %s %s; want 2", code, out, errOut)
 	}
 }

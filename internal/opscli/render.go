@@ -21,6 +21,7 @@ type report struct {
 	Warnings   []string      `json:"warnings,omitempty"`
 
 	etcdOK bool
+	down   []string // the sources that could not be read (etcd, temporal, redis)
 }
 
 type queueStatus struct {
@@ -45,6 +46,10 @@ type runCell struct {
 	RunID      string    `json:"run_id,omitempty"`
 	Status     string    `json:"status,omitempty"`
 	StartTime  time.Time `json:"start_time,omitzero"`
+	// OwnerServerID and OwnerToken are the run's owner as its memo (takeover.MemoKey) says: a
+	// running run's token must be its queue's leader's create revision.
+	OwnerServerID string `json:"owner_server_id,omitempty"`
+	OwnerToken    int64  `json:"owner_token,omitempty"`
 }
 
 // heartbeatCell is the dispatcher's heartbeat entry in Redis; ServerID is empty when there is none.
@@ -95,11 +100,11 @@ func writeJSON(w io.Writer, rep report) error {
 // writeTable prints one row per queue, the reconciler leader and the warnings.
 func writeTable(w io.Writer, rep report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN/OFF\tLOAD ACTIVE/DONE/FAILED")
+	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tRUN TOKEN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN/OFF\tLOAD ACTIVE/DONE/FAILED")
 	for _, q := range rep.Queues {
 		leader, token := leaderCells(q.Leader)
 		run, since := runCells(q.Dispatcher, rep.CheckedAt)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, since,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, runTokenText(q), since,
 			heartbeatCellText(q.Heartbeat), workersCellText(q.Workers), loadCellText(q.Workers))
 	}
 	if err := tw.Flush(); err != nil {
@@ -140,6 +145,24 @@ func runCells(r runCell, now time.Time) (run, since string) {
 	}
 	return r.RunID + " " + r.Status, r.StartTime.UTC().Format(time.RFC3339) + " (" + formatAge(now.Sub(r.StartTime)) + ")"
 }
+
+// runTokenText is the run's memo token, flagged "!=" when the run is running and its token is not
+// the leader's: a run nobody holds the term for.
+func runTokenText(q queueStatus) string {
+	r := q.Dispatcher
+	switch {
+	case !r.Known:
+		return unknown
+	case r.RunID == "" || r.OwnerToken == 0:
+		return "-"
+	case r.Status == runningStatus && q.Leader.Known && r.OwnerToken != q.Leader.Token:
+		return fmt.Sprintf("%d != leader", r.OwnerToken)
+	}
+	return strconv.FormatInt(r.OwnerToken, 10)
+}
+
+// runningStatus is statusName of a running run.
+const runningStatus = "RUNNING"
 
 func heartbeatCellText(h heartbeatCell) string {
 	switch {

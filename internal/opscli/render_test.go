@@ -19,7 +19,7 @@ func fixedReport() report {
 				Queue:  "orders",
 				Leader: leaderCell{Known: true, ServerID: "w1", Token: 42},
 				Dispatcher: runCell{Known: true, WorkflowID: "dispatcher-demo-orders", RunID: "run-a", Status: "RUNNING",
-					StartTime: checkedAt.Add(-3*time.Minute - 12*time.Second)},
+					StartTime: checkedAt.Add(-3*time.Minute - 12*time.Second), OwnerServerID: "w1", OwnerToken: 42},
 				Heartbeat: heartbeatCell{Known: true, ServerID: "w1", RunID: "run-a", Token: 42,
 					UpdatedAt: checkedAt.Add(-1200 * time.Millisecond), Age: seconds(1234 * time.Millisecond)},
 				Workers: workersCell{Known: true, Online: 2, Draining: 1, Offline: 3, Active: 4, Completed: 1200, Failed: 7},
@@ -31,6 +31,15 @@ func fixedReport() report {
 				Dispatcher: runCell{Known: true, WorkflowID: "dispatcher-demo-payments", RunID: "run-b", Status: "TERMINATED", StartTime: checkedAt.Add(-26 * time.Hour)},
 				Heartbeat:  heartbeatCell{Known: true},
 				Workers:    workersCell{Known: true},
+			},
+			{
+				// A running run whose memo names another token than the leader's.
+				Queue:  "returns",
+				Leader: leaderCell{Known: true, ServerID: "w3", Token: 50},
+				Dispatcher: runCell{Known: true, WorkflowID: "dispatcher-demo-returns", RunID: "run-c", Status: "RUNNING",
+					StartTime: checkedAt.Add(-time.Second), OwnerServerID: "w2", OwnerToken: 45},
+				Heartbeat: heartbeatCell{Known: true},
+				Workers:   workersCell{Known: true},
 			},
 			{
 				// Temporal and Redis could not be read.
@@ -54,11 +63,12 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.Join([]string{
-		"QUEUE     LEADER  TOKEN  DISPATCHER RUN    SINCE                         HEARTBEAT AGE  WORKERS ON/DRAIN/OFF  LOAD ACTIVE/DONE/FAILED",
-		"orders    w1      42     run-a RUNNING     2025-03-04T09:56:48Z (3m12s)  1.2s           2/1/3                 4/1200/7",
-		"payments  -       -      run-b TERMINATED  2025-03-03T08:00:00Z (26h0m)  -              0/0/0                 0/0/0",
-		"refunds   w2      7      ?                 ?                             ?              ?                     ?",
-		"zzz       ?       ?      ?                 ?                             ?              ?                     ?",
+		"QUEUE     LEADER  TOKEN  DISPATCHER RUN    RUN TOKEN     SINCE                         HEARTBEAT AGE  WORKERS ON/DRAIN/OFF  LOAD ACTIVE/DONE/FAILED",
+		"orders    w1      42     run-a RUNNING     42            2025-03-04T09:56:48Z (3m12s)  1.2s           2/1/3                 4/1200/7",
+		"payments  -       -      run-b TERMINATED  -             2025-03-03T08:00:00Z (26h0m)  -              0/0/0                 0/0/0",
+		"returns   w3      50     run-c RUNNING     45 != leader  2025-03-04T09:59:59Z (1s)     -              0/0/0                 0/0/0",
+		"refunds   w2      7      ?                 ?             ?                             ?              ?                     ?",
+		"zzz       ?       ?      ?                 ?             ?                             ?              ?                     ?",
 		"reconciler leader: w1 (token 3)",
 		"warning: temporal unavailable: connection refused (1 later reads skipped)",
 		"warning: redis unavailable: TIME: connection refused",
@@ -75,7 +85,7 @@ func TestWriteTableWithoutQueuesOrEtcd(t *testing.T) {
 	if err := writeTable(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	want := "QUEUE  LEADER  TOKEN  DISPATCHER RUN  SINCE  HEARTBEAT AGE  WORKERS ON/DRAIN/OFF  LOAD ACTIVE/DONE/FAILED\n" +
+	want := "QUEUE  LEADER  TOKEN  DISPATCHER RUN  RUN TOKEN  SINCE  HEARTBEAT AGE  WORKERS ON/DRAIN/OFF  LOAD ACTIVE/DONE/FAILED\n" +
 		"no queues found for project demo\n" +
 		"reconciler leader: ?\n" +
 		"warning: etcd unavailable: context deadline exceeded\n"
@@ -105,10 +115,10 @@ func TestWriteJSON(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
 	}
-	if got.Project != "demo" || !got.CheckedAt.Equal(checkedAt) || len(got.Queues) != 4 || len(got.Warnings) != 2 {
+	if got.Project != "demo" || !got.CheckedAt.Equal(checkedAt) || len(got.Queues) != 5 || len(got.Warnings) != 2 {
 		t.Fatalf("unexpected document:\n%s", buf.String())
 	}
-	orders, refunds := got.Queues[0], got.Queues[2]
+	orders, refunds := got.Queues[0], got.Queues[3]
 	for _, chk := range []struct {
 		name      string
 		got, want any
@@ -117,6 +127,8 @@ func TestWriteJSON(t *testing.T) {
 		{"orders token", orders.Leader["token"], 42.0},
 		{"orders run", orders.Disp["run_id"], "run-a"},
 		{"orders status", orders.Disp["status"], "RUNNING"},
+		{"orders run token", orders.Disp["owner_token"], 42.0},
+		{"orders run owner", orders.Disp["owner_server_id"], "w1"},
 		{"orders heartbeat age", orders.HB["age_seconds"], 1.234},
 		{"orders online", orders.W["online"], 2.0},
 		{"refunds leader known", refunds.Leader["known"], true},

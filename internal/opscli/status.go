@@ -79,9 +79,19 @@ type source struct {
 	name    string
 	err     error
 	skipped int
+
+	mu    sync.Mutex
+	notes []string // items it could not read in full
 }
 
 func (s *source) fail(err error) { s.err = err }
+
+// note keeps a warning about one item the source could not read in full (a memo with a codec).
+func (s *source) note(w string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notes = append(s.notes, w)
+}
 
 func (s *source) down() bool {
 	if s.err != nil {
@@ -168,6 +178,10 @@ func collectStatus(ctx context.Context, o statusOptions) report {
 	for _, s := range []*source{etcdSrc, temporalSrc, redisSrc} {
 		if w := s.warning(); w != "" {
 			rep.Warnings = append(rep.Warnings, w)
+		}
+		rep.Warnings = append(rep.Warnings, s.notes...)
+		if s.err != nil {
+			rep.down = append(rep.down, s.name)
 		}
 	}
 	rep.etcdOK = etcdSrc.err == nil
@@ -307,8 +321,10 @@ func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOp
 				return nil, err
 			}
 			info := d.GetWorkflowExecutionInfo()
-			return &workflowDescription{runID: info.GetExecution().GetRunId(), status: info.GetStatus(),
-				start: info.GetStartTime().AsTime()}, nil
+			desc := &workflowDescription{runID: info.GetExecution().GetRunId(), status: info.GetStatus(),
+				start: info.GetStartTime().AsTime()}
+			desc.owner, _, desc.ownerErr = takeover.DecodeOwner(nil, info.GetMemo())
+			return desc, nil
 		})
 		var notFound *serviceerror.NotFound
 		switch {
@@ -318,15 +334,20 @@ func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOp
 			src.fail(fmt.Errorf("describe %s: %w", id, err))
 		default:
 			q.Dispatcher = runCell{Known: true, WorkflowID: id, RunID: resp.runID, Status: statusName(resp.status),
-				StartTime: resp.start.UTC()}
+				StartTime: resp.start.UTC(), OwnerServerID: resp.owner.ServerID, OwnerToken: resp.owner.Token}
+			if resp.ownerErr != nil {
+				src.note(fmt.Sprintf("%s: %v", id, resp.ownerErr))
+			}
 		}
 	}
 }
 
 type workflowDescription struct {
-	runID  string
-	status enumspb.WorkflowExecutionStatus
-	start  time.Time
+	runID    string
+	status   enumspb.WorkflowExecutionStatus
+	start    time.Time
+	owner    takeover.Owner
+	ownerErr error
 }
 
 func statusName(s enumspb.WorkflowExecutionStatus) string {

@@ -1,0 +1,337 @@
+package opscli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"golang.org/x/time/rate"
+
+	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/takeover"
+)
+
+// The checks of verify, each an invariant a live deployment must show from outside.
+const (
+	// CheckLedRun: a led queue has a running dispatcher run.
+	CheckLedRun = "led-run"
+	// CheckRunOwner: the running run's memo names the leader and its token (the leader's create
+	// revision).
+	CheckRunOwner = "run-owner"
+	// CheckUnledRun: no run is running for a queue nobody leads (an orphan the reconciler has not
+	// ended yet).
+	CheckUnledRun = "unled-run"
+	// CheckHeartbeat: the heartbeat entry names the leader's token and its running run.
+	CheckHeartbeat = "heartbeat"
+	// CheckTokenOrder: in the workflow ID's run history, no run has a lower token than the run before it.
+	CheckTokenOrder = "token-order"
+	// CheckSuperseded: a run superseded by a newer owner's was terminated with Baton's reason (never by
+	// a conflict policy or by hand) and closed before its successor started.
+	CheckSuperseded = "superseded"
+)
+
+// violation is one check a queue failed.
+type violation struct {
+	Check  string `json:"check"`
+	Queue  string `json:"queue"`
+	Detail string `json:"detail"`
+}
+
+// verdict is what verify found.
+type verdict struct {
+	Project    string      `json:"project"`
+	CheckedAt  time.Time   `json:"checked_at"`
+	Queues     int         `json:"queues"`
+	Runs       int         `json:"runs_read"`
+	Violations []violation `json:"violations"`
+	// Unjudged says what could not be read, so a check could not be made; verify then exits 2.
+	Unjudged []string `json:"unjudged,omitempty"`
+}
+
+type verifyOptions struct {
+	statusOptions
+	history int           // runs read back per queue
+	settle  time.Duration // a state violation must still hold this much later
+	rate    float64       // Temporal visibility and history calls per second
+}
+
+// Verify is `prog verify`: it judges a live deployment against Baton's invariants from etcd,
+// Temporal and Redis only. The state checks (CheckLedRun, CheckRunOwner, CheckUnledRun,
+// CheckHeartbeat) are made twice, -settle apart, so that a handover in flight is not reported; the
+// history checks (CheckTokenOrder, CheckSuperseded) read the last -history runs of each queue's
+// dispatcher workflow, at most -rate calls a second. Exit 0: no violation; 1: violations; 2: a
+// server could not be read (or the configuration is invalid), so not everything was judged.
+func Verify(ctx context.Context, prog string, args []string, stdout, stderr io.Writer, ignore ...string) int {
+	o, asJSON, err := parseVerify(prog, args, stdout, ignore)
+	switch {
+	case errors.Is(err, ErrHelp):
+		return ExitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "%s verify: %v\n", prog, err)
+		return ExitConfig
+	}
+	v := verify(ctx, o)
+	if asJSON {
+		b, _ := json.MarshalIndent(v, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		writeVerdict(stdout, v)
+	}
+	switch {
+	case len(v.Violations) > 0:
+		return ExitUnclean
+	case len(v.Unjudged) > 0:
+		return ExitConfig
+	}
+	return ExitOK
+}
+
+func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) (verifyOptions, bool, error) {
+	o := verifyOptions{history: 50, settle: 3 * time.Second, rate: 20}
+	var err error
+	if o.Common, err = LoadCommon(ignore...); err != nil {
+		return o, false, err
+	}
+	o.timeout = DefaultStatusTimeout
+	var asJSON bool
+	fs := flag.NewFlagSet(prog+" verify", flag.ContinueOnError)
+	o.AddFlags(fs)
+	fs.Var(Duration(&o.timeout), "timeout", "bound of every call to a server")
+	fs.Var(Duration(&o.settle), "settle", "how long a state violation must hold to be reported (a handover takes milliseconds)")
+	fs.IntVar(&o.history, "history", o.history, "runs of each queue's dispatcher workflow read back, newest first")
+	fs.Float64Var(&o.rate, "rate", o.rate, "Temporal visibility and history calls per second, at most")
+	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	if err := Parse(fs, args, stdout); err != nil {
+		return o, false, err
+	}
+	switch {
+	case o.history < 2 || o.history > 10_000:
+		return o, false, fmt.Errorf("-history must be 2 to 10000, got %d", o.history)
+	case o.rate <= 0:
+		return o, false, fmt.Errorf("-rate must be positive, got %v", o.rate)
+	}
+	if err := o.ReadSecrets(); err != nil {
+		return o, false, err
+	}
+	o.queuesGiven = len(o.Cfg.Queues) > 0
+	check := o.Cfg
+	if !o.queuesGiven {
+		check.Queues = []string{"placeholder"}
+	}
+	if err := check.Validate(); err != nil {
+		return o, false, err
+	}
+	return o, asJSON, o.Clients.Validate()
+}
+
+// verify runs every check.
+func verify(ctx context.Context, o verifyOptions) verdict {
+	rep := collectStatus(ctx, o.statusOptions)
+	v := verdict{Project: o.Cfg.Project, CheckedAt: rep.CheckedAt, Queues: len(rep.Queues)}
+	for _, d := range rep.down {
+		v.Unjudged = append(v.Unjudged, d+" could not be read")
+	}
+	if len(rep.down) > 0 {
+		v.Unjudged = append(v.Unjudged, rep.Warnings...)
+		return v
+	}
+	if found := stateViolations(rep); len(found) > 0 {
+		// A handover in flight shows for milliseconds: report what still holds a moment later.
+		time.Sleep(o.settle)
+		again := stateViolations(collectStatus(ctx, o.statusOptions))
+		for _, f := range found {
+			if slices.ContainsFunc(again, func(a violation) bool { return a.Check == f.Check && a.Queue == f.Queue }) {
+				v.Violations = append(v.Violations, f)
+			}
+		}
+	}
+	var lc Hooks
+	defer func() { lc.Stop(ctx, o.timeout) }()
+	tc, err := fxmodule.NewTemporalClient(fxmodule.ClientParams{Config: o.Clients, Lifecycle: &lc})
+	if err != nil {
+		v.Unjudged = append(v.Unjudged, fmt.Sprintf("temporal: %v", err))
+		return v
+	}
+	h := historyReader{tc: tc, o: o, limit: rate.NewLimiter(rate.Limit(o.rate), 1)}
+	for _, q := range rep.Queues {
+		found, runs, err := h.check(ctx, q.Queue, q.Dispatcher.WorkflowID)
+		v.Runs += runs
+		v.Violations = append(v.Violations, found...)
+		if err != nil {
+			v.Unjudged = append(v.Unjudged, fmt.Sprintf("%s: %v", q.Queue, err))
+		}
+	}
+	return v
+}
+
+// stateViolations judges the queues as rep shows them.
+func stateViolations(rep report) []violation {
+	var out []violation
+	for _, q := range rep.Queues {
+		l, r, hb := q.Leader, q.Dispatcher, q.Heartbeat
+		bad := func(check, format string, args ...any) {
+			out = append(out, violation{Check: check, Queue: q.Queue, Detail: fmt.Sprintf(format, args...)})
+		}
+		running := r.Known && r.RunID != "" && r.Status == runningStatus
+		switch {
+		case !l.Known || !r.Known:
+		case l.ServerID == "" && running:
+			bad(CheckUnledRun, "run %s (%s, token %d) is running and nobody leads the queue", r.RunID, r.OwnerServerID, r.OwnerToken)
+		case l.ServerID == "":
+		case !running:
+			bad(CheckLedRun, "led by %s (token %d) without a running dispatcher run (latest: %s)", l.ServerID, l.Token, cmpOr(r.RunID+" "+r.Status, "none"))
+		case r.OwnerToken != l.Token || r.OwnerServerID != l.ServerID:
+			bad(CheckRunOwner, "run %s belongs to %s at token %d by its memo; the leader is %s at token %d", r.RunID, r.OwnerServerID, r.OwnerToken, l.ServerID, l.Token)
+		case !hb.Known:
+		case hb.ServerID == "":
+			bad(CheckHeartbeat, "no heartbeat entry for the leader's run %s", r.RunID)
+		case hb.Token != l.Token || hb.RunID != r.RunID:
+			bad(CheckHeartbeat, "the heartbeat entry names run %s at token %d; the leader's run is %s at token %d", hb.RunID, hb.Token, r.RunID, l.Token)
+		}
+	}
+	return out
+}
+
+func cmpOr(s, otherwise string) string {
+	if strings.TrimSpace(s) == "" {
+		return otherwise
+	}
+	return s
+}
+
+// historyReader reads dispatcher run histories back from Temporal, rate-limited.
+type historyReader struct {
+	tc    client.Client
+	o     verifyOptions
+	limit *rate.Limiter
+}
+
+// pastRun is one run of a dispatcher workflow ID, as visibility lists it.
+type pastRun struct {
+	runID        string
+	status       enumspb.WorkflowExecutionStatus
+	start, close time.Time
+	owner        takeover.Owner
+}
+
+// check reads the last o.history runs of id and judges each one against the run after it.
+func (h historyReader) check(ctx context.Context, queue, id string) ([]violation, int, error) {
+	runs, err := h.list(ctx, id)
+	if err != nil {
+		return nil, len(runs), err
+	}
+	var out []violation
+	for i := 1; i < len(runs); i++ {
+		prev, next := runs[i-1], runs[i]
+		bad := func(check, format string, args ...any) {
+			out = append(out, violation{Check: check, Queue: queue, Detail: fmt.Sprintf(format, args...)})
+		}
+		switch {
+		case next.owner.Token < prev.owner.Token:
+			bad(CheckTokenOrder, "run %s (token %d) started after run %s (token %d)", next.runID, next.owner.Token, prev.runID, prev.owner.Token)
+		case next.owner.Token == prev.owner.Token || prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+			// The same owner's chain, or its replacement of a run that closed: no hand-over to judge.
+		case prev.close.IsZero() || prev.close.After(next.start):
+			bad(CheckSuperseded, "run %s (token %d) was still open when run %s (token %d) started", prev.runID, prev.owner.Token, next.runID, next.owner.Token)
+		case prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+			reason, err := h.terminateReason(ctx, id, prev.runID)
+			if err != nil {
+				return out, len(runs), err
+			}
+			if !strings.HasPrefix(reason, takeover.ReasonPrefix) {
+				bad(CheckSuperseded, "run %s (token %d) was terminated with %q, not by Baton, before run %s (token %d)",
+					prev.runID, prev.owner.Token, reason, next.runID, next.owner.Token)
+			}
+		}
+	}
+	return out, len(runs), nil
+}
+
+// list returns up to o.history runs of id, oldest first.
+func (h historyReader) list(ctx context.Context, id string) ([]pastRun, error) {
+	var runs []pastRun
+	var token []byte
+	for len(runs) < h.o.history {
+		if err := h.limit.Wait(ctx); err != nil {
+			return runs, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, h.o.timeout)
+		resp, err := h.tc.ListWorkflow(cctx, &workflowservice.ListWorkflowExecutionsRequest{
+			PageSize: int32(min(h.o.history-len(runs), 1000)), NextPageToken: token,
+			Query: "WorkflowId = " + strconv.Quote(id)})
+		cancel()
+		if err != nil {
+			return runs, fmt.Errorf("list the runs of %s: %w", id, err)
+		}
+		for _, info := range resp.GetExecutions() {
+			owner, found, err := takeover.DecodeOwner(nil, info.GetMemo())
+			if err != nil || !found {
+				return runs, fmt.Errorf("run %s of %s: no readable owner memo (%v)", info.GetExecution().GetRunId(), id, err)
+			}
+			r := pastRun{runID: info.GetExecution().GetRunId(), status: info.GetStatus(), start: info.GetStartTime().AsTime(), owner: owner}
+			if info.GetCloseTime() != nil {
+				r.close = info.GetCloseTime().AsTime()
+			}
+			runs = append(runs, r)
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	slices.SortFunc(runs, func(a, b pastRun) int { return a.start.Compare(b.start) })
+	return runs, nil
+}
+
+// terminateReason reads the reason a terminated run was given, from its close event.
+func (h historyReader) terminateReason(ctx context.Context, id, runID string) (string, error) {
+	if err := h.limit.Wait(ctx); err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.o.timeout)
+	defer cancel()
+	iter := h.tc.GetWorkflowHistory(cctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			return "", fmt.Errorf("close event of %s run %s: %w", id, runID, err)
+		}
+		if attrs := ev.GetWorkflowExecutionTerminatedEventAttributes(); attrs != nil {
+			return attrs.GetReason(), nil
+		}
+	}
+	return "", fmt.Errorf("close event of %s run %s: not a termination", id, runID)
+}
+
+// writeVerdict prints the violations as a table, then a summary line.
+func writeVerdict(w io.Writer, v verdict) {
+	if len(v.Violations) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CHECK\tQUEUE\tDETAIL")
+		for _, x := range v.Violations {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", x.Check, x.Queue, x.Detail)
+		}
+		_ = tw.Flush()
+	}
+	for _, u := range v.Unjudged {
+		fmt.Fprintf(w, "not judged: %s\n", u)
+	}
+	verdict := "ok"
+	switch {
+	case len(v.Violations) > 0:
+		verdict = fmt.Sprintf("%d violation(s)", len(v.Violations))
+	case len(v.Unjudged) > 0:
+		verdict = "could not judge everything"
+	}
+	fmt.Fprintf(w, "project %s: %d queue(s), %d run(s) read back: %s\n", v.Project, v.Queues, v.Runs, verdict)
+}
