@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
@@ -62,6 +63,10 @@ type Activities struct {
 	// Events receives event.HandlerRan each time Handler is called (for example the Node's
 	// Config().Events). Optional.
 	Events event.Sink
+	// MeterProvider receives MetricHandlerRuns and MetricCarriedOver. Default: none.
+	MeterProvider metric.MeterProvider
+
+	metrics lazyMetrics
 
 	mu    sync.Mutex
 	cache []cachedRun // the last runs Backlog read, oldest first
@@ -90,7 +95,11 @@ func (a *Activities) Dispatch(ctx context.Context, task Task) (Result, error) {
 	a.Events.Emit(event.Event{Kind: event.HandlerRan, At: time.Now(), Project: task.Owner.Project, Queue: task.Owner.Queue,
 		Peer: task.Owner.ServerID, Token: task.Owner.Token, DispatchKey: task.Key, Err: event.ErrText(err)})
 	if err != nil {
-		return Result{}, classify(fmt.Errorf("dispatcher: handle %s: %w", task.Key, err))
+		err = classify(fmt.Errorf("dispatcher: handle %s: %w", task.Key, err))
+	}
+	a.metrics.get(a.MeterProvider).handlerRun(ctx, task.Owner.Project, task.Owner.Queue, err)
+	if err != nil {
+		return Result{}, err
 	}
 	if err := a.Ledger.Complete(ctx, task.Key, task.Owner); err != nil {
 		return Result{}, classify(fmt.Errorf("dispatcher: ledger complete %s: %w", task.Key, err))

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -167,6 +169,10 @@ func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (BacklogPage,
 	}
 	if len(page.Next) == 0 {
 		page.Next = nil
+	}
+	if n := len(page.Requests); n > 0 {
+		a.metrics.get(a.MeterProvider).carried.Add(context.WithoutCancel(ctx), int64(n),
+			metric.WithAttributes(attribute.String("workflow_id", activity.GetInfo(ctx).WorkflowExecution.ID)))
 	}
 	return page, nil
 }

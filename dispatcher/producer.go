@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -30,6 +31,8 @@ type ProducerConfig struct {
 	RetryMin, RetryMax time.Duration
 	// Logger receives one debug line per retried attempt. Default: no logging.
 	Logger *zap.Logger
+	// MeterProvider receives MetricProducerCalls and MetricProducerLatency. Default: none.
+	MeterProvider metric.MeterProvider
 }
 
 // Validate returns an error naming the first field that breaks its rule.
@@ -63,8 +66,9 @@ func (c ProducerConfig) withDefaults() ProducerConfig {
 // Producer sends dispatch requests to a queue's dispatcher and tells its caller when each one is
 // safe: handled, exactly once in effect. It is safe for concurrent use.
 type Producer struct {
-	client client.Client
-	cfg    ProducerConfig
+	client  client.Client
+	cfg     ProducerConfig
+	metrics *dispatchMetrics
 }
 
 // NewProducer returns a Producer over a Temporal client (of the dispatchers' namespace).
@@ -75,7 +79,11 @@ func NewProducer(c client.Client, cfg ProducerConfig) (*Producer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Producer{client: c, cfg: cfg.withDefaults()}, nil
+	m, err := newDispatchMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: producer metrics: %w", err)
+	}
+	return &Producer{client: c, cfg: cfg.withDefaults(), metrics: m}, nil
 }
 
 // Dispatch sends req to the dispatcher of (project, queue) and returns once it is recorded handled
@@ -99,6 +107,28 @@ func NewProducer(c client.Client, cfg ProducerConfig) (*Producer, error) {
 //     first; the message names the last attempt's error. The request may still be handled later:
 //     the run accepted it, or will carry it over.
 func (p *Producer) Dispatch(ctx context.Context, project, queue string, req Request) (Result, error) {
+	began := time.Now()
+	res, err := p.dispatch(ctx, project, queue, req)
+	p.metrics.call(ctx, project, queue, outcome(res, err), time.Since(began))
+	return res, err
+}
+
+// outcome is a Dispatch call's MetricProducerCalls outcome.
+func outcome(res Result, err error) string {
+	switch {
+	case err == nil && res.Duplicate:
+		return OutcomeDuplicate
+	case err == nil:
+		return OutcomeHandled
+	case errors.Is(err, ErrInvalidRequest):
+		return OutcomeRejected
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return OutcomeTimedOut
+	}
+	return OutcomeFailed
+}
+
+func (p *Producer) dispatch(ctx context.Context, project, queue string, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/fx"
@@ -28,6 +29,7 @@ type workerParams struct {
 	Logger    *zap.Logger
 	Node      *baton.Node
 	Load      *dispatchLoad
+	Meters    metric.MeterProvider
 }
 
 // startTemporalWorkers runs the reference dispatcher on a Temporal worker per task queue: each queue's
@@ -50,7 +52,7 @@ func startTemporalWorkers(p workerParams) error {
 	}
 	log := p.Logger.Named("dispatch")
 	acts := &dispatcher.Activities{Ledger: ledger, Handler: p.Load.count(logDispatch(log)), History: p.Temporal,
-		Events: cfg.Events}
+		Events: cfg.Events, MeterProvider: p.Meters}
 	drain := p.Options.drainTimeout()
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range queues {
