@@ -231,6 +231,9 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 		stop()
 		err := <-done
 		r.clearHint(ctx, queue)
+		if reason == ReasonTransfer {
+			r.roster.clearTransfer(ctx, r.client, queue)
+		}
 		return err
 	}
 	var retry <-chan time.Time
@@ -245,6 +248,9 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 		}
 		if r.isHeld(queue) {
 			reason, wait := r.shouldShed(queue)
+			if _, asked := r.roster.transferTo(queue); asked {
+				reason, wait = ReasonTransfer, 0 // an operator's move is not paced
+			}
 			if reason != "" {
 				r.log.Info("handing a queue over", zap.String("queue", queue), zap.String("reason", reason),
 					zap.Int("leading", r.Leading()), zap.Int("fair_share", r.FairShare()), zap.Int("workers", r.view.workers()))

@@ -53,19 +53,21 @@ type roster struct {
 	published chan struct{} // closed once the record was first published
 	once      sync.Once
 
-	mu       sync.Mutex
-	me       member
-	members  map[string]member
-	hints    map[string]hint
-	versions int // distinct non-empty versions among members
-	newest   string
+	mu      sync.Mutex
+	me      member
+	members map[string]member
+	hints   map[string]hint
+	// transfers are operators' requests to move a queue (RequestTransfer), by queue.
+	transfers map[string]TransferRequest
+	versions  int // distinct non-empty versions among members
+	newest    string
 }
 
 func newRoster(keys Keys, project, self, version string, ttl time.Duration, log *zap.Logger, poke func(), wake func(queue string)) *roster {
 	return &roster{keys: keys, project: project, prefix: keys.Project(project), self: self, ttl: ttl, log: log, poke: poke, wake: wake,
 		republish: make(chan struct{}, 1), published: make(chan struct{}),
 		me:      member{Version: version, Since: time.Now().UnixNano()},
-		members: map[string]member{}, hints: map[string]hint{}}
+		members: map[string]member{}, hints: map[string]hint{}, transfers: map[string]TransferRequest{}}
 }
 
 func (r *roster) memberKey(id string) string  { return r.keys.Member(r.project, id) }
@@ -166,8 +168,26 @@ func (r *roster) recompute() {
 	r.versions = len(seen)
 }
 
-// apply records one key; the caller holds mu. It returns the queue whose hint the key is, or ""
-// for a member record (or a key of neither kind).
+// transferTo returns the worker an operator asked to move queue to, and whether that is another
+// worker than this one (the target, once it leads, has nothing to do).
+func (r *roster) transferTo(queue string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.transfers[queue]
+	return t.To, ok && t.To != "" && t.To != r.self
+}
+
+// clearTransfer deletes queue's transfer request once it was acted on.
+func (r *roster) clearTransfer(ctx context.Context, client *clientv3.Client, queue string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := client.Delete(ctx, r.keys.Transfer(r.project, queue)); err != nil {
+		r.log.Info("transfer request left to its lease", zap.String("queue", queue), zap.Error(err))
+	}
+}
+
+// apply records one key; the caller holds mu. It returns the queue whose hint or transfer request
+// the key is, or "" for a member record (or a key of neither kind).
 func (r *roster) apply(key string, value []byte, deleted bool) (hintOf string) {
 	rest, ok := strings.CutPrefix(key, r.prefix)
 	if !ok {
@@ -201,6 +221,14 @@ func (r *roster) apply(key string, value []byte, deleted bool) (hintOf string) {
 		}
 		h.seen = time.Now()
 		r.hints[name] = h
+		return name
+	case transferDir:
+		var t TransferRequest
+		if deleted || json.Unmarshal(value, &t) != nil {
+			delete(r.transfers, name)
+		} else {
+			r.transfers[name] = t
+		}
 		return name
 	}
 	return ""

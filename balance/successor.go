@@ -13,18 +13,19 @@ import (
 
 // Why a queue changes owner: the reasons of MetricOwnerChanges.
 const (
-	ReasonCrash   = "crash"   // the previous leader's term ended without a hand-off
-	ReasonResign  = "resign"  // the previous leader stopped
-	ReasonDrain   = "drain"   // the previous leader was draining
-	ReasonShed    = "shed"    // the previous leader handed the queue over to balance leadership
-	ReasonRollout = "rollout" // the previous leader stopped while a newer version was live
+	ReasonCrash    = "crash"    // the previous leader's term ended without a hand-off
+	ReasonResign   = "resign"   // the previous leader stopped
+	ReasonDrain    = "drain"    // the previous leader was draining
+	ReasonShed     = "shed"     // the previous leader handed the queue over to balance leadership
+	ReasonRollout  = "rollout"  // the previous leader stopped while a newer version was live
+	ReasonTransfer = "transfer" // an operator moved the queue (RequestTransfer, `baton transfer`)
 )
 
 // Metric names of the balancer. With the OpenTelemetry Prometheus exporter they read
 // baton_balance_owner_changes_total and baton_balance_leading.
 const (
 	// MetricOwnerChanges counts queues this worker won from another worker, by reason (crash, resign,
-	// drain, shed, rollout), with attributes project, queue, reason. Summed over workers it is the
+	// drain, shed, rollout, transfer), with attributes project, queue, reason. Summed over workers it is the
 	// number of owner changes of each queue.
 	MetricOwnerChanges = "baton.balance.owner_changes"
 	// MetricLeading is the number of queues this worker leads, with attributes project and version
@@ -180,11 +181,14 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
 	h := hint{From: r.cfg.ServerID, Reason: reason}
-	if reason == ReasonDrain {
+	switch to, asked := r.roster.transferTo(queue); {
+	case reason == ReasonTransfer && asked:
+		h.To = to // the operator checked that it serves the queue
+	case reason == ReasonDrain:
 		// Only a worker that stands for the queue can take it: one named that does not serve it would
 		// hold the others off for the grace window.
 		h.To = r.takerOf(queue)
-	} else {
+	default:
 		h.To = r.successor()
 	}
 	if err := r.roster.putHint(ctx, r.client, queue, h); err != nil {

@@ -8,6 +8,9 @@
 //	baton verify            judge the deployment against Baton's invariants: 0 ok, 1 violations,
 //	                        2 could not judge (-json)
 //	baton ledger KEY        a dispatch request's record: not begun, pending or done, by which owner
+//	baton transfer PROJECT QUEUE [-to SERVER]
+//	                        move a queue's leadership gracefully to SERVER or the best candidate,
+//	                        through the designated-successor path, and wait for it (writes)
 //	baton drain SERVER      ask worker SERVER to hand its queues over and stand for none (writes)
 //	baton undrain SERVER    take a drain back (writes)
 //	baton acl redis         the Redis ACL SETUSER command for a Baton user of this configuration
@@ -42,7 +45,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = "usage: baton status | verify | ledger KEY | drain SERVER | undrain SERVER | acl redis | acl etcd   (baton <command> -h for its flags)"
+const usage = "usage: baton status | verify | ledger KEY | transfer PROJECT QUEUE [-to SERVER] | drain SERVER | undrain SERVER | acl redis | acl etcd   (baton <command> -h for its flags)"
 
 // run is the whole command: it reads the environment of the process, parses args and returns the
 // exit code. ctx ends when the process is asked to stop.
@@ -59,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return opscli.Verify(ctx, "baton", args, stdout, stderr)
 	case "ledger":
 		return opscli.Ledger(ctx, "baton", args, stdout, stderr)
+	case "transfer":
+		return opscli.Transfer(ctx, "baton", args, stdout, stderr)
 	case "drain", "undrain":
 		return opscli.Drain(ctx, "baton", cmd == "undrain", args, stdout, stderr)
 	case "acl":

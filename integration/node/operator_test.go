@@ -364,3 +364,79 @@ func TestBatonVerify(t *testing.T) {
 		t.Fatalf("baton verify with Redis down: exit %d, %s %s; want 2", code, out, errOut)
 	}
 }
+
+// transfer moves a queue to the worker named, through the designated-successor path: the old
+// leader's run is terminated by its owner and the new leader's run is open; it refuses a worker that
+// does not serve the queue and a transfer to the leader; without -to the queue goes to another worker.
+func TestBatonTransfer(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	nodes := map[string]*baton.Node{}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		cfg := fast(p, id, "q1")
+		cfg.Balance.Grace = 2 * time.Second
+		app, n := e.app(t, cfg)
+		app.RequireStart()
+		t.Cleanup(app.RequireStop)
+		nodes[id] = n
+	}
+	// A worker of another queue only: it does not stand for q1.
+	app, _ := e.app(t, fast(p, "w-other", "q2"))
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+
+	ledBy := func(what string, ok func(id string) bool) (string, baton.QueueStatus) {
+		var who string
+		var led baton.QueueStatus
+		eventually(t, 30*time.Second, what, func() error {
+			for id, n := range nodes {
+				if qs, isLeading := leading(n, "q1"); isLeading && qs.DispatcherOpen && ok(id) {
+					who, led = id, qs
+					return nil
+				}
+			}
+			return errors.New("not yet")
+		})
+		return who, led
+	}
+	leader, led := ledBy("q1 led", func(string) bool { return true })
+	target := "w1"
+	if leader == target {
+		target = "w2"
+	}
+	out, errOut, code := e.baton(t, p, "transfer", p, "q1", "-to", target)
+	if code != 0 || !strings.Contains(out, "-> "+target) {
+		t.Fatalf("baton transfer to %s: exit %d, %s %s", target, code, out, errOut)
+	}
+	t.Logf("%s", strings.TrimSpace(out))
+	_, now := ledBy(target+" leads q1 with its run open", func(id string) bool { return id == target })
+	if st := e.status(t, now.WorkflowID, led.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		t.Fatalf("the old leader's run is %v, want TERMINATED by its owner's step-down", st)
+	}
+	if now.Token <= led.Token {
+		t.Fatalf("new token %d, not above the old %d", now.Token, led.Token)
+	}
+	// The request is gone once acted on: the new leader keeps the queue.
+	time.Sleep(500 * time.Millisecond)
+	if qs, ok := leading(nodes[target], "q1"); !ok || qs.Token != now.Token {
+		t.Fatalf("%s no longer leads q1 with token %d: %+v", target, now.Token, qs)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"transfer", p, "q1", "-to", "w-other"}, "does not stand for q1"},
+		{[]string{"transfer", p, "q1", "-to", target}, "leads q1 already"},
+		{[]string{"transfer", p, "q9"}, "nobody leads"},
+	} {
+		if _, errOut, code := e.baton(t, p, tc.args...); code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Fatalf("baton %q: exit %d, %s; want 1 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	out, errOut, code = e.baton(t, p, "transfer", p, "q1")
+	if code != 0 {
+		t.Fatalf("baton transfer to the best candidate: exit %d, %s %s", code, out, errOut)
+	}
+	ledBy("q1 led by another worker", func(id string) bool { return id != target })
+}

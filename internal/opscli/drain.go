@@ -91,37 +91,40 @@ func Drain(ctx context.Context, prog string, undrain bool, args []string, stdout
 
 // queuesOf lists the queues server is registered for and not OFFLINE on.
 func queuesOf(ctx context.Context, reg *registry.Registry, server string, timeout time.Duration) ([]string, error) {
+	ws, err := allWorkers(ctx, reg, registry.Filter{}, timeout)
 	var out []string
+	for _, w := range ws {
+		if w.ServerID == server && w.Status != registry.StatusOffline {
+			out = append(out, w.Queue)
+		}
+	}
+	return out, err
+}
+
+// allWorkers pages through the registry's workers that match f, each page bounded by timeout.
+func allWorkers(ctx context.Context, reg *registry.Registry, f registry.Filter, timeout time.Duration) ([]registry.Worker, error) {
+	var out []registry.Worker
 	cursor := ""
 	for {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		page, next, err := reg.List(cctx, registry.Filter{}, cursor, registry.MaxListLimit)
+		page, next, err := reg.List(cctx, f, cursor, registry.MaxListLimit)
 		cancel()
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		for _, w := range page {
-			if w.ServerID == server && w.Status != registry.StatusOffline {
-				out = append(out, w.Queue)
-			}
-		}
+		out = append(out, page...)
 		if cursor = next; cursor == "" {
 			return out, nil
 		}
 	}
 }
 
-// parseWithArg parses fs over args, which must end with exactly one positional argument, named name
-// in the error; flags come before it.
+// parseWithArg parses fs over args, which must hold exactly one positional argument, named name in
+// the error.
 func parseWithArg(fs *flag.FlagSet, args []string, stdout io.Writer, name string) (string, error) {
-	if err := parseFlags(fs, args, stdout); err != nil {
+	pos, err := parseWithArgs(fs, args, stdout, name)
+	if err != nil {
 		return "", err
 	}
-	switch fs.NArg() {
-	case 0:
-		return "", fmt.Errorf("%s is required", name)
-	case 1:
-		return fs.Arg(0), nil
-	}
-	return "", fmt.Errorf("unexpected argument %q after %s", fs.Arg(1), name)
+	return pos[0], nil
 }
