@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -121,7 +122,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 
 	t = time.Now()
-	if s.Temporal, err = o.Temporal(ctx, dir); err != nil {
+	o.Say("temporal  starting (the first run on a machine builds the server: several minutes; later runs reuse it)")
+	stop := sayWhile(o.Say, "temporal", t, 20*time.Second)
+	s.Temporal, err = o.Temporal(ctx, dir)
+	stop()
+	if err != nil {
 		return nil, fmt.Errorf("temporal: %w", err)
 	}
 	s.closers = append(s.closers, closer{"temporal", s.Temporal.Close})
@@ -230,4 +235,24 @@ func (s *Stack) Close() error {
 	}
 	s.closers = nil
 	return errors.Join(errs...)
+}
+
+// sayWhile says every interval that name is still starting, until the returned stop is called (which
+// waits for the goroutine): a first start that builds a server must not look hung.
+func sayWhile(say func(format string, args ...any), name string, since0 time.Time, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				say("%-9s still starting after %v", name, since(since0))
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
