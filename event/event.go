@@ -21,7 +21,8 @@ const (
 	// reconciler's election name). At is when the term started.
 	TermStarted Kind = "baton.election.term_started"
 	// TermEnded: a term of this process ended (Key, Token; Reason: one of the Ended* reasons; Err: the
-	// cause's text). At is when it ended; Started, when it began.
+	// cause's text). At is when it ended; Started, when it began. It is emitted just after the term's
+	// context is cancelled: a Sink never delays a leader's stop.
 	TermEnded Kind = "baton.election.term_ended"
 	// ResignFailed: a resigning term could not delete its key; the lease expiry hands it over (Err).
 	ResignFailed Kind = "baton.election.resign_failed"

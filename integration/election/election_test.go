@@ -576,8 +576,14 @@ func TestRevokedLeaseEndsEveryTerm(t *testing.T) {
 		if !errors.Is(term.Err(), election.ErrKeyLost) && !errors.Is(term.Err(), election.ErrLeaseNotFound) {
 			t.Errorf("%s: term ended with %v", term.Queue(), term.Err())
 		}
-		// The event stream says the same, in its own terms: one start and one end of this term.
-		started, ended := events.of(event.TermStarted, term.Queue()), events.of(event.TermEnded, term.Queue())
+		// The event stream says the same, in its own terms: one start and one end of this term. The
+		// end is emitted just after the term's context is cancelled (a sink never delays that).
+		var started, ended []event.Event
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if started, ended = events.of(event.TermStarted, term.Queue()), events.of(event.TermEnded, term.Queue()); len(ended) > 0 {
+				break
+			}
+		}
 		if len(started) != 1 || len(ended) != 1 {
 			t.Fatalf("%s: events %+v %+v, want one TermStarted and one TermEnded", term.Queue(), started, ended)
 		}
