@@ -282,7 +282,16 @@ func TestProcessFaults(t *testing.T) {
 			}
 		}
 		id, _ := takeover.WorkflowID(c.project(), "q1")
-		entry, err := c.rdb.HGetAll(t.Context(), heartbeat.DefaultPrefix+id).Result()
+		// The entry may not be written yet (a loaded machine can hold the new owner's first write back
+		// for a moment); once there, it must be the current owner's.
+		var entry map[string]string
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			entry, err = c.rdb.HGetAll(t.Context(), heartbeat.DefaultPrefix+id).Result()
+			if err != nil || len(entry) > 0 || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil || entry[heartbeat.FieldToken] != fmt.Sprint(qs.Token) || entry[heartbeat.FieldRunID] != qs.RunID {
 			t.Fatalf("heartbeat entry after the old owner resumed: %v (%v), want the current owner's token %d and run %s", entry, err, qs.Token, qs.RunID)
 		}
