@@ -7,11 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,23 +25,16 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
 )
 
-// buildBaton builds cmd/baton of the root module once per test process.
-var buildBaton = sync.OnceValues(func() (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	return testkit.GoBuild(filepath.Join(filepath.Dir(file), "..", ".."), "./cmd/baton")
-})
-
 // baton runs the operator's command against e's servers for project, as an operator would.
 func (e *env) baton(t *testing.T, project string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	bin, err := buildBaton()
+	bin, err := workerproc.BuildBaton()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,14 +27,22 @@ import (
 
 // Build builds cmd/demo-worker of the root module (which holds its dependencies) with
 // testkit.GoBuild, once per process, and returns the binary's path.
-var Build = sync.OnceValues(func() (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	bin, err := testkit.GoBuild(filepath.Join(filepath.Dir(file), "..", ".."), "./cmd/demo-worker")
-	if err != nil {
-		return "", fmt.Errorf("%w (pass a prebuilt binary instead)", err)
-	}
-	return bin, nil
-})
+var Build = buildOnce("./cmd/demo-worker")
+
+// BuildBaton builds cmd/baton, the operator's command, the same way.
+var BuildBaton = buildOnce("./cmd/baton")
+
+// buildOnce returns a function that builds pkg of the root module once per process.
+func buildOnce(pkg string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		_, file, _, _ := runtime.Caller(0)
+		bin, err := testkit.GoBuild(filepath.Join(filepath.Dir(file), "..", ".."), pkg)
+		if err != nil {
+			return "", fmt.Errorf("%w (pass a prebuilt binary instead)", err)
+		}
+		return bin, nil
+	})
+}
 
 // BuildT is Build for tests: t.Fatal on error.
 func BuildT(t testing.TB) string {

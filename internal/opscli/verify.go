@@ -190,7 +190,7 @@ func stateViolations(rep report) []violation {
 			bad(CheckUnledRun, "run %s (%s, token %d) is running and nobody leads the queue", r.RunID, r.OwnerServerID, r.OwnerToken)
 		case l.ServerID == "":
 		case !running:
-			bad(CheckLedRun, "led by %s (token %d) without a running dispatcher run (latest: %s)", l.ServerID, l.Token, cmpOr(r.RunID+" "+r.Status, "none"))
+			bad(CheckLedRun, "led by %s (token %d) without a running dispatcher run (latest: %s)", l.ServerID, l.Token, latestRun(r))
 		case r.OwnerToken != l.Token || r.OwnerServerID != l.ServerID:
 			bad(CheckRunOwner, "run %s belongs to %s at token %d by its memo; the leader is %s at token %d", r.RunID, r.OwnerServerID, r.OwnerToken, l.ServerID, l.Token)
 		case !hb.Known:
@@ -203,11 +203,12 @@ func stateViolations(rep report) []violation {
 	return out
 }
 
-func cmpOr(s, otherwise string) string {
-	if strings.TrimSpace(s) == "" {
-		return otherwise
+// latestRun names the queue's latest run and its status, or "none".
+func latestRun(r runCell) string {
+	if r.RunID == "" {
+		return "none"
 	}
-	return s
+	return r.RunID + " " + r.Status
 }
 
 // historyReader reads dispatcher run histories back from Temporal, rate-limited.
