@@ -38,7 +38,9 @@
 //
 // # Observability
 //
-// Report says what a cycle saw and did (Last, OnCycle). The metrics are baton.dispatcher.active,
+// Report says what a cycle saw and did (Last, OnCycle). After each completed cycle the leader also
+// records it in etcd (LastCycle, at LastCycleKey, fenced by its term), so that a check outside every
+// worker (`baton verify`) can tell that cleanup still runs, and date etcd revisions by it. The metrics are baton.dispatcher.active,
 // baton.dispatcher.stale, baton.dispatcher.terminations and baton.dispatcher.cleanup_errors (the
 // PRD's names under Baton's prefix), baton.reconcile.cycle.duration, baton.reconcile.cycles and
 // baton.reconcile.last_success.age, whose alert says that cleanup has gone silent, and

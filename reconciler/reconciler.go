@@ -183,11 +183,12 @@ func (r *Reconciler) Run(ctx context.Context, el *election.Elector) error {
 		return fmt.Errorf("%w: Elector must not be nil", ErrInvalidConfig)
 	}
 	backoff := time.Second
+	lastCycle := LastCycleKey(el.Config().Prefix, r.cfg.Project)
 	for {
 		standCtx, resign := context.WithCancelCause(ctx)
 		err := el.Run(standCtx, r.cfg.Project, ElectionQueue, r.cfg.ServerID, election.Callbacks{
 			OnElected: func(tctx context.Context, term *election.Term) error {
-				if err := r.lead(tctx, term); err != nil {
+				if err := r.lead(tctx, term, lastCycle); err != nil {
 					resign(err)
 				}
 				return nil
@@ -220,9 +221,10 @@ func (r *Reconciler) Run(ctx context.Context, el *election.Elector) error {
 // errUnhealthy is why a reconciler leader resigns on its own.
 var errUnhealthy = errors.New("reconciler: cycles keep failing")
 
-// lead runs cycles while term holds. It returns an error wrapping errUnhealthy when this process
-// cannot complete its cycles, nil when the term ended.
-func (r *Reconciler) lead(ctx context.Context, term *election.Term) error {
+// lead runs cycles while term holds, recording each completed one at lastCycle (LastCycle). It
+// returns an error wrapping errUnhealthy when this process cannot complete its cycles, nil when the
+// term ended.
+func (r *Reconciler) lead(ctx context.Context, term *election.Term, lastCycle string) error {
 	r.log.Info("reconciler leadership started", zap.Int64("token", term.Token()))
 	r.metrics.leading.Store(true)
 	defer r.metrics.leading.Store(false)
@@ -232,10 +234,13 @@ func (r *Reconciler) lead(ctx context.Context, term *election.Term) error {
 	defer func() { stop(); orphans.Wait() }()
 	failed, lastOK := 0, r.cfg.Clock.Now()
 	for {
-		_, err := r.Cycle(ctx, term)
+		rep, err := r.Cycle(ctx, term)
 		switch {
 		case err == nil:
 			failed, lastOK = 0, r.cfg.Clock.Now()
+			if rerr := r.recordCycle(ctx, term, lastCycle, rep); rerr != nil && !errors.Is(rerr, election.ErrNotLeader) {
+				r.log.Warn("reconciler cycle not recorded in etcd; operators' checks will see it late", zap.String("key", lastCycle), zap.Error(rerr))
+			}
 		case !errors.Is(err, ErrNotLeader) && ctx.Err() == nil:
 			failed++
 			if since := r.cfg.Clock.Now().Sub(lastOK); failed >= r.cfg.MaxFailedCycles || since > r.cfg.StaleAfter+r.cfg.Interval {
