@@ -283,8 +283,39 @@ func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
 // LedgerState gives its state), with that revision. It is for tools that judge the ledger from
 // etcd's records rather than a worker's word: `demo-worker load`, drills.
 func ReadLedger(ctx context.Context, c *clientv3.Client, prefix string) (map[string]string, int64, error) {
-	prefix = LedgerRange(prefix)
 	out := map[string]string{}
+	rev, err := scanLedger(ctx, c, prefix, func(key string, kv *mvccpb.KeyValue) { out[key] = string(kv.Value) })
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, rev, nil
+}
+
+// ReadPendingLedger reads every pending record under prefix (DefaultLedgerPrefix when empty) at one
+// revision, a page at a time: by dispatch key, with the revision that wrote each. Records that are
+// not ledger records are counted in malformed, not returned. It is how a check finds requests begun
+// and never finished (`baton verify` dates them by revision).
+func ReadPendingLedger(ctx context.Context, c *clientv3.Client, prefix string) (pending map[string]LedgerRecord, malformed int, rev int64, err error) {
+	pending = map[string]LedgerRecord{}
+	rev, err = scanLedger(ctx, c, prefix, func(key string, kv *mvccpb.KeyValue) {
+		r, err := decodeRecord(string(kv.Key), []*mvccpb.KeyValue{kv})
+		switch {
+		case err != nil:
+			malformed++
+		case r.state == LedgerPending:
+			pending[key] = LedgerRecord{State: r.state, ServerID: r.serverID, Token: r.token, Revision: r.modRevision}
+		}
+	})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return pending, malformed, rev, nil
+}
+
+// scanLedger calls fn with every record under prefix, by dispatch key, read at one revision a page at
+// a time, and returns that revision.
+func scanLedger(ctx context.Context, c *clientv3.Client, prefix string, fn func(key string, kv *mvccpb.KeyValue)) (int64, error) {
+	prefix = LedgerRange(prefix)
 	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	var rev int64
 	for {
@@ -294,16 +325,16 @@ func ReadLedger(ctx context.Context, c *clientv3.Client, prefix string) (map[str
 		}
 		resp, err := c.Get(ctx, start, opts...)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			out[strings.TrimPrefix(string(kv.Key), prefix)] = string(kv.Value)
+			fn(strings.TrimPrefix(string(kv.Key), prefix), kv)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
+			return rev, nil
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}

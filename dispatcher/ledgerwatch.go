@@ -22,6 +22,7 @@ type LedgerWatch struct {
 	cli    *clientv3.Client
 	prefix string // with the trailing slash
 	from   int64
+	oldest bool // from was asked as "as far back as etcd keeps": a compaction moves it up
 
 	mu          sync.Mutex
 	rev         int64 // every put up to this revision has been seen
@@ -49,12 +50,52 @@ func NewLedgerWatch(ctx context.Context, c *clientv3.Client, prefix string) (*Le
 		completions: map[string][]LedgerCompletion{}, touched: map[string]bool{}}, nil
 }
 
+// NewLedgerWatchFrom is NewLedgerWatch replaying the ledger's history from revision from on, or,
+// when etcd compacted it (or from is 0), from the oldest revision etcd keeps (From says which).
+// Replaying is how a check judges completions made before it started: `baton verify` replays the
+// history etcd keeps.
+func NewLedgerWatchFrom(ctx context.Context, c *clientv3.Client, prefix string, from int64) (*LedgerWatch, error) {
+	w, err := NewLedgerWatch(ctx, c, prefix)
+	if err != nil {
+		return nil, err
+	}
+	w.from, w.rev, w.oldest = max(from, 1), max(from, 1)-1, true
+	return w, nil
+}
+
+// From returns the first revision the watch follows: every put from there on is seen.
+func (w *LedgerWatch) From() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.from
+}
+
 // Run follows the ledger until ctx ends.
 func (w *LedgerWatch) Run(ctx context.Context) {
-	ch := w.cli.Watch(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(w.from), clientv3.WithProgressNotify())
+	for from := w.From(); ; {
+		compacted := w.follow(ctx, from)
+		if compacted == 0 || ctx.Err() != nil {
+			return
+		}
+		w.mu.Lock() // etcd keeps nothing before compacted: start there
+		w.from, w.rev, from = compacted, max(w.rev, compacted-1), compacted
+		w.mu.Unlock()
+	}
+}
+
+// follow watches from rev until ctx ends or the watch fails; it returns the compaction revision when
+// the history asked for is gone and the watch may start at the oldest one, 0 otherwise.
+func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) {
+	ctx, cancel := context.WithCancel(ctx) // a watch given up on is closed
+	defer cancel()
+	ch := w.cli.Watch(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	for wr := range ch {
 		now := time.Now()
 		w.mu.Lock()
+		if wr.CompactRevision > 0 && w.oldest && len(w.touched) == 0 {
+			w.mu.Unlock()
+			return wr.CompactRevision
+		}
 		if err := wr.Err(); err != nil {
 			if w.err == nil && ctx.Err() == nil {
 				w.err = fmt.Errorf("dispatcher: following the ledger from revision %d: %w", w.from, err)
@@ -80,6 +121,7 @@ func (w *LedgerWatch) Run(ctx context.Context) {
 		}
 		w.mu.Unlock()
 	}
+	return 0
 }
 
 // WaitFor waits until the watch has seen every put up to rev, the watch failed (its error: a

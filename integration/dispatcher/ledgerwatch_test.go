@@ -58,3 +58,53 @@ func TestLedgerWatchSeesEveryCompletion(t *testing.T) {
 		t.Fatal("WaitFor for a revision nobody wrote returned nil")
 	}
 }
+
+// NewLedgerWatchFrom replays the history etcd keeps: asked for revisions etcd compacted, it starts at
+// the compaction (From says so) and sees every completion from there on, a key done twice included;
+// asked from a revision etcd keeps, it starts there.
+func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := etcdtest.Client(t, c)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	prefix := fmt.Sprintf("/ledgerwatch-test/%d", time.Now().UnixNano())
+	put := func(k, v string) int64 {
+		resp, err := cli.Put(ctx, prefix+"/"+k, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	put("gone", "done w1 5")
+	put("gone", "done w1 5") // done twice, but etcd will no longer know
+	compactAt := put("a", "pending w1 5")
+	if _, err := cli.Compact(ctx, compactAt); err != nil {
+		t.Fatal(err)
+	}
+	put("a", "done w1 5")
+	from := put("b", "done w1 5")
+	rev := put("b", "done w2 9")
+	replay := func(start int64) (*dispatcher.LedgerWatch, map[string][]dispatcher.LedgerCompletion) {
+		w, err := dispatcher.NewLedgerWatchFrom(ctx, cli, prefix, start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stop := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		go func() { w.Run(wctx); close(ran) }()
+		defer func() { stop(); <-ran }()
+		if err := w.WaitFor(ctx, rev); err != nil {
+			t.Fatal(err)
+		}
+		dones, _ := w.Seen()
+		return w, dones
+	}
+	w, dones := replay(0)
+	if w.From() != compactAt || len(dones) != 2 || len(dones["a"]) != 1 || len(dones["b"]) != 2 {
+		t.Fatalf("from the oldest: From %d, completions %+v; want From %d, a once and b twice", w.From(), dones, compactAt)
+	}
+	w, dones = replay(from)
+	if w.From() != from || len(dones) != 1 || len(dones["b"]) != 2 {
+		t.Fatalf("from %d: From %d, completions %+v; want b twice only", from, w.From(), dones)
+	}
+}
