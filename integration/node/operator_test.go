@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/workerproc"
+	"github.com/baton-run/baton/internal/opscli"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -430,4 +432,89 @@ func TestBatonTransfer(t *testing.T) {
 		t.Fatalf("baton transfer to the best candidate: exit %d, %s %s", code, out, errOut)
 	}
 	ledBy("q1 led by another worker", func(id string) bool { return id != target })
+}
+
+// verify judges the dispatch ledger and the reconciler from etcd: a clean deployment passes; a key
+// completed twice, a record left pending past -pending-max and a reconciler that stopped completing
+// cycles each fail it.
+func TestBatonVerifyLedgerAndReconciler(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	app, n := e.app(t, fast(p, "w1", "q1"))
+	app.RequireStart()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			app.RequireStop()
+		}
+	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.cc.EtcdEndpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	lastCycle := reconciler.LastCycleKey(reconciler.DefaultElectionPrefix, p)
+	eventually(t, 30*time.Second, "q1 led with an open run and a reconciler cycle recorded", func() error {
+		if qs, ok := leading(n, "q1"); !ok || !qs.DispatcherOpen {
+			return errors.New("q1 not led with an open run")
+		}
+		rec, found, err := reconciler.ReadLastCycle(t.Context(), cli, lastCycle, 0)
+		if err != nil || !found || rec.ServerID != "w1" {
+			return fmt.Errorf("no cycle record by w1 at %s: %+v %v", lastCycle, rec, err)
+		}
+		return nil
+	})
+	type found struct{ Check, Queue, Detail string }
+	verify := func(args ...string) (int, []found, string) {
+		t.Helper()
+		out, errOut, code := e.baton(t, p, append([]string{"verify", "-json", "-queues", "q1"}, args...)...)
+		var v struct{ Violations []found }
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("baton verify -json: %v\n%s%s", err, out, errOut)
+		}
+		return code, v.Violations, out + errOut
+	}
+	has := func(vs []found, check, detail string) bool {
+		return slices.ContainsFunc(vs, func(x found) bool { return x.Check == check && strings.Contains(x.Detail, detail) })
+	}
+	if code, _, out := verify("-pending-max", "2s", "-reconciler-max", "5s"); code != 0 {
+		t.Fatalf("baton verify on a clean deployment: exit %d\n%s", code, out)
+	}
+
+	// A key completed twice: two puts of its done record, as a ledger that lost its records and ran
+	// the handler again would leave.
+	twice := dispatcher.LedgerKey("", "planted-twice")
+	for range 2 {
+		if _, err := cli.Put(t.Context(), twice, "done w1 7"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A record begun and left behind.
+	if _, err := cli.Put(t.Context(), dispatcher.LedgerKey("", "planted-pending"), "pending ghost 7"); err != nil {
+		t.Fatal(err)
+	}
+	code, vs, out := verify("-pending-max", "2s", "-reconciler-max", "5s")
+	if code != 1 || !has(vs, opscli.CheckLedgerTwice, "planted-twice") {
+		t.Fatalf("baton verify with a key completed twice: exit %d, want 1 and %s on planted-twice\n%s", code, opscli.CheckLedgerTwice, out)
+	}
+	// The pending record is dated by the reconciler's cycle records: once one written after it is
+	// older than -pending-max (and the reconciler's call timeout, the record's slack), it is reported.
+	eventually(t, 60*time.Second, "the pending record reported", func() error {
+		if _, vs, out := verify("-pending-max", "2s", "-reconciler-max", "5s"); !has(vs, opscli.CheckLedgerPending, "planted-pending") {
+			return fmt.Errorf("no %s violation yet:\n%s", opscli.CheckLedgerPending, out)
+		}
+		return nil
+	})
+	// A record pending for less than -pending-max is not one.
+	if _, vs, out := verify("-pending-max", "1h", "-reconciler-max", "5s"); has(vs, opscli.CheckLedgerPending, "") {
+		t.Fatalf("a record pending for seconds reported against -pending-max 1h:\n%s", out)
+	}
+
+	// The reconciler stops: its last cycle grows old.
+	app.RequireStop()
+	stopped = true
+	time.Sleep(1500 * time.Millisecond)
+	if code, vs, out := verify("-pending-max", "1h", "-reconciler-max", "1s"); code != 1 || !has(vs, opscli.CheckReconciler, "") {
+		t.Fatalf("baton verify with the reconciler stopped: exit %d, want 1 and %s\n%s", code, opscli.CheckReconciler, out)
+	}
 }

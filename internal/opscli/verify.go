@@ -1,6 +1,7 @@
 package opscli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"golang.org/x/time/rate"
 
+	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -50,10 +53,13 @@ type violation struct {
 
 // verdict is what verify found.
 type verdict struct {
-	Project    string      `json:"project"`
-	CheckedAt  time.Time   `json:"checked_at"`
-	Queues     int         `json:"queues"`
-	Runs       int         `json:"runs_read"`
+	Project   string    `json:"project"`
+	CheckedAt time.Time `json:"checked_at"`
+	Queues    int       `json:"queues"`
+	Runs      int       `json:"runs_read"`
+	// LedgerFrom and LedgerTo are the etcd revisions of ledger history replayed for CheckLedgerTwice.
+	LedgerFrom int64       `json:"ledger_from_revision,omitempty"`
+	LedgerTo   int64       `json:"ledger_to_revision,omitempty"`
 	Violations []violation `json:"violations"`
 	// Unjudged says what could not be read, so a check could not be made; verify then exits 2.
 	Unjudged []string `json:"unjudged,omitempty"`
@@ -64,13 +70,21 @@ type verifyOptions struct {
 	history int           // runs read back per queue
 	settle  time.Duration // a state violation must still hold this much later
 	rate    float64       // Temporal visibility and history calls per second
+
+	ledgerPrefix    string        // the dispatch ledger's; "" skips the ledger checks
+	ledgerRevisions int64         // etcd revisions of ledger history replayed; 0: all etcd keeps
+	pendingMax      time.Duration // a ledger record pending longer is a violation
+	reconcilerMax   time.Duration // the reconciler's last completed cycle must be more recent
 }
 
 // Verify is `prog verify`: it judges a live deployment against Baton's invariants from etcd,
 // Temporal and Redis only. The state checks (CheckLedRun, CheckRunOwner, CheckUnledRun,
 // CheckHeartbeat) are made twice, -settle apart, so that a handover in flight is not reported; the
 // history checks (CheckTokenOrder, CheckSuperseded) read the last -history runs of each queue's
-// dispatcher workflow, at most -rate calls a second. Exit 0: no violation; 1: violations; 2: a
+// dispatcher workflow, at most -rate calls a second. From etcd: the reconciler's last completed cycle
+// is recent (CheckReconciler), and in the dispatch ledger no key was completed twice in the history
+// etcd keeps (CheckLedgerTwice, the last -ledger-revisions replayed) and none has been pending past
+// -pending-max (CheckLedgerPending). Exit 0: no violation; 1: violations; 2: a
 // server could not be read (or the configuration is invalid), so not everything was judged.
 func Verify(ctx context.Context, prog string, args []string, stdout, stderr io.Writer, ignore ...string) int {
 	o, asJSON, err := parseVerify(prog, args, stdout, ignore)
@@ -98,11 +112,13 @@ func Verify(ctx context.Context, prog string, args []string, stdout, stderr io.W
 }
 
 func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) (verifyOptions, bool, error) {
-	o := verifyOptions{history: 50, settle: 3 * time.Second, rate: 20}
+	o := verifyOptions{history: 50, settle: 3 * time.Second, rate: 20,
+		ledgerPrefix: dispatcher.DefaultLedgerPrefix, ledgerRevisions: 1_000_000, pendingMax: 10 * time.Minute}
 	var err error
 	if o.Common, err = LoadCommon(ignore...); err != nil {
 		return o, false, err
 	}
+	o.reconcilerMax = 3 * cmp.Or(o.Cfg.Reconciler.Interval, reconciler.DefaultConfig().Interval)
 	o.timeout = DefaultStatusTimeout
 	var asJSON bool
 	fs := flag.NewFlagSet(prog+" verify", flag.ContinueOnError)
@@ -111,6 +127,10 @@ func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) 
 	fs.Var(Duration(&o.settle), "settle", "how long a state violation must hold to be reported (a handover takes milliseconds)")
 	fs.IntVar(&o.history, "history", o.history, "runs of each queue's dispatcher workflow read back, newest first")
 	fs.Float64Var(&o.rate, "rate", o.rate, "Temporal visibility and history calls per second, at most")
+	fs.StringVar(&o.ledgerPrefix, "ledger-prefix", o.ledgerPrefix, "the dispatch ledger's etcd prefix (dispatcher.NewEtcdLedger's); empty: no ledger checks")
+	fs.Int64Var(&o.ledgerRevisions, "ledger-revisions", o.ledgerRevisions, "etcd revisions of ledger history replayed for completions made twice; 0: all etcd keeps")
+	fs.Var(Duration(&o.pendingMax), "pending-max", "a ledger record pending (begun, not completed) longer is a violation")
+	fs.Var(Duration(&o.reconcilerMax), "reconciler-max", "the reconciler's last completed cycle must be more recent (default 3 × BATON_RECONCILER_INTERVAL)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	if err := Parse(fs, args, stdout); err != nil {
 		return o, false, err
@@ -120,6 +140,12 @@ func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) 
 		return o, false, fmt.Errorf("-history must be 2 to 10000, got %d", o.history)
 	case o.rate <= 0:
 		return o, false, fmt.Errorf("-rate must be positive, got %v", o.rate)
+	case o.ledgerRevisions < 0:
+		return o, false, fmt.Errorf("-ledger-revisions must be 0 (all etcd keeps) or positive, got %d", o.ledgerRevisions)
+	case o.pendingMax <= 0:
+		return o, false, fmt.Errorf("-pending-max must be positive, got %s", o.pendingMax)
+	case o.reconcilerMax <= 0:
+		return o, false, fmt.Errorf("-reconciler-max must be positive, got %s", o.reconcilerMax)
 	}
 	if err := o.ReadSecrets(); err != nil {
 		return o, false, err
@@ -158,6 +184,7 @@ func verify(ctx context.Context, o verifyOptions) verdict {
 	}
 	var lc Hooks
 	defer func() { lc.Stop(ctx, o.timeout) }()
+	v.etcdChecks(ctx, o, &lc)
 	tc, err := fxmodule.NewTemporalClient(fxmodule.ClientParams{Config: o.Clients, Lifecycle: &lc})
 	if err != nil {
 		v.Unjudged = append(v.Unjudged, fmt.Sprintf("temporal: %v", err))
@@ -334,5 +361,9 @@ func writeVerdict(w io.Writer, v verdict) {
 	case len(v.Unjudged) > 0:
 		verdict = "could not judge everything"
 	}
-	fmt.Fprintf(w, "project %s: %d queue(s), %d run(s) read back: %s\n", v.Project, v.Queues, v.Runs, verdict)
+	ledger := ""
+	if v.LedgerTo > 0 {
+		ledger = fmt.Sprintf(", ledger history from revision %d to %d", v.LedgerFrom, v.LedgerTo)
+	}
+	fmt.Fprintf(w, "project %s: %d queue(s), %d run(s) read back%s: %s\n", v.Project, v.Queues, v.Runs, ledger, verdict)
 }
