@@ -28,10 +28,12 @@ running() { $COMPOSE ps --status running --services 2>/dev/null | grep -qx "$1";
 # directly, so it works whichever worker leads).
 status() { $COMPOSE exec -T "$1" demo-worker status "${@:2}"; }
 
-# row VIA: the status line of $QUEUE: "<queue> <leader> <token> ... <online/draining/offline>".
+# row VIA: the status line of $QUEUE: "<queue> <leader> <token> ... <online/draining> <evicted>
+# <active/done/failed>" (the last three columns: WORKERS ON/DRAIN, EVICTED, LOAD).
 row() { status "$1" -queues "$QUEUE" 2>/dev/null | awk -v q="$QUEUE" '$1 == q'; }
 leader_of() { row "$1" | awk '{ print $2 }'; }
-workers_of() { row "$1" | awk '{ print $NF }'; }
+workers_of() { row "$1" | awk '{ print $(NF-2) }'; }
+evicted_of() { row "$1" | awk '{ print $(NF-1) }'; }
 
 live_worker() {
 	local w
@@ -50,7 +52,7 @@ until leader=$(leader_of "$via") && [[ "$leader" == demo-worker-* ]]; do
 done
 status "$via"
 echo
-echo "== leader of $QUEUE: $leader; workers (online/draining/offline): $(workers_of "$via")"
+echo "== leader of $QUEUE: $leader; workers (online/draining): $(workers_of "$via")"
 via=$(live_worker "$leader") || { echo "no other worker is running to take over" >&2; exit 1; }
 
 start=$(now)
@@ -88,12 +90,12 @@ if [ "$MODE" = kill ]; then
 	echo
 	echo "== waiting for the leader to evict $leader from the registry (3 missed heartbeats, about 30 s)"
 	deadline=$((SECONDS + 120))
-	until [[ "$(workers_of "$via")" == */*/[1-9]* ]]; do
+	until [[ "$(evicted_of "$via")" == [1-9]* ]]; do
 		if running "$leader"; then echo "(docker restarted $leader by its restart policy: the eviction cannot be seen)"; break; fi
 		if ((SECONDS > deadline)); then echo "$leader not evicted after 120 s" >&2; verdict=1; break; fi
 		sleep 2
 	done
-	echo "== workers of $QUEUE (online/draining/offline): $(workers_of "$via") after $(elapsed "$start")s"
+	echo "== workers of $QUEUE (online/draining): $(workers_of "$via"), evicted: $(evicted_of "$via") after $(elapsed "$start")s"
 fi
 
 echo

@@ -17,10 +17,11 @@
 //
 // The queue's leader (an election.Term) calls Evict periodically, for example every
 // HeartbeatInterval. Workers whose last heartbeat is older than EvictAfter (default three intervals)
-// become OFFLINE. The comparison and the update happen in one script per batch, on the server's
-// clock, so a worker that heartbeats in between is never evicted, and a superseded leader's
-// eviction is harmless: it can only evict what is dead by the same rule, and is refused outright
-// once a newer leader has evicted on the queue.
+// become OFFLINE, and their records keep the leader's fencing token (Worker.EvictedBy), so that
+// operators tell a crash (Worker.Evicted) from a clean stop. The comparison and the update happen in
+// one script per batch, on the server's clock, so a worker that heartbeats in between is never
+// evicted, and a superseded leader's eviction is harmless: it can only evict what is dead by the same
+// rule, and is refused outright once a newer leader has evicted on the queue.
 //
 // Redis holds values anyone can write. A record with garbage in it never panics or stops List or
 // Evict: List skips it, Get reports it (ErrMalformed, naming the key and the field), Evict still

@@ -75,6 +75,11 @@ type Worker struct {
 	EvictedBy int64
 }
 
+// Evicted reports whether the worker went OFFLINE by its queue's leader's eviction, because its
+// heartbeat stopped (a crash, a kill, a cut from Redis); EvictedBy is then the leader's fencing token.
+// An OFFLINE worker that was not evicted deregistered itself: a clean stop, as on every restart.
+func (w Worker) Evicted() bool { return w.Status == StatusOffline && w.EvictedBy != 0 }
+
 // HasCapability reports whether the worker declared capability c.
 func (w Worker) HasCapability(c string) bool { return slices.Contains(w.Capabilities, c) }
 

@@ -44,6 +44,42 @@ func TestDecodeWorker(t *testing.T) {
 	}
 }
 
+// A record tells how its worker went OFFLINE: evicted by a leader (evicted_by holds its token) or
+// deregistered (no evicted_by); a live worker is neither.
+func TestWorkerEvicted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    string
+		evictedBy string // "" leaves the field out
+		want      bool
+		wantToken int64
+	}{
+		{"evicted", "OFFLINE", "77", true, 77},
+		{"deregistered", "OFFLINE", "", false, 0},
+		{"online", "ONLINE", "", false, 0},
+		{"draining", "DRAINING", "", false, 0},
+		{"live with a stray token", "ONLINE", "77", false, 77},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := goodRecord()
+			f[FieldStatus] = tc.status
+			if tc.status == string(StatusOffline) {
+				f[FieldDeregisteredMs] = "1700000009000"
+			}
+			if tc.evictedBy != "" {
+				f[FieldEvictedBy] = tc.evictedBy
+			}
+			w, err := decodeWorker("k", "orders", "w-1", f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Evicted() != tc.want || w.EvictedBy != tc.wantToken {
+				t.Fatalf("Evicted() = %v, EvictedBy = %d; want %v, %d", w.Evicted(), w.EvictedBy, tc.want, tc.wantToken)
+			}
+		})
+	}
+}
+
 func TestDecodeWorkerGarbage(t *testing.T) {
 	cases := []struct {
 		name   string

@@ -4,7 +4,9 @@
 // Temporal and Redis directly, so it works with every worker down, and changes nothing unless a
 // subcommand says so.
 //
-//	baton status            who leads each queue, its dispatcher run, heartbeat and workers (-json)
+//	baton status            who leads each queue, its dispatcher run, heartbeat and workers: live
+//	                        and evicted; those that left cleanly are summed up, listed with -offline
+//	                        (-json)
 //	baton verify            judge the deployment against Baton's invariants: 0 ok, 1 violations,
 //	                        2 could not judge (-json)
 //	baton ledger KEY        a dispatch request's record: not begun, pending or done, by which owner

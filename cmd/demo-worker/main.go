@@ -27,8 +27,10 @@
 // Prints who leads each queue, its dispatcher run, the age of its heartbeat and its workers, read
 // straight from etcd, Temporal and Redis, so it works with every worker down. -queues is optional:
 // without it (and without BATON_QUEUES) the queues are discovered from etcd and the worker registry.
-// A source that cannot be read shows "?" in its columns and a warning after the table. -json prints
-// the same as JSON.
+// A source that cannot be read shows "?" in its columns and a warning after the table. The workers
+// are shown live (ONLINE/DRAINING) and evicted (their heartbeat stopped); those that left cleanly
+// (deregistered, as on every restart) are summed up under the table, and -offline lists every OFFLINE
+// worker the registry still keeps. -json prints the same as JSON.
 //
 // # demo-worker load
 //

@@ -32,7 +32,7 @@ func TestStatusWithEveryServerDown(t *testing.T) {
 	}
 	out := stdout.String()
 	for _, q := range []string{"q1", "q5"} {
-		want := q + "     ?       ?      ?               ?          ?      ?              ?                     ?\n"
+		want := q + "     ?       ?      ?               ?          ?      ?              ?                 ?        ?\n"
 		if !strings.Contains(out, want) {
 			t.Errorf("no unknown row for %s:\n%s", q, out)
 		}

@@ -27,6 +27,7 @@ type statusOptions struct {
 	Common
 	timeout     time.Duration
 	json        bool
+	offline     bool // list the OFFLINE workers the registry still keeps
 	queuesGiven bool // -queues or BATON_QUEUES; otherwise the queues are discovered
 }
 
@@ -166,6 +167,8 @@ func parseStatus(prog string, args []string, stdout io.Writer, ignore []string) 
 	o.AddFlags(fs)
 	fs.Var(DurationValue{&o.timeout}, "timeout", "bound of every call to a server")
 	fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	fs.BoolVar(&o.offline, "offline", false,
+		"also list the OFFLINE workers the registry still keeps: those that left cleanly and those evicted")
 	if err := Parse(fs, args, stdout); err != nil {
 		return o, err
 	}

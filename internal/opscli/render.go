@@ -20,8 +20,9 @@ type report struct {
 	Reconciler leaderCell    `json:"reconciler_leader"`
 	Warnings   []string      `json:"warnings,omitempty"`
 
-	etcdOK bool
-	down   []string // the sources that could not be read (etcd, temporal, redis)
+	offlineListed bool // -offline: each queue's OfflineWorkers is read
+	etcdOK        bool
+	down          []string // the sources that could not be read (etcd, temporal, redis)
 }
 
 type queueStatus struct {
@@ -30,6 +31,8 @@ type queueStatus struct {
 	Dispatcher runCell       `json:"dispatcher"`
 	Heartbeat  heartbeatCell `json:"heartbeat"`
 	Workers    workersCell   `json:"workers"`
+	// OfflineWorkers are the queue's OFFLINE records, newest departure first; only with -offline.
+	OfflineWorkers []offlineWorker `json:"offline_workers,omitzero"`
 }
 
 // leaderCell is who etcd shows as leader; ServerID is empty when nobody leads.
@@ -66,14 +69,42 @@ type heartbeatCell struct {
 // workersCell counts the queue's workers in the registry by status, and adds up the load that the
 // online and draining ones reported (baton.Config.Load): tasks running now, and completed and failed
 // since each registered.
+//
+// Offline counts every OFFLINE record the registry still keeps (registry.Config.Retention, 24 h by
+// default), split by how the worker went: Left deregistered cleanly (every restart leaves one behind,
+// under its old server ID), Evicted was removed by its queue's leader when its heartbeat stopped (a
+// crash, a kill, a cut from Redis). Offline = Left + Evicted.
 type workersCell struct {
 	Known     bool  `json:"known"`
 	Online    int   `json:"online"`
 	Draining  int   `json:"draining"`
 	Offline   int   `json:"offline"`
+	Left      int   `json:"left"`
+	Evicted   int   `json:"evicted"`
 	Active    int   `json:"active"`
 	Completed int64 `json:"completed"`
 	Failed    int64 `json:"failed"`
+
+	firstLeft time.Time // the earliest departure of the Left (Redis time); zero when unknown
+}
+
+// How an OFFLINE worker went, as status shows it (registry.Worker.Evicted tells).
+const (
+	departureLeft    = "left"    // deregistered: a clean stop
+	departureEvicted = "evicted" // evicted by its queue's leader: its heartbeat stopped
+)
+
+// offlineWorker is one OFFLINE record of the registry, for -offline. DepartedAt is when it went
+// OFFLINE (Redis time; zero when the record does not say); EvictedBy is the evicting leader's token.
+type offlineWorker struct {
+	ServerID      string    `json:"server_id"`
+	Hostname      string    `json:"hostname"`
+	PID           int       `json:"pid"`
+	Version       string    `json:"version"`
+	Departure     string    `json:"departure"`
+	EvictedBy     int64     `json:"evicted_by,omitempty"`
+	DepartedAt    time.Time `json:"departed_at,omitzero"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
 }
 
 // seconds is a duration that JSON shows in seconds.
@@ -97,15 +128,16 @@ func writeJSON(w io.Writer, rep report) error {
 	return err
 }
 
-// writeTable prints one row per queue, the reconciler leader and the warnings.
+// writeTable prints one row per queue, the reconciler leader, the workers that left cleanly (a
+// summary, or with -offline the list of every OFFLINE worker) and the warnings.
 func writeTable(w io.Writer, rep report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tRUN TOKEN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN/OFF\tLOAD ACTIVE/DONE/FAILED")
+	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tRUN TOKEN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN\tEVICTED\tLOAD ACTIVE/DONE/FAILED")
 	for _, q := range rep.Queues {
 		leader, token := leaderCells(q.Leader)
 		run, since := runCells(q.Dispatcher, rep.CheckedAt)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, runTokenText(q), since,
-			heartbeatCellText(q.Heartbeat), workersCellText(q.Workers), loadCellText(q.Workers))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, runTokenText(q), since,
+			heartbeatCellText(q.Heartbeat), workersCellText(q.Workers), evictedCellText(q.Workers), loadCellText(q.Workers))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -119,11 +151,83 @@ func writeTable(w io.Writer, rep report) error {
 		leader += " (token " + token + ")"
 	}
 	fmt.Fprintf(&b, "reconciler leader: %s\n", leader)
+	if !rep.offlineListed {
+		b.WriteString(leftSummary(rep))
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if rep.offlineListed {
+		if err := writeOffline(w, rep); err != nil {
+			return err
+		}
+	}
+	b.Reset()
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", warn)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// leftSummary is one line on the workers that deregistered cleanly, which the table leaves out: every
+// restart leaves such a record behind for the registry's retention, and it is no trouble. It is empty
+// when there is none.
+func leftSummary(rep report) string {
+	left := 0
+	var first time.Time
+	for _, q := range rep.Queues {
+		left += q.Workers.Left
+		if f := q.Workers.firstLeft; !f.IsZero() && (first.IsZero() || f.Before(first)) {
+			first = f
+		}
+	}
+	if left == 0 {
+		return ""
+	}
+	what := fmt.Sprintf("%d workers", left)
+	if left == 1 {
+		what = "1 worker"
+	}
+	if !first.IsZero() {
+		what += " in the last " + formatAge(rep.CheckedAt.Sub(first))
+	}
+	return fmt.Sprintf("left cleanly: %s (deregistered, as on every restart; -offline lists them)\n", what)
+}
+
+// writeOffline lists the OFFLINE workers of every queue whose workers could be read.
+func writeOffline(w io.Writer, rep report) error {
+	n := 0
+	for _, q := range rep.Queues {
+		n += len(q.OfflineWorkers)
+	}
+	if n == 0 {
+		_, err := io.WriteString(w, "offline workers: none\n")
+		return err
+	}
+	if _, err := io.WriteString(w, "offline workers (kept for the registry's retention):\n"); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tSERVER\tHOST\tPID\tVERSION\tDEPARTURE\tSINCE")
+	for _, q := range rep.Queues {
+		for _, x := range q.OfflineWorkers {
+			how := x.Departure
+			if x.EvictedBy != 0 {
+				how += " by token " + strconv.FormatInt(x.EvictedBy, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Queue, x.ServerID, orDash(x.Hostname), x.PID, orDash(x.Version),
+				how, sinceText(x.DepartedAt, rep.CheckedAt))
+		}
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func leaderCells(l leaderCell) (leader, token string) {
@@ -143,7 +247,15 @@ func runCells(r runCell, now time.Time) (run, since string) {
 	case r.RunID == "":
 		return "-", "-"
 	}
-	return r.RunID + " " + r.Status, r.StartTime.UTC().Format(time.RFC3339) + " (" + formatAge(now.Sub(r.StartTime)) + ")"
+	return r.RunID + " " + r.Status, sinceText(r.StartTime, now)
+}
+
+// sinceText is a time and how long ago it was, or "-" for the zero time.
+func sinceText(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + formatAge(now.Sub(t)) + ")"
 }
 
 // runTokenText is the run's memo token, flagged "!=" when the run is running and its token is not
@@ -178,7 +290,14 @@ func workersCellText(c workersCell) string {
 	if !c.Known {
 		return unknown
 	}
-	return fmt.Sprintf("%d/%d/%d", c.Online, c.Draining, c.Offline)
+	return fmt.Sprintf("%d/%d", c.Online, c.Draining)
+}
+
+func evictedCellText(c workersCell) string {
+	if !c.Known {
+		return unknown
+	}
+	return strconv.Itoa(c.Evicted)
 }
 
 func loadCellText(c workersCell) string {

@@ -115,7 +115,7 @@ func (s *source) warning() string {
 // collectStatus reads etcd, Temporal and Redis, each bounded by o.timeout per call; the three are read
 // in parallel.
 func collectStatus(ctx context.Context, o statusOptions) report {
-	rep := report{Project: o.Cfg.Project, CheckedAt: time.Now().UTC()}
+	rep := report{Project: o.Cfg.Project, CheckedAt: time.Now().UTC(), offlineListed: o.offline}
 	etcdSrc, temporalSrc, redisSrc := &source{name: "etcd"}, &source{name: "temporal"}, &source{name: "redis"}
 
 	var lc Hooks
@@ -394,15 +394,21 @@ func readRedis(ctx context.Context, src *source, rdb redis.UniversalClient, reg 
 		if src.down() {
 			continue
 		}
-		q.Workers = countWorkers(ctx, src, reg, q.Queue, o.timeout)
+		q.Workers, q.OfflineWorkers = countWorkers(ctx, src, reg, q.Queue, o)
 	}
 }
 
-func countWorkers(ctx context.Context, src *source, reg *registry.Registry, queue string, timeout time.Duration) workersCell {
+// countWorkers reads the registry's workers of queue and counts them; with -offline it also lists the
+// OFFLINE ones, newest departure first.
+func countWorkers(ctx context.Context, src *source, reg *registry.Registry, queue string, o statusOptions) (workersCell, []offlineWorker) {
 	w := workersCell{Known: true}
+	var gone []offlineWorker
+	if o.offline {
+		gone = []offlineWorker{} // listed, even when there is none
+	}
 	cursor := ""
 	for {
-		page, err := call(ctx, timeout, func(ctx context.Context) ([]registry.Worker, error) {
+		page, err := call(ctx, o.timeout, func(ctx context.Context) ([]registry.Worker, error) {
 			var err error
 			var ws []registry.Worker
 			ws, cursor, err = reg.List(ctx, registry.Filter{Queue: queue}, cursor, registry.MaxListLimit)
@@ -410,26 +416,56 @@ func countWorkers(ctx context.Context, src *source, reg *registry.Registry, queu
 		})
 		if err != nil {
 			src.fail(fmt.Errorf("list the workers of %s: %w", queue, err))
-			return workersCell{}
+			return workersCell{}, nil
 		}
 		for _, x := range page {
-			switch x.Status {
-			case registry.StatusOnline:
-				w.Online++
-			case registry.StatusDraining:
-				w.Draining++
-			case registry.StatusOffline:
-				w.Offline++
-				continue // its load is history
+			w.add(x)
+			if o.offline && x.Status == registry.StatusOffline {
+				gone = append(gone, newOfflineWorker(x))
 			}
-			w.Active += x.Active
-			w.Completed += x.TotalCompleted
-			w.Failed += x.TotalFailed
 		}
 		if cursor == "" {
-			return w
+			slices.SortStableFunc(gone, func(a, b offlineWorker) int { return b.DepartedAt.Compare(a.DepartedAt) })
+			return w, gone
 		}
 	}
+}
+
+// add counts x by its status and, for an OFFLINE worker, by how it went: a clean Deregister (left) or
+// its leader's eviction (evicted). The load of a live worker adds up; an OFFLINE one's is history.
+func (c *workersCell) add(x registry.Worker) {
+	switch x.Status {
+	case registry.StatusOnline:
+		c.Online++
+	case registry.StatusDraining:
+		c.Draining++
+	case registry.StatusOffline:
+		c.Offline++
+		if x.Evicted() {
+			c.Evicted++
+			return
+		}
+		c.Left++
+		if !x.DeregisteredAt.IsZero() && (c.firstLeft.IsZero() || x.DeregisteredAt.Before(c.firstLeft)) {
+			c.firstLeft = x.DeregisteredAt.UTC()
+		}
+		return
+	}
+	c.Active += x.Active
+	c.Completed += x.TotalCompleted
+	c.Failed += x.TotalFailed
+}
+
+func newOfflineWorker(x registry.Worker) offlineWorker {
+	ow := offlineWorker{ServerID: x.ServerID, Hostname: x.Hostname, PID: x.PID, Version: x.Version,
+		Departure: departureLeft, LastHeartbeat: x.LastHeartbeat.UTC()}
+	if x.Evicted() {
+		ow.Departure, ow.EvictedBy = departureEvicted, x.EvictedBy
+	}
+	if !x.DeregisteredAt.IsZero() {
+		ow.DepartedAt = x.DeregisteredAt.UTC()
+	}
+	return ow
 }
 
 // quietRedis drops go-redis's own messages (pool dial failures): status reports a Redis that is down
