@@ -56,6 +56,9 @@ var ErrExternal = errors.New("etcdtest: cluster is external (" + EnvEndpoints + 
 type Options struct {
 	// Members is the number of members; default 1.
 	Members int
+	// ClientPort is member 0's client port on 127.0.0.1; member i listens on ClientPort+i. Default:
+	// free ports. Peer ports are always free ones.
+	ClientPort int
 	// Dir is the parent dir of the members' data dirs (Dir/member0, ...).
 	// Default: a new os.MkdirTemp dir, removed by Close. A Dir given here is
 	// not removed by Close (the caller owns it, e.g. t.TempDir()).
@@ -169,6 +172,9 @@ func (c *Cluster) startNew() error {
 		clientScheme = "https"
 	}
 	for i := range c.members {
+		if c.opts.ClientPort != 0 {
+			ports[2*i] = c.opts.ClientPort + i
+		}
 		c.members[i] = &member{
 			name:      fmt.Sprintf("m%d", i),
 			dir:       memberDir(c.root, i),

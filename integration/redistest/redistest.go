@@ -8,6 +8,7 @@
 package redistest
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -57,6 +58,8 @@ type Options struct {
 	// TLS, when set, makes the server accept TLS connections only, on the port it is given. It needs
 	// a redis-server built with TLS (Debian's is).
 	TLS *TLS
+	// Port is the server's port on 127.0.0.1; default a free one.
+	Port int
 	// LogFile is the file redis-server appends its log to; default redis.log in its working
 	// directory, which Close removes (Start chooses one that outlives a failed test).
 	LogFile string
@@ -136,13 +139,18 @@ func startLocal(opts Options) (*Server, error) {
 		opts.LogFile = filepath.Join(dir, "redis.log")
 	}
 	s := &Server{opts: opts, bin: bin, dir: dir, password: opts.Password}
-	for attempt := 0; attempt < 5; attempt++ {
+	attempts := 5 // free ports picked may be taken before the server binds them: pick others
+	if opts.Port != 0 {
+		attempts = 1
+	}
+	for attempt := 0; attempt < attempts; attempt++ {
 		// A cluster node's bus port is set explicitly: the default, port+10000, may be taken or past 65535.
 		ports, perr := testkit.PickPorts(2)
 		if perr != nil {
 			err = perr
 			continue
 		}
+		ports[0] = cmp.Or(opts.Port, ports[0])
 		s.addr, s.busPort = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), ports[1]
 		if err = s.start(); err == nil {
 			return s, nil

@@ -15,8 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,11 +41,17 @@ const (
 // Options configures Start. The zero value is one etcd member, Redis in auto mode and Child.
 type Options struct {
 	EtcdMembers int
-	Redis       string
+	// EtcdPort is the first etcd member's client port on 127.0.0.1 (member i's is EtcdPort+i),
+	// RedisPort Redis's (the real server's or the stand-in's); default free ports.
+	EtcdPort, RedisPort int
+	Redis               string
 	// RedisAppendOnly keeps Redis's data across a restart of the real server.
 	RedisAppendOnly bool
 	// Temporal starts the Temporal server, its data in dir; default Child.
 	Temporal func(ctx context.Context, dir string) (Temporal, error)
+	// TemporalStarting is what Say tells as the Temporal server starts; default the note on Child's
+	// first start, which builds the server.
+	TemporalStarting string
 	// Dir is where the servers' data directory is made (removed by Close); default os.TempDir().
 	Dir string
 	// Say receives a human line per server as it is ready or stopped, Warn the notices (the
@@ -101,7 +109,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	s.closers = append(s.closers, closer{"data dir", func() error { return os.RemoveAll(dir) }})
 
 	t := time.Now()
-	if s.Etcd, err = etcdtest.StartCluster(etcdtest.Options{Members: o.EtcdMembers, Dir: filepath.Join(dir, "etcd")}); err != nil {
+	if s.Etcd, err = etcdtest.StartCluster(etcdtest.Options{Members: o.EtcdMembers, ClientPort: o.EtcdPort, Dir: filepath.Join(dir, "etcd")}); err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	s.closers = append(s.closers, closer{"etcd", s.Etcd.Close})
@@ -122,7 +130,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 
 	t = time.Now()
-	o.Say("temporal  starting (the first run on a machine builds the server: several minutes; later runs reuse it)")
+	o.Say("temporal  %s", o.TemporalStarting)
 	stop := sayWhile(o.Say, "temporal", t, 20*time.Second)
 	s.Temporal, err = o.Temporal(ctx, dir)
 	stop()
@@ -154,6 +162,9 @@ func (o Options) withDefaults() Options {
 	if o.Temporal == nil {
 		o.Temporal = Child
 	}
+	if o.TemporalStarting == "" {
+		o.TemporalStarting = "starting (the first run on a machine builds the server: several minutes; later runs reuse it)"
+	}
 	nop := func(string, ...any) {}
 	if o.Say == nil {
 		o.Say = nop
@@ -173,7 +184,7 @@ func (s *Stack) startRedis(o Options) (string, error) {
 	if o.Redis != RedisInprocess {
 		bin, err := o.RedisBinary()
 		if err == nil || os.Getenv(redistest.EnvAddr) != "" { // an external server needs no binary
-			if s.Redis, err = redistest.StartServer(redistest.Options{AppendOnly: o.RedisAppendOnly}); err != nil {
+			if s.Redis, err = redistest.StartServer(redistest.Options{AppendOnly: o.RedisAppendOnly, Port: o.RedisPort}); err != nil {
 				return "", err
 			}
 			s.closers = append(s.closers, closer{"redis", s.Redis.Close})
@@ -189,7 +200,7 @@ func (s *Stack) startRedis(o Options) (string, error) {
 	// By default miniredis only expires keys when told to (FastForward); a stand-in for a server
 	// must let PEXPIRE'd keys (heartbeats, registry records) expire with the wall clock.
 	m.ClockTTL(true)
-	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+	if err := m.StartAddr(net.JoinHostPort("127.0.0.1", strconv.Itoa(o.RedisPort))); err != nil {
 		return "", err
 	}
 	s.closers = append(s.closers, closer{"redis", func() error { m.Close(); return nil }})

@@ -77,6 +77,9 @@ type Options struct {
 	// LogFile is the file the server's own log is appended to; default:
 	// none (Start and Main choose one, see there).
 	LogFile string
+	// FrontendPort is the frontend's port on 127.0.0.1, the one clients dial; default a free one.
+	// The server's other ports are always picked free.
+	FrontendPort int
 	// Dir holds the server's SQLite database, which Close leaves there: a
 	// server started later on the same Dir finds the namespaces and
 	// executions. Default: a temporary directory that Close removes.
@@ -107,7 +110,7 @@ type Server struct {
 }
 
 // StartServer starts a Temporal server in a child process, its frontend on
-// a free port on 127.0.0.1, and returns once the frontend serves and
+// 127.0.0.1 (on a free port, or on opts.FrontendPort), and returns once the frontend serves and
 // opts.Namespace is usable (bounded by DefaultTimeout).
 //
 // If BATON_TEMPORAL_ADDRESS is set, it starts nothing; it registers the
@@ -168,6 +171,9 @@ func StartServerContext(ctx context.Context, opts Options) (*Server, error) {
 			s.Close()
 			return nil, err
 		}
+		if opts.FrontendPort != 0 {
+			ports[0] = opts.FrontendPort
+		}
 		s.hostPort = "127.0.0.1:" + strconv.Itoa(ports[0])
 		s.args = []string{"-db", filepath.Join(s.dir, "temporal.db"), "-namespace", s.namespace,
 			"-frontend-port", strconv.Itoa(ports[0]), "-history-port", strconv.Itoa(ports[1]),
@@ -221,6 +227,15 @@ func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
 		return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, err)
 	}
 	return err
+}
+
+// WaitReady waits, as StartServer does for its own server, until the frontend at hostPort answers
+// and namespace is usable, registering the namespace where it does not exist yet: for a server that
+// another program runs, such as the Temporal CLI's dev server. A close of exited (nil: never) ends
+// the wait with an error: the server's process is gone.
+func WaitReady(ctx context.Context, hostPort, namespace string, exited <-chan struct{}) error {
+	s := &Server{opts: Options{Logger: zap.NewNop()}, hostPort: hostPort, namespace: namespace}
+	return s.waitReady(ctx, exited)
 }
 
 func (s *Server) tryNamespace(ctx context.Context) error {

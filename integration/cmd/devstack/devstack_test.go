@@ -28,8 +28,9 @@ import (
 	"github.com/baton-run/baton/integration/testkit"
 )
 
-// Every test stops what it started. The stack's Temporal server is temporalx's child here
-// (stack.Child): the in-process one leaves goroutines behind when it stops.
+// Every test stops what it started. The stack's Temporal server is a child process here (Baton's
+// own through temporalx, or a stand-in for the Temporal CLI): the in-process one leaves goroutines
+// behind when it stops.
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // ownServers makes the helpers start servers even when the BATON_* variables point at running ones.
@@ -56,8 +57,12 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	began := time.Now()
-	st, err := start(t.Context(), options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisAuto, Temporal: stack.Child, Dir: tmp},
-		envFile: envFile, stdout: &stdout, stderr: &stderr})
+	// Baton's own Temporal server (-temporal=builtin), and every server on a port asked for.
+	ports := freePorts(t, 3)
+	temporalPort, etcdPort, redisPort := ports[0], ports[1], ports[2]
+	st, err := start(t.Context(), options{servers: stack.Options{EtcdMembers: 1, EtcdPort: etcdPort, RedisPort: redisPort,
+		Redis: stack.RedisAuto, Dir: tmp},
+		temporal: temporalOptions{mode: temporalBuiltin, port: temporalPort}, envFile: envFile, stdout: &stdout, stderr: &stderr})
 	if err != nil {
 		t.Fatalf("start: %v\nstderr: %s", err, stderr.String())
 	}
@@ -76,16 +81,28 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"BATON_ETCD_ENDPOINTS", "BATON_TEMPORAL_ADDRESS", "BATON_TEMPORAL_NAMESPACE",
-		"BATON_REDIS_ADDR", "BATON_DEVSTACK_REDIS"} {
+		"BATON_REDIS_ADDR", "BATON_DEVSTACK_REDIS", "BATON_DEVSTACK_TEMPORAL"} {
 		if env[name] == "" {
 			t.Errorf("env file has no %s: %v", name, env)
 		}
 	}
-	if len(env) != 5 {
-		t.Errorf("env file has %d variables, want 5: %v", len(env), env)
+	if len(env) != 6 {
+		t.Errorf("env file has %d variables, want 6: %v", len(env), env)
 	}
 	if env["BATON_DEVSTACK_REDIS"] != wantMode {
 		t.Errorf("BATON_DEVSTACK_REDIS=%s, want %s", env["BATON_DEVSTACK_REDIS"], wantMode)
+	}
+	if env["BATON_DEVSTACK_TEMPORAL"] != temporalBuiltin {
+		t.Errorf("BATON_DEVSTACK_TEMPORAL=%s, want %s", env["BATON_DEVSTACK_TEMPORAL"], temporalBuiltin)
+	}
+	for _, want := range []struct{ name, value string }{
+		{"BATON_TEMPORAL_ADDRESS", fmt.Sprintf("127.0.0.1:%d", temporalPort)},
+		{"BATON_ETCD_ENDPOINTS", fmt.Sprintf("http://127.0.0.1:%d", etcdPort)},
+		{"BATON_REDIS_ADDR", fmt.Sprintf("127.0.0.1:%d", redisPort)},
+	} {
+		if env[want.name] != want.value {
+			t.Errorf("%s=%s, want %s (the port asked for)", want.name, env[want.name], want.value)
+		}
 	}
 	if !strings.Contains(stdout.String(), formatEnv(st.Env())) {
 		t.Errorf("stdout lacks the env lines:\n%s", stdout.String())
@@ -139,8 +156,8 @@ func TestStartFailureStopsWhatStarted(t *testing.T) {
 	ownServers(t)
 	tmp := t.TempDir()
 	var stdout bytes.Buffer
-	_, err := start(t.Context(), options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisReal, Temporal: stack.Child, Dir: tmp,
-		RedisBinary: func() (string, error) { return "", redistest.ErrNoBinary }},
+	_, err := start(t.Context(), options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisReal, Dir: tmp,
+		RedisBinary: func() (string, error) { return "", redistest.ErrNoBinary }}, temporal: temporalOptions{mode: temporalBuiltin},
 		envFile: filepath.Join(tmp, "devstack.env"), stdout: &stdout})
 	if err == nil || !strings.Contains(err.Error(), "redis-server is not installed") {
 		t.Fatalf("start = %v, want a redis-server is not installed error", err)
@@ -389,12 +406,38 @@ func TestParseFlags(t *testing.T) {
 		want    options
 		wantErr string
 	}{
-		{"defaults", nil, options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisAuto}}, ""},
-		{"all", []string{"-etcd-members=3", "-redis=inprocess", "-env-file=/tmp/x.env", "-quiet"},
-			options{servers: stack.Options{EtcdMembers: 3, Redis: stack.RedisInprocess}, envFile: "/tmp/x.env", quiet: true}, ""},
+		{"defaults", nil, options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisAuto},
+			temporal: temporalOptions{mode: temporalAuto}}, ""},
+		{"all", []string{"-etcd-members=3", "-redis=inprocess", "-env-file=/tmp/x.env", "-quiet",
+			"-temporal=cli", "-temporal-cli=/opt/temporal", "-temporal-port=7233", "-temporal-ui-port=8233"},
+			options{servers: stack.Options{EtcdMembers: 3, Redis: stack.RedisInprocess}, envFile: "/tmp/x.env", quiet: true,
+				temporal: temporalOptions{mode: temporalCLI, cli: "/opt/temporal", port: 7233, uiPort: 8233}}, ""},
+		{"builtin on a port", []string{"-temporal=builtin", "-temporal-port=7233"},
+			options{servers: stack.Options{EtcdMembers: 1, Redis: stack.RedisAuto}, temporal: temporalOptions{mode: temporalBuiltin, port: 7233}}, ""},
 		{"no members", []string{"-etcd-members=0"}, options{}, "-etcd-members=0: want 1 to 9"},
 		{"unknown redis mode", []string{"-redis=docker"}, options{}, `-redis="docker": want auto, real or inprocess`},
 		{"positional argument", []string{"extra"}, options{}, "unexpected arguments"},
+		{"unknown temporal mode", []string{"-temporal=docker"}, options{}, `-temporal="docker": want auto, cli or builtin`},
+		{"builtin with a CLI", []string{"-temporal=builtin", "-temporal-cli=/opt/temporal"}, options{}, "-temporal-cli=/opt/temporal"},
+		{"builtin with a UI", []string{"-temporal=builtin", "-temporal-ui-port=8233"}, options{}, "-temporal-ui-port=8233"},
+		{"port out of range", []string{"-temporal-port=70000"}, options{}, "-temporal-port=70000"},
+		{"negative port", []string{"-temporal-ui-port=-1"}, options{}, "-temporal-ui-port=-1"},
+		{"one port twice", []string{"-temporal-port=7233", "-temporal-ui-port=7233"}, options{},
+			"-temporal-ui-port=7233: port 7233 is -temporal-port=7233's already"},
+		{"well-known ports", []string{"-fixed-ports"}, options{servers: stack.Options{EtcdMembers: 1, EtcdPort: 2379, RedisPort: 6379,
+			Redis: stack.RedisAuto}, temporal: temporalOptions{mode: temporalAuto, port: 7233, wellKnownUI: true}}, ""},
+		{"well-known ports but some", []string{"-fixed-ports", "-redis-port=0", "-etcd-port=12379", "-temporal-ui-port=9000"},
+			options{servers: stack.Options{EtcdMembers: 1, EtcdPort: 12379, Redis: stack.RedisAuto},
+				temporal: temporalOptions{mode: temporalAuto, port: 7233, uiPort: 9000}}, ""},
+		{"ports of every server", []string{"-etcd-port=2379", "-etcd-members=3", "-redis-port=6379", "-temporal-port=7233"},
+			options{servers: stack.Options{EtcdMembers: 3, EtcdPort: 2379, RedisPort: 6379, Redis: stack.RedisAuto},
+				temporal: temporalOptions{mode: temporalAuto, port: 7233}}, ""},
+		{"etcd members past the last port", []string{"-etcd-port=65535", "-etcd-members=2"}, options{},
+			"-etcd-port=65535 with -etcd-members=2: member 1: port 65536"},
+		{"etcd members over another port", []string{"-etcd-port=6378", "-etcd-members=2", "-redis-port=6379"}, options{},
+			"-redis-port=6379: port 6379 is -etcd-port=6378 with -etcd-members=2: member 1's already"},
+		{"well-known port twice", []string{"-fixed-ports", "-temporal-port=6379"}, options{},
+			"-fixed-ports (-redis-port=6379): port 6379 is -temporal-port=6379's already"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseFlags(tc.args, &bytes.Buffer{})
@@ -405,13 +448,16 @@ func TestParseFlags(t *testing.T) {
 				return
 			}
 			type flags struct {
-				members int
-				redis   string
-				envFile string
-				quiet   bool
+				members, etcdPort, redisPort int
+				redis                        string
+				temporal                     temporalOptions
+				envFile                      string
+				quiet                        bool
 			}
-			g := flags{got.servers.EtcdMembers, got.servers.Redis, got.envFile, got.quiet}
-			w := flags{tc.want.servers.EtcdMembers, tc.want.servers.Redis, tc.want.envFile, tc.want.quiet}
+			g := flags{got.servers.EtcdMembers, got.servers.EtcdPort, got.servers.RedisPort, got.servers.Redis, got.temporal,
+				got.envFile, got.quiet}
+			w := flags{tc.want.servers.EtcdMembers, tc.want.servers.EtcdPort, tc.want.servers.RedisPort, tc.want.servers.Redis,
+				tc.want.temporal, tc.want.envFile, tc.want.quiet}
 			if err != nil || g != w {
 				t.Fatalf("parseFlags = %+v, %v; want %+v", got, err, tc.want)
 			}
