@@ -19,6 +19,7 @@ import (
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -71,6 +72,10 @@ type Config struct {
 	// Reconciler tunes the project's reconciler (interval default 1m, stale after 30s). Project,
 	// ServerID and Prefix are set by the Node (Prefix from Heartbeat.Prefix): leave them empty.
 	Reconciler reconciler.Config
+	// Progress tunes the owner's checks that each run it leads makes progress (package progress):
+	// interval default Heartbeat.Interval, so a stall shows in readiness, status and
+	// baton.dispatch.stalled within two heartbeat intervals.
+	Progress progress.Config
 	// ReconcilerElectionPrefix is the etcd prefix of the reconciler election. Default
 	// "/baton/reconciler"; it must differ from Election.Prefix.
 	ReconcilerElectionPrefix string
@@ -163,6 +168,11 @@ func (c Config) withDefaults() Config {
 		// A closed run is noticed within one heartbeat interval, like a dead owner's missing heartbeat.
 		c.Takeover.WatchInterval = c.Heartbeat.Interval
 	}
+	if c.Progress.Interval == 0 {
+		// A stall shows within two heartbeat intervals.
+		c.Progress.Interval = c.Heartbeat.Interval
+	}
+	c.Progress = c.Progress.WithDefaults()
 	c.Registry.Project = c.Project
 	c.Registry = c.Registry.WithDefaults()
 	return c
@@ -292,6 +302,9 @@ func (c Config) checkComponents() error {
 		return err
 	}
 	if err := sub("Heartbeat", c.Heartbeat.Validate()); err != nil {
+		return err
+	}
+	if err := sub("Progress", c.Progress.Validate()); err != nil {
 		return err
 	}
 	if !c.DisableReconciler {

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/progress"
 )
 
 // Metric names of a Node. With the OpenTelemetry Prometheus exporter they read baton_queue_leader,
@@ -25,6 +26,15 @@ const (
 	// MetricWorkers is the number of the queue's registered workers by status (ONLINE, DRAINING,
 	// OFFLINE), reported by the queue's leader only, as of its last eviction pass.
 	MetricWorkers = "baton.registry.workers"
+	// MetricDispatchStalled is, for each queue this process leads and each progress.Cause, 1 while
+	// the last progress check of its run found that cause, else 0 (attributes project, queue, cause).
+	MetricDispatchStalled = "baton.dispatch.stalled"
+	// MetricDispatchPending is the number of requests the run holds (accepted, not yet handled:
+	// waiting or in flight), by the queue's owner, as of its last progress check.
+	MetricDispatchPending = "baton.dispatch.pending"
+	// MetricDispatchOldestPending is how long the oldest request the run holds has waited, in
+	// seconds (0: none), as of the owner's last progress check.
+	MetricDispatchOldestPending = "baton.dispatch.oldest_pending.age"
 )
 
 type metrics struct {
@@ -55,6 +65,21 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	stalled, err := meter.Int64ObservableGauge(MetricDispatchStalled,
+		metric.WithDescription("1 while the owner's last progress check of the queue's dispatcher run found this cause, else 0."))
+	if err != nil {
+		return nil, err
+	}
+	pending, err := meter.Int64ObservableGauge(MetricDispatchPending,
+		metric.WithDescription("Requests the queue's dispatcher run holds (waiting or in flight), by its owner's last progress check."))
+	if err != nil {
+		return nil, err
+	}
+	oldest, err := meter.Float64ObservableGauge(MetricDispatchOldestPending, metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest request the queue's dispatcher run holds has waited, by its owner's last progress check."))
+	if err != nil {
+		return nil, err
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -69,6 +94,9 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 			}
 			o.ObserveInt64(leader, leading, attrs)
 			o.ObserveInt64(open, owned, attrs)
+			if leading == 1 && !s.progress.CheckedAt.IsZero() {
+				observeProgress(o, m.project, q, s.progress, stalled, pending, oldest)
+			}
 			if leading == 1 {
 				for status, count := range s.workers {
 					o.ObserveInt64(workers, int64(count), metric.WithAttributes(m.project, attribute.String("queue", q),
@@ -77,11 +105,28 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 			}
 		}
 		return nil
-	}, leader, open, workers)
+	}, leader, open, workers, stalled, pending, oldest)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// observeProgress reports a leading queue's last progress check.
+func observeProgress(o metric.Observer, project attribute.KeyValue, queue string, rep progress.Report,
+	stalled, pending metric.Int64Observable, oldest metric.Float64Observable) {
+	q := attribute.String("queue", queue)
+	for _, c := range progress.Causes {
+		var v int64
+		if rep.Cause == c {
+			v = 1
+		}
+		o.ObserveInt64(stalled, v, metric.WithAttributes(project, q, attribute.String("cause", string(c))))
+	}
+	if p := rep.Progress; p != nil {
+		o.ObserveInt64(pending, int64(p.Waiting+p.InFlight), metric.WithAttributes(project, q))
+		o.ObserveFloat64(oldest, rep.OldestPendingAge.Seconds(), metric.WithAttributes(project, q))
+	}
 }
 
 func (m *metrics) stepDown(ctx context.Context, queue string, cause error) {

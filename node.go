@@ -17,6 +17,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -42,6 +43,7 @@ type Node struct {
 	balance  *balance.Runner
 	recEl    *election.Elector
 	takeover *takeover.Manager
+	temporal client.Client // for the progress checks
 	hb       *heartbeat.Writer
 	rec      *reconciler.Reconciler
 	reg      *registry.Registry
@@ -86,7 +88,7 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 		return nil, fmt.Errorf("%w: Redis client must not be nil", ErrInvalidConfig)
 	}
 	cfg := checked.cfg
-	n := &Node{cfg: cfg, etcd: etcd, state: make(map[string]*queueState, len(cfg.Queues)), announced: make(map[string]*election.Term),
+	n := &Node{cfg: cfg, etcd: etcd, temporal: temporal, state: make(map[string]*queueState, len(cfg.Queues)), announced: make(map[string]*election.Term),
 		log: cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID))}
 	var err error
 	if n.queues, err = election.New(etcd, cfg.Election); err != nil {
@@ -295,7 +297,7 @@ func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callba
 func (n *Node) lead(ctx context.Context, queue string, term *election.Term) error {
 	n.update(queue, func(s *queueState) {
 		s.term, s.run, s.open, s.lastErr, s.noRunSince, s.hbErr = term, takeover.Run{}, false, nil, time.Now(), nil
-		s.handingOver = false
+		s.handingOver, s.progress, s.stalledSince = false, progress.Report{}, time.Time{}
 	})
 	var evict sync.WaitGroup
 	defer evict.Wait()
@@ -374,6 +376,9 @@ func (n *Node) supervise(ctx context.Context, queue string, term *election.Term,
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	runs := make(chan takeover.Run, 1)
+	if !n.cfg.Progress.Disabled {
+		wg.Go(func() { n.watchProgress(ctx, queue, term) })
+	}
 	wg.Go(func() {
 		if err := n.heartbeat(ctx, term, run, runs); err != nil {
 			// Redis holds a newer owner's entry for this dispatcher: this term must not go on.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -30,6 +31,8 @@ type queueState struct {
 	handingOver    bool      // a graceful step-down of this term is ending its run
 	lastCause      error
 	workers        map[registry.Status]int // counted by this process while it leads the queue
+	progress       progress.Report         // the last progress check of the term's run
+	stalledSince   time.Time               // when progress.Cause became what it is (zero: not stalled)
 }
 
 type workerState struct {
@@ -88,6 +91,11 @@ type QueueStatus struct {
 	// Workers counts the queue's registered workers by status, as this process last saw them while
 	// leading it.
 	Workers map[registry.Status]int `json:"workers,omitempty"`
+	// Progress is the last progress check of the run this process owns (package progress): a
+	// cause when the run makes no progress, and what the run holds; StalledSince is when that cause
+	// was first seen.
+	Progress     *progress.Report `json:"progress,omitempty"`
+	StalledSince time.Time        `json:"stalled_since,omitzero"`
 }
 
 // BalanceStatus is this worker's share of the leadership.
@@ -131,6 +139,10 @@ func (n *Node) Status() Status {
 			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
 			qs.FirstRunID, qs.DispatcherOpen = s.run.FirstRunID, s.open
 			qs.HandOverWaiting = n.balance.HandOverWaiting(q)
+			if !s.progress.CheckedAt.IsZero() {
+				rep := s.progress
+				qs.Progress, qs.StalledSince = &rep, s.stalledSince
+			}
 			if s.workers != nil {
 				qs.Workers = make(map[registry.Status]int, len(s.workers))
 				for k, v := range s.workers {
@@ -199,6 +211,11 @@ var (
 	// ErrNoDispatcher fails readiness while this process leads a queue without an open dispatcher run
 	// for longer than one heartbeat interval (the run closed and could not be replaced yet).
 	ErrNoDispatcher = errors.New("baton: leading without an open dispatcher run")
+	// ErrDispatcherStalled fails readiness while the dispatcher run of a queue this process leads
+	// makes no progress, with the cause its last progress check found (package progress): nobody
+	// polls its task queue, a workflow task or the dispatch activity is stuck, its oldest request
+	// waits too long, or Temporal does not answer.
+	ErrDispatcherStalled = errors.New("baton: dispatcher run makes no progress")
 	// ErrHeartbeatFailing fails readiness while the dispatcher heartbeat of a queue this process leads
 	// has failed for longer than one heartbeat interval (Redis unreachable, or refusing the write: an
 	// ACL without a command, a read-only replica). The reconciler would take the run for a dead owner's.
@@ -292,6 +309,10 @@ func (n *Node) queueReadiness() error {
 		}
 		if s.term != nil && s.term.Err() == nil && !s.open && time.Since(s.noRunSince) > n.cfg.Heartbeat.Interval {
 			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, time.Since(s.noRunSince).Round(time.Millisecond), s.lastErr)
+		}
+		if s.term != nil && s.term.Err() == nil && s.open && s.progress.Stalled() {
+			return fmt.Errorf("%w: queue %s: %s for %v: %s", ErrDispatcherStalled, q, s.progress.Cause,
+				time.Since(s.stalledSince).Round(time.Millisecond), s.progress.Detail)
 		}
 	}
 	return nil

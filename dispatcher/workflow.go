@@ -22,7 +22,30 @@ const (
 	UpdateDispatch = "baton.dispatch"
 	SignalTakeover = "baton.takeover"
 	QueryState     = "baton.state"
+	// QueryProgress answers the run's Progress: what it holds and since when. The owner's progress
+	// supervision (package progress) and `baton status` ask it.
+	QueryProgress = "baton.progress"
 )
+
+// Progress is a run's answer to QueryProgress. Times are workflow times (the server's clock at the
+// workflow task that saw the event), so a querier judges ages against its own clock.
+type Progress struct {
+	// Waiting counts the requests accepted and not started; InFlight those whose dispatch runs.
+	Waiting  int `json:"waiting"`
+	InFlight int `json:"in_flight"`
+	// OldestAccepted is when the oldest waiting or in-flight request was accepted by this run (a
+	// request carried over from an earlier run counts from when this run took it); zero when none.
+	OldestAccepted time.Time `json:"oldest_accepted,omitzero"`
+	// LastHandled is when a dispatch last completed in this run; zero before the first.
+	LastHandled time.Time `json:"last_handled,omitzero"`
+	// Backlog counts the earlier runs whose requests are still to be read back.
+	Backlog    int   `json:"backlog"`
+	Dispatched int64 `json:"dispatched"`
+	Generation int   `json:"generation"`
+	// Quiescing (a planned step-down) and Draining (continue-as-new is due) say why nothing starts.
+	Quiescing bool `json:"quiescing,omitempty"`
+	Draining  bool `json:"draining,omitempty"`
+}
 
 // tuningChange marks, for Temporal's versioning, the runs that record their worker's tuning in
 // their history; runs started before it was introduced replay with the defaults they ran with.
@@ -150,9 +173,10 @@ func Serve(ctx workflow.Context, in Input, opts ServeOptions) error {
 
 // entry is one request the run accepted: waiting in the queue, in flight, or done.
 type entry struct {
-	req     Request
-	key     string
-	waiters int // update handlers waiting for the outcome
+	req      Request
+	key      string
+	accepted time.Time // workflow time this run took it
+	waiters  int       // update handlers waiting for the outcome
 	started bool
 	done    bool
 	res     Result
@@ -178,6 +202,19 @@ type dispatcher struct {
 	// waitPage is set in runs with carryChange: they never start draining with a page in flight.
 	waitPage bool
 	draining bool // continue-as-new is due: no new updates, only their requests are started
+	handled  time.Time // workflow time of the last completed dispatch
+}
+
+// progress is the run's answer to QueryProgress.
+func (d *dispatcher) progress() Progress {
+	p := Progress{Waiting: len(d.queue), InFlight: d.inFlight, LastHandled: d.handled, Backlog: len(d.state.Backlog),
+		Dispatched: d.state.Dispatched, Generation: d.state.Generation, Quiescing: d.quiescing, Draining: d.draining}
+	for _, e := range d.byKey {
+		if p.OldestAccepted.IsZero() || e.accepted.Before(p.OldestAccepted) {
+			p.OldestAccepted = e.accepted
+		}
+	}
+	return p
 }
 
 // add accepts a request from any source and returns its entry: a new one, the one already queued or
@@ -197,7 +234,7 @@ func (d *dispatcher) add(req Request) *entry {
 		d.state.Duplicates++
 		return &entry{req: req, key: key, done: true, res: Result{Duplicate: true}}
 	}
-	e := &entry{req: req, key: key}
+	e := &entry{req: req, key: key, accepted: workflow.Now(d.ctx)}
 	d.byKey[key] = e
 	d.queue = append(d.queue, e)
 	return e
@@ -296,6 +333,7 @@ func (d *dispatcher) finish(e *entry, res Result, err error) {
 		e.err = updateError(err)
 	default:
 		d.state.remember(e.key, d.tune.RecentKeys)
+		d.handled = workflow.Now(d.ctx)
 		e.res = res
 		if res.Duplicate {
 			d.state.Duplicates++
@@ -499,6 +537,9 @@ func activityContexts(ctx workflow.Context, carryAll bool) (dispatchCtx, backlog
 // and the owner's quiesce.
 func (d *dispatcher) setHandlers(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (State, error) { return *d.state, nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return d.progress(), nil }); err != nil {
 		return err
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDispatch,

@@ -360,3 +360,38 @@ func (firstRun) GetWorkflowHistory(context.Context, string, string, bool, enumsp
 func (firstRun) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
 	return &workflowservice.ListWorkflowExecutionsResponse{}, nil
 }
+
+// QueryProgress says what the run holds and since when: a request whose handler has not returned
+// stays in flight, counted, with the time it was accepted, after another one was handled.
+func TestProgressQuery(t *testing.T) {
+	stuck := req("stuck")
+	env := newSuiteEnv()
+	h := &countingHandler{}
+	release := make(chan struct{})
+	Register(env, &Activities{Ledger: &memLedger{}, History: firstRun{},
+		Handler: func(ctx context.Context, key string, r Request, o takeover.Owner) error {
+			if key == stuck.Key() {
+				<-release
+			}
+			return h.handle(ctx, key, r, o)
+		}})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, req("t1")) }, time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalDispatch, stuck) }, 2*time.Second)
+	var p Progress
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryProgress)
+		if err == nil {
+			err = v.Get(&p)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		close(release)
+		env.CancelWorkflow()
+	}, 3*time.Second)
+	env.ExecuteWorkflow(WorkflowName, Input{Owner: owner})
+	if p.Waiting+p.InFlight != 1 || p.Dispatched != 1 || p.LastHandled.IsZero() || p.OldestAccepted.IsZero() ||
+		p.OldestAccepted.Before(p.LastHandled) {
+		t.Fatalf("progress = %+v, want the stuck request held, accepted after the handled one", p)
+	}
+}

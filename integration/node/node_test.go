@@ -26,6 +26,7 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -63,6 +64,9 @@ func fast(project, id string, queues ...string) baton.Config {
 		Heartbeat:  heartbeat.Config{Interval: 200 * time.Millisecond},
 		Registry:   registry.Config{HeartbeatInterval: 200 * time.Millisecond},
 		Reconciler: reconciler.Config{Interval: 300 * time.Millisecond, StaleAfter: time.Second},
+		// These tests run no dispatcher worker, so no run ever makes progress: that is judged by the
+		// progress tests, which run one.
+		Progress: progress.Config{Disabled: true},
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/baton-run/baton/integration/etcdtest"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/internal/testcerts"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 )
@@ -177,6 +178,7 @@ func fast(project, id string, queues ...string) baton.Config {
 		Heartbeat:  heartbeat.Config{Interval: 200 * time.Millisecond},
 		Registry:   registry.Config{HeartbeatInterval: 200 * time.Millisecond},
 		Reconciler: reconciler.Config{Interval: 300 * time.Millisecond, StaleAfter: time.Second},
+		Progress:   progress.Config{Disabled: true}, // no dispatcher worker runs here
 	}
 }
 

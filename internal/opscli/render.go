@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/baton-run/baton/progress"
 )
 
 // report is what `demo-worker status` found. A cell whose Known is false could not be read: it
@@ -53,6 +55,9 @@ type runCell struct {
 	// running run's token must be its queue's leader's create revision.
 	OwnerServerID string `json:"owner_server_id,omitempty"`
 	OwnerToken    int64  `json:"owner_token,omitempty"`
+	// Progress is progress.Check's verdict on a running run: a cause when it makes no progress, and
+	// what it holds; nil when the run is not running or could not be judged.
+	Progress *progress.Report `json:"progress,omitempty"`
 }
 
 // heartbeatCell is the dispatcher's heartbeat entry in Redis; ServerID is empty when there is none.
@@ -128,16 +133,34 @@ func writeJSON(w io.Writer, rep report) error {
 	return err
 }
 
+// dispatchCellText is the DISPATCH cell: "-" without a judged run, the cause of a stall, or "ok"
+// with what the run holds (requests, and how long the oldest has waited) when it was asked.
+func dispatchCellText(r runCell) string {
+	p := r.Progress
+	switch {
+	case !r.Known:
+		return "?"
+	case p == nil:
+		return "-"
+	case p.Stalled():
+		return "STALLED:" + string(p.Cause)
+	case p.Progress != nil && p.Progress.Waiting+p.Progress.InFlight > 0:
+		return fmt.Sprintf("ok:%d@%s", p.Progress.Waiting+p.Progress.InFlight, p.OldestPendingAge.Round(time.Second))
+	}
+	return "ok"
+}
+
 // writeTable prints one row per queue, the reconciler leader, the workers that left cleanly (a
 // summary, or with -offline the list of every OFFLINE worker) and the warnings.
 func writeTable(w io.Writer, rep report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tRUN TOKEN\tSINCE\tHEARTBEAT AGE\tWORKERS ON/DRAIN\tEVICTED\tLOAD ACTIVE/DONE/FAILED")
+	fmt.Fprintln(tw, "QUEUE\tLEADER\tTOKEN\tDISPATCHER RUN\tRUN TOKEN\tSINCE\tHEARTBEAT AGE\tDISPATCH\tWORKERS ON/DRAIN\tEVICTED\tLOAD ACTIVE/DONE/FAILED")
 	for _, q := range rep.Queues {
 		leader, token := leaderCells(q.Leader)
 		run, since := runCells(q.Dispatcher, rep.CheckedAt)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, runTokenText(q), since,
-			heartbeatCellText(q.Heartbeat), workersCellText(q.Workers), evictedCellText(q.Workers), loadCellText(q.Workers))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, leader, token, run, runTokenText(q), since,
+			heartbeatCellText(q.Heartbeat), dispatchCellText(q.Dispatcher), workersCellText(q.Workers), evictedCellText(q.Workers),
+			loadCellText(q.Workers))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/progress"
 )
 
 var checkedAt = time.Date(2025, 3, 4, 10, 0, 0, 0, time.UTC)
@@ -19,7 +22,9 @@ func fixedReport() report {
 				Queue:  "orders",
 				Leader: leaderCell{Known: true, ServerID: "w1", Token: 42},
 				Dispatcher: runCell{Known: true, WorkflowID: "dispatcher-demo-orders", RunID: "run-a", Status: "RUNNING",
-					StartTime: checkedAt.Add(-3*time.Minute - 12*time.Second), OwnerServerID: "w1", OwnerToken: 42},
+					StartTime: checkedAt.Add(-3*time.Minute - 12*time.Second), OwnerServerID: "w1", OwnerToken: 42,
+					Progress: &progress.Report{CheckedAt: checkedAt, Progress: &dispatcher.Progress{Waiting: 2, InFlight: 1},
+						OldestPendingAge: 12 * time.Second}},
 				Heartbeat: heartbeatCell{Known: true, ServerID: "w1", RunID: "run-a", Token: 42,
 					UpdatedAt: checkedAt.Add(-1200 * time.Millisecond), Age: seconds(1234 * time.Millisecond)},
 				Workers: workersCell{Known: true, Online: 2, Draining: 1, Offline: 5, Left: 3, Evicted: 2, Active: 4, Completed: 1200,
@@ -38,7 +43,8 @@ func fixedReport() report {
 				Queue:  "returns",
 				Leader: leaderCell{Known: true, ServerID: "w3", Token: 50},
 				Dispatcher: runCell{Known: true, WorkflowID: "dispatcher-demo-returns", RunID: "run-c", Status: "RUNNING",
-					StartTime: checkedAt.Add(-time.Second), OwnerServerID: "w2", OwnerToken: 45},
+					StartTime: checkedAt.Add(-time.Second), OwnerServerID: "w2", OwnerToken: 45,
+					Progress: &progress.Report{CheckedAt: checkedAt, Cause: progress.CauseNoPollers, Detail: "no worker polled"}},
 				Heartbeat: heartbeatCell{Known: true},
 				Workers:   workersCell{Known: true},
 			},
@@ -64,12 +70,12 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.Join([]string{
-		"QUEUE     LEADER  TOKEN  DISPATCHER RUN    RUN TOKEN     SINCE                         HEARTBEAT AGE  WORKERS ON/DRAIN  EVICTED  LOAD ACTIVE/DONE/FAILED",
-		"orders    w1      42     run-a RUNNING     42            2025-03-04T09:56:48Z (3m12s)  1.2s           2/1               2        4/1200/7",
-		"payments  -       -      run-b TERMINATED  -             2025-03-03T08:00:00Z (26h0m)  -              0/0               0        0/0/0",
-		"returns   w3      50     run-c RUNNING     45 != leader  2025-03-04T09:59:59Z (1s)     -              0/0               0        0/0/0",
-		"refunds   w2      7      ?                 ?             ?                             ?              ?                 ?        ?",
-		"zzz       ?       ?      ?                 ?             ?                             ?              ?                 ?        ?",
+		"QUEUE     LEADER  TOKEN  DISPATCHER RUN    RUN TOKEN     SINCE                         HEARTBEAT AGE  DISPATCH            WORKERS ON/DRAIN  EVICTED  LOAD ACTIVE/DONE/FAILED",
+		"orders    w1      42     run-a RUNNING     42            2025-03-04T09:56:48Z (3m12s)  1.2s           ok:3@12s            2/1               2        4/1200/7",
+		"payments  -       -      run-b TERMINATED  -             2025-03-03T08:00:00Z (26h0m)  -              -                   0/0               0        0/0/0",
+		"returns   w3      50     run-c RUNNING     45 != leader  2025-03-04T09:59:59Z (1s)     -              STALLED:no_pollers  0/0               0        0/0/0",
+		"refunds   w2      7      ?                 ?             ?                             ?              ?                   ?                 ?        ?",
+		"zzz       ?       ?      ?                 ?             ?                             ?              ?                   ?                 ?        ?",
 		"reconciler leader: w1 (token 3)",
 		"left cleanly: 4 workers in the last 26h0m (deregistered, as on every restart; -offline lists them)",
 		"warning: temporal unavailable: connection refused (1 later reads skipped)",
@@ -87,7 +93,7 @@ func TestWriteTableWithoutQueuesOrEtcd(t *testing.T) {
 	if err := writeTable(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	want := "QUEUE  LEADER  TOKEN  DISPATCHER RUN  RUN TOKEN  SINCE  HEARTBEAT AGE  WORKERS ON/DRAIN  EVICTED  LOAD ACTIVE/DONE/FAILED\n" +
+	want := "QUEUE  LEADER  TOKEN  DISPATCHER RUN  RUN TOKEN  SINCE  HEARTBEAT AGE  DISPATCH  WORKERS ON/DRAIN  EVICTED  LOAD ACTIVE/DONE/FAILED\n" +
 		"no queues found for project demo\n" +
 		"reconciler leader: ?\n" +
 		"warning: etcd unavailable: context deadline exceeded\n"
@@ -192,10 +198,10 @@ func TestWriteTableOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.Join([]string{
-		"QUEUE     LEADER  TOKEN  DISPATCHER RUN  RUN TOKEN  SINCE  HEARTBEAT AGE  WORKERS ON/DRAIN  EVICTED  LOAD ACTIVE/DONE/FAILED",
-		"orders    w1      42     ?               ?          ?      ?              1/0               1        0/0/0",
-		"payments  -       -      ?               ?          ?      ?              0/0               0        0/0/0",
-		"refunds   -       -      ?               ?          ?      ?              ?                 ?        ?",
+		"QUEUE     LEADER  TOKEN  DISPATCHER RUN  RUN TOKEN  SINCE  HEARTBEAT AGE  DISPATCH  WORKERS ON/DRAIN  EVICTED  LOAD ACTIVE/DONE/FAILED",
+		"orders    w1      42     ?               ?          ?      ?              ?         1/0               1        0/0/0",
+		"payments  -       -      ?               ?          ?      ?              ?         0/0               0        0/0/0",
+		"refunds   -       -      ?               ?          ?      ?              ?         ?                 ?        ?",
 		"reconciler leader: -",
 		"offline workers (kept for the registry's retention):",
 		"QUEUE   SERVER  HOST   PID  VERSION  DEPARTURE            SINCE",

@@ -20,6 +20,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -337,6 +338,12 @@ func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOp
 				StartTime: resp.start.UTC(), OwnerServerID: resp.owner.ServerID, OwnerToken: resp.owner.Token}
 			if resp.ownerErr != nil {
 				src.note(fmt.Sprintf("%s: %v", id, resp.ownerErr))
+			}
+			if resp.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				pcfg := o.Cfg.Progress
+				pcfg.CallTimeout = o.timeout
+				rep := progress.Check(ctx, tc, pcfg, id, resp.runID, time.Now())
+				q.Dispatcher.Progress = &rep
 			}
 		}
 	}

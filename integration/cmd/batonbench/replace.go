@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
@@ -61,7 +62,9 @@ func replaceRound(ctx context.Context, s *servers, project string, hb time.Durat
 	queues := queueNames(n)
 	const serverID = "bench-leader"
 	node, err := baton.New(baton.Config{Project: project, Queues: queues, ServerID: serverID,
-		Heartbeat: heartbeat.Config{Interval: hb}}, s.etcd, nodeTC, s.rdb)
+		Heartbeat: heartbeat.Config{Interval: hb},
+		// Its runs have no worker, and the section counts the Node's Temporal calls for replacements.
+		Progress: progress.Config{Disabled: true}}, s.etcd, nodeTC, s.rdb)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,169 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/worker"
+
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/progress"
+	"github.com/baton-run/baton/takeover"
+)
+
+// watched is a Config whose owner checks its runs' progress quickly.
+func watched(project, id string, queues ...string) baton.Config {
+	cfg := fast(project, id, queues...)
+	cfg.Progress = progress.Config{Interval: 200 * time.Millisecond, PendingMax: 2 * time.Second, FailingAttempts: 2}
+	return cfg
+}
+
+// dispatchWorker runs the reference dispatcher on queue's task queue with handler, and the etcd ledger.
+func (e *env) dispatchWorker(t *testing.T, project, queue string, ledger dispatcher.Ledger, handler dispatcher.Handler) worker.Worker {
+	t.Helper()
+	w := worker.New(e.tc, takeover.DefaultTaskQueue(project, queue), worker.Options{})
+	dispatcher.Register(w, &dispatcher.Activities{Ledger: ledger, Handler: handler, History: e.tc})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// stalledWith waits until n's readiness fails with ErrDispatcherStalled and its status shows cause on
+// queue, and returns the report.
+func stalledWith(t *testing.T, n *baton.Node, queue string, cause progress.Cause) progress.Report {
+	t.Helper()
+	var rep progress.Report
+	eventually(t, 60*time.Second, fmt.Sprintf("%s stalled with %s", queue, cause), func() error {
+		qs, ok := leading(n, queue)
+		if !ok || qs.Progress == nil || qs.Progress.Cause != cause {
+			return fmt.Errorf("status of %s: leading %v, progress %+v", queue, ok, qs.Progress)
+		}
+		if err := n.Ready(); !errors.Is(err, baton.ErrDispatcherStalled) {
+			return fmt.Errorf("readiness %v, want ErrDispatcherStalled", err)
+		}
+		rep = *qs.Progress
+		return nil
+	})
+	return rep
+}
+
+// healthy waits until n's readiness passes with queue's run judged making progress.
+func healthy(t *testing.T, n *baton.Node, queue string) {
+	t.Helper()
+	eventually(t, 60*time.Second, queue+" making progress", func() error {
+		if qs, ok := leading(n, queue); !ok || qs.Progress == nil || qs.Progress.Stalled() {
+			return fmt.Errorf("status of %s: leading %v, progress %+v", queue, ok, qs.Progress)
+		}
+		return n.Ready()
+	})
+}
+
+// A leader whose run nobody can run (no process polls the dispatcher's task queue) says so: readiness
+// fails with the cause, status shows it; once a worker polls, the run makes progress and readiness
+// passes again.
+func TestProgressNobodyPolls(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	app, n := e.app(t, watched(p, "w1", "q1"))
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+	rep := stalledWith(t, n, "q1", progress.CauseNoPollers)
+	t.Logf("stalled: %s", rep.Detail)
+	ledger, err := dispatcher.NewEtcdLedger(etcdtest.Client(t, e.etcd), "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.dispatchWorker(t, p, "q1", ledger, func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil })
+	healthy(t, n, "q1")
+}
+
+// A request whose handler does not return holds the run's oldest pending request past PendingMax:
+// readiness fails with oldest_pending and the request's age; once the handler returns, it passes.
+func TestProgressOldestPending(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	app, n := e.app(t, watched(p, "w1", "q1"))
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+	ledger, err := dispatcher.NewEtcdLedger(etcdtest.Client(t, e.etcd), "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	e.dispatchWorker(t, p, "q1", ledger, func(ctx context.Context, _ string, _ dispatcher.Request, _ takeover.Owner) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	healthy(t, n, "q1")
+	id, _ := takeover.WorkflowID(p, "q1")
+	if err := e.tc.SignalWorkflow(t.Context(), id, "", dispatcher.SignalDispatch, dispatcher.Request{Type: "agent", TaskID: "slow", PayloadSHA256: sha(1)}); err != nil {
+		t.Fatal(err)
+	}
+	rep := stalledWith(t, n, "q1", progress.CauseOldestPending)
+	if rep.Progress == nil || rep.Progress.InFlight+rep.Progress.Waiting != 1 || rep.OldestPendingAge < 2*time.Second {
+		t.Fatalf("report %+v, want one request held for more than 2s", rep)
+	}
+	close(release)
+	healthy(t, n, "q1")
+}
+
+// A dispatch activity that fails every attempt (the ledger refuses every write) is a loop the owner
+// names; once the ledger writes again, the run makes progress.
+func TestProgressDispatchFailing(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	app, n := e.app(t, watched(p, "w1", "q1"))
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+	ledger := &failingLedger{}
+	ledger.failing.Store(true)
+	e.dispatchWorker(t, p, "q1", ledger, func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil })
+	healthy(t, n, "q1")
+	id, _ := takeover.WorkflowID(p, "q1")
+	if err := e.tc.SignalWorkflow(t.Context(), id, "", dispatcher.SignalDispatch, dispatcher.Request{Type: "agent", TaskID: "t1", PayloadSHA256: sha(2)}); err != nil {
+		t.Fatal(err)
+	}
+	rep := stalledWith(t, n, "q1", progress.CauseDispatchFailing)
+	t.Logf("stalled: %s", rep.Detail)
+	ledger.failing.Store(false)
+	healthy(t, n, "q1")
+}
+
+// failingLedger fails every write with a retryable error while failing is set, and otherwise
+// remembers keys in memory.
+type failingLedger struct {
+	failing atomic.Bool
+	done    sync.Map
+}
+
+func (l *failingLedger) Begin(_ context.Context, key string, _ takeover.Owner) (bool, error) {
+	if l.failing.Load() {
+		return false, errors.New("ledger: etcd unavailable (planted)")
+	}
+	_, done := l.done.Load(key)
+	return done, nil
+}
+
+func (l *failingLedger) Complete(_ context.Context, key string, _ takeover.Owner) error {
+	if l.failing.Load() {
+		return errors.New("ledger: etcd unavailable (planted)")
+	}
+	l.done.Store(key, true)
+	return nil
+}
+
+// sha is a well-formed payload digest, distinct per i.
+func sha(i int) string { return fmt.Sprintf("%064x", i) }
