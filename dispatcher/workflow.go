@@ -177,10 +177,10 @@ type entry struct {
 	key      string
 	accepted time.Time // workflow time this run took it
 	waiters  int       // update handlers waiting for the outcome
-	started bool
-	done    bool
-	res     Result
-	err     error
+	started  bool
+	done     bool
+	res      Result
+	err      error
 }
 
 // dispatcher is one run's request handling. Workflow code runs one coroutine at a time, so its
@@ -201,7 +201,7 @@ type dispatcher struct {
 	paused    bool // a Backlog activity failed: the next one waits a minute
 	// waitPage is set in runs with carryChange: they never start draining with a page in flight.
 	waitPage bool
-	draining bool // continue-as-new is due: no new updates, only their requests are started
+	draining bool      // continue-as-new is due: no new updates, only their requests are started
 	handled  time.Time // workflow time of the last completed dispatch
 }
 

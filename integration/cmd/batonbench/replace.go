@@ -10,9 +10,9 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
-	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/takeover"
 )
 
