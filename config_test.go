@@ -78,6 +78,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"election ttl", with(func(c *Config) { c.Election.TTL = time.Second }), "Election.TTL", "must be at least 2s"},
 		{"long election ttl", with(func(c *Config) { c.Election.TTL = 1000 * time.Hour }), "Election.TTL", "AllowLongTTL"},
 		{"takeover attempts", with(func(c *Config) { c.Takeover.MaxAttempts = -1 }), "Takeover.MaxAttempts", "must"},
+		{"workflow task timeout", with(func(c *Config) { c.Takeover.WorkflowTaskTimeout = 100 * time.Millisecond }),
+			"Takeover.WorkflowTaskTimeout", "must be from 1s to 2m0s"},
 		{"heartbeat interval", with(func(c *Config) { c.Heartbeat.Interval = time.Millisecond }), "Heartbeat.Interval", "must be at least 100ms"},
 		{"reconciler rate", with(func(c *Config) { c.Reconciler.TerminateRate = -1 }), "Reconciler.TerminateRate", "must"},
 		{"registry evict", with(func(c *Config) { c.Registry.EvictAfter = time.Second }), "Registry.EvictAfter", "must"},
@@ -152,7 +154,8 @@ func TestLoadEnv(t *testing.T) {
 		"BATON_RECONCILE_INTERVAL": "30s", "BATON_DISPATCHER_START_MODE": "signal-with-start",
 		"BATON_DISPATCHER_STEP_DOWN": "leave", "BATON_LABELS": "zone=a, tier = gold", "BATON_MAX_CONCURRENCY": "8",
 		"BATON_REGISTRY_DISABLED": "true", "BATON_RECONCILE_TERMINATE_RATE": "2.5",
-		"BATON_ETCD_ENDPOINTS": "http://x:2379", // another part's variable, passed in ignore
+		"BATON_DISPATCHER_WORKFLOW_TASK_TIMEOUT": "3s",
+		"BATON_ETCD_ENDPOINTS":                   "http://x:2379", // another part's variable, passed in ignore
 	})
 	c, err := loadEnv(Config{}, lookup, environ, []string{"BATON_ETCD_ENDPOINTS"})
 	if err != nil {
@@ -161,7 +164,7 @@ func TestLoadEnv(t *testing.T) {
 	if c.Project != "billing" || len(c.Queues) != 2 || c.Queues[1] != "invoices" || c.Election.TTL != 4*time.Second ||
 		c.Heartbeat.Interval != 2*time.Second || c.Reconciler.StaleAfter != 6*time.Second || c.Takeover.Mode != takeover.StartSignalWithStart ||
 		c.Takeover.StepDown != takeover.LeaveRunning || c.Labels["tier"] != "gold" || c.MaxConcurrency != 8 || !c.DisableRegistry ||
-		c.Reconciler.TerminateRate != 2.5 {
+		c.Reconciler.TerminateRate != 2.5 || c.Takeover.WorkflowTaskTimeout != 3*time.Second {
 		t.Fatalf("loaded %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -171,15 +174,16 @@ func TestLoadEnv(t *testing.T) {
 
 func TestLoadEnvRefusesBadValues(t *testing.T) {
 	cases := map[string][2]string{
-		"BATON_ELECTION_TTL":          {"ten", "Election.TTL"},
-		"BATON_HEARTBEAT_INTERVAL":    {"-1s", "must be positive"},
-		"BATON_MAX_CONCURRENCY":       {"many", "MaxConcurrency"},
-		"BATON_DISPATCHER_START_MODE": {"fast", "execute or signal-with-start"},
-		"BATON_LABELS":                {"novalue", "key=value"},
-		"BATON_REGISTRY_DISABLED":     {"maybe", "true or false"},
-		"BATON_QUEUS":                 {"typo", "not a Baton setting"},
-		"BATON_QUEUES":                {" , ", "unset it to keep the queues set in code"},
-		"BATON_HEARTBEAT_KEY_TTL":     {"3000000h", "out of range"},
+		"BATON_ELECTION_TTL":                     {"ten", "Election.TTL"},
+		"BATON_HEARTBEAT_INTERVAL":               {"-1s", "must be positive"},
+		"BATON_MAX_CONCURRENCY":                  {"many", "MaxConcurrency"},
+		"BATON_DISPATCHER_START_MODE":            {"fast", "execute or signal-with-start"},
+		"BATON_LABELS":                           {"novalue", "key=value"},
+		"BATON_REGISTRY_DISABLED":                {"maybe", "true or false"},
+		"BATON_QUEUS":                            {"typo", "not a Baton setting"},
+		"BATON_QUEUES":                           {" , ", "unset it to keep the queues set in code"},
+		"BATON_HEARTBEAT_KEY_TTL":                {"3000000h", "out of range"},
+		"BATON_DISPATCHER_WORKFLOW_TASK_TIMEOUT": {"0s", "must be positive"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

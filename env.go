@@ -75,9 +75,14 @@ var envVars = []envVar{
 		}
 		return nil
 	}},
+	{"BATON_DISPATCHER_WORKFLOW_TASK_TIMEOUT", "Takeover.WorkflowTaskTimeout", durVar(func(c *Config) *time.Duration { return &c.Takeover.WorkflowTaskTimeout })},
 	{"BATON_HEARTBEAT_PREFIX", "Heartbeat.Prefix", func(c *Config, v string) error { c.Heartbeat.Prefix = v; return nil }},
 	{"BATON_HEARTBEAT_INTERVAL", "Heartbeat.Interval", durVar(func(c *Config) *time.Duration { return &c.Heartbeat.Interval })},
 	{"BATON_HEARTBEAT_KEY_TTL", "Heartbeat.KeyTTL", durVar(func(c *Config) *time.Duration { return &c.Heartbeat.KeyTTL })},
+	{"BATON_PROGRESS_DISABLED", "Progress.Disabled", boolVar(func(c *Config) *bool { return &c.Progress.Disabled })},
+	{"BATON_PROGRESS_INTERVAL", "Progress.Interval", durVar(func(c *Config) *time.Duration { return &c.Progress.Interval })},
+	{"BATON_PROGRESS_TASK_STUCK_AFTER", "Progress.TaskStuckAfter", durVar(func(c *Config) *time.Duration { return &c.Progress.TaskStuckAfter })},
+	{"BATON_PROGRESS_PENDING_MAX", "Progress.PendingMax", durVar(func(c *Config) *time.Duration { return &c.Progress.PendingMax })},
 	{"BATON_RECONCILE_INTERVAL", "Reconciler.Interval", durVar(func(c *Config) *time.Duration { return &c.Reconciler.Interval })},
 	{"BATON_RECONCILE_STALE_AFTER", "Reconciler.StaleAfter", durVar(func(c *Config) *time.Duration { return &c.Reconciler.StaleAfter })},
 	{"BATON_RECONCILE_TERMINATE_RATE", "Reconciler.TerminateRate", floatVar("terminations per second", func(c *Config) *float64 { return &c.Reconciler.TerminateRate })},

@@ -110,6 +110,20 @@
 // they remember without asking the ledger (RecentKeys), how many requests they handle at a time
 // (MaxConcurrent) and the carry-over page (BacklogPage); a run's Input overrides each.
 //
+// # Running the dispatcher's workers
+//
+// Every worker process runs a Temporal worker on each queue's dispatcher task queue
+// (takeover.DefaultTaskQueue, or Config.Takeover.TaskQueue), registered with Register (or
+// RegisterActivities beside the application's own workflow), so a run's workflow and activity tasks
+// go to whichever worker polls first, the leader or not. Build that worker's options with
+// WorkerOptions: a crash of a worker that leads nothing then stalls the runs whose tasks it held for
+// about a second, not for the SDK's defaults. A run's next workflow task waits on the crashed
+// worker's sticky queue for StickyScheduleToStartTimeout (WorkerOptions: 1s; the SDK's default is
+// 5s), and a task it had already started waits for the run's workflow task timeout, which the
+// takeover sets (takeover.Config.WorkflowTaskTimeout, default 2s; Temporal's default is 10s; the
+// chain keeps it across continue-as-new). Requests the run accepted meanwhile wait as long; a crash
+// of the leader costs the election TTL instead, until the successor's run carries them over.
+//
 // # Your own dispatcher workflow
 //
 // An application that needs its own code in the dispatcher run (announce the owner, load

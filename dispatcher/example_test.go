@@ -4,6 +4,7 @@ import (
 	"context"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/baton-run/baton/dispatcher"
@@ -35,4 +36,17 @@ func ExampleOwnerCmp() {
 		return
 	}
 	_ = dispatcher.RegisterWithOptions(w, &dispatcher.Activities{Ledger: ledger, Handler: handler}, dispatcher.RegisterOptions{})
+}
+
+// Every worker process runs a Temporal worker on each queue's dispatcher task queue, built with
+// WorkerOptions: a crash of any of them then stalls the runs whose tasks it held for about a second.
+func ExampleWorkerOptions() {
+	var (
+		temporal client.Client          // the application's Temporal client
+		acts     *dispatcher.Activities // the ledger and the application's Handler
+	)
+	taskQueue := takeover.DefaultTaskQueue("billing", "orders")
+	w := worker.New(temporal, taskQueue, dispatcher.WorkerOptions(worker.Options{Identity: "w1@" + taskQueue}))
+	dispatcher.Register(w, acts)
+	_ = w.Start()
 }

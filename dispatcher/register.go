@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
@@ -22,6 +23,29 @@ const (
 	DefaultBacklogPage   = 500 // requests read back from earlier runs per Backlog activity
 	MaxBacklogPage       = 5000
 )
+
+// DefaultStickyScheduleToStartTimeout is the StickyScheduleToStartTimeout WorkerOptions sets: how long
+// a dispatcher run's next workflow task waits for the worker that holds the run in its cache before
+// Temporal gives it to any worker. The SDK's default is 5s.
+const DefaultStickyScheduleToStartTimeout = time.Second
+
+// WorkerOptions returns o with the options a Temporal worker that runs dispatcher runs should have,
+// where o leaves them unset: StickyScheduleToStartTimeout DefaultStickyScheduleToStartTimeout.
+//
+// Every worker polls each queue's dispatcher task queue, so a run's workflow tasks stick to whichever
+// worker ran its last one, the queue's leader or not. When that worker crashes, the run's next task
+// waits on the dead worker's sticky queue for this timeout (a task the worker had already started
+// waits for the run's workflow task timeout, takeover.Config.WorkflowTaskTimeout), and the requests
+// the run accepted meanwhile wait with it: a crash of a worker that leads nothing stalls the queue.
+// A live worker always has a poll waiting on its sticky queue and takes the task in milliseconds;
+// one that does not within a second (a starved process) only costs a replay of the run's history on
+// another worker, never a request.
+func WorkerOptions(o worker.Options) worker.Options {
+	if o.StickyScheduleToStartTimeout == 0 {
+		o.StickyScheduleToStartTimeout = DefaultStickyScheduleToStartTimeout
+	}
+	return o
+}
 
 // RegisterOptions tune the reference dispatcher on one worker. A run's Input overrides them field by
 // field; takeovers start runs with the bare Owner, so for them these are the tuning.

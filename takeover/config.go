@@ -82,6 +82,16 @@ type Config struct {
 	WatchInterval time.Duration
 	// AttemptTimeout bounds each Temporal call. Default 5s.
 	AttemptTimeout time.Duration
+	// WorkflowTaskTimeout is the workflow task timeout (start to close) of the dispatcher runs Baton
+	// starts; continue-as-new keeps it (the SDK carries the run's own into the next run). Every
+	// worker polls every queue's dispatcher task queue, so any worker, not only the leader, may hold
+	// a run's workflow task when it crashes: Temporal gives that task to another worker only once
+	// this timeout has passed, and the requests the run accepted meanwhile wait that long. Default
+	// DefaultWorkflowTaskTimeout; from MinWorkflowTaskTimeout to MaxWorkflowTaskTimeout. A Start
+	// hook sees it in Start.Options.WorkflowTaskTimeout and may change it (an application's own
+	// workflow with heavy code in its tasks may need longer); zero there is Temporal's namespace
+	// default (10s).
+	WorkflowTaskTimeout time.Duration
 	// QuiesceTimeout bounds how long a planned step-down (StepDown with TerminateOwnRun) waits for its
 	// run to finish the work in flight (UpdateQuiesce) before it ends the run; at most half of what
 	// is left of the step-down's context is used, the rest is the terminate's. Default
@@ -100,6 +110,23 @@ type Config struct {
 	// Clock measures latency and backoff. Default: the real clock.
 	Clock clock.Clock
 }
+
+// Config.WorkflowTaskTimeout's default and bounds.
+const (
+	// DefaultWorkflowTaskTimeout is short enough that a task held by a crashed worker is given to
+	// another well within an election TTL plus a second (the queue's crash budget: a run's
+	// requests wait no longer for a non-leader's crash than for its leader's), and long enough for
+	// a workflow task that replays a run with a full history (dispatcher.DefaultHistoryLimit
+	// events, or Temporal's suggestion to continue as new at about 4,100) on a loaded 2-core
+	// machine: reading and replaying a full reference dispatcher run took about 0.3 s there with
+	// both cores busy, well under a seventh of this. Temporal's own default is 10s.
+	DefaultWorkflowTaskTimeout = 2 * time.Second
+	// MinWorkflowTaskTimeout is the shortest accepted: a shorter task timeout risks timing out the
+	// replay of a long history again and again, and the run would make no progress.
+	MinWorkflowTaskTimeout = time.Second
+	// MaxWorkflowTaskTimeout is Temporal's own maximum: the server caps a longer one.
+	MaxWorkflowTaskTimeout = 120 * time.Second
+)
 
 // DefaultQuiesceTimeout is Config.QuiesceTimeout's default: a dispatch batch's handlers usually take
 // milliseconds, and a planned move waits no longer than a few seconds for a slow one.
@@ -123,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 5 * time.Second
+	}
+	if c.WorkflowTaskTimeout == 0 {
+		c.WorkflowTaskTimeout = DefaultWorkflowTaskTimeout
 	}
 	if c.QuiesceTimeout == 0 {
 		c.QuiesceTimeout = DefaultQuiesceTimeout
@@ -168,6 +198,9 @@ func (c Config) Validate() error {
 		return bad("WatchInterval", "must be positive, got %v", c.WatchInterval)
 	case c.AttemptTimeout <= 0:
 		return bad("AttemptTimeout", "must be positive, got %v", c.AttemptTimeout)
+	case c.WorkflowTaskTimeout < MinWorkflowTaskTimeout || c.WorkflowTaskTimeout > MaxWorkflowTaskTimeout:
+		return bad("WorkflowTaskTimeout", "must be from %v to %v (0 means %v), got %v",
+			MinWorkflowTaskTimeout, MaxWorkflowTaskTimeout, DefaultWorkflowTaskTimeout, c.WorkflowTaskTimeout)
 	case c.RetryMin <= 0:
 		return bad("RetryMin", "must be positive, got %v", c.RetryMin)
 	case c.RetryMax < c.RetryMin:

@@ -44,6 +44,11 @@
 //  4. it confirms the term once more after the start. A run started by a term that ended on the way is
 //     terminated by its own run ID and the takeover reports ErrSuperseded.
 //
+// Every run starts with Config.WorkflowTaskTimeout as its workflow task timeout (default 2s where
+// Temporal's is 10s), and its chain keeps it across continue-as-new: every worker polls the
+// dispatcher task queue, so the crash of any worker, leader or not, may leave a run's workflow task
+// held, and the run waits that long before another worker gets it.
+//
 // An open run with a higher token than the term is a newer owner's, and the takeover is superseded,
 // unless etcd still confirms the term: then no newer term can exist, the higher token is a history
 // regression (an etcd restored without --bump-revision, a move to a new cluster), and the run is

@@ -19,10 +19,12 @@ type Start struct {
 	// into its own input (the workflow needs it to check its token), not change it.
 	Owner Owner
 	// Options are the start options. The hook may set the task queue (Config.TaskQueue, by default
-	// DefaultTaskQueue(project, queue)), the timeouts, the retry policy, search attributes, its own memo
-	// fields and anything else, except what Baton owns: ID, WorkflowIDReusePolicy,
-	// WorkflowIDConflictPolicy, WorkflowExecutionErrorWhenAlreadyStarted and Memo[MemoKey]; it must not
-	// set CronSchedule or StartDelay (a run that is not open at once is no dispatcher).
+	// DefaultTaskQueue(project, queue)), the timeouts (WorkflowTaskTimeout comes set to
+	// Config.WorkflowTaskTimeout: a longer one makes a crashed worker's held task stall the run
+	// longer), the retry policy, search attributes, its own memo fields and anything else, except
+	// what Baton owns: ID, WorkflowIDReusePolicy, WorkflowIDConflictPolicy,
+	// WorkflowExecutionErrorWhenAlreadyStarted and Memo[MemoKey]; it must not set CronSchedule or
+	// StartDelay (a run that is not open at once is no dispatcher).
 	Options client.StartWorkflowOptions
 	// Args are the workflow's input. Default: the Owner alone.
 	Args []any

@@ -457,6 +457,21 @@ func (m *Manager) fence(ctx context.Context, term Term) error {
 }
 
 func (m *Manager) start(ctx context.Context, id string, owner Owner) (client.WorkflowRun, error) {
+	opts := m.startOptions(id, owner)
+	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
+	defer cancel()
+	opts, args, err := m.prepare(actx, opts, owner)
+	if err != nil {
+		return nil, err
+	}
+	if m.cfg.Mode == StartSignalWithStart {
+		return m.client.SignalWithStartWorkflow(actx, id, m.cfg.SignalName, owner, opts, m.cfg.WorkflowType, args...)
+	}
+	return m.client.ExecuteWorkflow(actx, opts, m.cfg.WorkflowType, args...)
+}
+
+// startOptions are Baton's start options of owner's run, before a Start hook shapes them.
+func (m *Manager) startOptions(id string, owner Owner) client.StartWorkflowOptions {
 	taskQueue := m.cfg.TaskQueue
 	if taskQueue == "" {
 		taskQueue = DefaultTaskQueue(owner.Project, owner.Queue)
@@ -470,6 +485,8 @@ func (m *Manager) start(ctx context.Context, id string, owner Owner) (client.Wor
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     map[string]any{MemoKey: owner},
+		// A task held by a crashed worker (any worker: all poll this task queue) is retried after it.
+		WorkflowTaskTimeout: m.cfg.WorkflowTaskTimeout,
 	}
 	if m.legacy.Load() {
 		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
@@ -482,16 +499,7 @@ func (m *Manager) start(ctx context.Context, id string, owner Owner) (client.Wor
 			opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
 		}
 	}
-	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
-	defer cancel()
-	opts, args, err := m.prepare(actx, opts, owner)
-	if err != nil {
-		return nil, err
-	}
-	if m.cfg.Mode == StartSignalWithStart {
-		return m.client.SignalWithStartWorkflow(actx, id, m.cfg.SignalName, owner, opts, m.cfg.WorkflowType, args...)
-	}
-	return m.client.ExecuteWorkflow(actx, opts, m.cfg.WorkflowType, args...)
+	return opts
 }
 
 // StepDown is called by a gracefully stepping-down owner while its term still holds, before it

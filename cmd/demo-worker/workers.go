@@ -56,11 +56,13 @@ func startTemporalWorkers(p workerParams) error {
 	drain := p.Options.drainTimeout()
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range queues {
-		workers[i] = worker.New(p.Temporal, q, worker.Options{
+		// dispatcher.WorkerOptions: a crash of this process stalls the runs whose tasks it holds, led
+		// here or not, for about a second.
+		workers[i] = worker.New(p.Temporal, q, dispatcher.WorkerOptions(worker.Options{
 			Identity: cfg.ServerID + "@" + q,
 			// Stop stops polling at once, then waits this long for the tasks the worker holds.
 			WorkerStopTimeout: drain,
-		})
+		}))
 		dispatcher.Register(workers[i], acts)
 	}
 	p.Lifecycle.Append(fx.Hook{

@@ -52,7 +52,6 @@ func Module(o Options) fx.Option {
 		in.HistoryLimit, in.MaxConcurrent, in.BacklogPage = o.Tuning.HistoryLimit, o.Tuning.MaxConcurrent, o.Tuning.BacklogPage
 		in.RecentKeys = o.Tuning.RecentKeys
 		s.Args = []any{in}
-		s.Options.WorkflowTaskTimeout = 10 * time.Second
 		s.Options.Memo["shipping.region"] = o.Region
 		return nil
 	}
@@ -157,7 +156,7 @@ func startWorkers(p workerParams) error {
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range p.Config.Queues {
 		queues[i] = takeover.DefaultTaskQueue(p.Config.Project, q)
-		workers[i] = worker.New(p.Temporal, queues[i], worker.Options{})
+		workers[i] = worker.New(p.Temporal, queues[i], dispatcher.WorkerOptions(worker.Options{}))
 		workers[i].RegisterWorkflowWithOptions(Dispatcher, workflow.RegisterOptions{Name: WorkflowType})
 		workers[i].RegisterActivity(acts)
 		if err := dispatcher.RegisterActivities(workers[i], dispatch); err != nil {

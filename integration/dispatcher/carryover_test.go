@@ -119,6 +119,16 @@ func TestContinueAsNewWithBacklog(t *testing.T) {
 	if st.Generation == 0 {
 		t.Fatalf("state %+v: the chain never continued as new", st)
 	}
+	// The continued run keeps the workflow task timeout the takeover set on the first.
+	d, err := e.tc.DescribeWorkflowExecution(t.Context(), run.WorkflowID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.GetExecutionConfig().GetDefaultWorkflowTaskTimeout().AsDuration(); d.GetWorkflowExecutionInfo().GetExecution().GetRunId() == run.RunID ||
+		got != takeover.DefaultWorkflowTaskTimeout {
+		t.Fatalf("the chain's current run %s has workflow task timeout %v, want %v (first run %s)",
+			d.GetWorkflowExecutionInfo().GetExecution().GetRunId(), got, takeover.DefaultWorkflowTaskTimeout, run.RunID)
+	}
 }
 
 // slowHistory delays every read of a run's history or listing: a carry-over page that stays in

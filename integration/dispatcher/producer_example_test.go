@@ -45,7 +45,7 @@ func ExampleProducer() {
 		fmt.Println(err)
 		return
 	}
-	w := worker.New(temporal, queue, worker.Options{})
+	w := worker.New(temporal, queue, dispatcher.WorkerOptions(worker.Options{}))
 	dispatcher.Register(w, &dispatcher.Activities{Ledger: ledger, History: temporal,
 		Handler: func(_ context.Context, _ string, req dispatcher.Request, owner takeover.Owner) error {
 			fmt.Println("handled", req.TaskID, "by", owner.ServerID)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -36,6 +37,7 @@ const takeoverSLA = ttl + 25*time.Second
 type cluster struct {
 	t      *testing.T
 	tc     client.Client
+	etcd   *clientv3.Client
 	rdb    *redis.Client
 	env    []string
 	bin    string
@@ -48,7 +50,8 @@ func newCluster(t *testing.T, queues ...string) *cluster {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	rs := redistest.Start(t, redistest.Options{})
 	project := fmt.Sprintf("e2e%d", time.Now().UnixNano()%1e9)
-	c := &cluster{t: t, tc: temporalx.Client(t, temporalServer), rdb: redistest.Client(t, rs), bin: demoWorker(t), queues: queues, procs: map[string]*proc{}}
+	c := &cluster{t: t, tc: temporalx.Client(t, temporalServer), etcd: etcdtest.Client(t, etcd), rdb: redistest.Client(t, rs),
+		bin: demoWorker(t), queues: queues, procs: map[string]*proc{}}
 	c.env = []string{
 		"BATON_PROJECT=" + project, "BATON_QUEUES=" + strings.Join(queues, ","),
 		"BATON_ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints(), ","),

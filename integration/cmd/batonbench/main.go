@@ -111,6 +111,7 @@ func run() error {
 		{"rollout", need{}, benchRollout},
 		{"dispatch", need{temporal: true, etcd: true}, benchDispatch},
 		{"planned moves", need{temporal: true, etcd: true}, benchPlanned},
+		{"worker crashes under load", all, benchCrashStall},
 		{"orphan cleanup", all, benchOrphans},
 	} {
 		if !strings.Contains(b.name, o.only) {
