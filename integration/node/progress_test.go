@@ -37,6 +37,37 @@ func (e *env) dispatchWorker(t *testing.T, project, queue string, ledger dispatc
 	return w
 }
 
+// startWatched starts one worker, w1, leading q1 of a new project with quick progress checks.
+func startWatched(t *testing.T) (*env, string, *baton.Node) {
+	t.Helper()
+	e := newEnv(t)
+	p := project()
+	app, n := e.app(t, watched(p, "w1", "q1"))
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+	return e, p, n
+}
+
+// ledger is the etcd dispatch ledger on e's etcd.
+func (e *env) ledger(t *testing.T) *dispatcher.EtcdLedger {
+	t.Helper()
+	l, err := dispatcher.NewEtcdLedger(etcdtest.Client(t, e.etcd), "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// send signals request i to queue's dispatcher.
+func (e *env) send(t *testing.T, project, queue string, i int) {
+	t.Helper()
+	id, _ := takeover.WorkflowID(project, queue)
+	req := dispatcher.Request{Type: "agent", TaskID: fmt.Sprintf("t%d", i), PayloadSHA256: fmt.Sprintf("%064x", i)}
+	if err := e.tc.SignalWorkflow(t.Context(), id, "", dispatcher.SignalDispatch, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // stalledWith waits until n's readiness fails with ErrDispatcherStalled and its status shows cause on
 // queue, and returns the report.
 func stalledWith(t *testing.T, n *baton.Node, queue string, cause progress.Cause) progress.Report {
@@ -71,17 +102,10 @@ func healthy(t *testing.T, n *baton.Node, queue string) {
 // fails with the cause, status shows it; once a worker polls, the run makes progress and readiness
 // passes again.
 func TestProgressNobodyPolls(t *testing.T) {
-	e := newEnv(t)
-	p := project()
-	app, n := e.app(t, watched(p, "w1", "q1"))
-	app.RequireStart()
-	t.Cleanup(app.RequireStop)
+	e, p, n := startWatched(t)
 	rep := stalledWith(t, n, "q1", progress.CauseNoPollers)
 	t.Logf("stalled: %s", rep.Detail)
-	ledger, err := dispatcher.NewEtcdLedger(etcdtest.Client(t, e.etcd), "", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ledger := e.ledger(t)
 	e.dispatchWorker(t, p, "q1", ledger, func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil })
 	healthy(t, n, "q1")
 }
@@ -89,15 +113,8 @@ func TestProgressNobodyPolls(t *testing.T) {
 // A request whose handler does not return holds the run's oldest pending request past PendingMax:
 // readiness fails with oldest_pending and the request's age; once the handler returns, it passes.
 func TestProgressOldestPending(t *testing.T) {
-	e := newEnv(t)
-	p := project()
-	app, n := e.app(t, watched(p, "w1", "q1"))
-	app.RequireStart()
-	t.Cleanup(app.RequireStop)
-	ledger, err := dispatcher.NewEtcdLedger(etcdtest.Client(t, e.etcd), "", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, p, n := startWatched(t)
+	ledger := e.ledger(t)
 	release := make(chan struct{})
 	e.dispatchWorker(t, p, "q1", ledger, func(ctx context.Context, _ string, _ dispatcher.Request, _ takeover.Owner) error {
 		select {
@@ -108,10 +125,7 @@ func TestProgressOldestPending(t *testing.T) {
 		}
 	})
 	healthy(t, n, "q1")
-	id, _ := takeover.WorkflowID(p, "q1")
-	if err := e.tc.SignalWorkflow(t.Context(), id, "", dispatcher.SignalDispatch, dispatcher.Request{Type: "agent", TaskID: "slow", PayloadSHA256: sha(1)}); err != nil {
-		t.Fatal(err)
-	}
+	e.send(t, p, "q1", 1)
 	rep := stalledWith(t, n, "q1", progress.CauseOldestPending)
 	if rep.Progress == nil || rep.Progress.InFlight+rep.Progress.Waiting != 1 || rep.OldestPendingAge < 2*time.Second {
 		t.Fatalf("report %+v, want one request held for more than 2s", rep)
@@ -123,19 +137,12 @@ func TestProgressOldestPending(t *testing.T) {
 // A dispatch activity that fails every attempt (the ledger refuses every write) is a loop the owner
 // names; once the ledger writes again, the run makes progress.
 func TestProgressDispatchFailing(t *testing.T) {
-	e := newEnv(t)
-	p := project()
-	app, n := e.app(t, watched(p, "w1", "q1"))
-	app.RequireStart()
-	t.Cleanup(app.RequireStop)
+	e, p, n := startWatched(t)
 	ledger := &failingLedger{}
 	ledger.failing.Store(true)
 	e.dispatchWorker(t, p, "q1", ledger, func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil })
 	healthy(t, n, "q1")
-	id, _ := takeover.WorkflowID(p, "q1")
-	if err := e.tc.SignalWorkflow(t.Context(), id, "", dispatcher.SignalDispatch, dispatcher.Request{Type: "agent", TaskID: "t1", PayloadSHA256: sha(2)}); err != nil {
-		t.Fatal(err)
-	}
+	e.send(t, p, "q1", 2)
 	rep := stalledWith(t, n, "q1", progress.CauseDispatchFailing)
 	t.Logf("stalled: %s", rep.Detail)
 	ledger.failing.Store(false)
@@ -164,6 +171,3 @@ func (l *failingLedger) Complete(_ context.Context, key string, _ takeover.Owner
 	l.done.Store(key, true)
 	return nil
 }
-
-// sha is a well-formed payload digest, distinct per i.
-func sha(i int) string { return fmt.Sprintf("%064x", i) }
