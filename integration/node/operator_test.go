@@ -406,6 +406,22 @@ func TestBatonTransfer(t *testing.T) {
 	if st := e.status(t, now.WorkflowID, led.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
 		t.Fatalf("the old leader's run is %v, want TERMINATED by its owner's step-down", st)
 	}
+	// The dispatcher's gap, by Temporal's clock: the old run closed before the new one started, and the
+	// new one started well before the election TTL (2 s) would have let a successor in after a loss:
+	// the handover path, not a lease expiry.
+	oldRun, err := e.tc.DescribeWorkflowExecution(t.Context(), now.WorkflowID, led.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRun, err := e.tc.DescribeWorkflowExecution(t.Context(), now.WorkflowID, now.FirstRunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := newRun.GetWorkflowExecutionInfo().GetStartTime().AsTime().Sub(oldRun.GetWorkflowExecutionInfo().GetCloseTime().AsTime())
+	t.Logf("dispatcher gap across the transfer: %v", gap)
+	if gap < 0 || gap >= 2*time.Second {
+		t.Fatalf("the new run started %v after the old one closed; want the handover path (0 <= gap < the 2 s TTL)", gap)
+	}
 	if now.Token <= led.Token {
 		t.Fatalf("new token %d, not above the old %d", now.Token, led.Token)
 	}
