@@ -35,6 +35,9 @@ type Runner struct {
 	named      map[string][]time.Time // successors this worker named a moment ago
 	standing   standing               // as last announced to every queue by restand
 	started    time.Time              // when Run's campaigns began (vacant.go: Settle counts from here)
+	unfit      map[string]time.Time   // queues this worker cannot supervise (Unfit), since when
+	unfitMoved map[string]time.Time   // when this worker last handed each queue over as unfit
+	unfitAsked map[string]time.Time   // when this worker last asked the queue's workers to stand (unfit)
 }
 
 // standing is what every queue's decision reads of this worker's leadership count and the worker
@@ -56,6 +59,7 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 	cfg = cfg.withDefaults()
 	r := &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{}, heldSince: map[string]time.Time{},
 		busy: map[string]int{}, lastLeader: map[string]string{}, named: map[string][]time.Time{},
+		unfit: map[string]time.Time{}, unfitMoved: map[string]time.Time{}, unfitAsked: map[string]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
 		view: newView(el.Keys().Project(cfg.Project), cfg.ServerID, cfg.Queues)}
 	r.view.onWorkers = r.restand
@@ -234,6 +238,9 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 		if reason == ReasonTransfer {
 			r.roster.clearTransfer(ctx, r.client, queue)
 		}
+		if reason == ReasonUnfit {
+			r.Fit(queue) // its next term, if any, judges afresh
+		}
 		return err
 	}
 	var retry <-chan time.Time
@@ -250,6 +257,10 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 			reason, wait := r.shouldShed(queue)
 			if _, asked := r.roster.transferTo(queue); asked {
 				reason, wait = ReasonTransfer, 0 // an operator's move is not paced
+			} else if unfit, move := r.unfitMove(ctx, queue); move {
+				reason, wait = ReasonUnfit, 0
+			} else if unfit && (wait == 0 || wait > r.cfg.Grace) {
+				wait = r.cfg.Grace // renew the request to stand, and look for a taker again
 			}
 			if reason != "" {
 				r.log.Info("handing a queue over", zap.String("queue", queue), zap.String("reason", reason),

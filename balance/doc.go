@@ -70,6 +70,9 @@
 //     a gap, until one does (HandOverWaiting says so), where handing it to nobody would leave it
 //     vacant and bring it back, again and again. The worker then stands only where nobody else
 //     does, so no queue is left without an owner.
+//   - Unfit. Unfit(queue) (a Node whose owner cannot reach Temporal for three progress checks) hands
+//     that one queue over the same way, unpaced, to a worker that stands for it, and keeps it when
+//     none does; a worker does so for a queue at most once per UnfitPause.
 //
 // A rolling deploy therefore moves each queue once when new workers start before old ones stop
 // (surge). Stopping first, the first stopped worker's queues have no new worker to go to and move
@@ -79,5 +82,5 @@
 // layout: member records and hand-off hints).
 //
 // Metrics: MetricOwnerChanges counts queues won from another worker by reason (crash, resign, drain,
-// shed, rollout); MetricLeading reports the queues a worker leads by version.
+// shed, rollout, transfer, unfit); MetricLeading reports the queues a worker leads by version.
 package balance

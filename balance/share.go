@@ -41,6 +41,10 @@ func (r *Runner) mayStandIn(queue string) (bool, time.Duration) {
 	if r.roster.draining() {
 		return false, 0
 	}
+	if r.standsForUnfit(queue, l) {
+		// The leader cannot supervise the queue's dispatcher: stand, so that it can hand it over.
+		return true, 0
+	}
 	if m, ok := r.roster.member(l); ok && m.Draining {
 		// The leader hands over only to a worker that stands for this queue: stand, so that it can.
 		return true, 0

@@ -19,6 +19,7 @@ const (
 	ReasonShed     = "shed"     // the previous leader handed the queue over to balance leadership
 	ReasonRollout  = "rollout"  // the previous leader stopped while a newer version was live
 	ReasonTransfer = "transfer" // an operator moved the queue (RequestTransfer, `baton transfer`)
+	ReasonUnfit    = "unfit"    // the previous leader could not supervise the queue's dispatcher (Unfit)
 )
 
 // Metric names of the balancer. With the OpenTelemetry Prometheus exporter they read
@@ -184,7 +185,7 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	switch to, asked := r.roster.transferTo(queue); {
 	case reason == ReasonTransfer && asked:
 		h.To = to // the operator checked that it serves the queue
-	case reason == ReasonDrain:
+	case reason == ReasonDrain, reason == ReasonUnfit:
 		// Only a worker that stands for the queue can take it: one named that does not serve it would
 		// hold the others off for the grace window.
 		h.To = r.takerOf(queue)

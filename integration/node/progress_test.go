@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/dispatcher"
@@ -21,7 +22,8 @@ import (
 // watched is a Config whose owner checks its runs' progress quickly.
 func watched(project, id string, queues ...string) baton.Config {
 	cfg := fast(project, id, queues...)
-	cfg.Progress = progress.Config{Interval: 200 * time.Millisecond, PendingMax: 2 * time.Second, FailingAttempts: 2}
+	cfg.Progress = progress.Config{Interval: 200 * time.Millisecond, PendingMax: 2 * time.Second, FailingAttempts: 2,
+		TaskStuckAfter: 2 * time.Second, CallTimeout: time.Second}
 	return cfg
 }
 
@@ -170,4 +172,70 @@ func (l *failingLedger) Complete(_ context.Context, key string, _ takeover.Owner
 	}
 	l.done.Store(key, true)
 	return nil
+}
+
+// A workflow task that fails on every attempt (a dispatcher whose code panics, as after a bad
+// deploy) is stuck: the owner names it; once a good worker replaces the broken one, the run makes
+// progress.
+func TestProgressWorkflowTaskStuck(t *testing.T) {
+	e, p, n := startWatched(t)
+	broken := worker.New(e.tc, takeover.DefaultTaskQueue(p, "q1"), worker.Options{})
+	broken.RegisterWorkflowWithOptions(func(workflow.Context, dispatcher.Input) error { panic("a broken deploy") },
+		workflow.RegisterOptions{Name: takeover.DefaultWorkflowType})
+	if err := broken.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rep := stalledWith(t, n, "q1", progress.CauseTaskStuck)
+	t.Logf("stalled: %s", rep.Detail)
+	broken.Stop()
+	e.dispatchWorker(t, p, "q1", e.ledger(t), func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil })
+	healthy(t, n, "q1")
+}
+
+// An owner that cannot reach Temporal (its connection partitioned, while the workers reach it) says
+// so; alone, it keeps the queue, and once the partition heals the run makes progress again. With
+// another worker standing for the queue, it hands the queue over to it (balance's unfit path), whose
+// run then makes progress.
+func TestProgressTemporalUnreachable(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	proxy := etcdtest.NewTestProxy(t, e.cc.TemporalAddress)
+	cut := *e
+	cut.cc.TemporalAddress = proxy.Addr()
+	app, n := cut.app(t, watched(p, "w1", "q1"))
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+	e.dispatchWorker(t, p, "q1", e.ledger(t), func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil })
+	healthy(t, n, "q1")
+	before, _ := leading(n, "q1")
+
+	proxy.Blackhole()
+	rep := stalledWith(t, n, "q1", progress.CauseUnreachable)
+	t.Logf("stalled: %s", rep.Detail)
+	time.Sleep(2 * time.Second) // ten intervals: nobody else stands, so it keeps the queue
+	if qs, ok := leading(n, "q1"); !ok || qs.Token != before.Token {
+		t.Fatalf("alone and cut from Temporal, w1 no longer leads q1 at token %d: %+v", before.Token, qs)
+	}
+	proxy.Heal()
+	healthy(t, n, "q1")
+
+	app2, n2 := e.app(t, watched(p, "w2", "q1"))
+	app2.RequireStart()
+	t.Cleanup(app2.RequireStop)
+	eventually(t, 30*time.Second, "w2 stands for q1", func() error {
+		if qs, _ := leading(n2, "q1"); qs.Leader != "w1" {
+			return fmt.Errorf("w2 sees leader %q", qs.Leader)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // w1's balance sees w2 in line
+	proxy.Blackhole()
+	eventually(t, 60*time.Second, "w2 leads q1 with its run making progress", func() error {
+		qs, ok := leading(n2, "q1")
+		if !ok || !qs.DispatcherOpen || qs.Progress == nil || qs.Progress.Stalled() {
+			return fmt.Errorf("w2: leading %v, %+v", ok, qs.Progress)
+		}
+		return nil
+	})
+	proxy.Heal()
 }
