@@ -35,11 +35,18 @@ const (
 	// MetricDispatchOldestPending is how long the oldest request the run holds has waited, in
 	// seconds (0: none), as of the owner's last progress check.
 	MetricDispatchOldestPending = "baton.dispatch.oldest_pending.age"
+	// MetricDispatchBacklog is the number of earlier runs whose requests the queue's run has still to
+	// read back (the carry-over after a takeover), as of the owner's last progress check.
+	MetricDispatchBacklog = "baton.dispatch.backlog"
+	// MetricContinuedAsNew counts the dispatcher runs that continued as new under this process's
+	// supervision (attributes project, queue).
+	MetricContinuedAsNew = "baton.dispatch.continued_as_new"
 )
 
 type metrics struct {
 	project   attribute.KeyValue
 	stepDowns metric.Int64Counter
+	continued metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
@@ -48,6 +55,10 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 	var err error
 	if m.stepDowns, err = meter.Int64Counter(MetricStepDowns,
 		metric.WithDescription("Queue leadership terms ended, by cause (resigned, session_lost, key_lost, closed, other).")); err != nil {
+		return nil, err
+	}
+	if m.continued, err = meter.Int64Counter(MetricContinuedAsNew,
+		metric.WithDescription("Dispatcher runs that continued as new while this process owned them.")); err != nil {
 		return nil, err
 	}
 	leader, err := meter.Int64ObservableGauge(MetricLeader,
@@ -80,6 +91,11 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	backlog, err := meter.Int64ObservableGauge(MetricDispatchBacklog,
+		metric.WithDescription("Earlier runs whose requests the queue's dispatcher run has still to read back, by its owner's last progress check."))
+	if err != nil {
+		return nil, err
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -95,7 +111,7 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 			o.ObserveInt64(leader, leading, attrs)
 			o.ObserveInt64(open, owned, attrs)
 			if leading == 1 && !s.progress.CheckedAt.IsZero() {
-				observeProgress(o, m.project, q, s.progress, stalled, pending, oldest)
+				observeProgress(o, m.project, q, s.progress, progressGauges{stalled, pending, oldest, backlog})
 			}
 			if leading == 1 {
 				for status, count := range s.workers {
@@ -105,28 +121,47 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 			}
 		}
 		return nil
-	}, leader, open, workers, stalled, pending, oldest)
+	}, leader, open, workers, stalled, pending, oldest, backlog)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
+// progressGauges are the instruments of a queue's last progress check.
+type progressGauges struct {
+	stalled, pending metric.Int64Observable
+	oldest           metric.Float64Observable
+	backlog          metric.Int64Observable
+}
+
 // observeProgress reports a leading queue's last progress check.
-func observeProgress(o metric.Observer, project attribute.KeyValue, queue string, rep progress.Report,
-	stalled, pending metric.Int64Observable, oldest metric.Float64Observable) {
+func observeProgress(o metric.Observer, project attribute.KeyValue, queue string, rep progress.Report, g progressGauges) {
 	q := attribute.String("queue", queue)
 	for _, c := range progress.Causes {
 		var v int64
 		if rep.Cause == c {
 			v = 1
 		}
-		o.ObserveInt64(stalled, v, metric.WithAttributes(project, q, attribute.String("cause", string(c))))
+		o.ObserveInt64(g.stalled, v, metric.WithAttributes(project, q, attribute.String("cause", string(c))))
 	}
-	if p := rep.Progress; p != nil {
-		o.ObserveInt64(pending, int64(p.Waiting+p.InFlight), metric.WithAttributes(project, q))
-		o.ObserveFloat64(oldest, rep.OldestPendingAge.Seconds(), metric.WithAttributes(project, q))
+	attrs := metric.WithAttributes(project, q)
+	switch p := rep.Progress; {
+	case p != nil:
+		o.ObserveInt64(g.pending, int64(p.Waiting+p.InFlight), attrs)
+		o.ObserveFloat64(g.oldest, rep.OldestPendingAge.Seconds(), attrs)
+		o.ObserveInt64(g.backlog, int64(p.Backlog), attrs)
+	case !rep.Stalled():
+		// Not asked because the run is idle (no workflow task, no dispatch in flight): it holds nothing.
+		o.ObserveInt64(g.pending, 0, attrs)
+		o.ObserveFloat64(g.oldest, 0, attrs)
+		o.ObserveInt64(g.backlog, 0, attrs)
 	}
+}
+
+// continuedAsNew counts one run of queue that continued as new.
+func (m *metrics) continuedAsNew(ctx context.Context, queue string) {
+	m.continued.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(m.project, attribute.String("queue", queue)))
 }
 
 func (m *metrics) stepDown(ctx context.Context, queue string, cause error) {

@@ -396,6 +396,7 @@ func (n *Node) supervise(ctx context.Context, queue string, term *election.Term,
 		}
 		run = next
 		n.update(queue, func(s *queueState) { s.run = run })
+		n.metrics.continuedAsNew(ctx, queue)
 		select {
 		case <-runs:
 		default:
