@@ -168,6 +168,7 @@ func (c Config) withDefaults() Config {
 		// A closed run is noticed within one heartbeat interval, like a dead owner's missing heartbeat.
 		c.Takeover.WatchInterval = c.Heartbeat.Interval
 	}
+	c.Takeover = c.Takeover.WithDefaults()
 	if c.Progress.Interval == 0 {
 		// A stall shows within two heartbeat intervals.
 		c.Progress.Interval = c.Heartbeat.Interval

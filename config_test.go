@@ -9,6 +9,7 @@ import (
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -39,6 +40,15 @@ func TestConfigDefaults(t *testing.T) {
 		c.Reconciler.StaleAfter != rc.StaleAfter || c.Reconciler.OrphanGrace != rc.OrphanGrace || c.Reconciler.Workers != rc.Workers ||
 		c.Registry.HeartbeatInterval != rg.HeartbeatInterval || c.Registry.EvictAfter != rg.EvictAfter || c.Registry.Retention != rg.Retention {
 		t.Fatalf("the Node's defaults differ from the components': %+v %+v %+v", c.Heartbeat, c.Reconciler, c.Registry)
+	}
+	tk := takeover.DefaultConfig()
+	if c.Takeover.MaxAttempts != tk.MaxAttempts || c.Takeover.MaxReplacements != tk.MaxReplacements ||
+		c.Takeover.WorkflowTaskTimeout != tk.WorkflowTaskTimeout || c.Takeover.QuiesceTimeout != tk.QuiesceTimeout ||
+		c.Takeover.RetryMin != tk.RetryMin || c.Takeover.RetryMax != tk.RetryMax || c.Takeover.SignalName != tk.SignalName {
+		t.Fatalf("the Node's takeover defaults differ from takeover's: %+v", c.Takeover)
+	}
+	if c.Progress != progress.DefaultConfig() {
+		t.Fatalf("the Node's progress defaults %+v differ from progress's %+v (the interval is the heartbeat's, 10s)", c.Progress, progress.DefaultConfig())
 	}
 	// A longer reconcile interval stretches the backstop TTL with it.
 	c = valid()

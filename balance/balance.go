@@ -56,7 +56,7 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	r := &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{}, heldSince: map[string]time.Time{},
 		busy: map[string]int{}, lastLeader: map[string]string{}, named: map[string][]time.Time{},
 		unfit: map[string]time.Time{}, unfitMoved: map[string]time.Time{}, unfitAsked: map[string]time.Time{},

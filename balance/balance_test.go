@@ -17,17 +17,17 @@ func TestConfigValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
-	if c := ok.withDefaults(); c.ShedAbove != 1.25 || c.ShedInterval != 20*time.Millisecond || c.MaxMoves != 10 {
+	if c := ok.WithDefaults(); c.ShedAbove != 1.25 || c.ShedInterval != 20*time.Millisecond || c.MaxMoves != 10 {
 		t.Fatalf("defaults %+v", c)
 	}
 	// The move cap grows with the queues (one in twenty per MoveWindow), and the pause between moves
 	// shrinks so that the cap can be reached; set values are kept.
 	many := Config{Project: "p", ServerID: "s", Queues: make([]string, 10000)}
-	if c := many.withDefaults(); c.MaxMoves != 500 || c.ShedInterval != 2*time.Millisecond {
+	if c := many.WithDefaults(); c.MaxMoves != 500 || c.ShedInterval != 2*time.Millisecond {
 		t.Fatalf("defaults for 10,000 queues: MaxMoves %d, ShedInterval %v; want 500, 2ms", c.MaxMoves, c.ShedInterval)
 	}
 	many.MaxMoves, many.ShedInterval = 3, 50*time.Millisecond
-	if c := many.withDefaults(); c.MaxMoves != 3 || c.ShedInterval != 50*time.Millisecond {
+	if c := many.WithDefaults(); c.MaxMoves != 3 || c.ShedInterval != 50*time.Millisecond {
 		t.Fatalf("set values changed: MaxMoves %d, ShedInterval %v", c.MaxMoves, c.ShedInterval)
 	}
 	with := func(f func(*Config)) Config { c := ok; c.Queues = append([]string(nil), ok.Queues...); f(&c); return c }

@@ -69,7 +69,12 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-func (c Config) withDefaults() Config {
+// DefaultConfig is Config{} with every default applied: the one definition of the balance defaults,
+// which the root package and tools read rather than restate.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	if c.ShedAbove == 0 {
 		c.ShedAbove = 1.25
 	}
@@ -105,7 +110,7 @@ func (c Config) withDefaults() Config {
 
 // Validate checks the configuration after defaults are applied.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	bad := func(field, format string, args ...any) error {
 		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}

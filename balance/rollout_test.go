@@ -36,7 +36,7 @@ func TestNoHandOffDuringTakeover(t *testing.T) {
 	v := newView("/e/p/", "self", []string{"a"})
 	v.apply("/e/p/a/1", "w1", 1, false)
 	v.apply("/e/p/a/2", "w2", 2, false)
-	r := &Runner{cfg: Config{Project: "p", ServerID: "w1", Queues: []string{"a"}, Version: "v1"}.withDefaults(), view: v,
+	r := &Runner{cfg: Config{Project: "p", ServerID: "w1", Queues: []string{"a"}, Version: "v1"}.WithDefaults(), view: v,
 		held: map[string]bool{"a": true}, heldSince: map[string]time.Time{"a": time.Now()}, busy: map[string]int{},
 		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
 	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", "w1", "v1", 10*time.Second, r.log, v.poke, v.wake)
@@ -72,7 +72,7 @@ func TestSmallFleetRule(t *testing.T) {
 				queues = append(queues, fmt.Sprintf("q%03d", i))
 			}
 			v := newView("/e/p/", "w0", queues)
-			r := &Runner{cfg: Config{Project: "p", ServerID: "w0", Queues: queues}.withDefaults(), view: v,
+			r := &Runner{cfg: Config{Project: "p", ServerID: "w0", Queues: queues}.WithDefaults(), view: v,
 				held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
 				lastLeader: map[string]string{}, named: map[string][]time.Time{}}
 			r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", "w0", "", 10*time.Second, r.log, v.poke, v.wake)

@@ -10,7 +10,7 @@ import (
 // by hand.
 func testRunner(self string, queues []string, members ...string) *Runner {
 	v := newView("/e/p/", self, queues)
-	r := &Runner{cfg: Config{Project: "p", ServerID: self, Queues: queues}.withDefaults(), view: v,
+	r := &Runner{cfg: Config{Project: "p", ServerID: self, Queues: queues}.WithDefaults(), view: v,
 		held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
 		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
 	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", self, "", 10*time.Second, r.log, v.poke, v.wake)

@@ -132,7 +132,12 @@ const (
 // milliseconds, and a planned move waits no longer than a few seconds for a slow one.
 const DefaultQuiesceTimeout = 5 * time.Second
 
-func (c Config) withDefaults() Config {
+// DefaultConfig is Config{} with every default applied: the one definition of the takeover defaults,
+// which the root package and tools read rather than restate.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	if c.WorkflowType == "" {
 		c.WorkflowType = DefaultWorkflowType
 	}
@@ -181,7 +186,7 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults are applied and returns an error wrapping
 // ErrInvalidConfig that names the field and the rule it breaks.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	bad := func(field, format string, args ...any) error {
 		return configerr.New(ErrInvalidConfig, field, format, args...)
 	}
