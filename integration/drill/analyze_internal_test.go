@@ -28,7 +28,8 @@ func ended(q string, tok int64, ms int) event.Event {
 }
 
 func testDrill() *Drill {
-	return &Drill{cfg: Config{Out: io.Discard, Project: "drill"}.withDefaults(), queues: []string{"q1"}, stuck: map[string]time.Time{}}
+	return &Drill{cfg: Config{Out: io.Discard, Project: "drill"}.withDefaults(), plan: plan{queues: []string{"q1"}},
+		observer: observer{stuck: map[string]time.Time{}}}
 }
 
 func checks(d *Drill) []string {

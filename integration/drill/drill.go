@@ -228,13 +228,25 @@ func orDefault[T int | time.Duration](v *T, def T) {
 type Drill struct {
 	cfg     Config
 	started time.Time
-	dir     string // logs and the Temporal database
-	tempDir bool   // dir is ours to remove
 	rng     *rand.Rand
-	bin     string
+	plan
+	servers
+	observer
+}
+
+// plan is what the drill runs: its queues and the fault kinds this machine can inject.
+type plan struct {
 	queues  []string
 	kinds   []Kind   // the fault kinds that can run here
 	skipped []string // the kinds that cannot, and why
+}
+
+// servers is the drill's stack: the servers it started, the clients it judges them with, and the
+// demo worker binary and the directory of its logs.
+type servers struct {
+	dir     string // logs and the Temporal database
+	tempDir bool   // dir is ours to remove
+	bin     string
 
 	stack    *stack.Stack
 	etcd     *etcdtest.Cluster
@@ -244,7 +256,11 @@ type Drill struct {
 	tc       client.Client
 	rdb      *redis.Client
 	ec       *clientv3.Client
+}
 
+// observer is what the drill saw while it ran: the processes, faults and steps, the live checks'
+// counts and violations, and the load's; the analysis (analyze.go) reads it at the end.
+type observer struct {
 	bg       context.Context // the observers' context
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
@@ -267,7 +283,8 @@ type Drill struct {
 // start, the context ended); violations of Baton's invariants are in the report, not errors.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
-	d := &Drill{cfg: cfg, started: time.Now(), stuck: map[string]time.Time{}, handlerRuns: map[string]int{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	d := &Drill{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		observer: observer{stuck: map[string]time.Time{}, handlerRuns: map[string]int{}}}
 	for i := range cfg.Queues {
 		d.queues = append(d.queues, fmt.Sprintf("q%02d", i))
 	}
