@@ -139,19 +139,25 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		t.Fatalf("baton drain of an unregistered worker: exit %d, %s", code, errOut)
 	}
 
-	// A record as the ledger writes it (dispatcher/doc.go: "<state> <server_id> <token>").
+	// A record as the ledger writes it (dispatcher/doc.go: "<state> <server_id> <token>"), by the
+	// leader's term: ledger finds the run of that term.
 	etcd := etcdtest.Client(t, e.etcd)
-	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", "k-done"), "done w1 7"); err != nil {
+	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", "k-done"), fmt.Sprintf("done %s %d", leader, led.Token)); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code = e.baton(t, p, "ledger", "-json", "k-done")
+	type run struct {
+		RunID string `json:"run_id"`
+	}
 	var lr struct {
 		Found  bool
 		Record dispatcher.LedgerRecord
+		Runs   []run
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &lr) != nil || !lr.Found || lr.Record.State != dispatcher.LedgerDone ||
-		lr.Record.ServerID != "w1" || lr.Record.Token != 7 {
-		t.Fatalf("baton ledger k-done: exit %d, %s %s", code, out, errOut)
+		lr.Record.ServerID != leader || lr.Record.Token != led.Token ||
+		!slices.ContainsFunc(lr.Runs, func(r run) bool { return r.RunID == led.FirstRunID }) {
+		t.Fatalf("baton ledger k-done: exit %d, %s %s; want the record by %s at token %d in run %s", code, out, errOut, leader, led.Token, led.FirstRunID)
 	}
 	if out, _, code := e.baton(t, p, "ledger", "k-never"); code != 0 || !strings.Contains(out, "not begun") {
 		t.Fatalf("baton ledger of a key never begun: exit %d, %s", code, out)
