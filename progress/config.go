@@ -24,7 +24,8 @@ type Config struct {
 	// TaskStuckAfter: a workflow task pending longer is stuck. Default 20s (twice Temporal's default
 	// workflow task timeout: one timed-out attempt is retried, not reported); 1s to 1h.
 	TaskStuckAfter time.Duration
-	// FailingAttempts: a dispatch activity at this attempt fails in a loop. Default 3; 2 to 1,000.
+	// FailingAttempts: a dispatch activity or a workflow task at this attempt fails in a loop (every
+	// earlier attempt failed or timed out). Default 3; 2 to 1,000.
 	FailingAttempts int32
 	// PendingMax: the oldest accepted request waiting longer is a stall. Default 1m; 1s to 24h.
 	PendingMax time.Duration

@@ -8,11 +8,14 @@
 //   - CauseUnreachable: Temporal does not answer the owner (a server restart, a partition);
 //   - CauseNoPollers: a workflow task has waited longer than Interval and no worker has polled the
 //     run's task queue within PollerWindow, so it cannot run (for example, no process registers the
-//     dispatcher worker; every run starts with a workflow task, so a takeover shows it at once);
+//     dispatcher worker; every run starts with a workflow task, so a takeover shows it at once). A
+//     task sent to a stopped worker's sticky queue waits there first, for the worker's sticky
+//     schedule-to-start timeout (1 s with dispatcher.WorkerOptions), and counts from its reschedule;
 //   - CauseTaskStuck: a workflow task of the run has been pending longer than TaskStuckAfter (held by
-//     a worker that hangs, or failing on every attempt);
-//   - CauseDispatchFailing: a dispatch activity has failed FailingAttempts times in a row (the
-//     ledger or the application's handler fails every attempt);
+//     a worker that hangs), or is on its FailingAttempts-th attempt (it fails or times out on every
+//     one: a panic, a non-determinism error after a deploy);
+//   - CauseDispatchFailing: a dispatch activity is on its FailingAttempts-th attempt, every earlier
+//     one failed (the ledger or the application's handler fails every attempt);
 //   - CauseOldestPending: the oldest request the run accepted has waited longer than PendingMax.
 //
 // A run that is not Baton's dispatcher (it does not answer QueryProgress) is judged by the first four
@@ -154,7 +157,9 @@ func pollers(ctx context.Context, tc Temporal, cfg Config, taskQueue string, now
 // pendingWork judges the run's pending workflow task and dispatch activities.
 func pendingWork(desc *workflowservice.DescribeWorkflowExecutionResponse, cfg Config, now time.Time) (Cause, string) {
 	if wt := desc.GetPendingWorkflowTask(); wt != nil {
-		if age := now.Sub(taskSince(wt)); age > cfg.TaskStuckAfter {
+		// A task retried FailingAttempts times is stuck whatever its age: the server restamps a
+		// retried task's schedule time, and backs retries off, so age alone would see it late.
+		if age := now.Sub(taskSince(wt)); age > cfg.TaskStuckAfter || wt.GetAttempt() >= cfg.FailingAttempts {
 			state := strings.ToLower(strings.TrimPrefix(wt.GetState().String(), "PENDING_WORKFLOW_TASK_STATE_"))
 			return CauseTaskStuck, fmt.Sprintf("a workflow task has been pending for %s (%s, attempt %d)", age.Round(time.Second), state, wt.GetAttempt())
 		}
@@ -162,7 +167,7 @@ func pendingWork(desc *workflowservice.DescribeWorkflowExecutionResponse, cfg Co
 	for _, a := range desc.GetPendingActivities() {
 		name := a.GetActivityType().GetName()
 		if (name == dispatcher.ActivityDispatch || name == dispatcher.ActivityDispatchBatch) && a.GetAttempt() >= cfg.FailingAttempts {
-			return CauseDispatchFailing, fmt.Sprintf("activity %s failed %d attempts: %s", name, a.GetAttempt()-1, a.GetLastFailure().GetMessage())
+			return CauseDispatchFailing, fmt.Sprintf("activity %s is on attempt %d, every earlier one failed: %s", name, a.GetAttempt(), a.GetLastFailure().GetMessage())
 		}
 	}
 	return "", ""

@@ -90,6 +90,8 @@ func TestCheckNamesTheFirstCause(t *testing.T) {
 		{"a task waits briefly, polled", fakeTemporal{status: running, task: waiting, pollers: polled, progress: &dispatcher.Progress{}}, ""},
 		{"a task held", fakeTemporal{status: running, pollers: polled, task: &workflowpb.PendingWorkflowTaskInfo{
 			State: enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED, ScheduledTime: timestamppb.New(now.Add(-time.Minute))}}, CauseTaskStuck},
+		{"a task retried, young", fakeTemporal{status: running, pollers: polled, task: &workflowpb.PendingWorkflowTaskInfo{
+			State: enumspb.PENDING_WORKFLOW_TASK_STATE_SCHEDULED, Attempt: 3, ScheduledTime: timestamppb.New(now.Add(-time.Second))}}, CauseTaskStuck},
 		{"a task young", fakeTemporal{status: running, pollers: polled, progress: &dispatcher.Progress{}, task: &workflowpb.PendingWorkflowTaskInfo{
 			State: enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED, ScheduledTime: timestamppb.New(now.Add(-time.Second))}}, ""},
 		{"dispatch failing", fakeTemporal{status: running, pollers: polled, activities: []*workflowpb.PendingActivityInfo{{

@@ -34,6 +34,7 @@ type options struct {
 	out, doc, only, scaleProfile, scaleRows                string
 	rounds, crashRounds, parallel, takeovers, replacements int
 	heartbeats, reconcileRounds, naiveRounds, workers      int
+	stallRounds                                            int
 	sweepRuns, sweepRounds, sweepNaiveRounds               int
 	scale10k                                               bool
 	crashTTL, scaleTTL, scaleRest                          time.Duration
@@ -63,6 +64,7 @@ func run() error {
 	flag.DurationVar(&o.scaleTTL, "scale-ttl", 0, "lease TTL of the scale figures; 0 is election's default")
 	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest, and how long the scale section's leadership counts must not change to count as settled")
 	flag.StringVar(&o.scaleProfile, "scale-profile", "", "directory for CPU, mutex and block profiles of the scale section's Baton start-up, and heap and goroutine profiles of each worker process at rest")
+	flag.IntVar(&o.stallRounds, "stall-rounds", 5, "faults brought about per stall cause in the stall detection figures")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
@@ -113,6 +115,7 @@ func run() error {
 		{"planned moves", need{temporal: true, etcd: true}, benchPlanned},
 		{"worker crashes under load", all, benchCrashStall},
 		{"orphan cleanup", all, benchOrphans},
+		{"stall detection", all, benchStall},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue
