@@ -32,6 +32,13 @@ type meterOut struct {
 }
 
 func newMeterProvider(lc fx.Lifecycle, o runOptions) (meterOut, error) {
+	return newMeters(lc, "baton-demo-worker", o.Cfg.ServerID)
+}
+
+// newMeters is the meter provider of a demo-worker process (run, load): exported with the
+// OpenTelemetry Prometheus exporter to a registry of its own, beside the Go and process collectors,
+// and shut down by lc. service and instance are its resource's service.name and service.instance.id.
+func newMeters(lc fx.Lifecycle, service, instance string) (meterOut, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
@@ -39,8 +46,8 @@ func newMeterProvider(lc fx.Lifecycle, o runOptions) (meterOut, error) {
 		return meterOut{}, fmt.Errorf("prometheus exporter: %w", err)
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(resource.NewSchemaless(
-		attribute.String("service.name", "baton-demo-worker"),
-		attribute.String("service.instance.id", o.Cfg.ServerID),
+		attribute.String("service.name", service),
+		attribute.String("service.instance.id", instance),
 	)))
 	lc.Append(fx.StopHook(mp.Shutdown))
 	return meterOut{Provider: mp, Registry: reg}, nil
@@ -48,16 +55,26 @@ func newMeterProvider(lc fx.Lifecycle, o runOptions) (meterOut, error) {
 
 // httpServer serves /metrics, and the Node's routes once routeNode has added them.
 type httpServer struct {
-	mux *http.ServeMux
-	srv *http.Server
+	mux  *http.ServeMux
+	srv  *http.Server
+	log  *zap.Logger
+	addr net.Addr      // where it listens, once started
+	done chan struct{} // closed when Serve has returned; nil until started
 }
 
 func newHTTPServer(lc fx.Lifecycle, o runOptions, reg *prometheus.Registry, log *zap.Logger) *httpServer {
-	log = log.Named("http")
+	h := newMetricsServer(o.httpAddr, reg, log.Named("http"))
+	lc.Append(fx.Hook{OnStart: func(context.Context) error { return h.start() }, OnStop: h.stop})
+	return h
+}
+
+// newMetricsServer is a server of reg's metrics on GET /metrics at addr, not started yet: the HTTP
+// server of `demo-worker run` and of `demo-worker load -metrics-addr`.
+func newMetricsServer(addr string, reg *prometheus.Registry, log *zap.Logger) *httpServer {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(log)}))
-	h := &httpServer{mux: mux, srv: &http.Server{
-		Addr:              o.httpAddr,
+	return &httpServer{mux: mux, log: log, srv: &http.Server{
+		Addr:              addr,
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -65,36 +82,39 @@ func newHTTPServer(lc fx.Lifecycle, o runOptions, reg *prometheus.Registry, log 
 		IdleTimeout:       time.Minute,
 		ErrorLog:          zap.NewStdLog(log),
 	}}
-	done := make(chan struct{})
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			// Listen here, so that a busy port fails the start; serve in the background.
-			ln, err := net.Listen("tcp", o.httpAddr)
-			if err != nil {
-				return fmt.Errorf("http: %w", err)
-			}
-			log.Info("http listening", zap.String("addr", ln.Addr().String()))
-			go func() {
-				defer close(done)
-				if err := h.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-					log.Error("http server failed", zap.Error(err))
-				}
-			}()
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			err := h.srv.Shutdown(ctx)
-			select {
-			case <-done:
-			case <-ctx.Done():
-			}
-			if err != nil {
-				return fmt.Errorf("http shutdown: %w", err)
-			}
-			return nil
-		},
-	})
-	return h
+}
+
+// start listens here, so that a busy port fails the start, and serves in the background.
+func (h *httpServer) start() error {
+	ln, err := net.Listen("tcp", h.srv.Addr)
+	if err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	h.addr = ln.Addr()
+	h.log.Info("http listening", zap.String("addr", h.addr.String()))
+	h.done = make(chan struct{})
+	go func() {
+		defer close(h.done)
+		if err := h.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			h.log.Error("http server failed", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// stop shuts the server down and waits for it to stop serving, until ctx ends.
+func (h *httpServer) stop(ctx context.Context) error {
+	err := h.srv.Shutdown(ctx)
+	if h.done != nil {
+		select {
+		case <-h.done:
+		case <-ctx.Done():
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	return nil
 }
 
 // routeNode adds the Node's routes and logs the effective settings.

@@ -12,13 +12,17 @@ import (
 	"io"
 	"math"
 	mrand "math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
@@ -64,6 +68,9 @@ type loadOptions struct {
 	acceptedOut string
 	// json prints each summary as a loadreport.Summary, one JSON object per line, for tools.
 	json bool
+	// metricsAddr, when set, is where /metrics is served while the load runs: in dispatch mode the
+	// Producer's baton_dispatch_producer_* series, which only the process that calls Dispatch has.
+	metricsAddr string
 }
 
 // parseLoad reads the environment and the flags of `demo-worker load` and validates them.
@@ -85,6 +92,7 @@ func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 	fs.IntVar(&o.inFlight, "in-flight", o.inFlight, "sends in flight per queue at most; arrivals wait beyond it")
 	fs.StringVar(&o.run, "run-id", "", "prefix of this run's task IDs, so that runs never share a dispatch key (default: random)")
 	fs.StringVar(&o.ledger, "ledger-prefix", o.ledger, "etcd prefix of the dispatch ledger, read back at the end when -etcd-endpoints is set")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve GET /metrics (Prometheus) on this HOST:PORT while the load runs: in dispatch mode the Producer's calls by outcome and their latency (default: not served)")
 	fs.StringVar(&o.acceptedOut, "accepted-out", "", "write every accepted request to this file at the end, one line each: <dispatch key> <queue> <sent unix ns> <accepted unix ns>")
 	if err := opscli.Parse(fs, args, stdout); err != nil {
 		return o, err
@@ -115,6 +123,11 @@ func (o loadOptions) validate() error {
 		return fmt.Errorf("flag -run-id must not contain NUL")
 	case !strings.HasPrefix(o.ledger, "/") || strings.HasSuffix(o.ledger, "/"):
 		return fmt.Errorf("flag -ledger-prefix must start with / and not end with /, got %q", o.ledger)
+	}
+	if o.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
+			return fmt.Errorf("flag -metrics-addr must be HOST:PORT: %w", err)
+		}
 	}
 	check := o.Cfg
 	if err := check.Validate(); err != nil {
@@ -206,8 +219,8 @@ func printSummary(w io.Writer, s loadreport.Summary, asJSON bool) {
 // read-back checks exactly those).
 type sender func(ctx context.Context, queue string, req dispatcher.Request, counts *loadCounts) (accepted bool)
 
-// newSender returns the sender of o's mode.
-func newSender(tc client.Client, o loadOptions) (sender, error) {
+// newSender returns the sender of o's mode; mp receives the Producer's metrics (dispatch mode).
+func newSender(tc client.Client, o loadOptions, mp metric.MeterProvider) (sender, error) {
 	if o.mode == modeSignal {
 		return func(ctx context.Context, queue string, req dispatcher.Request, counts *loadCounts) bool {
 			// A send keeps retrying after -duration ends (for at most the settle time): a request
@@ -218,7 +231,7 @@ func newSender(tc client.Client, o loadOptions) (sender, error) {
 			return err == nil && sendSignal(sctx, tc, wfID, req, counts)
 		}, nil
 	}
-	p, err := dispatcher.NewProducer(tc, dispatcher.ProducerConfig{})
+	p, err := dispatcher.NewProducer(tc, dispatcher.ProducerConfig{MeterProvider: mp})
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +269,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var lc opscli.Hooks
 	defer func() { lc.Stop(ctx, opscli.DefaultStatusTimeout) }()
+	// First, so that a busy port fails before any connection, and the metrics stop last.
+	mp, metricsAt, err := serveLoadMetrics(&lc, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "demo-worker load: -metrics-addr: %v\n", err)
+		return exitStartError
+	}
 	params := fxmodule.ClientParams{Config: o.Clients, Lifecycle: &lc}
 	tc, err := fxmodule.NewTemporalClient(params)
 	if err != nil {
@@ -276,7 +295,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer ledger.close()
 	}
 
-	send, err := newSender(tc, o)
+	send, err := newSender(tc, o, mp)
 	if err != nil {
 		fmt.Fprintf(stderr, "demo-worker load: %v\n", err)
 		return exitStartError
@@ -289,6 +308,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if !o.json {
 		fmt.Fprintf(stdout, "load: mode=%s rate=%v/s per queue queues=%s project=%s run=%s\n", o.mode, o.rate, strings.Join(o.Cfg.Queues, ","), o.Cfg.Project, o.run)
+		if metricsAt != "" {
+			fmt.Fprintf(stdout, "load: serving /metrics on %s\n", metricsAt)
+		}
 	}
 	var counts loadCounts
 	var mu sync.Mutex
@@ -366,6 +388,25 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	printSummary(stdout, total, o.json)
 	return exitOK
+}
+
+// serveLoadMetrics serves /metrics on -metrics-addr, with the meter provider and the server of
+// `demo-worker run`, until lc stops; without the flag, no provider (the Producer records nothing)
+// and no server. It returns the address it listens on. The server's own errors are logged to stderr.
+func serveLoadMetrics(lc *opscli.Hooks, o loadOptions, stderr io.Writer) (metric.MeterProvider, string, error) {
+	if o.metricsAddr == "" {
+		return nil, "", nil
+	}
+	m, err := newMeters(lc, "baton-demo-load", o.run)
+	if err != nil {
+		return nil, "", err
+	}
+	h := newMetricsServer(o.metricsAddr, m.Registry, newLogger(stderr, zapcore.WarnLevel).Named("http"))
+	if err := h.start(); err != nil {
+		return nil, "", err
+	}
+	lc.Append(fx.StopHook(h.stop))
+	return m.Provider, h.addr.String(), nil
 }
 
 // produce sends requests for queue at random times, rate per second on average, until ctx ends; each

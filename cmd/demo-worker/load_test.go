@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/internal/opscli"
 )
 
 func TestLoadRejectsBadFlagsNamingTheFlagAndRule(t *testing.T) {
@@ -30,6 +36,7 @@ func TestLoadRejectsBadFlagsNamingTheFlagAndRule(t *testing.T) {
 		{name: "ledger prefix ending in a slash", args: []string{"-ledger-prefix=/baton/"}, want: "not end with /"},
 		{name: "no queues", env: map[string]string{"BATON_QUEUES": ""}, want: "Queues"},
 		{name: "no project", args: []string{"-project="}, want: "Project"},
+		{name: "metrics address without a port", args: []string{"-metrics-addr=localhost"}, want: "flag -metrics-addr must be HOST:PORT"},
 		{name: "stray argument", args: []string{"now"}, want: `unexpected argument "now"`},
 		{name: "secret on the command line", args: []string{"-etcd-password=x"}, want: "flag -etcd-password is not accepted"},
 	}
@@ -104,5 +111,76 @@ func TestDispatchSummaryTellsUnsettledFromRejected(t *testing.T) {
 	back, ok := loadreport.Last("load: starting\n" + js.String())
 	if !ok || back.Sent != 5 || back.Unsettled != 1 || back.Rejected != 1 || back.Errors != 1 || !back.Final || back.Ledger == nil || back.Ledger.Handled != 2 {
 		t.Errorf("JSON summary %q read back as %+v (%v)", js.String(), back, ok)
+	}
+}
+
+// -metrics-addr serves the Producer's metrics, with the exporter of `demo-worker run`, until the load
+// stops; a busy port fails the start before any connection is made.
+func TestLoadServesTheProducersMetrics(t *testing.T) {
+	setEnv(t, nil)
+	o, err := parseLoad([]string{"-mode=dispatch", "-metrics-addr=127.0.0.1:0"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lc opscli.Hooks
+	var stderr bytes.Buffer
+	mp, addr, err := serveLoadMetrics(&lc, o, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			lc.Stop(context.Background(), time.Second)
+		}
+	}()
+	tc, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"}) // never dialled: the request is refused first
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	p, err := dispatcher.NewProducer(tc, dispatcher.ProducerConfig{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Dispatch(t.Context(), o.Cfg.Project, "q1", dispatcher.Request{}); !errors.Is(err, dispatcher.ErrInvalidRequest) {
+		t.Fatalf("Dispatch of an empty request: %v, want ErrInvalidRequest", err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	for _, want := range []string{
+		`baton_dispatch_producer_calls_total{`,
+		`outcome="rejected"`,
+		`baton_dispatch_producer_latency_seconds_bucket{`,
+		`service_name="baton-demo-load"`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %s:\n%s", want, body)
+		}
+	}
+
+	// While it is served, the same port cannot serve another load: exit 3, naming the flag.
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"load", "-mode=dispatch", "-metrics-addr=" + addr}, &out, &errOut); code != exitStartError ||
+		!strings.HasPrefix(errOut.String(), "demo-worker load: -metrics-addr: ") {
+		t.Errorf("load on a busy -metrics-addr: exit %d, stderr %q; want %d naming the flag", code, errOut.String(), exitStartError)
+	}
+
+	lc.Stop(context.Background(), 5*time.Second)
+	stopped = true
+	if _, err := hc.Get("http://" + addr + "/metrics"); err == nil {
+		t.Error("/metrics still served after the load stopped")
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("the metrics server logged: %s", stderr.String())
 	}
 }

@@ -46,6 +46,12 @@
 // -json prints every summary as one JSON object per line instead (package loadreport), for tools.
 // It sends for -duration, or until SIGTERM or SIGINT.
 //
+// -metrics-addr HOST:PORT serves GET /metrics (Prometheus, the exporter and registry of `run`) while
+// the load runs, until it exits. In dispatch mode it carries the Producer's metrics, which only the
+// process that calls Dispatch exports, not the workers: baton_dispatch_producer_calls_total by
+// outcome (handled, duplicate, rejected, timed_out, failed) and baton_dispatch_producer_latency_seconds,
+// the series of the dashboard's Producer panels and of the BatonDispatchProducerFailing alert.
+//
 // # Exit codes
 //
 //	0  run: stopped cleanly after a signal; status: etcd answered (other sources may show "?");
@@ -53,8 +59,8 @@
 //	1  run: the stop failed or timed out; status: etcd could not be read; load: the ledger could
 //	   not be read
 //	2  invalid configuration or usage (the message names the field, flag or variable)
-//	3  run, load: the start failed (a busy HTTP port, Temporal unreachable, etcd or Redis refusing the
-//	   credentials or the TLS connection, an Fx error)
+//	3  run, load: the start failed (a busy HTTP or -metrics-addr port, Temporal unreachable, etcd or
+//	   Redis refusing the credentials or the TLS connection, an Fx error)
 package main
 
 import (

@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -106,30 +105,24 @@ func freeAddr(t *testing.T) string {
 // startWorker runs one demo worker with env and stops it (SIGTERM, then SIGKILL) at the end of the test.
 func startWorker(t *testing.T, bin, id, addr string, env []string) {
 	t.Helper()
-	cmd := exec.Command(bin, "run", "-server-id", id, "-http", addr)
+	startProc(t, bin, id, env, "run", "-server-id", id, "-http", addr)
+}
+
+// startProc runs bin with args and env and stops it (SIGTERM, then SIGKILL) at the end of the test,
+// whose failure shows the tail of its output under name.
+func startProc(t *testing.T, bin, name string, env []string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout = io.Discard
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			mu.Lock()
-			logs.Write(sc.Bytes())
-			logs.WriteByte('\n')
-			mu.Unlock()
-		}
 		_ = cmd.Wait()
 	}()
 	t.Cleanup(func() {
@@ -141,11 +134,27 @@ func startWorker(t *testing.T, bin, id, addr string, env []string) {
 			<-done
 		}
 		if t.Failed() {
-			mu.Lock()
-			t.Logf("%s output:\n%s", id, testkit.Tail(logs.String(), 8000))
-			mu.Unlock()
+			t.Logf("%s output:\n%s", name, testkit.Tail(out.String(), 8000))
 		}
 	})
+}
+
+// lockedBuffer is a process's output, written by exec's copying goroutines and read by the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // scrapeNames returns the metric names of a Prometheus text exposition (samples, not comments).
@@ -206,8 +215,11 @@ func usedMetrics(t *testing.T, root string) map[string][]string {
 // TestMetricNamesExist starts a real demo worker against real etcd, Temporal and Redis, makes it lead
 // its queues, run reconcile cycles, evict a dead worker, clean up a stale dispatcher, meet malformed
 // entries, lose a leadership term, replace a run an operator terminated and a run that carries a
-// higher token than its term (a history regression), then checks that every metric the dashboard and
-// the alert rules use is in its /metrics, and that every Baton metric it exports is on the dashboard.
+// higher token than its term (a history regression), and handle requests a producer sends it
+// (`demo-worker load -mode dispatch -metrics-addr`: the Producer's metrics are exported by the
+// process that calls Dispatch, not by the worker). It then checks that every metric the dashboard and
+// the alert rules use is in the /metrics of one of the two, and that every Baton metric either
+// exports is on the dashboard.
 //
 // Counters of the OpenTelemetry exporter appear only once they have been incremented, hence the events.
 func TestMetricNamesExist(t *testing.T) {
@@ -403,23 +415,33 @@ func TestMetricNamesExist(t *testing.T) {
 		return ok && s.Token > before.Token && s.RunID != before.RunID
 	})
 
-	// Every name used must be exported; wait for the reconcile cycles and evictions to happen.
+	// A producer sends requests to every queue through dispatcher.Producer and serves its metrics; the
+	// worker's handler runs count them. Started last: the handovers above are over, so no request is
+	// carried over from one run to the next.
+	loadAddr := freeAddr(t)
+	startProc(t, bin, "load", env, "load", "-mode", "dispatch", "-metrics-addr", loadAddr,
+		"-rate", "5", "-duration", "5m", "-interval", "5s", "-run-id", "ops-"+project)
+
+	// Every name used must be exported by the worker or the producer; wait for the reconcile cycles,
+	// the evictions and the handled requests to happen.
 	var names map[string]bool
 	var missing []string
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
-		body, ok := get(addr, "/metrics")
-		if ok {
-			names = scrapeNames(body)
-			missing = missing[:0]
-			for m := range used {
-				if !exported(names, m) {
-					missing = append(missing, m)
-				}
+		names = map[string]bool{}
+		for _, a := range []string{addr, loadAddr} {
+			if body, ok := get(a, "/metrics"); ok {
+				maps.Copy(names, scrapeNames(body))
 			}
-			if len(missing) == 0 {
-				break
+		}
+		missing = missing[:0]
+		for m := range used {
+			if !exported(names, m) {
+				missing = append(missing, m)
 			}
+		}
+		if len(missing) == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
 			slices.Sort(missing)
@@ -434,12 +456,12 @@ func TestMetricNamesExist(t *testing.T) {
 				}
 			}
 			slices.Sort(have)
-			t.Fatalf("metrics used by the dashboard or the rules but not exported by the demo worker:%s\nexported: %v", b.String(), have)
+			t.Fatalf("metrics used by the dashboard or the rules but exported by neither the demo worker nor the load's producer:%s\nexported: %v", b.String(), have)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 
-	// And the reverse: every Baton metric the worker exports has a place on the dashboard.
+	// And the reverse: every Baton metric the worker or the producer exports has a place on the dashboard.
 	onDashboard := map[string]bool{}
 	for m, where := range used {
 		if slices.Contains(where, "dashboard") {
@@ -453,14 +475,14 @@ func TestMetricNamesExist(t *testing.T) {
 			exportedBaton = append(exportedBaton, familyOf(n, names))
 		case strings.HasPrefix(n, "dispatcher_"):
 			// Every Baton series carries the baton_ prefix, so that none collides with an app's own.
-			t.Errorf("the demo worker exports %s without the baton_ prefix", n)
+			t.Errorf("the demo worker or the load exports %s without the baton_ prefix", n)
 		}
 	}
 	slices.Sort(exportedBaton)
 	exportedBaton = slices.Compact(exportedBaton)
 	for _, f := range exportedBaton {
 		if !onDashboard[f] {
-			t.Errorf("the demo worker exports %s but no dashboard panel shows it", f)
+			t.Errorf("the demo worker or the load exports %s but no dashboard panel shows it", f)
 		}
 	}
 	t.Logf("%d metric names used by the dashboard and rules, all exported: %v; %d Baton metric families exported, all on the dashboard",
