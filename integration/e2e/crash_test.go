@@ -15,6 +15,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/takeover"
 )
@@ -47,12 +48,7 @@ func TestNonLeaderCrashDoesNotStallTheQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real worker processes")
 	}
-	c := newCluster(t, "q1", "q2")
-	for i := 1; i <= 3; i++ {
-		c.start(fmt.Sprintf("c%d-0", i))
-	}
-	c.waitReady(60 * time.Second)
-	c.checkOneDispatcherPerQueue()
+	c := threeWorkers(t, "c")
 	handled := c.watchLedger(t)
 
 	for _, round := range []struct {
@@ -111,7 +107,7 @@ func (c *cluster) send(queue, name string) sentRequest {
 	sum := sha256.Sum256([]byte(name))
 	req := dispatcher.Request{Type: "e2e", TaskID: queue + "-" + name, PayloadSHA256: hex.EncodeToString(sum[:])}
 	r := sentRequest{key: req.Key(), sent: time.Now()}
-	err := testkit.Poll(c.t.Context(), 30*time.Second, 10*time.Millisecond, func() error {
+	err := harness.Poll(c.t.Context(), 30*time.Second, 10*time.Millisecond, func() error {
 		return c.tc.SignalWorkflow(c.t.Context(), id, "", dispatcher.SignalDispatch, req)
 	})
 	if err != nil {

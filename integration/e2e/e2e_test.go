@@ -337,3 +337,16 @@ func TestProcessFaults(t *testing.T) {
 		c.checkOneDispatcherPerQueue()
 	})
 }
+
+// threeWorkers starts a cluster of three workers over q1 and q2, named <prefix>1-0 .. <prefix>3-0,
+// waits until they are ready and checks that each queue has one dispatcher.
+func threeWorkers(t *testing.T, prefix string) *cluster {
+	t.Helper()
+	c := newCluster(t, "q1", "q2")
+	for i := 1; i <= 3; i++ {
+		c.start(fmt.Sprintf("%s%d-0", prefix, i))
+	}
+	c.waitReady(60 * time.Second)
+	c.checkOneDispatcherPerQueue()
+	return c
+}

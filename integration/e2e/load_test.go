@@ -22,12 +22,7 @@ func TestLoadThroughALeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real worker processes")
 	}
-	c := newCluster(t, "q1", "q2")
-	for i := 1; i <= 3; i++ {
-		c.start(fmt.Sprintf("l%d-0", i))
-	}
-	c.waitReady(60 * time.Second)
-	c.checkOneDispatcherPerQueue()
+	c := threeWorkers(t, "l")
 
 	for _, mode := range []string{"signal", "dispatch"} {
 		t.Run(mode, func(t *testing.T) {

@@ -30,12 +30,7 @@ func TestCleanStopStrandsNoWorkflowTask(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real worker processes")
 	}
-	c := newCluster(t, "q1", "q2")
-	for i := 1; i <= 3; i++ {
-		c.start(fmt.Sprintf("s%d-0", i))
-	}
-	c.waitReady(60 * time.Second)
-	c.checkOneDispatcherPerQueue()
+	c := threeWorkers(t, "s")
 
 	stopSending := c.sendSignals(t, 10*time.Millisecond)
 	stoppedAt := map[string]time.Time{} // server ID -> when it was sent SIGTERM
