@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/registry"
 )
 
@@ -70,7 +70,7 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 	defer func() { _ = deletePrefix(context.WithoutCancel(ctx), cli, prefix) }()
 
 	start := time.Now()
-	if err := testkit.Parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
+	if err := harness.Parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
 		_, err := reg.Register(ctx, registry.Registration{ServerID: serverID(i), Queue: Queue, Hostname: fmt.Sprintf("bench-host-%03d", i%100),
 			PID: 1000 + i, Version: "bench", Capabilities: []string{"BenchWorkflow"}, MaxConcurrency: 8})
 		return err
@@ -91,7 +91,7 @@ func Run(ctx context.Context, rdb *redis.Client, workers, rounds int) (Result, e
 	latencies := make([]time.Duration, res.Heartbeats)
 	start = time.Now()
 	for r := range rounds {
-		if err := testkit.Parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
+		if err := harness.Parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
 			t0 := time.Now()
 			_, err := reg.Heartbeat(ctx, Queue, serverID(i), registry.Beat{Active: i % 8, CompletedDelta: 1})
 			latencies[r*workers+i] = time.Since(t0)

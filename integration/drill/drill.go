@@ -96,10 +96,10 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/temporalx"
-	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -398,7 +398,7 @@ func (d *Drill) setup(ctx context.Context) error {
 	}
 	setupStep := &Step{Name: "start-up", At: time.Now()}
 	d.steps = append(d.steps, setupStep)
-	if err := testkit.Parallel(ctx, d.cfg.Workers, d.cfg.Workers, func(ctx context.Context, i int) error {
+	if err := harness.Parallel(ctx, d.cfg.Workers, d.cfg.Workers, func(ctx context.Context, i int) error {
 		_, err := d.startSlot(ctx, i)
 		return err
 	}); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -339,7 +339,7 @@ func (d *Drill) faultPartition(ctx context.Context) error {
 		at := time.Now()
 		// Settled means the partitioned worker has let go of everything (its watchdog ends its terms
 		// at its lease deadline minus the safety margin) and the others took over.
-		_ = testkit.Poll(ctx, d.cfg.TakeoverSLA, 50*time.Millisecond, func() error {
+		_ = harness.Poll(ctx, d.cfg.TakeoverSLA, 50*time.Millisecond, func() error {
 			if st, ok := workerproc.Status(p.Addr); ok && leading(st) > 0 {
 				return errors.New("still leads")
 			}
@@ -444,7 +444,7 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 	}
 	id := d.workflowID(queue)
 	var runID string
-	err = testkit.Poll(ctx, d.cfg.TakeoverSLA, 100*time.Millisecond, func() error {
+	err = harness.Poll(ctx, d.cfg.TakeoverSLA, 100*time.Millisecond, func() error {
 		st, _ := workerproc.Status(p.Addr)
 		q, ok := workerproc.Leading(st, queue)
 		if !ok {
@@ -461,7 +461,7 @@ func (d *Drill) faultOrphan(ctx context.Context) error {
 	}
 	d.step(f, "kill")
 	killed := p.send(syscall.SIGKILL)
-	err = testkit.Poll(ctx, d.cfg.CleanupSLA, 250*time.Millisecond, func() error {
+	err = harness.Poll(ctx, d.cfg.CleanupSLA, 250*time.Millisecond, func() error {
 		r, derr := d.describe(ctx, id, runID)
 		closed := derr == nil && !r.open()
 		h, kerr := d.heartbeat(ctx, id)

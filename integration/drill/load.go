@@ -17,7 +17,7 @@ import (
 
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -109,10 +109,10 @@ func (d *Drill) startLoad(ctx context.Context) error {
 		return fmt.Errorf("start the load: %w", err)
 	}
 	d.logf("load: %v requests/s per queue on %s (demo-worker load -mode=signal)", d.cfg.LoadRate, strings.Join(l.queues, ","))
-	err = testkit.Poll(ctx, 60*time.Second, 100*time.Millisecond, func() error {
+	err = harness.Poll(ctx, 60*time.Second, 100*time.Millisecond, func() error {
 		switch {
 		case l.proc.Exited():
-			return testkit.Final(fmt.Errorf("exited with code %d", l.proc.Code()))
+			return harness.Final(fmt.Errorf("exited with code %d", l.proc.Code()))
 		case !hasSummary(l.proc):
 			return errors.New("no summary yet")
 		}
@@ -176,7 +176,7 @@ func (d *Drill) endLoad(ctx context.Context) {
 	// The ledger settles: every accepted request done and no record pending, or the bound passed.
 	var states map[string]ledgerRecord
 	var rev int64
-	err = testkit.Poll(ctx, d.cfg.LoadSettle, 500*time.Millisecond, func() (err error) {
+	err = harness.Poll(ctx, d.cfg.LoadSettle, 500*time.Millisecond, func() (err error) {
 		if states, rev, err = readLedger(ctx, d.ec); err != nil {
 			return err
 		}

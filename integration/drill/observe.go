@@ -18,7 +18,7 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -288,7 +288,7 @@ func (d *Drill) listRuns(ctx context.Context, running bool, f func(wid, runID st
 // still wrong when the bound runs out is a violation.
 func (d *Drill) waitSteady(ctx context.Context, step *Step, except *proc, timeout time.Duration) bool {
 	var probs []Violation
-	err := testkit.Poll(ctx, timeout, 200*time.Millisecond, func() error {
+	err := harness.Poll(ctx, timeout, 200*time.Millisecond, func() error {
 		if probs = d.settled(ctx, except); len(probs) > 0 {
 			return errors.New("not settled")
 		}

@@ -38,7 +38,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // EnvEndpoints names the environment variable that makes StartCluster use an
@@ -161,7 +161,7 @@ func memberDir(root string, i int) string { return filepath.Join(root, fmt.Sprin
 // On failure it stops what it started and wipes the data dirs.
 func (c *Cluster) startNew() error {
 	n := c.opts.Members
-	ports, err := testkit.PickPorts(2 * n)
+	ports, err := harness.PickPorts(2 * n)
 	if err != nil {
 		return err
 	}
@@ -519,14 +519,14 @@ func (c *Cluster) Close() error {
 }
 
 // Start is StartCluster for tests: t.Fatal on error, Close on cleanup. Without opts.Logger, etcd's
-// logs go to a file that is kept (in testkit.EnvLogDir) and named in t's output when t failed.
+// logs go to a file that is kept (in harness.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Logger == nil && os.Getenv(EnvEndpoints) == "" {
-		opts.Logger = testkit.Log(t, "etcd").Logger
+		opts.Logger = harness.Log(t, "etcd").Logger
 	}
 	c, err := StartCluster(opts)
-	return testkit.Serve(t, c, err)
+	return harness.Serve(t, c, err)
 }
 
 // Client returns c.NewClient(endpoints...) for tests: t.Fatal on error, closed on cleanup.

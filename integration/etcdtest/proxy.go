@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/zap"
 
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // Proxy is etcd's own fault-injecting TCP proxy (go.etcd.io/etcd/pkg/v3/proxy, the one etcd's
@@ -42,7 +42,7 @@ func NewProxy(target string) (*Proxy, error) {
 	}
 	// etcd's proxy needs its port up front; one picked as free can be taken before it binds.
 	for attempt := 0; ; attempt++ {
-		addr, err := testkit.FreeAddr()
+		addr, err := harness.FreeAddr()
 		if err != nil {
 			return nil, fmt.Errorf("etcdtest: proxy: %w", err)
 		}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // Docker cannot pull or run images on the machines the tests run on, so docker-compose.yml is checked
@@ -354,7 +354,7 @@ func TestComposeWorkerConfig(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			cancel()
 			if err != nil {
-				t.Errorf("%s: demo-worker %s with the service's environment: %v\n%s", w, strings.Join(args, " "), err, testkit.Tail(string(out), 2000))
+				t.Errorf("%s: demo-worker %s with the service's environment: %v\n%s", w, strings.Join(args, " "), err, harness.Tail(string(out), 2000))
 			}
 		}
 	}

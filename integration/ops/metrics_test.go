@@ -29,9 +29,9 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
-	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
 )
@@ -134,7 +134,7 @@ func startProc(t *testing.T, bin, name string, env []string, args ...string) {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("%s output:\n%s", name, testkit.Tail(out.String(), 8000))
+			t.Logf("%s output:\n%s", name, harness.Tail(out.String(), 8000))
 		}
 	})
 }

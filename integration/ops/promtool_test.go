@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // promtool comes from Debian's prometheus package. When it is missing, it is installed here as root or
@@ -71,7 +71,7 @@ func findOrInstallPromtool(t *testing.T) (string, error) {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, testkit.Tail(out.String(), 2000))
+			return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, harness.Tail(out.String(), 2000))
 		}
 		return nil
 	}

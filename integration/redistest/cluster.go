@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // EnvClusterAddrs names the environment variable (comma-separated host:port seeds) that makes
@@ -74,7 +74,7 @@ func StartClusterServers(opts ClusterOptions) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultTimeout)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		return nil, errors.Join(fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, testkit.Tail(string(out), 2000)), c.Close())
+		return nil, errors.Join(fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, harness.Tail(string(out), 2000)), c.Close())
 	}
 	if err := c.waitOK(2*DefaultTimeout, opts.Masters); err != nil {
 		return nil, errors.Join(err, c.Close())
@@ -87,7 +87,7 @@ func (c *Cluster) waitOK(timeout time.Duration, nodes int) error {
 	for _, addr := range c.addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, Password: c.password, Protocol: 2, DisableIdentity: true,
 			MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
-		err := testkit.Poll(context.Background(), timeout, 50*time.Millisecond, func() error {
+		err := harness.Poll(context.Background(), timeout, 50*time.Millisecond, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			info, err := rdb.ClusterInfo(ctx).Result()
@@ -143,14 +143,14 @@ func (c *Cluster) Close() error {
 }
 
 // StartCluster is StartClusterServers for tests: t.Fatal on error, Close on cleanup. Without
-// opts.LogFile, the masters' log is kept (in testkit.EnvLogDir) and named in t's output when t failed.
+// opts.LogFile, the masters' log is kept (in harness.EnvLogDir) and named in t's output when t failed.
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	if opts.LogFile == "" && os.Getenv(EnvClusterAddrs) == "" {
-		opts.LogFile = testkit.Log(t, "redis-cluster").Path
+		opts.LogFile = harness.Log(t, "redis-cluster").Path
 	}
 	c, err := StartClusterServers(opts)
-	return testkit.Serve(t, c, err)
+	return harness.Serve(t, c, err)
 }
 
 // ClusterClient returns c.NewClient() for tests, closed on cleanup. On an external cluster the

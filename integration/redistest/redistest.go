@@ -26,7 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // Environment variables that point the helpers at a running server instead of starting one.
@@ -88,7 +88,7 @@ type Server struct {
 	bin      string
 	dir      string
 	busPort  int // the cluster bus port of a cluster node
-	proc     testkit.Child
+	proc     harness.Child
 }
 
 // Binary returns the path of redis-server, or ErrNoBinary.
@@ -145,7 +145,7 @@ func startLocal(opts Options) (*Server, error) {
 	}
 	for attempt := 0; attempt < attempts; attempt++ {
 		// A cluster node's bus port is set explicitly: the default, port+10000, may be taken or past 65535.
-		ports, perr := testkit.PickPorts(2)
+		ports, perr := harness.PickPorts(2)
 		if perr != nil {
 			err = perr
 			continue
@@ -198,7 +198,7 @@ func (s *Server) start() error {
 	err := s.proc.Start(cmd, func(exited <-chan struct{}) error { return s.waitReady(DefaultTimeout, exited) })
 	if err != nil {
 		log, _ := os.ReadFile(s.opts.LogFile)
-		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, testkit.Tail(string(log), 2000))
+		return fmt.Errorf("redistest: redis-server on %s did not become ready: %w\n%s", s.addr, err, harness.Tail(string(log), 2000))
 	}
 	return nil
 }
@@ -208,10 +208,10 @@ func (s *Server) waitReady(timeout time.Duration, exited <-chan struct{}) error 
 	c := redis.NewClient(&redis.Options{Addr: s.addr, Password: s.password, MaxRetries: -1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, TLSConfig: s.clientTLS()})
 	defer c.Close()
-	return testkit.Poll(context.Background(), timeout, 20*time.Millisecond, func() error {
+	return harness.Poll(context.Background(), timeout, 20*time.Millisecond, func() error {
 		select {
 		case <-exited:
-			return testkit.Final(errors.New("process exited"))
+			return harness.Final(errors.New("process exited"))
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -265,7 +265,7 @@ func (s *Server) Restart() error {
 	}
 	// The port was ours a moment ago; an outgoing connection may take it in between only rarely, so
 	// retry the bind for a while rather than move.
-	return testkit.Poll(context.Background(), DefaultTimeout, 100*time.Millisecond, s.start)
+	return harness.Poll(context.Background(), DefaultTimeout, 100*time.Millisecond, s.start)
 }
 
 // Close stops the server and removes its working directory.
@@ -281,14 +281,14 @@ func (s *Server) Close() error {
 }
 
 // Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.LogFile, the
-// server's log is kept (in testkit.EnvLogDir) and named in t's output when t failed.
+// server's log is kept (in harness.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	if opts.LogFile == "" && os.Getenv(EnvAddr) == "" {
-		opts.LogFile = testkit.Log(t, "redis").Path
+		opts.LogFile = harness.Log(t, "redis").Path
 	}
 	s, err := StartServer(opts)
-	return testkit.Serve(t, s, err)
+	return harness.Serve(t, s, err)
 }
 
 // Client returns s.NewClient() for tests, closed on cleanup. On an external server the test's keys

@@ -26,9 +26,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/baton-run/baton/integration/etcdtest"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/redistest"
 	"github.com/baton-run/baton/integration/temporalx"
-	"github.com/baton-run/baton/integration/testkit"
 )
 
 // The Redis modes of Options.Redis.
@@ -238,7 +238,7 @@ func (s *Stack) Close() error {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		c := s.closers[i]
 		t := time.Now()
-		if err := testkit.Within(15*time.Second, c.close); err != nil {
+		if err := harness.Within(15*time.Second, c.close); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", c.name, err))
 		} else if c.name != "data dir" {
 			s.o.Say("%-9s stopped in %v", c.name, since(t))

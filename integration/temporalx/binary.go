@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // EnvServerBinary names the environment variable with the path of a built cmd/temporal-dev, the
@@ -20,7 +20,7 @@ const serverPackage = "github.com/baton-run/baton/integration/cmd/temporal-dev"
 
 // serverBinary is the binary of EnvServerBinary or, without it, cmd/temporal-dev of the module this
 // process runs in (its working directory is in it: a test's package directory), built with
-// testkit.GoBuild: once per process, since the build's up-to-date check alone takes seconds.
+// harness.GoBuild: once per process, since the build's up-to-date check alone takes seconds.
 var serverBinary = sync.OnceValues(func() (string, error) {
 	if p := os.Getenv(EnvServerBinary); p != "" {
 		return p, nil
@@ -33,7 +33,7 @@ var serverBinary = sync.OnceValues(func() (string, error) {
 	}
 	var bin string
 	if err == nil {
-		bin, err = testkit.GoBuild(filepath.Dir(mod), serverPackage)
+		bin, err = harness.GoBuild(filepath.Dir(mod), serverPackage)
 	}
 	if err != nil {
 		return "", fmt.Errorf("temporalx: build the Temporal server (%s; or set %s to a built one): %w", serverPackage, EnvServerBinary, err)

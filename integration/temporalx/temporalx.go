@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/testkit"
 )
 
@@ -102,10 +103,10 @@ type Server struct {
 	bin       string   // cmd/temporal-dev
 	args      []string // the same for every start: a restart is the same server
 
-	child     testkit.Child
+	child     harness.Child
 	closeOnce sync.Once
 
-	log      *testkit.LogFile // where the server logs, when Main chose the file
+	log      *harness.LogFile // where the server logs, when Main chose the file
 	logNamed sync.Map         // the tests Client named it to
 }
 
@@ -166,7 +167,7 @@ func StartServerContext(ctx context.Context, opts Options) (*Server, error) {
 	// The ports are picked free and bound later by the child; if one was
 	// taken in between, start again on other ports.
 	for attempt := 1; ; attempt++ {
-		ports, err := testkit.PickPorts(4)
+		ports, err := harness.PickPorts(4)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -211,10 +212,10 @@ func (s *Server) start(ctx context.Context) error {
 // waitReady waits until the frontend answers and the namespace is usable, registering it on an
 // external server where it does not exist yet; exited (nil for an external server) ends the wait.
 func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
-	err := testkit.Poll(ctx, 0, 100*time.Millisecond, func() error {
+	err := harness.Poll(ctx, 0, 100*time.Millisecond, func() error {
 		select {
 		case <-exited:
-			return testkit.Final(errExited)
+			return harness.Final(errExited)
 		default:
 			return s.tryNamespace(ctx)
 		}
@@ -222,7 +223,7 @@ func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	switch {
 	case errors.Is(err, errExited) && s.opts.LogFile != "":
 		b, _ := os.ReadFile(s.opts.LogFile)
-		return fmt.Errorf("%w (log %s: %s)", err, s.opts.LogFile, testkit.Tail(string(b), 1500))
+		return fmt.Errorf("%w (log %s: %s)", err, s.opts.LogFile, harness.Tail(string(b), 1500))
 	case err != nil && !errors.Is(err, errExited):
 		return fmt.Errorf("temporalx: namespace %q on %s not ready in time: %w", s.namespace, s.hostPort, err)
 	}
@@ -343,7 +344,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.Stop(); err != nil {
 		return err
 	}
-	return testkit.Poll(ctx, 0, 500*time.Millisecond, func() error { return s.start(ctx) })
+	return harness.Poll(ctx, 0, 500*time.Millisecond, func() error { return s.start(ctx) })
 }
 
 // Close stops the server (if not yet stopped) and removes its database,
@@ -366,18 +367,18 @@ func (s *Server) Close() (err error) {
 
 // Start is StartServer for tests: t.Fatal on error, Close on cleanup. Without opts.LogFile, the
 // server's log (and, without opts.Logger, the SDK clients' log) goes to a file that is kept (in
-// testkit.EnvLogDir) and named in t's output when t failed.
+// harness.EnvLogDir) and named in t's output when t failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	if opts.LogFile == "" && os.Getenv(EnvAddress) == "" {
-		opts.logTo(testkit.Log(t, "temporal"))
+		opts.logTo(harness.Log(t, "temporal"))
 	}
 	s, err := StartServer(opts)
-	return testkit.Serve(t, s, err)
+	return harness.Serve(t, s, err)
 }
 
 // logTo makes log (if any) the server's log file and, without a Logger, the SDK clients' log.
-func (o *Options) logTo(log *testkit.LogFile) {
+func (o *Options) logTo(log *harness.LogFile) {
 	if log == nil {
 		return
 	}
@@ -409,13 +410,13 @@ func Client(t testing.TB, s *Server) client.Client {
 // Main is TestMain for packages whose tests share one Temporal server: it starts the server into
 // *srv, runs the tests, stops the server, checks for leaks as testkit.VerifyTestMain does, and exits.
 //
-// Without opts.LogFile, the server logs to a file that is kept (in testkit.EnvLogDir), and named,
+// Without opts.LogFile, the server logs to a file that is kept (in harness.EnvLogDir), and named,
 // when the package fails; so do the SDK clients of NewClient without opts.Logger.
 func Main(m *testing.M, opts Options, srv **Server) {
-	var log *testkit.LogFile
+	var log *harness.LogFile
 	var err error
 	if opts.LogFile == "" && os.Getenv(EnvAddress) == "" {
-		log, err = testkit.NewLogFile("temporal")
+		log, err = harness.NewLogFile("temporal")
 		opts.logTo(log)
 	}
 	if err == nil {

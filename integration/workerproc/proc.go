@@ -22,11 +22,11 @@ import (
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // Build builds cmd/demo-worker of the root module (which holds its dependencies) with
-// testkit.GoBuild, once per process, and returns the binary's path.
+// harness.GoBuild, once per process, and returns the binary's path.
 var Build = buildOnce("./cmd/demo-worker")
 
 // BuildBaton builds cmd/baton, the operator's command, the same way.
@@ -36,7 +36,7 @@ var BuildBaton = buildOnce("./cmd/baton")
 func buildOnce(pkg string) func() (string, error) {
 	return sync.OnceValues(func() (string, error) {
 		_, file, _, _ := runtime.Caller(0)
-		bin, err := testkit.GoBuild(filepath.Join(filepath.Dir(file), "..", ".."), pkg)
+		bin, err := harness.GoBuild(filepath.Join(filepath.Dir(file), "..", ".."), pkg)
 		if err != nil {
 			return "", fmt.Errorf("%w (pass a prebuilt binary instead)", err)
 		}
@@ -103,7 +103,7 @@ func Start(o Options, bin, id string, env []string, args ...string) (*Proc, erro
 	p := &Proc{ID: id, done: make(chan struct{}), logFile: o.LogFile, onLine: o.OnLine}
 	argv := append([]string{"load", "-json"}, args...) // summaries as loadreport.Summary, for Summary
 	if !o.Load {
-		addr, err := testkit.FreeAddr()
+		addr, err := harness.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -203,10 +203,10 @@ func (p *Proc) Kill() {
 // WaitReady waits until /readyz answers 200. It fails, with the tail of the output, when the
 // process exits, ctx ends or timeout passes first.
 func (p *Proc) WaitReady(ctx context.Context, timeout time.Duration) error {
-	err := testkit.Poll(ctx, timeout, 50*time.Millisecond, func() error {
+	err := harness.Poll(ctx, timeout, 50*time.Millisecond, func() error {
 		switch {
 		case p.Exited():
-			return testkit.Final(fmt.Errorf("exited with code %d", p.Code()))
+			return harness.Final(fmt.Errorf("exited with code %d", p.Code()))
 		case !Ready(p.Addr):
 			return errors.New("/readyz does not answer 200")
 		}
@@ -249,7 +249,7 @@ func (p *Proc) Output() string {
 }
 
 // Tail is the last n bytes of Output, for an error message.
-func (p *Proc) Tail(n int) string { return testkit.Tail(p.Output(), n) }
+func (p *Proc) Tail(n int) string { return harness.Tail(p.Output(), n) }
 
 // Summary returns the last summary a `load` process printed (it runs with -json), and false before
 // the first.

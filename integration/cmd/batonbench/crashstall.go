@@ -12,7 +12,7 @@ import (
 
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/workerproc"
 	"github.com/baton-run/baton/takeover"
 )
@@ -270,7 +270,7 @@ func (f *crashFleet) streams(ctx context.Context, d time.Duration, phase string,
 		id, _ := takeover.WorkflowID(crashStallProject, q)
 		send := func(ctx context.Context, req dispatcher.Request) error {
 			// Fire and forget: a failed send (a handover's gap) is sent again until Temporal takes it.
-			return testkit.Poll(ctx, 0, 20*time.Millisecond, func() error {
+			return harness.Poll(ctx, 0, 20*time.Millisecond, func() error {
 				return f.s.tc.SignalWorkflow(ctx, id, "", dispatcher.SignalDispatch, req)
 			})
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -209,7 +209,7 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 		}
 	}
 	naiveStart := func(q string) error { // Temporal refuses a same-ID start within ~1 s of the last
-		return testkit.Poll(ctx, 5*time.Second, 100*time.Millisecond, func() error {
+		return harness.Poll(ctx, 5*time.Second, 100*time.Millisecond, func() error {
 			_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "naive-" + q, TaskQueue: q}, naiveWorkflow)
 			return err
 		})
@@ -322,7 +322,7 @@ func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Fi
 		began := time.Now()
 		before := log.handled()
 		var failed atomic.Int64
-		_ = testkit.Parallel(ctx, n, conc, func(ctx context.Context, i int) error {
+		_ = harness.Parallel(ctx, n, conc, func(ctx context.Context, i int) error {
 			sctx, cancel := context.WithTimeout(ctx, dispatchSendBound)
 			defer cancel()
 			if send(sctx, benchRequest(name, i)) != nil {

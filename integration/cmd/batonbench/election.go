@@ -14,7 +14,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // A leader is what both implementations look like to the measurements: campaign blocks until
@@ -152,7 +152,7 @@ func handover(ctx context.Context, observer *clientv3.Client, next *leader, gap 
 			won <- at
 		}
 	})
-	if err := testkit.Poll(ctx, 10*time.Second, time.Millisecond, func() error {
+	if err := harness.Poll(ctx, 10*time.Second, time.Millisecond, func() error {
 		resp, err := observer.Get(ctx, next.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err == nil && resp.Count != 2 {
 			err = fmt.Errorf("%s: %d keys, want 2 (a follower)", next.prefix, resp.Count)
@@ -184,7 +184,7 @@ func benchCrash(ctx context.Context, s *servers, o options) ([]benchreport.Figur
 		fmt.Sprintf("p95 <= TTL + 500 ms = %.0f ms", limit), func(f benchreport.Figure) bool { return f.P95 <= limit },
 		func(mk newLeader, observer *clientv3.Client) ([]time.Duration, error) {
 			samples := make([]time.Duration, o.crashRounds)
-			return samples, testkit.Parallel(ctx, o.crashRounds, o.parallel, func(ctx context.Context, i int) (err error) {
+			return samples, harness.Parallel(ctx, o.crashRounds, o.parallel, func(ctx context.Context, i int) (err error) {
 				samples[i], err = crashOnce(ctx, s.cluster, observer, o.crashTTL, i, mk)
 				return err
 			})

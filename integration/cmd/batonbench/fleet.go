@@ -17,7 +17,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // A fleet is workers campaigning for the same queues, either through Baton (election + balance) or
@@ -235,7 +235,7 @@ func overlaps(terms map[string][][2]time.Time) (n, total int, first string) {
 
 // waitAllLed waits up to scaleWait until every queue is led; it returns how long that took since since.
 func (f *fleet) waitAllLed(ctx context.Context, since time.Time) (time.Duration, error) {
-	err := testkit.Poll(ctx, scaleWait, 2*time.Millisecond, func() error {
+	err := harness.Poll(ctx, scaleWait, 2*time.Millisecond, func() error {
 		if n := f.led.Load(); n < int64(len(f.queues)) {
 			return fmt.Errorf("%d of %d queues led", n, len(f.queues))
 		}

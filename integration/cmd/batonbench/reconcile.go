@@ -19,8 +19,8 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/benchreport"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/redistest"
-	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/takeover"
 )
@@ -240,7 +240,7 @@ func benchSweep(ctx context.Context, s *servers, o options) ([]benchreport.Figur
 	fmt.Printf("batonbench: sweep: %d queues elected and their dispatcher runs started\n", n)
 	setup := time.Now()
 	// Elected and started several at once; each run's task queue has no poller, so the runs stay open.
-	if err := testkit.Parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+	if err := harness.Parallel(ctx, n, 32, func(ctx context.Context, i int) error {
 		return startLedRun(ctx, ownerEl, tc, fmt.Sprintf("q%06d", i))
 	}); err != nil {
 		return nil, err
@@ -248,7 +248,7 @@ func benchSweep(ctx context.Context, s *servers, o options) ([]benchreport.Figur
 	started := time.Since(setup)
 	query := fmt.Sprintf("WorkflowId STARTS_WITH %s AND ExecutionStatus = 'Running'", strconv.Quote(takeover.WorkflowIDPrefix(sweepProject)))
 	// A run is listed only once it is indexed, a moment after its start.
-	if err := testkit.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func() error {
+	if err := harness.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func() error {
 		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
 		if err == nil && resp.GetCount() < int64(n) {
 			err = fmt.Errorf("visibility indexed %d of %d runs", resp.GetCount(), n)

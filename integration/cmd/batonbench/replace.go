@@ -11,7 +11,7 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/benchreport"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/takeover"
 )
@@ -92,7 +92,7 @@ func replaceRound(ctx context.Context, s *servers, project string, hb time.Durat
 		}
 		bareRuns[i] = run.GetRunID()
 	}
-	if err := testkit.Poll(ctx, time.Minute, 10*time.Millisecond, func() error {
+	if err := harness.Poll(ctx, time.Minute, 10*time.Millisecond, func() error {
 		for _, q := range queues {
 			if qs, ok := queueStatus(node, q); !ok || !qs.Leading || !qs.DispatcherOpen {
 				return fmt.Errorf("%s not led with an open dispatcher run: %+v", q, qs)
@@ -124,7 +124,7 @@ func replaceRound(ctx context.Context, s *servers, project string, hb time.Durat
 		}
 		var after baton.QueueStatus
 		var noticed time.Duration
-		if err := testkit.Poll(ctx, limit, time.Millisecond, func() error {
+		if err := harness.Poll(ctx, limit, time.Millisecond, func() error {
 			var ok bool
 			after, ok = queueStatus(node, q)
 			if noticed == 0 && ok && (after.Replacements > before.Replacements || after.RunID != before.RunID) {

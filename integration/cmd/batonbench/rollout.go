@@ -15,7 +15,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // The rollout section: a rolling restart of 5 workers over 100 queues, each old worker replaced by a
@@ -73,7 +73,7 @@ func noHandOffs(ctx context.Context, f *fleet) error {
 	}
 	defer cli.Close()
 	prefix := balance.Keys{ElectionPrefix: election.DefaultConfig().Prefix}.Hints(f.project)
-	if err := testkit.Poll(ctx, time.Minute, 20*time.Millisecond, func() error {
+	if err := harness.Poll(ctx, time.Minute, 20*time.Millisecond, func() error {
 		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err == nil && resp.Count > 0 {
 			err = fmt.Errorf("%d hand-offs still in flight", resp.Count)

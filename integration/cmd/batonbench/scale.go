@@ -20,7 +20,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // The scale section (issue #17): Q queues x N workers on one etcd, through Baton (election + balance)
@@ -206,7 +206,7 @@ func runFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row sca
 		victim.cut = true
 		victim.proxy.Blackhole()
 		// Its watchdog ends its terms first; until then every queue still counts as led.
-		if err := testkit.Poll(ctx, scaleWait, time.Millisecond, func() error {
+		if err := harness.Poll(ctx, scaleWait, time.Millisecond, func() error {
 			if f.led.Load() == int64(len(f.queues)) {
 				return fmt.Errorf("the cut worker still leads")
 			}

@@ -18,7 +18,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // Memory per worker process: each worker of the fleet is this binary re-executed in worker mode
@@ -204,7 +204,7 @@ func runProcFleet(ctx context.Context, cluster *etcdtest.Cluster, o options, row
 		}
 		workers = append(workers, w)
 	}
-	err = testkit.Poll(ctx, scaleWait, 100*time.Millisecond, func() error {
+	err = harness.Poll(ctx, scaleWait, 100*time.Millisecond, func() error {
 		_, n, err := leaders()
 		if err == nil && n < row.queues {
 			err = fmt.Errorf("%d of %d queues led", n, row.queues)

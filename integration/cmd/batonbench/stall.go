@@ -19,7 +19,7 @@ import (
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/benchreport"
 	"github.com/baton-run/baton/integration/etcdtest"
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/takeover"
 )
@@ -336,7 +336,7 @@ func (o *stallOwner) stopWorker() {
 // task queue within PollerWindow.
 func (o *stallOwner) awaitNoPollers(ctx context.Context) error {
 	o.stopWorker()
-	return testkit.Poll(ctx, stallLimit, 50*time.Millisecond, func() error {
+	return harness.Poll(ctx, stallLimit, 50*time.Millisecond, func() error {
 		tq, err := o.s.tc.DescribeTaskQueue(ctx, o.taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
 		if err != nil {
 			return err
@@ -364,7 +364,7 @@ func (o *stallOwner) send(ctx context.Context) error {
 // causes other than cause it shows meanwhile.
 func (o *stallOwner) await(ctx context.Context, cause progress.Cause, r *stallSamples, ok func(*progress.Report) bool) (baton.QueueStatus, error) {
 	var qs baton.QueueStatus
-	err := testkit.Poll(ctx, stallLimit, 2*time.Millisecond, func() error {
+	err := harness.Poll(ctx, stallLimit, 2*time.Millisecond, func() error {
 		qs, _ = queueStatus(o.node, stallQueue)
 		switch rep := qs.Progress; {
 		case rep == nil:
@@ -382,7 +382,7 @@ func (o *stallOwner) await(ctx context.Context, cause progress.Cause, r *stallSa
 // awaitHealthy waits until the Node leads the queue with an open run, judged by a check started after
 // since to make progress and to hold nothing, and passes readiness.
 func (o *stallOwner) awaitHealthy(ctx context.Context, since time.Time) error {
-	return testkit.Poll(ctx, stallLimit, 10*time.Millisecond, func() error {
+	return harness.Poll(ctx, stallLimit, 10*time.Millisecond, func() error {
 		qs, _ := queueStatus(o.node, stallQueue)
 		rep := qs.Progress
 		switch {

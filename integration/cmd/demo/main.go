@@ -27,8 +27,8 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/stack"
-	"github.com/baton-run/baton/integration/testkit"
 	"github.com/baton-run/baton/integration/workerproc"
 )
 
@@ -250,7 +250,7 @@ func (d *demo) leaderOf(queue string) (*workerproc.Proc, baton.QueueStatus) {
 }
 
 func (d *demo) waitAllLed(ctx context.Context, timeout time.Duration) error {
-	err := testkit.Poll(ctx, timeout, 50*time.Millisecond, func() error {
+	err := harness.Poll(ctx, timeout, 50*time.Millisecond, func() error {
 		if missing := slices.DeleteFunc(slices.Clone(queues), func(q string) bool { w, _ := d.leaderOf(q); return w != nil }); len(missing) > 0 {
 			return fmt.Errorf("queues without a leader: %v", missing)
 		}
@@ -263,7 +263,7 @@ func (d *demo) waitAllLed(ctx context.Context, timeout time.Duration) error {
 }
 
 func (d *demo) waitNewLeader(ctx context.Context, queue string, old *workerproc.Proc, timeout time.Duration) (w *workerproc.Proc, qs baton.QueueStatus, err error) {
-	err = testkit.Poll(ctx, timeout, 10*time.Millisecond, func() error {
+	err = harness.Poll(ctx, timeout, 10*time.Millisecond, func() error {
 		if w, qs = d.leaderOf(queue); w == nil || w == old {
 			return fmt.Errorf("%s: no new leader", queue)
 		}

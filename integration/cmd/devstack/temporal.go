@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/temporalx"
-	"github.com/baton-run/baton/integration/testkit"
 )
 
 // The Temporal servers of -temporal.
@@ -90,7 +90,7 @@ func cliVersion(ctx context.Context, path string) (string, error) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("%s --version: %w: %s", path, err, testkit.Tail(strings.TrimSpace(string(out)), 200))
+		return "", fmt.Errorf("%s --version: %w: %s", path, err, harness.Tail(strings.TrimSpace(string(out)), 200))
 	}
 	// The line may come with others (the CLI's notice of a newer release).
 	for line := range strings.Lines(string(out)) {
@@ -98,7 +98,7 @@ func cliVersion(ctx context.Context, path string) (string, error) {
 			return line, nil
 		}
 	}
-	return "", fmt.Errorf("%s --version said %q, not %q", path, testkit.Tail(strings.TrimSpace(string(out)), 200), cliName+" version ...")
+	return "", fmt.Errorf("%s --version said %q, not %q", path, harness.Tail(strings.TrimSpace(string(out)), 200), cliName+" version ...")
 }
 
 // starter returns the stack's Temporal start for the plan, and what to say as it starts ("" for the
@@ -120,7 +120,7 @@ func (p temporalPlan) starter() (func(ctx context.Context, dir string) (stack.Te
 type cliServer struct {
 	hostPort, uiURL string
 	log             string // the server's output
-	child           testkit.Child
+	child           harness.Child
 	exited          <-chan struct{} // closed when the process exits
 }
 
@@ -133,7 +133,7 @@ func (s *cliServer) output() string {
 	if err != nil {
 		return err.Error()
 	}
-	return testkit.Tail(string(b), 2000)
+	return harness.Tail(string(b), 2000)
 }
 
 // Close stops the server (SIGTERM, then SIGKILL after 10 s) and waits for its process; its data is
@@ -146,7 +146,7 @@ func (s *cliServer) Close() error {
 // startCLI runs `temporal server start-dev` on 127.0.0.1, its database and output in dir, and
 // returns once the frontend serves the default namespace (bounded by temporalx.DefaultTimeout).
 func startCLI(ctx context.Context, p temporalPlan, dir string) (*cliServer, error) {
-	ports, err := testkit.PickPorts(2)
+	ports, err := harness.PickPorts(2)
 	if err != nil {
 		return nil, err
 	}

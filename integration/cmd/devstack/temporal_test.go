@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/integration/harness"
 	"github.com/baton-run/baton/integration/stack"
 	"github.com/baton-run/baton/integration/temporalx"
-	"github.com/baton-run/baton/integration/testkit"
 )
 
 // The Temporal CLI is not installed where these tests run: a shell script named temporal stands in
@@ -62,7 +62,7 @@ func serveWithBuiltin(t *testing.T) string {
 	if bin == "" {
 		mod, err := filepath.Abs("../..")
 		if err == nil {
-			bin, err = testkit.GoBuild(mod, "github.com/baton-run/baton/integration/cmd/temporal-dev")
+			bin, err = harness.GoBuild(mod, "github.com/baton-run/baton/integration/cmd/temporal-dev")
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func startDevArgs(t *testing.T, record string) map[string]string {
 
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	ports, err := testkit.PickPorts(n)
+	ports, err := harness.PickPorts(n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"gopkg.in/yaml.v3"
 
-	"github.com/baton-run/baton/integration/testkit"
+	"github.com/baton-run/baton/integration/harness"
 )
 
 // host is the loopback address every service listens on.
@@ -102,7 +102,7 @@ func run(args []string) error {
 	c.logger.Info("temporal-dev serving", zap.String("frontend", addr(c.frontend)), zap.String("namespace", c.namespace), zap.String("db", c.db))
 	sig := <-sigs
 	c.logger.Info("temporal-dev stopping", zap.Stringer("signal", sig))
-	if err := testkit.Within(20*time.Second, srv.Stop); err != nil {
+	if err := harness.Within(20*time.Second, srv.Stop); err != nil {
 		return fmt.Errorf("server stop: %w", err)
 	}
 	return nil
@@ -118,7 +118,7 @@ func startServer(c *serverConfig) (temporal.Server, error) {
 		if *p != 0 {
 			continue
 		}
-		free, err := testkit.PickPorts(1)
+		free, err := harness.PickPorts(1)
 		if err != nil {
 			return nil, err
 		}
