@@ -68,7 +68,7 @@ func TestNodeTakesTheAppsDataConverter(t *testing.T) {
 	}{
 		{"the app's converter fills in the Config's", nil, fromApp, fromApp},
 		{"the Config's converter wins", fromConfig, fromApp, fromConfig},
-		{"none: the takeover's default applies", nil, nil, nil},
+		{"none: the takeover's default applies", nil, nil, converter.GetDefaultDataConverter()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := baton.Config{Project: "billing", Queues: []string{"orders"}, ServerID: "w1",
