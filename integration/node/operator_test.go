@@ -532,11 +532,13 @@ func TestBatonVerifyLedgerAndReconciler(t *testing.T) {
 		t.Fatalf("a record pending for seconds reported against -pending-max 1h:\n%s", out)
 	}
 
-	// The reconciler stops: its last cycle grows old.
+	// The reconciler stops: its last cycle grows old, past -reconciler-max.
 	app.RequireStop()
 	stopped = true
-	time.Sleep(1500 * time.Millisecond)
-	if code, vs, out := verify("-pending-max", "1h", "-reconciler-max", "1s"); code != 1 || !has(vs, opscli.CheckReconciler, "") {
-		t.Fatalf("baton verify with the reconciler stopped: exit %d, want 1 and %s\n%s", code, opscli.CheckReconciler, out)
-	}
+	eventually(t, 30*time.Second, "verify reports the stopped reconciler", func() error {
+		if code, vs, out := verify("-pending-max", "1h", "-reconciler-max", "1s"); code != 1 || !has(vs, opscli.CheckReconciler, "") {
+			return fmt.Errorf("exit %d, want 1 and %s\n%s", code, opscli.CheckReconciler, out)
+		}
+		return nil
+	})
 }

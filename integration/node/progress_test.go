@@ -228,7 +228,6 @@ func TestProgressTemporalUnreachable(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second) // w1's balance sees w2 in line
 	proxy.Blackhole()
 	eventually(t, 60*time.Second, "w2 leads q1 with its run making progress", func() error {
 		qs, ok := leading(n2, "q1")
