@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"go.temporal.io/api/workflowservice/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
@@ -122,25 +122,13 @@ func runsOfToken(ctx context.Context, c Common, lc *Hooks, timeout time.Duration
 		return nil, err
 	}
 	var out []ledgerRun
-	var page []byte
-	for seen := 0; seen < maxRuns; {
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		resp, err := tc.ListWorkflow(cctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: int32(min(maxRuns-seen, 1000)),
-			NextPageToken: page, Query: "WorkflowId STARTS_WITH " + strconv.Quote(takeover.WorkflowIDPrefix(c.Cfg.Project))})
-		cancel()
-		if err != nil {
-			return out, err
-		}
-		for _, info := range resp.GetExecutions() {
-			seen++
+	err = listRuns(ctx, tc, "WorkflowId STARTS_WITH "+strconv.Quote(takeover.WorkflowIDPrefix(c.Cfg.Project)), maxRuns, timeout, nil,
+		func(info *workflowpb.WorkflowExecutionInfo) error {
 			if owner, ok, err := takeover.DecodeOwner(nil, info.GetMemo()); err == nil && ok && owner.Token == token {
 				out = append(out, ledgerRun{WorkflowID: info.GetExecution().GetWorkflowId(), RunID: info.GetExecution().GetRunId(),
 					Status: statusName(info.GetStatus())})
 			}
-		}
-		if page = resp.GetNextPageToken(); len(page) == 0 {
-			break
-		}
-	}
-	return out, nil
+			return nil
+		})
+	return out, err
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/time/rate"
 
@@ -289,33 +289,21 @@ func (h historyReader) check(ctx context.Context, queue, id string) ([]violation
 // list returns up to o.history runs of id, oldest first.
 func (h historyReader) list(ctx context.Context, id string) ([]pastRun, error) {
 	var runs []pastRun
-	var token []byte
-	for len(runs) < h.o.history {
-		if err := h.limit.Wait(ctx); err != nil {
-			return runs, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, h.o.timeout)
-		resp, err := h.tc.ListWorkflow(cctx, &workflowservice.ListWorkflowExecutionsRequest{
-			PageSize: int32(min(h.o.history-len(runs), 1000)), NextPageToken: token,
-			Query: "WorkflowId = " + strconv.Quote(id)})
-		cancel()
-		if err != nil {
-			return runs, fmt.Errorf("list the runs of %s: %w", id, err)
-		}
-		for _, info := range resp.GetExecutions() {
+	err := listRuns(ctx, h.tc, "WorkflowId = "+strconv.Quote(id), h.o.history, h.o.timeout, h.limit.Wait,
+		func(info *workflowpb.WorkflowExecutionInfo) error {
 			owner, found, err := takeover.DecodeOwner(nil, info.GetMemo())
 			if err != nil || !found {
-				return runs, fmt.Errorf("run %s of %s: no readable owner memo (%v)", info.GetExecution().GetRunId(), id, err)
+				return fmt.Errorf("run %s of %s: no readable owner memo (%v)", info.GetExecution().GetRunId(), id, err)
 			}
 			r := pastRun{runID: info.GetExecution().GetRunId(), status: info.GetStatus(), start: info.GetStartTime().AsTime(), owner: owner}
 			if info.GetCloseTime() != nil {
 				r.close = info.GetCloseTime().AsTime()
 			}
 			runs = append(runs, r)
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
-		}
+			return nil
+		})
+	if err != nil {
+		return runs, fmt.Errorf("list the runs of %s: %w", id, err)
 	}
 	slices.SortFunc(runs, func(a, b pastRun) int { return a.start.Compare(b.start) })
 	return runs, nil
