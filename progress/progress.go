@@ -86,21 +86,27 @@ func (r Report) Stalled() bool { return r.Cause != "" }
 // waited for one longer than Interval, and the run's progress only while it has dispatches in flight
 // (a run holds waiting requests only then, or while a workflow task is pending).
 func Check(ctx context.Context, tc Temporal, cfg Config, workflowID, runID string, now time.Time) Report {
+	cctx, cancel := context.WithTimeout(ctx, cfg.WithDefaults().CallTimeout)
+	desc, err := tc.DescribeWorkflowExecution(cctx, workflowID, runID)
+	cancel()
+	if err != nil {
+		return Report{CheckedAt: now, Pollers: -1, Cause: CauseUnreachable, Detail: fmt.Sprintf("describe run %s: %v", runID, err)}
+	}
+	return Judge(ctx, tc, cfg, desc, now)
+}
+
+// Judge is Check for a run the caller has just described (desc): it asks Temporal only the rest.
+func Judge(ctx context.Context, tc Temporal, cfg Config, desc *workflowservice.DescribeWorkflowExecutionResponse, now time.Time) Report {
 	cfg = cfg.WithDefaults()
 	rep := Report{CheckedAt: now, Pollers: -1}
 	stall := func(c Cause, format string, args ...any) Report {
 		rep.Cause, rep.Detail = c, fmt.Sprintf(format, args...)
 		return rep
 	}
-	cctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
-	desc, err := tc.DescribeWorkflowExecution(cctx, workflowID, runID)
-	cancel()
-	if err != nil {
-		return stall(CauseUnreachable, "describe run %s: %v", runID, err)
-	}
 	if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return rep
 	}
+	var err error
 	wt := desc.GetPendingWorkflowTask()
 	if wt != nil && wt.GetState() == enumspb.PENDING_WORKFLOW_TASK_STATE_SCHEDULED && now.Sub(taskSince(wt)) > cfg.Interval {
 		taskQueue := desc.GetExecutionConfig().GetTaskQueue().GetName()
@@ -118,7 +124,8 @@ func Check(ctx context.Context, tc Temporal, cfg Config, workflowID, runID strin
 	if len(desc.GetPendingActivities()) == 0 && wt == nil {
 		return rep // idle, or waiting for a timer: nothing it holds is being held up
 	}
-	rep.Progress = query(ctx, tc, cfg, workflowID, runID)
+	exec := desc.GetWorkflowExecutionInfo().GetExecution()
+	rep.Progress = query(ctx, tc, cfg, exec.GetWorkflowId(), exec.GetRunId())
 	if p := rep.Progress; p != nil && !p.OldestAccepted.IsZero() {
 		rep.OldestPendingAge = max(0, now.Sub(p.OldestAccepted))
 		if rep.OldestPendingAge > cfg.PendingMax {
@@ -129,7 +136,9 @@ func Check(ctx context.Context, tc Temporal, cfg Config, workflowID, runID strin
 	return rep
 }
 
-// taskSince is when a pending workflow task was first scheduled (its first attempt).
+// taskSince is when a pending workflow task's current attempt was scheduled: the server restamps
+// a retried task, so an age measured from it restarts with every attempt (pendingWork counts the
+// attempts too).
 func taskSince(wt *workflowpb.PendingWorkflowTaskInfo) time.Time {
 	if wt.GetOriginalScheduledTime() != nil {
 		return wt.GetOriginalScheduledTime().AsTime()

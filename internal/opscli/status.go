@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
@@ -323,7 +324,7 @@ func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOp
 			}
 			info := d.GetWorkflowExecutionInfo()
 			desc := &workflowDescription{runID: info.GetExecution().GetRunId(), status: info.GetStatus(),
-				start: info.GetStartTime().AsTime()}
+				start: info.GetStartTime().AsTime(), raw: d}
 			desc.owner, _, desc.ownerErr = takeover.DecodeOwner(nil, info.GetMemo())
 			return desc, nil
 		})
@@ -342,7 +343,7 @@ func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOp
 			if resp.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 				pcfg := o.Cfg.Progress
 				pcfg.CallTimeout = o.timeout
-				rep := progress.Check(ctx, tc, pcfg, id, resp.runID, time.Now())
+				rep := progress.Judge(ctx, tc, pcfg, resp.raw, time.Now())
 				q.Dispatcher.Progress = &rep
 			}
 		}
@@ -355,6 +356,7 @@ type workflowDescription struct {
 	start    time.Time
 	owner    takeover.Owner
 	ownerErr error
+	raw      *workflowservice.DescribeWorkflowExecutionResponse // for progress.Judge
 }
 
 func statusName(s enumspb.WorkflowExecutionStatus) string {
