@@ -46,7 +46,7 @@ func (n *Node) watchProgress(ctx context.Context, queue string, term *election.T
 				return
 			}
 			was = s.progress.Cause
-			if rep.Cause != was || s.stalledSince.IsZero() {
+			if rep.Cause != was { // a new cause, or none: its time starts now
 				s.stalledSince = time.Time{}
 				if rep.Stalled() {
 					s.stalledSince = rep.CheckedAt

@@ -35,7 +35,7 @@ type Runner struct {
 	named      map[string][]time.Time // successors this worker named a moment ago
 	standing   standing               // as last announced to every queue by restand
 	started    time.Time              // when Run's campaigns began (vacant.go: Settle counts from here)
-	unfit      map[string]time.Time   // queues this worker cannot supervise (Unfit), since when
+	unfit      map[string]bool        // queues this worker cannot supervise (Unfit)
 	unfitMoved map[string]time.Time   // when this worker last handed each queue over as unfit
 	unfitAsked map[string]time.Time   // when this worker last asked the queue's workers to stand (unfit)
 }
@@ -59,7 +59,7 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 	cfg = cfg.WithDefaults()
 	r := &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{}, heldSince: map[string]time.Time{},
 		busy: map[string]int{}, lastLeader: map[string]string{}, named: map[string][]time.Time{},
-		unfit: map[string]time.Time{}, unfitMoved: map[string]time.Time{}, unfitAsked: map[string]time.Time{},
+		unfit: map[string]bool{}, unfitMoved: map[string]time.Time{}, unfitAsked: map[string]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
 		view: newView(el.Keys().Project(cfg.Project), cfg.ServerID, cfg.Queues)}
 	r.view.onWorkers = r.restand

@@ -12,14 +12,13 @@ const UnfitPause = 5 * time.Minute
 // Unfit marks this worker unable to supervise queue's dispatcher (its owner cannot reach Temporal,
 // while the election and the heartbeats still work): while it leads the queue, it asks the workers
 // that serve the queue to stand for it, and hands it over, as a drain does, to one that stands and
-// is not draining, naming it as successor, unpaced. With no such worker it keeps the queue. A worker hands a queue over as unfit at most once
-// per UnfitPause. The mark ends with Fit, or with that hand-over.
+// is not draining, naming it as successor, unpaced. With no such worker it keeps the queue. A worker
+// hands a queue over as unfit at most once per UnfitPause. The mark ends with Fit, or with that
+// hand-over.
 func (r *Runner) Unfit(queue string) {
 	r.mu.Lock()
-	_, was := r.unfit[queue]
-	if !was {
-		r.unfit[queue] = time.Now()
-	}
+	was := r.unfit[queue]
+	r.unfit[queue] = true
 	r.mu.Unlock()
 	if !was {
 		r.view.wake(queue)
@@ -39,7 +38,7 @@ func (r *Runner) Fit(queue string) {
 // while the mark lasts), so that one can take the queue; the caller looks again within Grace.
 func (r *Runner) unfitMove(ctx context.Context, queue string) (unfit, move bool) {
 	r.mu.Lock()
-	_, unfit = r.unfit[queue]
+	unfit = r.unfit[queue]
 	last, busy, asked := r.unfitMoved[queue], r.busy[queue] > 0, r.unfitAsked[queue]
 	r.mu.Unlock()
 	if !unfit || busy || time.Since(last) < UnfitPause {
