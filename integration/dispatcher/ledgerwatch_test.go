@@ -26,10 +26,7 @@ func TestLedgerWatchSeesEveryCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, stop := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	go func() { w.Run(wctx); close(ran) }()
-	defer func() { stop(); <-ran }()
+	defer follow(ctx, w)()
 	var rev int64
 	for _, kv := range [][2]string{{"a", "pending w1 5"}, {"a", "done w1 5"}, {"b", "pending w1 5"}, {"d", "done w1 5"}, {"d", "done w2 9"}, {"x/c", "done w1 5"}} {
 		key := prefix + "/" + kv[0]
@@ -89,10 +86,7 @@ func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wctx, stop := context.WithCancel(ctx)
-		ran := make(chan struct{})
-		go func() { w.Run(wctx); close(ran) }()
-		defer func() { stop(); <-ran }()
+		defer follow(ctx, w)()
 		if err := w.WaitFor(ctx, rev); err != nil {
 			t.Fatal(err)
 		}
@@ -107,4 +101,12 @@ func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
 	if w.From() != from || len(dones) != 1 || len(dones["b"]) != 2 {
 		t.Fatalf("from %d: From %d, completions %+v; want b twice only", from, w.From(), dones)
 	}
+}
+
+// follow runs w until the function it returns is called, which waits for it to return.
+func follow(ctx context.Context, w *dispatcher.LedgerWatch) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { w.Run(wctx); close(ran) }()
+	return func() { cancel(); <-ran }
 }
