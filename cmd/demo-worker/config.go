@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -99,7 +98,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	c := &o.Cfg
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "this process's ID in elections, heartbeats and the registry (BATON_SERVER_ID; default <host>-<pid>-<random>)")
 	fs.StringVar(&c.Version, "version", c.Version, "this build's version, published to the other workers so a rolling deploy moves queues forward only (BATON_VERSION; default the build's module version, or dev)")
-	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "listen address of /metrics, /healthz, /readyz and /status ("+envHTTPAddr+")")
+	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "listen address of /metrics, /healthz, /readyz and /status, HOST:PORT, or fd:N to serve on a listening socket inherited as file descriptor N ("+envHTTPAddr+")")
 	fs.Var(opscli.Duration(&o.shutdownTimeout), "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+envShutdownTimeout+")")
 	fs.Var(opscli.Duration(&o.startTimeout), "start-timeout", "bound of the start ("+envStartTimeout+")")
 	fs.Var(&o.logLevel, "log-level", "debug, info, warn or error ("+envLogLevel+"; default info)")
@@ -131,7 +130,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if err := o.Clients.Validate(); err != nil {
 		return o, err
 	}
-	if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
+	if err := checkListenAddr(o.httpAddr); err != nil {
 		return o, fmt.Errorf("flag -http (%s): %w", envHTTPAddr, err)
 	}
 	if least := o.nodeStopBudget() + minDrain + stopSlack; o.shutdownTimeout < least {

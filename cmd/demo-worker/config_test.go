@@ -104,6 +104,8 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 		{name: "unknown flag", args: []string{"-nope"}, want: "-nope"},
 		{name: "stray argument", args: []string{"extra"}, want: `"extra"`},
 		{name: "bad http address", args: []string{"-http=8080"}, want: "-http"},
+		{name: "http on a standard stream", args: []string{"-http=fd:1"}, want: "-http"},
+		{name: "http on a bad descriptor", args: []string{"-http=fd:three"}, want: "-http"},
 		{name: "bad log level", args: []string{"-log-level=loud"}, want: "-log-level"},
 		{name: "bad log level env", env: map[string]string{"BATON_LOG_LEVEL": "loud"}, want: "BATON_LOG_LEVEL"},
 		{name: "no etcd endpoints", env: map[string]string{"BATON_ETCD_ENDPOINTS": "-"}, want: "EtcdEndpoints"},

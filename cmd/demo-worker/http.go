@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,7 +89,7 @@ func newMetricsServer(addr string, reg *prometheus.Registry, log *zap.Logger) *h
 
 // start listens here, so that a busy port fails the start, and serves in the background.
 func (h *httpServer) start() error {
-	ln, err := net.Listen("tcp", h.srv.Addr)
+	ln, err := listen(h.srv.Addr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
@@ -100,6 +103,45 @@ func (h *httpServer) start() error {
 		}
 	}()
 	return nil
+}
+
+// inheritedPrefix marks a listen address that names a listening socket this process inherited,
+// "fd:N" (socket activation): whoever started the process bound the port and keeps no race open
+// between choosing it and listening on it.
+const inheritedPrefix = "fd:"
+
+// checkListenAddr reports whether addr is HOST:PORT or fd:N with N >= 3 (0-2 are the standard
+// streams).
+func checkListenAddr(addr string) error {
+	if n, ok := strings.CutPrefix(addr, inheritedPrefix); ok {
+		if fd, err := strconv.Atoi(n); err != nil || fd < 3 {
+			return fmt.Errorf("%q: an inherited socket is fd:N with N a file descriptor of at least 3", addr)
+		}
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("must be HOST:PORT or fd:N: %w", err)
+	}
+	return nil
+}
+
+// listen listens on addr (HOST:PORT), or takes the inherited listening socket that addr names (fd:N).
+func listen(addr string) (net.Listener, error) {
+	n, ok := strings.CutPrefix(addr, inheritedPrefix)
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	fd, err := strconv.Atoi(n)
+	if err != nil || fd < 3 {
+		return nil, checkListenAddr(addr)
+	}
+	f := os.NewFile(uintptr(fd), addr)
+	defer f.Close() // FileListener holds its own copy
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("inherited socket %s: %w", addr, err)
+	}
+	return ln, nil
 }
 
 // stop shuts the server down and waits for it to stop serving, until ctx ends.

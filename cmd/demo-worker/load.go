@@ -12,7 +12,6 @@ import (
 	"io"
 	"math"
 	mrand "math/rand/v2"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -92,7 +91,7 @@ func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 	fs.IntVar(&o.inFlight, "in-flight", o.inFlight, "sends in flight per queue at most; arrivals wait beyond it")
 	fs.StringVar(&o.run, "run-id", "", "prefix of this run's task IDs, so that runs never share a dispatch key (default: random)")
 	fs.StringVar(&o.ledger, "ledger-prefix", o.ledger, "etcd prefix of the dispatch ledger, read back at the end when -etcd-endpoints is set")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve GET /metrics (Prometheus) on this HOST:PORT while the load runs: in dispatch mode the Producer's calls by outcome and their latency (default: not served)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve GET /metrics (Prometheus) on this HOST:PORT (or fd:N, an inherited listening socket) while the load runs: in dispatch mode the Producer's calls by outcome and their latency (default: not served)")
 	fs.StringVar(&o.acceptedOut, "accepted-out", "", "write every accepted request to this file at the end, one line each: <dispatch key> <queue> <sent unix ns> <accepted unix ns>")
 	if err := opscli.Parse(fs, args, stdout); err != nil {
 		return o, err
@@ -125,8 +124,8 @@ func (o loadOptions) validate() error {
 		return fmt.Errorf("flag -ledger-prefix must start with / and not end with /, got %q", o.ledger)
 	}
 	if o.metricsAddr != "" {
-		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
-			return fmt.Errorf("flag -metrics-addr must be HOST:PORT: %w", err)
+		if err := checkListenAddr(o.metricsAddr); err != nil {
+			return fmt.Errorf("flag -metrics-addr: %w", err)
 		}
 	}
 	check := o.Cfg

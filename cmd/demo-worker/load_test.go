@@ -36,7 +36,7 @@ func TestLoadRejectsBadFlagsNamingTheFlagAndRule(t *testing.T) {
 		{name: "ledger prefix ending in a slash", args: []string{"-ledger-prefix=/baton/"}, want: "not end with /"},
 		{name: "no queues", env: map[string]string{"BATON_QUEUES": ""}, want: "Queues"},
 		{name: "no project", args: []string{"-project="}, want: "Project"},
-		{name: "metrics address without a port", args: []string{"-metrics-addr=localhost"}, want: "flag -metrics-addr must be HOST:PORT"},
+		{name: "metrics address without a port", args: []string{"-metrics-addr=localhost"}, want: "flag -metrics-addr: must be HOST:PORT"},
 		{name: "stray argument", args: []string{"now"}, want: `unexpected argument "now"`},
 		{name: "secret on the command line", args: []string{"-etcd-password=x"}, want: "flag -etcd-password is not accepted"},
 	}

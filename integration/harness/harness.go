@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -196,6 +197,40 @@ func FreeAddr() (string, error) {
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
 }
+
+// Socket is a listening TCP socket on 127.0.0.1 for a child process to serve on: the child inherits
+// it (Pass) and listens on it without the race between choosing a free port and binding it, which a
+// process of another test package choosing the same port can win (demo-worker's -http and
+// -metrics-addr take the "fd:N" that Pass returns).
+type Socket struct {
+	// Addr is where the socket listens.
+	Addr string
+	file *os.File
+}
+
+// ListenSocket binds a port on 127.0.0.1.
+func ListenSocket() (*Socket, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close() // the file is a copy that stays open
+	f, err := l.(*net.TCPListener).File()
+	if err != nil {
+		return nil, err
+	}
+	return &Socket{Addr: l.Addr().String(), file: f}, nil
+}
+
+// Pass hands the socket to cmd, not started yet, and returns the child's name for it: "fd:N".
+func (s *Socket) Pass(cmd *exec.Cmd) string {
+	cmd.ExtraFiles = append(cmd.ExtraFiles, s.file)
+	return fmt.Sprintf("fd:%d", 2+len(cmd.ExtraFiles))
+}
+
+// Close closes this process's copy of the socket: call it once the child has started (or failed
+// to); the child's copy stays open.
+func (s *Socket) Close() error { return s.file.Close() }
 
 func ephemeralLow() int {
 	b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -92,27 +91,25 @@ func get(addr, path string) ([]byte, bool) {
 	return b, err == nil && resp.StatusCode == http.StatusOK
 }
 
-func freeAddr(t *testing.T) string {
+// startWorker runs one demo worker with env and stops it (SIGTERM, then SIGKILL) at the end of the
+// test; it returns the address of its HTTP endpoints.
+func startWorker(t *testing.T, bin, id string, env []string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return startProc(t, bin, id, env, "run", "-server-id", id, "-http")
+}
+
+// startProc runs bin with args, then a listen address (an inherited socket, so that no other process
+// can take its port first), and env; it stops it (SIGTERM, then SIGKILL) at the end of the test, whose
+// failure shows the tail of its output under name. It returns the address the socket listens on.
+func startProc(t *testing.T, bin, name string, env []string, args ...string) string {
+	t.Helper()
+	sock, err := harness.ListenSocket()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startWorker runs one demo worker with env and stops it (SIGTERM, then SIGKILL) at the end of the test.
-func startWorker(t *testing.T, bin, id, addr string, env []string) {
-	t.Helper()
-	startProc(t, bin, id, env, "run", "-server-id", id, "-http", addr)
-}
-
-// startProc runs bin with args and env and stops it (SIGTERM, then SIGKILL) at the end of the test,
-// whose failure shows the tail of its output under name.
-func startProc(t *testing.T, bin, name string, env []string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
+	defer sock.Close()
+	cmd := exec.Command(bin)
+	cmd.Args = append(append(cmd.Args, args...), sock.Pass(cmd))
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out lockedBuffer
@@ -137,6 +134,7 @@ func startProc(t *testing.T, bin, name string, env []string, args ...string) {
 			t.Logf("%s output:\n%s", name, harness.Tail(out.String(), 8000))
 		}
 	})
+	return sock.Addr
 }
 
 // lockedBuffer is a process's output, written by exec's copying goroutines and read by the test.
@@ -301,8 +299,7 @@ func TestMetricNamesExist(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	addr := freeAddr(t)
-	startWorker(t, bin, "ops-1", addr, env)
+	addr := startWorker(t, bin, "ops-1", env)
 
 	leads := func(q string) (baton.QueueStatus, bool) {
 		b, ok := get(addr, "/status")
@@ -418,9 +415,8 @@ func TestMetricNamesExist(t *testing.T) {
 	// A producer sends requests to every queue through dispatcher.Producer and serves its metrics; the
 	// worker's handler runs count them. Started last: the handovers above are over, so no request is
 	// carried over from one run to the next.
-	loadAddr := freeAddr(t)
-	startProc(t, bin, "load", env, "load", "-mode", "dispatch", "-metrics-addr", loadAddr,
-		"-rate", "5", "-duration", "5m", "-interval", "5s", "-run-id", "ops-"+project)
+	loadAddr := startProc(t, bin, "load", env, "load", "-mode", "dispatch",
+		"-rate", "5", "-duration", "5m", "-interval", "5s", "-run-id", "ops-"+project, "-metrics-addr")
 
 	// Every name used must be exported by the worker or the producer; wait for the reconcile cycles,
 	// the evictions and the handled requests to happen.

@@ -96,21 +96,26 @@ type Options struct {
 	OnLine func(line []byte)
 }
 
-// Start runs `bin run -server-id id -http <free port> args...`, or with o.Load `bin load args...`
+// Start runs `bin run -server-id id -http <an inherited socket> args...`, or with o.Load `bin load args...`
 // (id then names it in logs), with env appended to Environ(). The process has its own process group
 // (a Ctrl-C reaches its starter, which stops it) and is killed if this process dies (Pdeathsig).
 func Start(o Options, bin, id string, env []string, args ...string) (*Proc, error) {
 	p := &Proc{ID: id, done: make(chan struct{}), logFile: o.LogFile, onLine: o.OnLine}
+	p.cmd = exec.Command(bin)
 	argv := append([]string{"load", "-json"}, args...) // summaries as loadreport.Summary, for Summary
 	if !o.Load {
-		addr, err := harness.FreeAddr()
+		// The worker serves on a socket bound here and inherited: a port chosen here and bound by
+		// the worker later could be taken in between by another test package's process.
+		sock, err := harness.ListenSocket()
 		if err != nil {
 			return nil, err
 		}
-		p.Addr = addr
+		defer sock.Close()
+		p.Addr = sock.Addr
 		// Baton's typed events on stdout (Events reads them), never its log text.
-		argv = append([]string{"run", "-server-id", id, "-http", addr, "-events", "stdout"}, args...)
+		argv = append([]string{"run", "-server-id", id, "-http", sock.Pass(p.cmd), "-events", "stdout"}, args...)
 	}
+	p.cmd.Args = append(p.cmd.Args, argv...)
 	p.out = &p.raw
 	var logf *os.File
 	if o.LogFile != "" {
@@ -120,7 +125,6 @@ func Start(o Options, bin, id string, env []string, args ...string) (*Proc, erro
 		}
 		logf, p.out = f, f
 	}
-	p.cmd = exec.Command(bin, argv...)
 	p.cmd.Env = append(Environ(), env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := p.cmd.StderrPipe()
