@@ -153,6 +153,7 @@ func (c *cluster) taskHistory(queue string, stoppedAt map[string]time.Time) task
 			runID := ex.GetExecution().GetRunId()
 			began := ex.GetStartTime().AsTime()
 			scheduled := map[int64]time.Time{}
+			starter := map[int64]string{} // started event ID -> the identity that took the task
 			late := func(ev *historypb.HistoryEvent, identity string) {
 				server, _, _ := strings.Cut(identity, "@")
 				if at, ok := stoppedAt[server]; ok && began.After(at) {
@@ -172,11 +173,12 @@ func (c *cluster) taskHistory(queue string, stoppedAt map[string]time.Time) task
 				case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
 					a := ev.GetWorkflowTaskStartedEventAttributes()
 					h.worst = max(h.worst, ev.GetEventTime().AsTime().Sub(scheduled[a.GetScheduledEventId()]))
+					starter[ev.GetEventId()] = a.GetIdentity()
 					late(ev, a.GetIdentity())
 				case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 					late(ev, ev.GetActivityTaskStartedEventAttributes().GetIdentity())
 				case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-					h.timeouts = append(h.timeouts, describeTimeout(runID, ev, scheduled))
+					h.timeouts = append(h.timeouts, describeTimeout(runID, ev, scheduled, starter, stoppedAt))
 				}
 			}
 		}
@@ -186,8 +188,19 @@ func (c *cluster) taskHistory(queue string, stoppedAt map[string]time.Time) task
 	}
 }
 
-func describeTimeout(runID string, ev *historypb.HistoryEvent, scheduled map[int64]time.Time) string {
+// describeTimeout says which task timed out, who had taken it, and when that process had been sent
+// SIGTERM, if it was.
+func describeTimeout(runID string, ev *historypb.HistoryEvent, scheduled map[int64]time.Time, starter map[int64]string, stoppedAt map[string]time.Time) string {
 	a := ev.GetWorkflowTaskTimedOutEventAttributes()
-	return fmt.Sprintf("run %s: workflow task %s timed out at event %d, %v after it was scheduled",
-		runID, a.GetTimeoutType(), ev.GetEventId(), ev.GetEventTime().AsTime().Sub(scheduled[a.GetScheduledEventId()]).Round(time.Millisecond))
+	at := scheduled[a.GetScheduledEventId()]
+	who := "nobody"
+	if id, ok := starter[a.GetStartedEventId()]; ok {
+		who = id
+		server, _, _ := strings.Cut(id, "@")
+		if stop, ok := stoppedAt[server]; ok {
+			who += fmt.Sprintf(" (the task was scheduled %v after it was sent SIGTERM)", at.Sub(stop).Round(time.Millisecond))
+		}
+	}
+	return fmt.Sprintf("run %s: workflow task %s timed out at event %d, %v after it was scheduled; taken by %s",
+		runID, a.GetTimeoutType(), ev.GetEventId(), ev.GetEventTime().AsTime().Sub(at).Round(time.Millisecond), who)
 }

@@ -160,7 +160,10 @@ func startCLI(ctx context.Context, p temporalPlan, dir string) (*cliServer, erro
 	defer log.Close() // the child has its own descriptor
 	// Not CommandContext: the server lives until Close, not until the start's context ends.
 	cmd := exec.Command(p.cli, "server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--ui-port", strconv.Itoa(uiPort), "--db-filename", filepath.Join(dir, "temporal-cli.db"))
+		"--ui-port", strconv.Itoa(uiPort), "--db-filename", filepath.Join(dir, "temporal-cli.db"),
+		// As cmd/temporal-dev: a stopping worker's polls end before they can be handed a task it would
+		// never finish (servers without the setting ignore it).
+		"--dynamic-config-value", "frontend.enableCancelWorkerPollsOnShutdown=true")
 	cmd.Stdout, cmd.Stderr = log, log
 	// It dies with devstack, however devstack dies (it has no -exit-with-stdin).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
 	--port) port=$2; shift 2;;
 	--ui-port) ui_port=$2; shift 2;;
 	--db-filename) db=$2; shift 2;;
+	--dynamic-config-value) dynamic_config=$2; shift 2;;
 	*) echo "Error: unknown flag: $1" >&2; exit 1;;
 	esac
 done
@@ -131,9 +132,11 @@ func TestTemporalCLIServes(t *testing.T) {
 	got := startDevArgs(t, record)
 	dbDir, _ := filepath.Rel(tmp, filepath.Dir(got["--db-filename"]))
 	if got["--ip"] != "127.0.0.1" || got["--port"] != strconv.Itoa(port) || dbDir == "" || strings.HasPrefix(dbDir, "..") ||
-		env["BATON_DEVSTACK_TEMPORAL_UI"] != "http://127.0.0.1:"+got["--ui-port"] || len(got) != 4 {
+		env["BATON_DEVSTACK_TEMPORAL_UI"] != "http://127.0.0.1:"+got["--ui-port"] ||
+		got["--dynamic-config-value"] != "frontend.enableCancelWorkerPollsOnShutdown=true" || len(got) != 5 {
 		t.Errorf("server start-dev %v; want --ip 127.0.0.1, --port %d, --ui-port of BATON_DEVSTACK_TEMPORAL_UI=%s, "+
-			"--db-filename in %s", got, port, env["BATON_DEVSTACK_TEMPORAL_UI"], tmp)
+			"--db-filename in %s, --dynamic-config-value frontend.enableCancelWorkerPollsOnShutdown=true",
+			got, port, env["BATON_DEVSTACK_TEMPORAL_UI"], tmp)
 	}
 	checkTemporal(t, env["BATON_TEMPORAL_ADDRESS"], env["BATON_TEMPORAL_NAMESPACE"])
 

@@ -175,6 +175,11 @@ func startServer(c *serverConfig) (temporal.Server, error) {
 	dc := dynamicconfig.StaticClient{
 		// As temporaltest: a search attribute added by a test is visible to its next query.
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+		// A stopping worker's ShutdownWorker call ends its outstanding polls before the server hands
+		// them a task, and the SDK then lets its polls complete instead of cancelling them: without
+		// it a task matched to a poll the worker has just cancelled is lost until the workflow task
+		// timeout (production servers want it too; see the README).
+		dynamicconfig.EnableCancelWorkerPollsOnShutdown.Key(): true,
 	}
 	for k, v := range c.dynamicConfig {
 		dc[dynamicconfig.MakeKey(k)] = v
