@@ -59,7 +59,7 @@ lint:
 
 ## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json.
 bench: deps
-	cd integration && $(GO) run ./cmd/batonbench -out ../bench-results.json -doc ../docs/benchmarks.md
+	cd integration && $(GO) run ./tools/cmd/batonbench -out ../bench-results.json -doc ../docs/benchmarks.md
 
 ## demo: the main job on an embedded default: real etcd, a real Temporal server (a child process), a local
 ## Redis, three demo workers over four queues, a crash and a graceful handover, explained as they happen.
@@ -67,7 +67,7 @@ DEMO_BIN := $(CURDIR)/.demo/bin
 demo: deps
 	@mkdir -p $(DEMO_BIN)
 	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
-	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo && $(GO) build -o $(DEMO_BIN)/temporal-dev ./cmd/temporal-dev
+	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo && $(GO) build -o $(DEMO_BIN)/temporal-dev ./tools/cmd/temporal-dev
 	TEMPORALX_SERVER_BIN=$(DEMO_BIN)/temporal-dev $(DEMO_BIN)/demo -bin $(DEMO_BIN)
 
 ## drill: chaos drill on loopback (3-member etcd, Temporal, Redis, 5 demo workers over 20 queues): faults one
@@ -77,7 +77,7 @@ demo: deps
 DRILL_DURATION ?= 5m
 DRILL_FLAGS ?=
 drill: deps
-	cd integration && $(GO) run ./cmd/drill -duration $(DRILL_DURATION) -out ../drill-report.json $(DRILL_FLAGS)
+	cd integration && $(GO) run ./tools/cmd/drill -duration $(DRILL_DURATION) -out ../drill-report.json $(DRILL_FLAGS)
 
 ## compose-up: the staging stack (3-member etcd, Temporal + Postgres, Redis, Prometheus, Grafana, 3 demo
 ## workers) with docker compose; compose-drill kills (DRILL=stop: stops) the leader of QUEUE.

@@ -25,7 +25,7 @@ func ClientEnvPrefixes() []string {
 	return []string{"BATON_ETCD_", "BATON_TEMPORAL_", "BATON_REDIS_"}
 }
 
-// devstackEnvPrefix names what integration/cmd/devstack writes into its env file beside the client
+// devstackEnvPrefix names what integration/tools/cmd/devstack writes into its env file beside the client
 // variables.
 const devstackEnvPrefix = "BATON_DEVSTACK_"
 

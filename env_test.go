@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// The dev stack's env file (integration/cmd/devstack -env-file, as printed) holds the client
+// The dev stack's env file (integration/tools/cmd/devstack -env-file, as printed) holds the client
 // variables and its own; sourced beside Baton's settings it must load without an ignore list, while
-// a misspelt Baton setting is still refused. integration/cmd/devstack checks its real output too.
+// a misspelt Baton setting is still refused. integration/tools/cmd/devstack checks its real output too.
 func TestLoadEnvTakesTheDevStackEnvFile(t *testing.T) {
 	devstack := `BATON_ETCD_ENDPOINTS=http://127.0.0.1:40001
 BATON_TEMPORAL_ADDRESS=127.0.0.1:40002

@@ -53,13 +53,13 @@ if [[ ${1:-} == --emit ]]; then
 			scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT"
 			;;
 		integration)
-			# The Temporal server that the tests start as a child process (integration/temporalx), built
+			# The Temporal server that the tests start as a child process (integration/servers/temporalx), built
 			# once for every package and without -race; go build does nothing when it is up to date.
 			# Not beside the unit phase: on a cold cache that made both slower (see the README).
 			# -ldflags=-w as for the test binaries: no DWARF, 38 MB less to write.
 			bin=${XDG_CACHE_HOME:-$HOME/.cache}/baton/make-test/temporal-dev
 			built=FAILED
-			mkdir -p "${bin%/*}" && (cd integration && GOTMPDIR=${bin%/*} "$GO" build -ldflags=-w -o "$bin" ./cmd/temporal-dev) &&
+			mkdir -p "${bin%/*}" && (cd integration && GOTMPDIR=${bin%/*} "$GO" build -ldflags=-w -o "$bin" ./tools/cmd/temporal-dev) &&
 				export TEMPORALX_SERVER_BIN=$bin && built=ok
 			timings+=("$(timing "  server" "$built" $((SECONDS - start)))")
 			compiled=0

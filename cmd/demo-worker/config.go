@@ -26,7 +26,7 @@ const (
 	envShutdownTimeout = "BATON_SHUTDOWN_TIMEOUT"
 	envStartTimeout    = "BATON_START_TIMEOUT"
 	envEvents          = "BATON_EVENTS"
-	// envDevstackRedis is written by integration/cmd/devstack into its env file; it is ignored, so
+	// envDevstackRedis is written by integration/tools/cmd/devstack into its env file; it is ignored, so
 	// that sourcing that file is enough to run a worker.
 	envDevstackRedis = "BATON_DEVSTACK_REDIS"
 )

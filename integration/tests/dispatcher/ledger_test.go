@@ -1,0 +1,390 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/integration/servers/harness"
+	"github.com/baton-run/baton/takeover"
+)
+
+// A superseded owner's Begin and Complete write nothing; the successor's go through.
+func TestLedgerRefusesSupersededOwner(t *testing.T) {
+	e := newEnv(t)
+	l := e.ledger(t)
+	a, termA := e.ownerOf(t, "node-a")
+	if _, err := l.Begin(t.Context(), "k-pending", a); err != nil {
+		t.Fatal(err)
+	}
+	if err := termA.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.ownerOf(t, "node-b")
+
+	if _, err := l.Begin(t.Context(), "k-new", a); !errors.Is(err, dispatcher.ErrSuperseded) {
+		t.Fatalf("Begin by a superseded owner = %v, want ErrSuperseded", err)
+	}
+	if err := l.Complete(t.Context(), "k-pending", a); !errors.Is(err, dispatcher.ErrSuperseded) {
+		t.Fatalf("Complete by a superseded owner = %v, want ErrSuperseded", err)
+	}
+	want := map[string]string{"k-pending": record("pending", a)}
+	if got := e.records(t); !maps.Equal(got, want) {
+		t.Fatalf("records %v, want %v", got, want)
+	}
+	// The successor takes the pending record over and completes it.
+	if done, err := l.Begin(t.Context(), "k-pending", b); err != nil || done {
+		t.Fatalf("Begin by the successor = %v, %v", done, err)
+	}
+	if err := l.Complete(t.Context(), "k-pending", b); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.records(t)["k-pending"]; got != record("done", b) {
+		t.Fatalf("record %q, want %q", got, record("done", b))
+	}
+}
+
+// The exact-match lease of a record: done stays done, the owner's own pending record is kept (a
+// retried attempt), a newer owner's pending record is refused.
+func TestLedgerRecordStates(t *testing.T) {
+	e := newEnv(t)
+	l := e.ledger(t)
+	o, _ := e.ownerOf(t, "node-a")
+	newer := takeover.Owner{ServerID: "node-z", Token: o.Token + 1000, ElectionKey: o.ElectionKey + "-newer"}
+	for k, v := range map[string]string{"done": record("done", newer), "newer": record("pending", newer)} {
+		if _, err := e.cli.Put(t.Context(), ledgerPrefix+"/"+k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if done, err := l.Begin(t.Context(), "done", o); err != nil || !done {
+		t.Fatalf("Begin of a done key = %v, %v; want a duplicate", done, err)
+	}
+	if _, err := l.Begin(t.Context(), "newer", o); !errors.Is(err, dispatcher.ErrSuperseded) {
+		t.Fatalf("Begin of a newer owner's pending key = %v, want ErrSuperseded", err)
+	}
+	if err := l.Complete(t.Context(), "newer", o); !errors.Is(err, dispatcher.ErrSuperseded) {
+		t.Fatalf("Complete of a newer owner's pending key = %v, want ErrSuperseded", err)
+	}
+	for range 2 {
+		if done, err := l.Begin(t.Context(), "mine", o); err != nil || done {
+			t.Fatalf("Begin of the owner's own key = %v, %v", done, err)
+		}
+	}
+	for range 2 {
+		if err := l.Complete(t.Context(), "mine", o); err != nil {
+			t.Fatalf("Complete (again) = %v", err)
+		}
+	}
+	want := map[string]string{"done": record("done", newer), "newer": record("pending", newer), "mine": record("done", o)}
+	if got := e.records(t); !maps.Equal(got, want) {
+		t.Fatalf("records %v, want %v", got, want)
+	}
+	if _, err := e.cli.Put(t.Context(), ledgerPrefix+"/garbage", "in-progress"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Begin(t.Context(), "garbage", o); !errors.Is(err, dispatcher.ErrBadRecord) {
+		t.Fatalf("Begin of an unreadable record = %v, want ErrBadRecord", err)
+	}
+}
+
+// An owner that cannot be fenced fails closed, naming the field, and writes nothing.
+func TestLedgerFailsClosedWithoutOwnerFields(t *testing.T) {
+	e := newEnv(t)
+	l := e.ledger(t)
+	o, _ := e.ownerOf(t, "node-a")
+	noKey, noToken := o, o
+	noKey.ElectionKey, noToken.Token = "", 0
+	for _, tc := range []struct {
+		owner takeover.Owner
+		field string
+	}{{noKey, "election_key"}, {noToken, "token"}} {
+		_, err := l.Begin(t.Context(), "k", tc.owner)
+		if !errors.Is(err, dispatcher.ErrInvalidOwner) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Begin = %v, want ErrInvalidOwner naming %s", err, tc.field)
+		}
+		if err := l.Complete(t.Context(), "k", tc.owner); !errors.Is(err, dispatcher.ErrInvalidOwner) {
+			t.Errorf("Complete = %v, want ErrInvalidOwner", err)
+		}
+		if err := dispatcher.ConfirmOwner(t.Context(), e.cli, tc.owner); !errors.Is(err, dispatcher.ErrInvalidOwner) {
+			t.Errorf("ConfirmOwner = %v, want ErrInvalidOwner", err)
+		}
+		// An application's guarded write with such an owner is refused as well.
+		resp, err := e.cli.Txn(t.Context()).If(dispatcher.OwnerCmp(tc.owner)).Then(clientv3.OpPut("/app/x", "1")).Commit()
+		if err == nil && resp.Succeeded {
+			t.Errorf("a write guarded by OwnerCmp(%s missing) was applied", tc.field)
+		}
+	}
+	if got := e.records(t); len(got) != 0 {
+		t.Fatalf("records %v, want none", got)
+	}
+}
+
+// ConfirmOwner and OwnerCmp tell a live owner from a superseded one.
+func TestConfirmOwner(t *testing.T) {
+	e := newEnv(t)
+	a, termA := e.ownerOf(t, "node-a")
+	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, a); err != nil {
+		t.Fatalf("ConfirmOwner of the live owner = %v", err)
+	}
+	guardedPut := func(o takeover.Owner, k string) bool {
+		t.Helper()
+		resp, err := e.cli.Txn(t.Context()).If(dispatcher.OwnerCmp(o)).Then(clientv3.OpPut(k, o.ServerID)).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Succeeded
+	}
+	if !guardedPut(a, "/app/a") {
+		t.Fatal("the live owner's guarded write was refused")
+	}
+	if err := termA.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.ownerOf(t, "node-b")
+	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, a); !errors.Is(err, dispatcher.ErrSuperseded) {
+		t.Fatalf("ConfirmOwner of the superseded owner = %v, want ErrSuperseded", err)
+	}
+	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, b); err != nil {
+		t.Fatalf("ConfirmOwner of the successor = %v", err)
+	}
+	if guardedPut(a, "/app/a2") || !guardedPut(b, "/app/b") {
+		t.Fatal("OwnerCmp let the superseded owner write, or refused the successor")
+	}
+	// A later key with the same name (a new candidate after the old one was deleted) is another term.
+	if _, err := e.cli.Put(t.Context(), a.ElectionKey, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, a); !errors.Is(err, dispatcher.ErrSuperseded) {
+		t.Fatalf("ConfirmOwner with the key re-created = %v, want ErrSuperseded", err)
+	}
+}
+
+// A ledger whose lease is gone (an etcd restored from an older snapshot, a move to a new cluster;
+// modelled by revoking it) grants a new one at once: the next Begin and Complete go through instead
+// of failing "requested lease not found" until the lease would have been rotated (retention/2, 12 h
+// by default). Readiness (Check) stays green: nothing was left failing.
+func TestLedgerRegrantsALostLease(t *testing.T) {
+	e := newEnv(t)
+	l := e.ledger(t)
+	o, _ := e.ownerOf(t, "node-a")
+	if _, err := l.Begin(t.Context(), "before", o); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.cli.Get(t.Context(), ledgerPrefix+"/before")
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("record before the loss: %v, %v", resp, err)
+	}
+	if _, err := e.cli.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"after-1", "after-2"} {
+		if done, err := l.Begin(t.Context(), k, o); err != nil || done {
+			t.Fatalf("Begin %s after the lease was lost = %v, %v; want a new lease and the record written", k, done, err)
+		}
+		if err := l.Complete(t.Context(), k, o); err != nil {
+			t.Fatalf("Complete %s after the lease was lost: %v", k, err)
+		}
+	}
+	recs := e.records(t)
+	for _, k := range []string{"after-1", "after-2"} {
+		if recs[k] != record("done", o) {
+			t.Errorf("record %s = %q, want done by node-a", k, recs[k])
+		}
+	}
+	got, err := e.cli.Get(t.Context(), ledgerPrefix+"/after-1")
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("record after-1: %v, %v", got, err)
+	}
+	if lease := got.Kvs[0].Lease; lease == 0 || lease == resp.Kvs[0].Lease {
+		t.Errorf("record after-1 on lease %x, want a new lease (the lost one was %x)", lease, resp.Kvs[0].Lease)
+	}
+	if err := l.Check(); err != nil {
+		t.Errorf("Check after the ledger healed = %v, want nil", err)
+	}
+}
+
+// A ledger whose writes keep failing says so in Check, naming ErrLedgerUnavailable, once the streak
+// is LedgerFailingAfter old; the first write that goes through clears it.
+func TestLedgerCheckReportsFailingWrites(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.ownerOf(t, "node-a")
+	proxy := etcdx.NewTestProxy(t, e.etcd.MemberEndpoint(0))
+	cli := etcdx.Client(t, e.etcd, proxy.URL())
+	l, err := dispatcher.NewEtcdLedger(cli, ledgerPrefix, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Begin(t.Context(), "k", o); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole()
+	harness.Eventually(t, time.Minute, "Check reports the failing writes", func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		if _, err := l.Begin(ctx, "k2", o); err == nil {
+			return fmt.Errorf("Begin went through a blackholed proxy")
+		}
+		if err := l.Check(); !errors.Is(err, dispatcher.ErrLedgerUnavailable) {
+			return fmt.Errorf("Check = %v", err)
+		}
+		return nil
+	})
+	proxy.Heal()
+	harness.Eventually(t, time.Minute, "a write goes through again", func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := l.Begin(ctx, "k2", o)
+		return err
+	})
+	if err := l.Check(); err != nil {
+		t.Fatalf("Check after a write went through = %v, want nil", err)
+	}
+}
+
+// cutResponses applies the next n Txn requests at etcd and then answers the client Unavailable, as a
+// connection that broke after the server applied the request but before its response arrived.
+type cutResponses struct {
+	mu    sync.Mutex
+	n     int
+	state string   // cut only Txns that write a record of this state ("" for any)
+	cut   []string // the Txns applied whose response was cut, in order
+}
+
+func (c *cutResponses) arm(n int, state string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n, c.state = n, state
+}
+
+// writes reports whether a Txn puts a ledger record of state.
+func writes(req any, state string) bool {
+	txn, ok := req.(*etcdserverpb.TxnRequest)
+	if !ok {
+		return false
+	}
+	for _, op := range txn.GetSuccess() {
+		if strings.HasPrefix(string(op.GetRequestPut().GetValue()), state+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cutResponses) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if _, txn := req.(*etcdserverpb.TxnRequest); !txn || err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 || (c.state != "" && !writes(req, c.state)) {
+		return nil
+	}
+	c.n--
+	c.cut = append(c.cut, method)
+	return status.Error(codes.Unavailable, "response cut after the server applied the request")
+}
+
+// Every ledger write is harmless when it is applied twice: the commit reaches etcd, the client
+// sees Unavailable and the write is sent again (by the etcd client's own retry or by the caller:
+// the activity's next attempt). Begin, the takeover of an older owner's pending record and Complete
+// each end in the state one application would leave, and the Dispatch activity retried after a cut
+// response calls the handler once.
+func TestLedgerWritesAppliedTwice(t *testing.T) {
+	e := newEnv(t)
+	cut := &cutResponses{}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(cut.intercept)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	l, err := dispatcher.NewEtcdLedger(cli, ledgerPrefix, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, termOld := e.ownerOf(t, "node-old")
+	if _, err := l.Begin(t.Context(), "taken-over", old); err != nil {
+		t.Fatal(err)
+	}
+	if err := termOld.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := e.ownerOf(t, "node-a")
+
+	// sendTwice makes the first application's response disappear, then sends the write again as a
+	// caller that saw the error would.
+	sendTwice := func(what string, write func() error) {
+		t.Helper()
+		cut.arm(1, "")
+		first := write()
+		if n := len(cut.cut); n == 0 {
+			t.Fatalf("%s: no response was cut", what)
+		}
+		cut.cut = nil
+		if first == nil {
+			return // the etcd client sent it again itself and reported the second outcome
+		}
+		if err := write(); err != nil {
+			t.Fatalf("%s sent again after its response was cut (%v): %v", what, first, err)
+		}
+	}
+	for _, k := range []string{"new", "taken-over"} {
+		sendTwice("Begin "+k, func() error {
+			done, err := l.Begin(t.Context(), k, o)
+			if err == nil && done {
+				return fmt.Errorf("Begin reported %s done", k)
+			}
+			return err
+		})
+		if got := e.records(t)[k]; got != record("pending", o) {
+			t.Fatalf("record %s after Begin applied twice = %q, want pending for node-a", k, got)
+		}
+		sendTwice("Complete "+k, func() error { return l.Complete(t.Context(), k, o) })
+		if got := e.records(t)[k]; got != record("done", o) {
+			t.Fatalf("record %s after Complete applied twice = %q, want done by node-a", k, got)
+		}
+	}
+
+	// The activity, attempt after attempt as Temporal retries it: a cut Begin fails an attempt
+	// before the handler, a cut Complete after it. The handler runs once either way.
+	for _, state := range []string{dispatcher.LedgerPending, dispatcher.LedgerDone} {
+		h := &handled{}
+		acts := &dispatcher.Activities{Ledger: l, Handler: h.handle}
+		req := request("cut-" + state)
+		task := dispatcher.Task{Key: req.Key(), Request: req, Owner: o}
+		cut.arm(1, state)
+		var errs []error
+		for len(errs) < 3 {
+			_, err := acts.Dispatch(t.Context(), task)
+			if err == nil {
+				break
+			}
+			errs = append(errs, err)
+		}
+		if len(cut.cut) != 1 || len(errs) == 3 {
+			t.Fatalf("cut %s write: %d responses cut, attempts failed with %v", state, len(cut.cut), errs)
+		}
+		cut.cut = nil
+		if n := h.perKey()[req.Key()]; n != 1 {
+			t.Fatalf("cut %s write: handler ran %d times, want once (failed attempts: %v)", state, n, errs)
+		}
+		if got := e.records(t)[req.Key()]; got != record("done", o) {
+			t.Fatalf("cut %s write: record = %q, want done by node-a", state, got)
+		}
+	}
+}
