@@ -71,4 +71,3 @@ func TestIntegrationLayoutByAudience(t *testing.T) {
 	}
 	t.Logf("servers/: %d non-test lines (at most %d)", serverLines, maxServerLines)
 }
-
