@@ -63,23 +63,19 @@ func (n *Node) Listen(l Listener) error {
 // IsLeading reports whether this process holds a live term for queue (the local check of
 // election.Term.Check: no network call, no allocation).
 func (n *Node) IsLeading(queue string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	s, ok := n.state[queue]
-	return ok && s.term != nil && s.term.Check() == nil
+	_, ok := n.Term(queue)
+	return ok
 }
 
 // Term returns this process's live term for queue, if it holds one: the term whose Guard fences the
 // application's own etcd writes with Baton's token. A term that ends is not reused; ask again after a
 // new OnStartedLeading.
 func (n *Node) Term(queue string) (*election.Term, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	s, ok := n.state[queue]
-	if !ok || s.term == nil || s.term.Check() != nil {
+	q, ok := n.owned[queue]
+	if !ok {
 		return nil, false
 	}
-	return s.term, true
+	return q.Leading()
 }
 
 // leadershipEvent is one leadership event of one queue.

@@ -92,29 +92,28 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 		return nil, err
 	}
 	backlog, err := meter.Int64ObservableGauge(MetricDispatchBacklog,
-		metric.WithDescription("Earlier runs whose requests the queue's dispatcher run has still to read back, by its owner's last progress check."))
+		metric.WithDescription("Dispatcher runs that continued as new under this process's supervision."))
 	if err != nil {
 		return nil, err
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		for q, s := range n.state {
+		for q, own := range n.owned {
+			s := own.Snapshot()
 			attrs := metric.WithAttributes(m.project, attribute.String("queue", q))
 			var leading, owned int64
-			if s.term != nil && s.term.Check() == nil {
+			if s.Leading {
 				leading = 1
-				if s.open {
+				if s.Open {
 					owned = 1
 				}
 			}
 			o.ObserveInt64(leader, leading, attrs)
 			o.ObserveInt64(open, owned, attrs)
-			if leading == 1 && !s.progress.CheckedAt.IsZero() {
-				observeProgress(o, m.project, q, s.progress, progressGauges{stalled, pending, oldest, backlog})
+			if s.Leading && !s.Progress.CheckedAt.IsZero() {
+				observeProgress(o, m.project, q, s.Progress, progressGauges{stalled, pending, oldest, backlog})
 			}
-			if leading == 1 {
-				for status, count := range s.workers {
+			if s.Leading {
+				for status, count := range s.Workers {
 					o.ObserveInt64(workers, int64(count), metric.WithAttributes(m.project, attribute.String("queue", q),
 						attribute.String("status", string(status))))
 				}

@@ -17,7 +17,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
-	"github.com/baton-run/baton/progress"
+	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -51,11 +51,11 @@ type Node struct {
 	notify   notifier
 	load     loadReporter
 
-	mu    sync.Mutex
-	state map[string]*queueState
-	// announced is the term OnStartedLeading reported, per queue.
-	announced map[string]*election.Term
-	worker    workerState
+	// owned is each queue's ownership lifecycle and its one record (Snapshot).
+	owned map[string]*ownership.Queue[*election.Term]
+
+	mu     sync.Mutex
+	worker workerState
 	// checks are the application's additions to readiness (AddReadinessCheck).
 	checks  []readinessCheck
 	started bool
@@ -88,7 +88,7 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 		return nil, fmt.Errorf("%w: Redis client must not be nil", ErrInvalidConfig)
 	}
 	cfg := checked.cfg
-	n := &Node{cfg: cfg, etcd: etcd, temporal: temporal, state: make(map[string]*queueState, len(cfg.Queues)), announced: make(map[string]*election.Term),
+	n := &Node{cfg: cfg, etcd: etcd, temporal: temporal, owned: make(map[string]*ownership.Queue[*election.Term], len(cfg.Queues)),
 		log: cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID))}
 	var err error
 	if n.queues, err = election.New(etcd, cfg.Election); err != nil {
@@ -121,7 +121,7 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 		}
 	}
 	for _, q := range cfg.Queues {
-		n.state[q] = &queueState{}
+		n.owned[q] = n.newQueue(q)
 	}
 	n.worker.status = make(map[string]registry.Status, len(cfg.Queues))
 	n.worker.load = make(map[string]WorkerLoad, len(cfg.Queues))
@@ -167,7 +167,7 @@ func (n *Node) launch(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
 	n.wg.Go(func() {
-		if err := n.balance.Run(runCtx, n.callbacks(runCtx)); err != nil {
+		if err := n.balance.Run(runCtx, n.callbacks()); err != nil {
 			n.log.Error("queue elections stopped", zap.Error(err))
 		}
 	})
@@ -195,21 +195,9 @@ func (n *Node) launch(ctx context.Context) error {
 // dispatcher.ErrTypeHandingOver and sent again by Producers, to the successor. Call it only when Stop
 // follows: a quiesced run dispatches nothing for the rest of its life.
 func (n *Node) Quiesce(ctx context.Context) {
-	type led struct {
-		term *election.Term
-		run  takeover.Run
-	}
-	var runs []led
-	n.mu.Lock()
-	for _, q := range n.cfg.Queues {
-		if s := n.state[q]; s.term != nil && s.term.Check() == nil && s.open && s.run.RunID != "" {
-			runs = append(runs, led{s.term, s.run})
-		}
-	}
-	n.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, r := range runs {
-		wg.Go(func() { n.takeover.Quiesce(ctx, r.term, r.run) })
+	for _, q := range n.owned {
+		wg.Go(func() { q.Quiesce(ctx) })
 	}
 	wg.Wait()
 }
@@ -260,243 +248,18 @@ func (n *Node) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// callbacks returns each queue's election callbacks.
-func (n *Node) callbacks(ctx context.Context) func(queue string) election.Callbacks {
+// callbacks returns each queue's election callbacks: its ownership lifecycle's.
+func (n *Node) callbacks() func(queue string) election.Callbacks {
+	clearEntry := n.cfg.Takeover.StepDown == takeover.TerminateOwnRun
 	return func(queue string) election.Callbacks {
+		q := n.owned[queue]
 		return election.Callbacks{
-			OnElected: func(tctx context.Context, term *election.Term) error { return n.lead(tctx, queue, term) },
-			OnResign:  func(rctx context.Context, term *election.Term) { n.handOver(rctx, queue, term) },
-			OnStepDown: func(term *election.Term, cause error) {
-				n.metrics.stepDown(ctx, queue, cause)
-				var announced bool
-				n.update(queue, func(s *queueState) {
-					if s.term == term {
-						s.term, s.run = nil, takeover.Run{}
-					}
-					s.lastCause = cause
-					if announced = n.announced[queue] == term; announced {
-						delete(n.announced, queue)
-					}
-				})
-				if announced {
-					n.notify.emit(queue, leadershipEvent{kind: eventStopped, cause: cause})
-				}
-			},
-			OnNewLeader: func(l election.Leader) {
-				n.update(queue, func(s *queueState) { s.leader = l })
-				n.notify.emit(queue, leadershipEvent{kind: eventNewLeader, leader: l})
-			},
+			OnElected:   q.Lead,
+			OnResign:    func(ctx context.Context, term *election.Term) { q.HandOver(ctx, term, clearEntry) },
+			OnStepDown:  q.SteppedDown,
+			OnNewLeader: q.NewLeader,
 		}
 	}
-}
-
-// lead is one term of one queue: take the dispatcher over, then supervise it -- heartbeat the chain's
-// current run, follow continue-as-new, replace a run that closed behind the owner's back (bounded,
-// backed off) -- and evict dead workers until the term ends. An error resigns the term so that another
-// process can try.
-func (n *Node) lead(ctx context.Context, queue string, term *election.Term) error {
-	n.update(queue, func(s *queueState) {
-		s.term, s.run, s.open, s.lastErr, s.noRunSince, s.hbErr = term, takeover.Run{}, false, nil, time.Now(), nil
-		s.handingOver, s.progress, s.stalledSince = false, progress.Report{}, time.Time{}
-	})
-	var evict sync.WaitGroup
-	defer evict.Wait()
-	// The eviction loop ends with this callback, not only with the term: a failed takeover returns
-	// here to resign, and must not wait for the term to end first.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if n.reg != nil {
-		evict.Go(func() { n.evictLoop(ctx, queue, term) })
-	}
-	tcfg := n.takeover.Config()
-	backoff := tcfg.RetryMin
-	take := n.takeover.Take
-	for replaced := 0; ; replaced, take = replaced+1, n.takeover.Replace {
-		// No hand-off between terminating the prior run and starting ours: it would waste the takeover.
-		takingOver := n.balance.TakingOver(queue)
-		run, err := take(ctx, term)
-		takingOver()
-		if err != nil {
-			n.update(queue, func(s *queueState) {
-				s.lastErr = err
-				if errors.Is(err, takeover.ErrPermanent) {
-					s.permanent = err
-				}
-			})
-			if errors.Is(err, takeover.ErrSuperseded) && term.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		var announce bool
-		n.update(queue, func(s *queueState) {
-			s.run, s.open, s.permanent, s.takeovers = run, true, nil, s.takeovers+1
-			if announce = n.announced[queue] != term; announce {
-				n.announced[queue] = term
-			}
-		})
-		if announce {
-			n.notify.emit(queue, leadershipEvent{kind: eventStarted, ctx: term.Context(), lead: Lead{Queue: queue, Token: term.Token(), Run: run, Term: term}})
-		}
-		err = n.supervise(ctx, queue, term, run)
-		if !errors.Is(err, takeover.ErrRunClosed) {
-			if term.Err() == nil && err != nil && !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
-		}
-		var handingOver bool
-		n.update(queue, func(s *queueState) {
-			if handingOver = s.handingOver; !handingOver {
-				s.open, s.lastErr, s.noRunSince, s.replaced = false, err, time.Now(), s.replaced+1
-			}
-		})
-		if handingOver {
-			// The close is this owner's own step-down: the term is about to end.
-			return nil
-		}
-		if replaced >= tcfg.MaxReplacements {
-			return fmt.Errorf("baton: %d dispatcher runs closed behind this owner's back in one term; resigning: %w", replaced+1, err)
-		}
-		n.log.Warn("dispatcher run closed behind its owner's back; replacing it", zap.String("queue", queue),
-			zap.Int64("token", term.Token()), zap.Int("replacement", replaced+1), zap.Error(err))
-		if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
-			return nil
-		}
-		backoff = min(2*backoff, tcfg.RetryMax)
-	}
-}
-
-// supervise heartbeats run and watches it until the term ends, the heartbeat is refused (a newer
-// owner's entry), or the run closes for good (an error wrapping takeover.ErrRunClosed). A run that
-// continues as new is followed: the heartbeat, the status and a step-down name the new current run.
-func (n *Node) supervise(ctx context.Context, queue string, term *election.Term, run takeover.Run) error {
-	var wg sync.WaitGroup
-	defer wg.Wait() // after cancel: deferred calls run last-in, first-out
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	runs := make(chan takeover.Run, 1)
-	if !n.cfg.Progress.Disabled {
-		wg.Go(func() { n.watchProgress(ctx, queue, term) })
-	}
-	wg.Go(func() {
-		if err := n.heartbeat(ctx, term, run, runs); err != nil {
-			// Redis holds a newer owner's entry for this dispatcher: this term must not go on.
-			n.update(queue, func(s *queueState) { s.lastErr = err })
-			cancel(err)
-		}
-	})
-	for {
-		next, err := n.takeover.Watch(ctx, term, run)
-		if err != nil {
-			if errors.Is(err, takeover.ErrRunClosed) {
-				return err
-			}
-			return context.Cause(ctx)
-		}
-		run = next
-		n.update(queue, func(s *queueState) { s.run = run })
-		n.metrics.continuedAsNew(ctx, queue)
-		select {
-		case <-runs:
-		default:
-		}
-		runs <- run
-	}
-}
-
-// heartbeatResult records the result of a dispatcher heartbeat write of term.
-func (n *Node) heartbeatResult(term *election.Term, err error) {
-	n.update(term.Queue(), func(s *queueState) {
-		switch {
-		case s.term != term:
-		case err == nil:
-			s.hbErr = nil
-		case s.hbErr == nil:
-			s.hbErr, s.hbFailingSince, s.lastErr = err, time.Now(), err
-		default:
-			s.hbErr, s.lastErr = err, err
-		}
-	})
-}
-
-// heartbeat writes the heartbeats of the chain's current run, switching to the run that each value
-// of runs names.
-func (n *Node) heartbeat(ctx context.Context, term *election.Term, run takeover.Run, runs <-chan takeover.Run) error {
-	for {
-		hctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- n.hb.RunReporting(hctx, term, run, func(err error) { n.heartbeatResult(term, err) }) }()
-		select {
-		case run = <-runs:
-			stop()
-			<-done
-		case err := <-done:
-			stop()
-			return err
-		}
-	}
-}
-
-// handOver runs while a graceful stop resigns a live term: the old owner steps down as the
-// Takeover.StepDown policy says, and clears its heartbeat entry if it ended its run.
-func (n *Node) handOver(ctx context.Context, queue string, term *election.Term) {
-	n.mu.Lock()
-	s := n.state[queue]
-	run := s.run
-	owned := s.term == term && run.RunID != ""
-	s.handingOver = owned // the run's close that follows is ours: supervision must not replace it
-	n.mu.Unlock()
-	if !owned {
-		return
-	}
-	if err := n.takeover.StepDown(ctx, term, run); err != nil {
-		n.log.Warn("step-down left the dispatcher run to the successor", zap.String("queue", queue), zap.Error(err))
-		return
-	}
-	if n.cfg.Takeover.StepDown == takeover.TerminateOwnRun {
-		if err := n.hb.Clear(ctx, term, run); err != nil {
-			n.log.Warn("heartbeat entry left for the reconciler", zap.String("queue", queue), zap.Error(err))
-		}
-	}
-}
-
-// evictLoop evicts the queue's dead workers every registry heartbeat interval while the term holds,
-// then counts the queue's workers by status for the baton.registry.workers gauge.
-func (n *Node) evictLoop(ctx context.Context, queue string, term *election.Term) {
-	every := n.cfg.Registry.HeartbeatInterval
-	for clock.Sleep(ctx, clock.Real(), clock.Jitter(every)) {
-		if _, err := n.reg.Evict(ctx, term, queue); err != nil && ctx.Err() == nil {
-			n.log.Warn("worker eviction failed; retrying", zap.String("queue", queue), zap.Error(err))
-			continue
-		}
-		counts, err := n.countWorkers(ctx, queue)
-		if err != nil {
-			continue
-		}
-		n.update(queue, func(s *queueState) { s.workers = counts })
-	}
-}
-
-// countWorkers pages through the queue's workers (at most maxCounted) and counts them by status.
-func (n *Node) countWorkers(ctx context.Context, queue string) (map[registry.Status]int, error) {
-	const page, maxCounted = 1000, 100_000
-	counts := map[registry.Status]int{registry.StatusOnline: 0, registry.StatusDraining: 0, registry.StatusOffline: 0}
-	cursor, seen := "", 0
-	for seen < maxCounted {
-		ws, next, err := n.reg.List(ctx, registry.Filter{Queue: queue}, cursor, page)
-		if err != nil {
-			return nil, err
-		}
-		for _, w := range ws {
-			counts[w.Status]++
-		}
-		seen += len(ws)
-		if cursor = next; cursor == "" {
-			break
-		}
-	}
-	return counts, nil
 }
 
 // registerLoop keeps this worker registered for every queue and heartbeating, re-registering after
@@ -557,12 +320,4 @@ func (n *Node) recordWorker(queue string, err error) {
 		n.log.Info("worker registry heartbeats recovered", zap.String("queue", queue))
 	}
 	n.worker.err, n.worker.last = nil, time.Now()
-}
-
-func (n *Node) update(queue string, f func(s *queueState)) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if s, ok := n.state[queue]; ok {
-		f(s)
-	}
 }

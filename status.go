@@ -10,30 +10,11 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
-	"github.com/baton-run/baton/takeover"
 )
-
-type queueState struct {
-	leader         election.Leader // as etcd shows it (advisory)
-	term           *election.Term  // this process's live term, if it leads
-	run            takeover.Run
-	open           bool      // run is open, as far as Watch knows
-	noRunSince     time.Time // when the term last had no open run (its start, or a close)
-	takeovers      int
-	replaced       int
-	lastErr        error
-	permanent      error     // a takeover failure that retrying cannot fix, until a takeover succeeds
-	hbErr          error     // the last dispatcher heartbeat write failed with it (nil after a success)
-	hbFailingSince time.Time // since when the writes fail
-	handingOver    bool      // a graceful step-down of this term is ending its run
-	lastCause      error
-	workers        map[registry.Status]int // counted by this process while it leads the queue
-	progress       progress.Report         // the last progress check of the term's run
-	stalledSince   time.Time               // when progress.Cause became what it is (zero: not stalled)
-}
 
 type workerState struct {
 	status map[string]registry.Status
@@ -131,26 +112,7 @@ func (n *Node) Status() Status {
 		st.SessionValidUntil = until
 	}
 	for _, q := range n.cfg.Queues {
-		s := n.state[q]
-		qs := QueueStatus{Queue: q, Leader: s.leader.ID, LeaderToken: s.leader.Token, Takeovers: s.takeovers, Replacements: s.replaced,
-			LastError: errString(s.lastErr), LastStepDown: errString(s.lastCause)}
-		if s.term != nil && s.term.Check() == nil {
-			qs.Leading, qs.Token, qs.Since = true, s.term.Token(), s.term.Started()
-			qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.run.WorkflowID, s.run.RunID, s.run.Latency
-			qs.FirstRunID, qs.DispatcherOpen = s.run.FirstRunID, s.open
-			qs.HandOverWaiting = n.balance.HandOverWaiting(q)
-			if !s.progress.CheckedAt.IsZero() {
-				rep := s.progress
-				qs.Progress, qs.StalledSince = &rep, s.stalledSince
-			}
-			if s.workers != nil {
-				qs.Workers = make(map[registry.Status]int, len(s.workers))
-				for k, v := range s.workers {
-					qs.Workers[k] = v
-				}
-			}
-		}
-		st.Queues = append(st.Queues, qs)
+		st.Queues = append(st.Queues, n.queueStatus(n.owned[q].Snapshot()))
 	}
 	sort.Slice(st.Queues, func(i, j int) bool { return st.Queues[i].Queue < st.Queues[j].Queue })
 	st.Balance = BalanceStatus{Leading: n.balance.Leading(), FairShare: n.balance.FairShare(), Workers: n.balance.Workers()}
@@ -173,6 +135,24 @@ func (n *Node) Status() Status {
 		}
 	}
 	return st
+}
+
+// queueStatus is one queue's Status, from its ownership snapshot.
+func (n *Node) queueStatus(s ownership.Snapshot[*election.Term]) QueueStatus {
+	qs := QueueStatus{Queue: s.Queue, Leader: s.Leader.ID, LeaderToken: s.Leader.Token, Takeovers: s.Takeovers,
+		Replacements: s.Replaced, LastError: errString(s.LastErr), LastStepDown: errString(s.LastCause)}
+	if !s.Leading {
+		return qs
+	}
+	qs.Leading, qs.Token, qs.Since = true, s.Term.Token(), s.Term.Started()
+	qs.WorkflowID, qs.RunID, qs.TakeoverLatency = s.Run.WorkflowID, s.Run.RunID, s.Run.Latency
+	qs.FirstRunID, qs.DispatcherOpen = s.Run.FirstRunID, s.Open
+	qs.HandOverWaiting = n.balance.HandOverWaiting(s.Queue)
+	if !s.Progress.CheckedAt.IsZero() {
+		qs.Progress, qs.StalledSince = &s.Progress, s.StalledSince
+	}
+	qs.Workers = s.Workers
+	return qs
 }
 
 // Draining reports whether the registry asked this worker to drain on any of its queues.
@@ -229,16 +209,14 @@ const wedgedAfter = time.Second
 // Live is the liveness check: it fails only when this process still holds a term more than a second
 // past the instant its watchdog should have ended it, the one state a restart must end.
 func (n *Node) Live() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	now := time.Now()
 	for _, q := range n.cfg.Queues {
-		t := n.state[q].term
-		if t == nil || t.Err() != nil {
+		s := n.owned[q].Snapshot()
+		if !s.Held {
 			continue
 		}
-		if until := t.ValidUntil(); now.After(until.Add(wedgedAfter)) {
-			return fmt.Errorf("%w: queue %s: term %d still alive %v after its deadline", ErrWedgedLeader, q, t.Token(), now.Sub(until).Round(time.Millisecond))
+		if until := s.Term.ValidUntil(); now.After(until.Add(wedgedAfter)) {
+			return fmt.Errorf("%w: queue %s: term %d still alive %v after its deadline", ErrWedgedLeader, q, s.Term.Token(), now.Sub(until).Round(time.Millisecond))
 		}
 	}
 	return nil
@@ -297,22 +275,23 @@ func (n *Node) AddReadinessCheck(name string, check func() error) error {
 
 // queueReadiness is the per-queue part of Ready.
 func (n *Node) queueReadiness() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	for _, q := range n.cfg.Queues {
-		s := n.state[q]
-		if s.permanent != nil {
-			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.permanent)
+		s := n.owned[q].Snapshot()
+		if s.Permanent != nil {
+			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.Permanent)
 		}
-		if s.term != nil && s.term.Err() == nil && s.hbErr != nil && time.Since(s.hbFailingSince) > n.cfg.Heartbeat.Interval {
-			return fmt.Errorf("%w: queue %s for %v: %w", ErrHeartbeatFailing, q, time.Since(s.hbFailingSince).Round(time.Millisecond), s.hbErr)
+		if !s.Held {
+			continue
 		}
-		if s.term != nil && s.term.Err() == nil && !s.open && time.Since(s.noRunSince) > n.cfg.Heartbeat.Interval {
-			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, time.Since(s.noRunSince).Round(time.Millisecond), s.lastErr)
+		if s.HeartbeatErr != nil && time.Since(s.HeartbeatFailing) > n.cfg.Heartbeat.Interval {
+			return fmt.Errorf("%w: queue %s for %v: %w", ErrHeartbeatFailing, q, time.Since(s.HeartbeatFailing).Round(time.Millisecond), s.HeartbeatErr)
 		}
-		if s.term != nil && s.term.Err() == nil && s.open && s.progress.Stalled() {
-			return fmt.Errorf("%w: queue %s: %s for %v: %s", ErrDispatcherStalled, q, s.progress.Cause,
-				time.Since(s.stalledSince).Round(time.Millisecond), s.progress.Detail)
+		if !s.Open && time.Since(s.NoRunSince) > n.cfg.Heartbeat.Interval {
+			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, time.Since(s.NoRunSince).Round(time.Millisecond), s.LastErr)
+		}
+		if s.Open && s.Progress.Stalled() {
+			return fmt.Errorf("%w: queue %s: %s for %v: %s", ErrDispatcherStalled, q, s.Progress.Cause,
+				time.Since(s.StalledSince).Round(time.Millisecond), s.Progress.Detail)
 		}
 	}
 	return nil
