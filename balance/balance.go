@@ -62,9 +62,11 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 		unfit: map[string]bool{}, unfitMoved: map[string]time.Time{}, unfitAsked: map[string]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
 		view: newView(el.Keys().Project(cfg.Project), cfg.ServerID, cfg.Queues)}
+	r.view.clk = cfg.Clock
 	r.view.onWorkers = r.restand
 	r.view.goneFor = 2 * el.Config().TTL // a gone worker's member record, on a lease of that TTL, is gone by then
 	r.roster = newRoster(Keys{ElectionPrefix: el.Config().Prefix}, cfg.Project, cfg.ServerID, cfg.Version, el.Config().TTL, r.log, r.view.poke, r.view.wake)
+	r.roster.clk, r.roster.me.Since = cfg.Clock, cfg.Clock.Now().UnixNano()
 	var err error
 	if r.metrics, err = newBalanceMetrics(cfg.MeterProvider, r); err != nil {
 		return nil, fmt.Errorf("balance: metrics: %w", err)
@@ -171,7 +173,7 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 		kwg.Go(func() { _ = r.el.KeepSession(ctx) })
 	}
 	r.mu.Lock()
-	r.started = time.Now()
+	r.started = r.cfg.Clock.Now()
 	r.mu.Unlock()
 	for q, cb := range cbs {
 		cbs[q] = r.wrap(q, cb)
@@ -265,13 +267,13 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 			if reason != "" {
 				r.log.Info("handing a queue over", zap.String("queue", queue), zap.String("reason", reason),
 					zap.Int("leading", r.Leading()), zap.Int("fair_share", r.FairShare()), zap.Int("workers", r.view.workers()))
-				r.cfg.Events.Emit(event.Event{Kind: event.HandingOver, At: time.Now(), Project: r.cfg.Project, Queue: queue,
+				r.cfg.Events.Emit(event.Event{Kind: event.HandingOver, At: r.cfg.Clock.Now(), Project: r.cfg.Project, Queue: queue,
 					ServerID: r.cfg.ServerID, Reason: reason})
 				return true, handOver(reason)
 			}
 			if wait > 0 && retry == nil {
 				// Shedding is paced: look again when the next handover is allowed.
-				retry = time.After(wait)
+				retry = r.cfg.Clock.NewTimer(wait).C()
 			}
 		} else if r.shouldWithdraw(queue) {
 			stop()
@@ -291,7 +293,7 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 func (r *Runner) setHeld(queue string, held bool) {
 	r.mu.Lock()
 	if held {
-		r.held[queue], r.heldSince[queue] = true, time.Now()
+		r.held[queue], r.heldSince[queue] = true, r.cfg.Clock.Now()
 	} else {
 		delete(r.held, queue)
 		delete(r.heldSince, queue)

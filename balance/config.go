@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
@@ -67,6 +68,10 @@ type Config struct {
 	Events event.Sink
 	// MeterProvider receives the owner-change counter and the leading gauge. Default: no-op.
 	MeterProvider metric.MeterProvider
+	// Clock is the time source of the balance's decisions and pacing (cooldowns, move windows, the
+	// grace and unfit pauses, vacancy waits, membership ages) and of its retries. Default: the real
+	// clock. The idle queues' wake-up timers run on the real clock.
+	Clock clock.Clock
 }
 
 // DefaultConfig is Config{} with every default applied: the one definition of the balance defaults,
@@ -75,6 +80,9 @@ func DefaultConfig() Config { return Config{}.WithDefaults() }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
 	if c.ShedAbove == 0 {
 		c.ShedAbove = 1.25
 	}

@@ -67,7 +67,7 @@ func (r *Runner) dispatch(ctx context.Context, cbs map[string]election.Callbacks
 				if s.shed {
 					// Stay out of this queue's line for a moment, so that the handover goes to the
 					// waiting candidate and not back to this worker.
-					d.paused[s.queue] = time.Now().Add(2 * r.cfg.ShedInterval)
+					d.paused[s.queue] = r.cfg.Clock.Now().Add(2 * r.cfg.ShedInterval)
 				}
 				d.look(s.queue)
 			}

@@ -13,14 +13,14 @@ import (
 // listWatch keeps a picture of the keys under prefix: a read of them all (snapshot), then a watch from
 // the next revision (events); after a broken watch, it reads again. A failed read is retried with a
 // backoff up to retryMax. ready is closed after the first read. It returns when ctx ends.
-func listWatch(ctx context.Context, client *clientv3.Client, prefix string, retryMax time.Duration, ready chan struct{},
+func listWatch(ctx context.Context, clk clock.Clock, client *clientv3.Client, prefix string, retryMax time.Duration, ready chan struct{},
 	snapshot func([]*mvccpb.KeyValue), events func([]*clientv3.Event)) {
 	backoff := 50 * time.Millisecond
 	first := true
 	for ctx.Err() == nil {
 		resp, err := client.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil {
-			if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+			if !clock.Sleep(ctx, clk, clock.Jitter(backoff)) {
 				return
 			}
 			backoff = min(2*backoff, retryMax)

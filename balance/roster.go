@@ -43,6 +43,7 @@ type roster struct {
 	project string
 	prefix  string // keys.Project(project)
 	self    string
+	clk     clock.Clock
 	ttl     time.Duration
 	log     *zap.Logger
 	poke    func()             // a member changed: every queue's decision may move
@@ -64,7 +65,7 @@ type roster struct {
 }
 
 func newRoster(keys Keys, project, self, version string, ttl time.Duration, log *zap.Logger, poke func(), wake func(queue string)) *roster {
-	return &roster{keys: keys, project: project, prefix: keys.Project(project), self: self, ttl: ttl, log: log, poke: poke, wake: wake,
+	return &roster{keys: keys, project: project, prefix: keys.Project(project), self: self, clk: clock.Real(), ttl: ttl, log: log, poke: poke, wake: wake,
 		republish: make(chan struct{}, 1), published: make(chan struct{}),
 		me:      member{Version: version, Since: time.Now().UnixNano()},
 		members: map[string]member{}, hints: map[string]hint{}, transfers: map[string]TransferRequest{}}
@@ -122,7 +123,7 @@ func (r *roster) recentHint(queue string, maxAge time.Duration) (hint, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.hints[queue]
-	if !ok || time.Since(h.seen) > maxAge {
+	if !ok || r.clk.Now().Sub(h.seen) > maxAge {
 		return hint{}, false
 	}
 	return h, true
@@ -219,7 +220,7 @@ func (r *roster) apply(key string, value []byte, deleted bool) (hintOf string) {
 			delete(r.hints, name)
 			return name
 		}
-		h.seen = time.Now()
+		h.seen = r.clk.Now()
 		r.hints[name] = h
 		return name
 	case transferDir:
@@ -290,7 +291,7 @@ func (r *roster) keep(ctx context.Context, client *clientv3.Client, retryMax tim
 				zap.String("key", r.memberKey(r.self)), zap.Error(err))
 		}
 		failing = err
-		if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+		if !clock.Sleep(ctx, r.clk, clock.Jitter(backoff)) {
 			return
 		}
 		backoff = min(2*backoff, retryMax)
@@ -329,7 +330,7 @@ func (r *roster) serve(ctx context.Context, client *clientv3.Client, lease clien
 
 // watch keeps the picture: a read of the project's balance keys, then a watch from the next revision.
 func (r *roster) watch(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
-	listWatch(ctx, client, r.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
+	listWatch(ctx, r.clk, client, r.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
 		r.mu.Lock()
 		r.members, r.hints = map[string]member{}, map[string]hint{}
 		for _, kv := range kvs {

@@ -110,8 +110,8 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 		reason = ReasonDrain
 	case r.keeping() <= r.FairShare(), r.inRollout(), r.unknownCandidate():
 		return "", 0
-	case time.Since(since) < r.cfg.Cooldown:
-		return "", r.cfg.Cooldown - time.Since(since)
+	case r.cfg.Clock.Now().Sub(since) < r.cfg.Cooldown:
+		return "", r.cfg.Cooldown - r.cfg.Clock.Now().Sub(since)
 	case !r.view.othersStand(queue, r.cfg.ServerID):
 		return "", 0
 	case r.overShare(), r.aboveShedAbove() && r.lighterInLine(queue, r.keeping()-2):
@@ -122,7 +122,7 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.cfg.Clock.Now()
 	r.moves = slices.DeleteFunc(r.moves, func(t time.Time) bool { return now.Sub(t) >= r.cfg.MoveWindow })
 	if wait := r.cfg.ShedInterval - now.Sub(r.lastShed); wait > 0 {
 		return "", wait

@@ -107,7 +107,7 @@ func (r *Runner) successor() string {
 		since   int64
 	}
 	counts := r.counts()
-	now := time.Now()
+	now := r.cfg.Clock.Now()
 	r.mu.Lock()
 	named := map[string]int{}
 	for id, at := range r.named {

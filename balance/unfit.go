@@ -41,23 +41,23 @@ func (r *Runner) unfitMove(ctx context.Context, queue string) (unfit, move bool)
 	unfit = r.unfit[queue]
 	last, busy, asked := r.unfitMoved[queue], r.busy[queue] > 0, r.unfitAsked[queue]
 	r.mu.Unlock()
-	if !unfit || busy || time.Since(last) < UnfitPause {
+	if !unfit || busy || r.cfg.Clock.Now().Sub(last) < UnfitPause {
 		return unfit, false
 	}
 	if r.takerOf(queue) == "" {
-		if time.Since(asked) >= r.cfg.Grace {
+		if r.cfg.Clock.Now().Sub(asked) >= r.cfg.Grace {
 			hctx, cancel := context.WithTimeout(ctx, r.cfg.Grace)
 			defer cancel()
 			if err := r.roster.putHint(hctx, r.client, queue, hint{From: r.cfg.ServerID, Reason: ReasonUnfit}); err == nil {
 				r.mu.Lock()
-				r.unfitAsked[queue] = time.Now()
+				r.unfitAsked[queue] = r.cfg.Clock.Now()
 				r.mu.Unlock()
 			}
 		}
 		return true, false
 	}
 	r.mu.Lock()
-	r.unfitMoved[queue] = time.Now()
+	r.unfitMoved[queue] = r.cfg.Clock.Now()
 	r.mu.Unlock()
 	return true, true
 }

@@ -108,13 +108,13 @@ func (v *view) isGone(id string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	at, ok := v.gone[id]
-	return ok && (v.goneFor == 0 || time.Since(at) < v.goneFor)
+	return ok && (v.goneFor == 0 || v.clk.Now().Sub(at) < v.goneFor)
 }
 
 // markGoneLocked records that id stands nowhere any more, and forgets IDs gone for longer than
 // goneFor, so that the workers of a long life of rolling restarts do not pile up; the caller holds mu.
 func (v *view) markGoneLocked(id string) {
-	now := time.Now()
+	now := v.clk.Now()
 	if v.goneFor > 0 {
 		maps.DeleteFunc(v.gone, func(_ string, at time.Time) bool { return now.Sub(at) >= v.goneFor })
 	}

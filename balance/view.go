@@ -22,6 +22,7 @@ import (
 type view struct {
 	prefix string // <election prefix>/<project>/
 	self   string // this worker's server ID
+	clk    clock.Clock
 	queues map[string]bool
 	// onWorkers is called when the set of workers changed (after a watch event, not the first read).
 	onWorkers func()
@@ -88,7 +89,7 @@ type cand struct {
 }
 
 func newView(prefix, self string, queues []string) *view {
-	v := &view{prefix: prefix, self: self, queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
+	v := &view{prefix: prefix, self: self, clk: clock.Real(), queues: map[string]bool{}, cands: map[string]map[string]cand{}, deleted: map[string]time.Time{},
 		ids: map[string]int{}, gone: map[string]time.Time{}, led: map[string]int{}, ch: make(chan struct{}), qch: map[string]chan struct{}{}, dirty: make(chan struct{}, 1),
 		woken: newMarks(), newLeaders: newMarks()}
 	for _, q := range queues {
@@ -163,7 +164,7 @@ func (v *view) notify(ctx context.Context) {
 			v.woken.markAll()
 		}
 		v.mu.Unlock()
-		if !clock.Sleep(ctx, clock.Real(), notifyEvery) {
+		if !clock.Sleep(ctx, v.clk, notifyEvery) {
 			return
 		}
 	}
@@ -255,7 +256,7 @@ func (v *view) record(queue, key, value string, rev int64, deleted bool) {
 	}
 	if deleted {
 		if had {
-			v.deleted[queue] = time.Now()
+			v.deleted[queue] = v.clk.Now()
 		}
 		return
 	}
@@ -276,7 +277,7 @@ func (v *view) load(kvs []*mvccpb.KeyValue) {
 	v.mu.Lock()
 	before := v.ids
 	v.cands, v.ids, v.led, v.deleted = map[string]map[string]cand{}, map[string]int{}, map[string]int{}, map[string]time.Time{}
-	v.loadedAt = time.Now()
+	v.loadedAt = v.clk.Now()
 	for _, kv := range kvs {
 		v.apply(string(kv.Key), string(kv.Value), kv.CreateRevision, false)
 	}
@@ -294,7 +295,7 @@ func (v *view) load(kvs []*mvccpb.KeyValue) {
 // run keeps the view: a read of every candidate key, then a watch from the next revision; after a
 // broken watch, read again. ready is closed after the first read.
 func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
-	listWatch(ctx, client, v.prefix, retryMax, ready, v.load, func(evs []*clientv3.Event) {
+	listWatch(ctx, v.clk, client, v.prefix, retryMax, ready, v.load, func(evs []*clientv3.Event) {
 		v.mu.Lock()
 		for _, ev := range evs {
 			v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)
