@@ -31,6 +31,20 @@ var (
 	ErrStopped = errors.New("baton: node stopped")
 )
 
+// balancer is all that the Node asks of package balance (*balance.Runner): run the queue elections
+// with each queue's ownership callbacks (balance decides when to stand, and wraps them to hand a queue
+// over), hear whether this worker drains, and report the worker's share. What a queue's lifecycle and
+// balance say to each other is ownership.Balancer; nothing else couples them.
+type balancer interface {
+	ownership.Balancer
+	Run(ctx context.Context, callbacks func(queue string) election.Callbacks) error
+	SetDraining(draining bool)
+	HandOverWaiting(queue string) string
+	Leading() int
+	FairShare() int
+	Workers() int
+}
+
 // Node is Baton in one worker process: for every queue it campaigns, takes the dispatcher over when
 // it wins, heartbeats the dispatcher and evicts dead workers while it leads; for the project it
 // takes part in the reconciler election; and it keeps this worker registered. It owns every
@@ -40,7 +54,7 @@ type Node struct {
 	log      *zap.Logger
 	etcd     *clientv3.Client
 	queues   *election.Elector
-	balance  *balance.Runner
+	balance  balancer
 	recEl    *election.Elector
 	takeover *takeover.Manager
 	temporal client.Client // for the progress checks
@@ -96,9 +110,11 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 	}
 	bcfg := cfg.Balance
 	bcfg.Project, bcfg.ServerID, bcfg.Queues, bcfg.Version = cfg.Project, cfg.ServerID, cfg.Queues, cfg.Version
-	if n.balance, err = balance.New(n.queues, etcd, bcfg); err != nil {
+	runner, err := balance.New(n.queues, etcd, bcfg)
+	if err != nil {
 		return nil, err
 	}
+	n.balance = runner
 	if n.takeover, err = takeover.New(temporal, cfg.Takeover); err != nil {
 		return nil, err
 	}
