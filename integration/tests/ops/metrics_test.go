@@ -91,6 +91,9 @@ func get(addr, path string) ([]byte, bool) {
 	return b, err == nil && resp.StatusCode == http.StatusOK
 }
 
+// electionKeys is the layout of the workers' queue elections (the default prefix).
+var electionKeys = election.Keys{Prefix: election.DefaultConfig().Prefix}
+
 // startWorker runs one demo worker with env and stops it (SIGTERM, then SIGKILL) at the end of the
 // test; it returns the address of its HTTP endpoints.
 func startWorker(t *testing.T, bin, id string, env []string) string {
@@ -292,7 +295,7 @@ func TestMetricNamesExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	pre := takeover.Owner{Project: project, Queue: "restored", ServerID: "pre-restore-worker", Token: 1 << 40,
-		ElectionKey: "/baton/election/" + project + "/restored/0", TakeoverStartedAt: time.Now()}
+		ElectionKey: electionKeys.Candidates(project, "restored") + "0", TakeoverStartedAt: time.Now()}
 	preRun, err := tc.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: restoredID, TaskQueue: "ops-nobody-polls",
 		Memo: map[string]any{takeover.MemoKey: pre}}, takeover.DefaultWorkflowType, pre)
 	if err != nil {
@@ -400,12 +403,12 @@ func TestMetricNamesExist(t *testing.T) {
 	// The election key of refunds deleted under the leader: it steps down (key_lost), campaigns
 	// again, and its takeover terminates its own previous run by run ID (takeover terminations).
 	before, _ := leads("refunds")
-	resp, err := ec.Delete(ctx, fmt.Sprintf("/baton/election/%s/refunds/", project), clientv3.WithPrefix())
+	resp, err := ec.Delete(ctx, electionKeys.Candidates(project, "refunds"), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.Deleted == 0 {
-		t.Fatalf("no election key under /baton/election/%s/refunds/", project)
+		t.Fatalf("no election key under %s", electionKeys.Candidates(project, "refunds"))
 	}
 	waitFor(t, 30*time.Second, "refunds is taken over again after its key was deleted", func() bool {
 		s, ok := leads("refunds")
