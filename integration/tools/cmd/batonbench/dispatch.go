@@ -151,343 +151,362 @@ func benchRequest(name string, i int) dispatcher.Request {
 // over its backlog). The naive queue's run is terminated and a new one started at the same
 // instants, as the takeover before Baton did. The Temporal workers keep running throughout, so a
 // crashed worker's held workflow task (the e2e chaos test's subject) is not part of these figures.
-func benchDispatch(ctx context.Context, s *servers, o options) ([]benchreport.Figure, error) {
-	tc := s.tc
-	ledger, err := dispatcher.NewEtcdLedger(s.etcd, dispatchLedger, time.Hour)
-	if err != nil {
+func benchDispatch(ctx context.Context, s *servers, _ options) ([]benchreport.Figure, error) {
+	d := &dispatchRun{ctx: ctx, s: s, tc: s.tc, baton: newHandledLog(), naive: newHandledLog()}
+	defer d.stopWorkers()
+	if err := d.start(); err != nil {
 		return nil, err
 	}
-	baton, naive := newHandledLog(), newHandledLog()
-	acts := &dispatcher.Activities{Ledger: ledger, History: tc,
-		Handler: func(_ context.Context, key string, _ dispatcher.Request, _ takeover.Owner) error {
-			baton.handle(key)
-			return nil
-		}}
-	var workers []worker.Worker
-	defer func() {
-		for _, w := range workers {
-			w.Stop()
-		}
-	}()
-	nodes, err := s.nodes("node-a", "node-b")
-	if err != nil {
+	d.atRest()
+	if err := d.acrossTakeovers(); err != nil {
+		return nil, fmt.Errorf("takeovers: %w", err)
+	}
+	if err := d.throughput(); err != nil {
 		return nil, err
-	}
-	var chaosTerm, ownTerm *election.Term
-	// The application-owned dispatcher (dispatcher.Serve with an announce activity first), under the
-	// same takeovers as d-chaos, by nodes whose takeovers start the application's workflow type.
-	appNodes, err := s.nodesWith(appTakeover(), "app-a", "app-b")
-	if err != nil {
-		return nil, err
-	}
-	{
-		w := worker.New(tc, takeover.DefaultTaskQueue(benchProject, "d-own"), worker.Options{})
-		if err := registerApp(w, s.etcd, acts); err != nil {
-			return nil, err
-		}
-		workers = append(workers, w)
-		if err := w.Start(); err != nil {
-			return nil, err
-		}
-		if ownTerm, _, err = appNodes[0].take(ctx, "d-own"); err != nil {
-			return nil, err
-		}
-	}
-	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
-		w := worker.New(tc, takeover.DefaultTaskQueue(benchProject, q), worker.Options{})
-		dispatcher.Register(w, acts)
-		workers = append(workers, w)
-		if err := w.Start(); err != nil {
-			return nil, err
-		}
-		term, _, err := nodes[0].take(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		if q == "d-chaos" {
-			chaosTerm = term
-		}
-	}
-	naiveStart := func(q string) error { // Temporal refuses a same-ID start within ~1 s of the last
-		return harness.Poll(ctx, 5*time.Second, 100*time.Millisecond, func() error {
-			_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "naive-" + q, TaskQueue: q}, naiveWorkflow)
-			return err
-		})
-	}
-	for _, q := range []string{"n-rest", "n-chaos", "n-tput"} {
-		w := worker.New(tc, q, worker.Options{})
-		w.RegisterWorkflowWithOptions(naiveDispatcher, workflow.RegisterOptions{Name: naiveWorkflow})
-		w.RegisterActivityWithOptions(func(_ context.Context, key string) error { naive.handle(key); return nil },
-			activity.RegisterOptions{Name: naiveActivity})
-		workers = append(workers, w)
-		if err := w.Start(); err != nil {
-			return nil, err
-		}
-		if err := naiveStart(q); err != nil {
-			return nil, err
-		}
-	}
-	producer, err := dispatcher.NewProducer(tc, dispatcher.ProducerConfig{})
-	if err != nil {
-		return nil, err
-	}
-	dispatch := func(q string) func(context.Context, dispatcher.Request) error {
-		return func(ctx context.Context, req dispatcher.Request) error {
-			_, err := producer.Dispatch(ctx, benchProject, q, req)
-			return err
-		}
-	}
-	signalOnce := func(id string) func(context.Context, dispatcher.Request) error {
-		return func(ctx context.Context, req dispatcher.Request) error {
-			return tc.SignalWorkflow(ctx, id, "", dispatcher.SignalDispatch, req)
-		}
-	}
-	batonID := func(q string) string { id, _ := takeover.WorkflowID(benchProject, q); return id }
-	// The ledger's revision before the first request: its done puts since are read from etcd's
-	// history once the loads are over, so that no watch competes with them for the CPU.
-	ledgerWatch, err := dispatcher.NewLedgerWatch(ctx, s.etcd, dispatchLedger)
-	if err != nil {
-		return nil, err
-	}
-
-	// At rest.
-	fmt.Printf("batonbench: dispatch: at rest, %v/s for %v on each queue\n", dispatchRate, dispatchRest)
-	var restBaton, restNaive []*sentReq
-	parallel(ctx, dispatchRest,
-		func(c context.Context) { restBaton = stream(c, dispatchRate, "rest-dispatch", dispatch("d-rest")) },
-		func(c context.Context) { restNaive = stream(c, dispatchRate, "rest-naive", signalOnce("naive-n-rest")) })
-
-	// Across takeovers, and a restart of the Temporal server halfway.
-	takeovers := int(dispatchChaos / dispatchTakeoverGap)
-	fmt.Printf("batonbench: dispatch: %d takeovers (graceful and leader loss alternately) and a Temporal restart in %v at %v/s\n",
-		takeovers, dispatchChaos, dispatchRate)
-	var chaosDispatch, chaosSignal, chaosNaive, chaosOwn []*sentReq
-	var chaosErr error
-	var restart time.Duration
-	parallel(ctx, dispatchChaos,
-		func(c context.Context) {
-			chaosDispatch = stream(c, dispatchRate, "chaos-dispatch", dispatch("d-chaos"))
-		},
-		func(c context.Context) {
-			chaosOwn = stream(c, dispatchRate, "chaos-own", dispatch("d-own"))
-		},
-		func(c context.Context) {
-			chaosSignal = stream(c, dispatchRate, "chaos-signal", signalOnce(batonID("d-chaos")))
-		},
-		func(c context.Context) {
-			chaosNaive = stream(c, dispatchRate, "chaos-naive", signalOnce("naive-n-chaos"))
-		},
-		func(c context.Context) {
-			term, own := chaosTerm, ownTerm
-			for k := 0; k < takeovers && chaosErr == nil && sleepCtx(c, dispatchTakeoverGap); k++ {
-				if k == takeovers/2 {
-					began := time.Now()
-					if chaosErr = s.temporal.Restart(ctx); chaosErr != nil {
-						break
-					}
-					restart = time.Since(began)
-				}
-				for _, t := range []*election.Term{term, own} {
-					if chaosErr == nil && k%2 == 0 {
-						chaosErr = t.Resign(ctx)
-					} else if chaosErr == nil {
-						chaosErr = revokeLeaseOf(ctx, s.etcd, t.Key())
-					}
-				}
-				// The naive takeover of the same instant: terminate the run, start another.
-				if chaosErr == nil {
-					chaosErr = tc.TerminateWorkflow(ctx, "naive-n-chaos", "", "bench takeover")
-				}
-				if chaosErr == nil {
-					chaosErr = naiveStart("n-chaos")
-				}
-				if chaosErr == nil { // node-b takes the first takeover, node-a the second, and so on
-					term, _, chaosErr = nodes[(k+1)%2].take(ctx, "d-chaos")
-				}
-				if chaosErr == nil {
-					own, _, chaosErr = appNodes[(k+1)%2].take(ctx, "d-own")
-				}
-			}
-		})
-	if chaosErr != nil {
-		return nil, fmt.Errorf("takeovers: %w", chaosErr)
-	}
-
-	// Throughput of one queue: a burst sent at once, from the first send to the last handled.
-	fmt.Printf("batonbench: dispatch: throughput, bursts of %d signals and %d Dispatch calls (Baton), %d signals (naive)\n",
-		dispatchBurst, dispatchUpdateBurst, dispatchNaiveBurst)
-	// A send that fails (its bound ended on a swamped machine) is counted, not fatal: the rate is
-	// of the requests handled, up to the last one handled.
-	burst := func(n int, name string, send func(context.Context, dispatcher.Request) error, log *handledLog, conc int) (float64, error) {
-		began := time.Now()
-		before := log.handled()
-		var failed atomic.Int64
-		_ = harness.Parallel(ctx, n, conc, func(ctx context.Context, i int) error {
-			sctx, cancel := context.WithTimeout(ctx, dispatchSendBound)
-			defer cancel()
-			if send(sctx, benchRequest(name, i)) != nil {
-				failed.Add(1)
-			}
-			return nil
-		})
-		want := n - int(failed.Load())
-		last, lastAt := log.handled()-before, time.Now()
-		for deadline := time.Now().Add(dispatchSettle); last < want && time.Now().Before(deadline); sleepCtx(ctx, 5*time.Millisecond) {
-			if got := log.handled() - before; got != last {
-				last, lastAt = got, time.Now()
-			}
-		}
-		if f := failed.Load(); f > 0 || last < n {
-			fmt.Printf("batonbench: dispatch: %s: %d of %d sends failed, %d handled\n", name, f, n, last)
-		}
-		if last == 0 {
-			return 0, fmt.Errorf("%s: nothing handled", name)
-		}
-		return float64(last) / lastAt.Sub(began).Seconds(), nil
-	}
-	tputSignal, err := burst(dispatchBurst, "tput-signal", signalOnce(batonID("d-tput")), baton, 64)
-	if err != nil {
-		return nil, err
-	}
-	tputUpdate, err := burst(dispatchUpdateBurst, "tput-dispatch", dispatch("d-tput-update"), baton, 10) // history.maxInFlightUpdates
-	if err != nil {
-		return nil, err
-	}
-	tputNaive, err := burst(dispatchNaiveBurst, "tput-naive", signalOnce("naive-n-tput"), naive, 64)
-	if err != nil {
-		return nil, err
-	}
-
-	// Loss and double execution across the takeovers: Baton's from the ledger (every done put since
-	// the section began), the naive workflow's from its handler calls. tally counts the accepted
-	// requests of rs, and those of them that times says were handled never and more than once.
-	tally := func(rs []*sentReq, times func(key string) int) (accepted int, lost, twice float64) {
-		for _, r := range rs {
-			if !r.accepted {
-				continue
-			}
-			accepted++
-			if n := times(r.key); n == 0 {
-				lost++
-			} else if n > 1 {
-				twice++
-			}
-		}
-		return accepted, lost, twice
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var watching sync.WaitGroup
 	defer watching.Wait()
 	defer stopWatch()
-	watching.Go(func() { ledgerWatch.Run(watchCtx) })
-	chaosBaton := append(append(slices.Clone(chaosDispatch), chaosSignal...), chaosOwn...)
-	var dones map[string][]dispatcher.LedgerCompletion
-	inLedger := func(k string) int { return len(dones[k]) }
-	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
-		now, err := s.etcd.Get(ctx, dispatcher.LedgerRange(dispatchLedger), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	watching.Go(func() { d.ledgerWatch.Run(watchCtx) })
+	if err := d.settle(); err != nil {
+		return nil, err
+	}
+	return d.figures(), nil
+}
+
+// dispatchRun is one run of the dispatch section: what it started, what each phase sent, and what
+// the handlers and the ledger say became of it.
+type dispatchRun struct {
+	ctx          context.Context
+	s            *servers
+	tc           client.Client
+	baton, naive *handledLog // the handlers' calls: the reference and application-owned dispatchers', the naive one's
+	workers      []worker.Worker
+	nodes        []*node // take d-chaos (and the other reference queues) in turn
+	appNodes     []*node // take d-own, whose takeover starts the application's workflow type
+	chaosTerm    *election.Term
+	ownTerm      *election.Term
+	producer     *dispatcher.Producer
+	// ledgerWatch reads the ledger's done puts from etcd's history once the loads are over, so that
+	// no watch competes with them for the CPU.
+	ledgerWatch *dispatcher.LedgerWatch
+
+	restBaton, restNaive                             []*sentReq
+	chaosDispatch, chaosSignal, chaosNaive, chaosOwn []*sentReq
+	takeovers                                        int
+	restart                                          time.Duration // the Temporal server's, halfway through the takeovers
+	tputSignal, tputUpdate, tputNaive                float64
+	dones                                            map[string][]dispatcher.LedgerCompletion
+}
+
+func (d *dispatchRun) stopWorkers() {
+	for _, w := range d.workers {
+		w.Stop()
+	}
+}
+
+// startWorker starts a Temporal worker of taskQueue with what register adds.
+func (d *dispatchRun) startWorker(taskQueue string, register func(worker.Worker) error) error {
+	w := worker.New(d.tc, taskQueue, worker.Options{})
+	if err := register(w); err != nil {
+		return err
+	}
+	d.workers = append(d.workers, w)
+	return w.Start()
+}
+
+// start runs the dispatchers' workers, takes every Baton queue over and starts the naive runs.
+func (d *dispatchRun) start() error {
+	ctx, etcd := d.ctx, d.s.etcd
+	ledger, err := dispatcher.NewEtcdLedger(etcd, dispatchLedger, time.Hour)
+	if err != nil {
+		return err
+	}
+	acts := &dispatcher.Activities{Ledger: ledger, History: d.tc,
+		Handler: func(_ context.Context, key string, _ dispatcher.Request, _ takeover.Owner) error {
+			d.baton.handle(key)
+			return nil
+		}}
+	if d.nodes, err = d.s.nodes("node-a", "node-b"); err != nil {
+		return err
+	}
+	// The application-owned dispatcher (dispatcher.Serve with an announce activity first), under the
+	// same takeovers as d-chaos, by nodes whose takeovers start the application's workflow type.
+	if d.appNodes, err = d.s.nodesWith(appTakeover(), "app-a", "app-b"); err != nil {
+		return err
+	}
+	if err := d.startWorker(takeover.DefaultTaskQueue(benchProject, "d-own"), func(w worker.Worker) error {
+		return registerApp(w, etcd, acts)
+	}); err != nil {
+		return err
+	}
+	if d.ownTerm, _, err = d.appNodes[0].take(ctx, "d-own"); err != nil {
+		return err
+	}
+	for _, q := range []string{"d-rest", "d-chaos", "d-tput", "d-tput-update"} {
+		if err := d.startWorker(takeover.DefaultTaskQueue(benchProject, q), func(w worker.Worker) error {
+			dispatcher.Register(w, acts)
+			return nil
+		}); err != nil {
+			return err
+		}
+		term, _, err := d.nodes[0].take(ctx, q)
 		if err != nil {
-			return nil, err
+			return err
+		}
+		if q == "d-chaos" {
+			d.chaosTerm = term
+		}
+	}
+	for _, q := range []string{"n-rest", "n-chaos", "n-tput"} {
+		if err := d.startWorker(q, func(w worker.Worker) error {
+			w.RegisterWorkflowWithOptions(naiveDispatcher, workflow.RegisterOptions{Name: naiveWorkflow})
+			w.RegisterActivityWithOptions(func(_ context.Context, key string) error { d.naive.handle(key); return nil },
+				activity.RegisterOptions{Name: naiveActivity})
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := d.naiveStart(q); err != nil {
+			return err
+		}
+	}
+	if d.producer, err = dispatcher.NewProducer(d.tc, dispatcher.ProducerConfig{}); err != nil {
+		return err
+	}
+	d.ledgerWatch, err = dispatcher.NewLedgerWatch(ctx, etcd, dispatchLedger)
+	return err
+}
+
+// naiveStart starts the naive run of q (Temporal refuses a same-ID start within ~1 s of the last).
+func (d *dispatchRun) naiveStart(q string) error {
+	return harness.Poll(d.ctx, 5*time.Second, 100*time.Millisecond, func() error {
+		_, err := d.tc.ExecuteWorkflow(d.ctx, client.StartWorkflowOptions{ID: "naive-" + q, TaskQueue: q}, naiveWorkflow)
+		return err
+	})
+}
+
+// dispatch sends through the Producer to Baton queue q.
+func (d *dispatchRun) dispatch(q string) func(context.Context, dispatcher.Request) error {
+	return func(ctx context.Context, req dispatcher.Request) error {
+		_, err := d.producer.Dispatch(ctx, benchProject, q, req)
+		return err
+	}
+}
+
+// signalOnce sends one dispatch signal to the workflow id, fire and forget.
+func (d *dispatchRun) signalOnce(id string) func(context.Context, dispatcher.Request) error {
+	return func(ctx context.Context, req dispatcher.Request) error {
+		return d.tc.SignalWorkflow(ctx, id, "", dispatcher.SignalDispatch, req)
+	}
+}
+
+func batonID(q string) string { id, _ := takeover.WorkflowID(benchProject, q); return id }
+
+// atRest streams to a Baton queue and a naive one, with no fault.
+func (d *dispatchRun) atRest() {
+	fmt.Printf("batonbench: dispatch: at rest, %v/s for %v on each queue\n", dispatchRate, dispatchRest)
+	parallel(d.ctx, dispatchRest,
+		func(c context.Context) { d.restBaton = stream(c, dispatchRate, "rest-dispatch", d.dispatch("d-rest")) },
+		func(c context.Context) {
+			d.restNaive = stream(c, dispatchRate, "rest-naive", d.signalOnce("naive-n-rest"))
+		})
+}
+
+// acrossTakeovers streams to the reference, application-owned and naive dispatchers while their
+// queues are taken over every dispatchTakeoverGap, and the Temporal server restarts halfway.
+func (d *dispatchRun) acrossTakeovers() error {
+	d.takeovers = int(dispatchChaos / dispatchTakeoverGap)
+	fmt.Printf("batonbench: dispatch: %d takeovers (graceful and leader loss alternately) and a Temporal restart in %v at %v/s\n",
+		d.takeovers, dispatchChaos, dispatchRate)
+	var err error
+	parallel(d.ctx, dispatchChaos,
+		func(c context.Context) {
+			d.chaosDispatch = stream(c, dispatchRate, "chaos-dispatch", d.dispatch("d-chaos"))
+		},
+		func(c context.Context) { d.chaosOwn = stream(c, dispatchRate, "chaos-own", d.dispatch("d-own")) },
+		func(c context.Context) {
+			d.chaosSignal = stream(c, dispatchRate, "chaos-signal", d.signalOnce(batonID("d-chaos")))
+		},
+		func(c context.Context) {
+			d.chaosNaive = stream(c, dispatchRate, "chaos-naive", d.signalOnce("naive-n-chaos"))
+		},
+		func(c context.Context) {
+			term, own := d.chaosTerm, d.ownTerm
+			for k := 0; k < d.takeovers && err == nil && sleepCtx(c, dispatchTakeoverGap); k++ {
+				term, own, err = d.takeoverRound(k, term, own)
+			}
+		})
+	return err
+}
+
+// takeoverRound is the k-th takeover: halfway, a Temporal restart first; then the leaders of
+// d-chaos and d-own resign (even k) or lose their lease (odd k), the naive run is terminated and
+// started again, and the other node takes each Baton queue over. It returns the new terms.
+func (d *dispatchRun) takeoverRound(k int, term, own *election.Term) (*election.Term, *election.Term, error) {
+	ctx := d.ctx
+	if k == d.takeovers/2 {
+		began := time.Now()
+		if err := d.s.temporal.Restart(ctx); err != nil {
+			return nil, nil, err
+		}
+		d.restart = time.Since(began)
+	}
+	for _, t := range []*election.Term{term, own} {
+		lose := t.Resign
+		if k%2 == 1 {
+			lose = func(ctx context.Context) error { return revokeLeaseOf(ctx, d.s.etcd, t.Key()) }
+		}
+		if err := lose(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	// The naive takeover of the same instant: terminate the run, start another.
+	if err := d.tc.TerminateWorkflow(ctx, "naive-n-chaos", "", "bench takeover"); err != nil {
+		return nil, nil, err
+	}
+	if err := d.naiveStart("n-chaos"); err != nil {
+		return nil, nil, err
+	}
+	// node-b takes the first takeover, node-a the second, and so on.
+	term, _, err := d.nodes[(k+1)%2].take(ctx, "d-chaos")
+	if err != nil {
+		return nil, nil, err
+	}
+	own, _, err = d.appNodes[(k+1)%2].take(ctx, "d-own")
+	return term, own, err
+}
+
+// throughput measures bursts sent at once to one queue each: Baton signals, Baton Dispatch calls
+// (10 in flight: history.maxInFlightUpdates) and naive signals.
+func (d *dispatchRun) throughput() error {
+	fmt.Printf("batonbench: dispatch: throughput, bursts of %d signals and %d Dispatch calls (Baton), %d signals (naive)\n",
+		dispatchBurst, dispatchUpdateBurst, dispatchNaiveBurst)
+	var err error
+	if d.tputSignal, err = d.burst(dispatchBurst, "tput-signal", d.signalOnce(batonID("d-tput")), d.baton, 64); err != nil {
+		return err
+	}
+	if d.tputUpdate, err = d.burst(dispatchUpdateBurst, "tput-dispatch", d.dispatch("d-tput-update"), d.baton, 10); err != nil {
+		return err
+	}
+	d.tputNaive, err = d.burst(dispatchNaiveBurst, "tput-naive", d.signalOnce("naive-n-tput"), d.naive, 64)
+	return err
+}
+
+// burst sends n requests at once, conc in flight, and returns the rate from the first send to the
+// last handled. A send that fails (its bound ended on a swamped machine) is counted, not fatal: the
+// rate is of the requests handled, up to the last one handled.
+func (d *dispatchRun) burst(n int, name string, send func(context.Context, dispatcher.Request) error, log *handledLog, conc int) (float64, error) {
+	ctx := d.ctx
+	began := time.Now()
+	before := log.handled()
+	var failed atomic.Int64
+	_ = harness.Parallel(ctx, n, conc, func(ctx context.Context, i int) error {
+		sctx, cancel := context.WithTimeout(ctx, dispatchSendBound)
+		defer cancel()
+		if send(sctx, benchRequest(name, i)) != nil {
+			failed.Add(1)
+		}
+		return nil
+	})
+	want := n - int(failed.Load())
+	last, lastAt := log.handled()-before, time.Now()
+	for deadline := time.Now().Add(dispatchSettle); last < want && time.Now().Before(deadline); sleepCtx(ctx, 5*time.Millisecond) {
+		if got := log.handled() - before; got != last {
+			last, lastAt = got, time.Now()
+		}
+	}
+	if f := failed.Load(); f > 0 || last < n {
+		fmt.Printf("batonbench: dispatch: %s: %d of %d sends failed, %d handled\n", name, f, n, last)
+	}
+	if last == 0 {
+		return 0, fmt.Errorf("%s: nothing handled", name)
+	}
+	return float64(last) / lastAt.Sub(began).Seconds(), nil
+}
+
+// settle waits (up to dispatchSettle) until the ledger's history shows every request the Baton
+// dispatchers accepted across the takeovers done, and for the naive queue to be quiet: its losses
+// are final then, its terminated runs are gone.
+func (d *dispatchRun) settle() error {
+	ctx := d.ctx
+	chaosBaton := d.chaosBaton()
+	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
+		now, err := d.s.etcd.Get(ctx, dispatcher.LedgerRange(dispatchLedger), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return err
 		}
 		wctx, cancel := context.WithTimeout(ctx, dispatchSettle)
-		err = ledgerWatch.WaitFor(wctx, now.Header.Revision)
+		err = d.ledgerWatch.WaitFor(wctx, now.Header.Revision)
 		cancel()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		dones, _ = ledgerWatch.Seen()
-		if _, missing, _ := tally(chaosBaton, inLedger); missing == 0 || time.Now().After(deadline) {
+		d.dones, _ = d.ledgerWatch.Seen()
+		if _, missing, _ := tally(chaosBaton, d.inLedger); missing == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
-	accRest, _, _ := tally(restBaton, inLedger) // only the count accepted
-	accD, lostD, twiceD := tally(chaosDispatch, inLedger)
-	accS, lostS, twiceS := tally(chaosSignal, inLedger)
-	accO, lostO, twiceO := tally(chaosOwn, inLedger)
-	_, _, handlerTwice := tally(chaosBaton, func(k string) int { _, c := baton.get(k); return c })
-	// The naive workflow's losses are final once the queue is quiet: its terminated runs are gone.
-	for last, quietSince := naive.handled(), time.Now(); time.Since(quietSince) < 2*time.Second; sleepCtx(ctx, 100*time.Millisecond) {
-		if n := naive.handled(); n != last {
+	for last, quietSince := d.naive.handled(), time.Now(); time.Since(quietSince) < 2*time.Second; sleepCtx(ctx, 100*time.Millisecond) {
+		if n := d.naive.handled(); n != last {
 			last, quietSince = n, time.Now()
 		}
 	}
-	accN, lostN, twiceN := tally(chaosNaive, func(k string) int { _, c := naive.get(k); return c })
+	return nil
+}
 
-	// latency is, for each accepted request that done says was done, the time from its send to then.
-	latency := func(rs []*sentReq, done func(r *sentReq) (time.Time, bool)) []float64 {
-		var out []float64
-		for _, r := range rs {
-			if at, ok := done(r); r.accepted && ok {
-				out = append(out, benchreport.Ms(at.Sub(r.sent)))
-			}
-		}
-		return out
-	}
-	returned := func(r *sentReq) (time.Time, bool) { return r.returned, true }
-	handledBy := func(log *handledLog) func(r *sentReq) (time.Time, bool) {
-		return func(r *sentReq) (time.Time, bool) { at, c := log.get(r.key); return at, c > 0 }
-	}
-	// A Dispatch still retrying when its bound ended is undecided for its sender; the ledger says
-	// whether the request was handled anyway.
-	undecidedOf := func(rs []*sentReq, accepted int) (int, int) {
-		done := 0
-		for _, r := range rs {
-			if !r.accepted && inLedger(r.key) > 0 {
-				done++
-			}
-		}
-		return len(rs) - accepted, done
-	}
-	undecided, undecidedDone := undecidedOf(chaosDispatch, accD)
-	undecidedOwn, undecidedOwnDone := undecidedOf(chaosOwn, accO)
-	fmt.Printf("batonbench: dispatch: across takeovers: %d Dispatch calls had not returned after %v; the ledger shows %d of them handled\n",
-		undecided, dispatchSendBound, undecidedDone)
-	fmt.Printf("batonbench: dispatch: across takeovers: Baton Dispatch %d sent, %d handled (returned), %v lost, %v twice; "+
-		"Baton signal %d sent, %d accepted, %v lost, %v twice; naive signal %d sent, %d accepted, %v lost, %v twice\n",
-		len(chaosDispatch), accD, lostD, twiceD, len(chaosSignal), accS, lostS, twiceS, len(chaosNaive), accN, lostN, twiceN)
-	fmt.Printf("batonbench: dispatch: across takeovers: application-owned dispatcher (Serve): Dispatch %d sent, %d handled (returned), "+
-		"%v lost, %v twice, %d not returned within %v (the ledger shows %d of them handled); the Temporal restart took %v\n",
-		len(chaosOwn), accO, lostO, twiceO, undecidedOwn, dispatchSendBound, undecidedOwnDone, restart.Round(time.Millisecond))
+func (d *dispatchRun) chaosBaton() []*sentReq {
+	return append(append(slices.Clone(d.chaosDispatch), d.chaosSignal...), d.chaosOwn...)
+}
 
-	const naiveSignal = "naive signal, one-at-a-time workflow (send -> handled)"
-	chaos, info := fmt.Sprintf("across %d takeovers (graceful + leader loss) and a Temporal restart", takeovers), benchreport.Informational
-	const refDispatch = "reference dispatcher, Baton Dispatch, same takeovers"
-	naiveLost := fmt.Sprintf("naive signal sent once (of %d accepted)", accN)
-	naiveTput, tputTarget := fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), fmt.Sprintf(">= %d req/s", throughputTarget)
-	return []benchreport.Figure{
-		benchreport.NewFigure(fmt.Sprintf("dispatch latency at rest, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
-			accRest, len(restBaton), dispatchSendBound), "ms",
-			latency(restBaton, returned), naiveSignal, latency(restNaive, handledBy(naive)), "informational", info),
-		benchreport.NewFigure(fmt.Sprintf("dispatch latency %s, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
-			chaos, accD, len(chaosDispatch), dispatchSendBound), "ms",
-			latency(chaosDispatch, returned), naiveSignal+", handled ones", latency(chaosNaive, handledBy(naive)), "informational", info),
-		benchreport.NewFigure("dispatch latency "+chaos+", Baton with fire-and-forget signals (send -> handled)", "ms",
-			latency(chaosSignal, handledBy(baton)), naiveSignal+", handled ones", latency(chaosNaive, handledBy(naive)), "informational", info),
-		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton Dispatch (of %d)", chaos, accD), "requests",
-			lostD, naiveLost, lostN, "0", lostD == 0),
-		benchreport.Single(fmt.Sprintf("Dispatch calls not returned within %v %s, Baton (of %d sent; the ledger shows %d of them handled)",
-			dispatchSendBound, chaos, len(chaosDispatch), undecidedDone), "requests", float64(undecided),
-			fmt.Sprintf("naive signal sends refused (of %d sent)", len(chaosNaive)), float64(len(chaosNaive)-accN), "informational", true),
-		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton signal sent once (of %d)", chaos, accS), "requests",
-			lostS, naiveLost, lostN, "0", lostS == 0),
-		benchreport.Single(fmt.Sprintf("handled twice (ledger done twice) %s, Baton Dispatch + signals", chaos), "requests",
-			twiceD+twiceS, "naive signal sent once (handler ran twice)", twiceN, "0", twiceD+twiceS == 0),
-		benchreport.Single(fmt.Sprintf("handler ran twice %s, Baton Dispatch + signals (at-least-once between ledger Begin and Complete)", chaos), "requests",
-			handlerTwice, "naive signal sent once (handler ran twice)", twiceN, "informational", true),
-		benchreport.NewFigure(fmt.Sprintf("dispatch latency %s, application-owned dispatcher (dispatcher.Serve after an announce activity; send -> returned handled; %d of %d returned within %v)",
-			chaos, accO, len(chaosOwn), dispatchSendBound), "ms",
-			latency(chaosOwn, returned), refDispatch, latency(chaosDispatch, returned), "informational", info),
-		benchreport.Single(fmt.Sprintf("accepted but never handled %s, application-owned dispatcher (of %d)", chaos, accO), "requests",
-			lostO, refDispatch, lostD, "0", lostO == 0),
-		benchreport.Single(fmt.Sprintf("handled twice (ledger done twice) %s, application-owned dispatcher", chaos), "requests",
-			twiceO, refDispatch, twiceD, "0", twiceO == 0),
-		benchreport.Single(fmt.Sprintf("Dispatch calls not returned within %v %s, application-owned dispatcher (of %d sent; the ledger shows %d of them handled)",
-			dispatchSendBound, chaos, len(chaosOwn), undecidedOwnDone), "requests", float64(undecidedOwn),
-			refDispatch, float64(undecided), "0", undecidedOwn == 0),
-		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton, %d fire-and-forget signals (with the etcd ledger)", dispatchBurst), "req/s",
-			tputSignal, naiveTput, tputNaive, tputTarget, tputSignal >= throughputTarget),
-		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton Dispatch, %d requests, 10 in flight (the server's update limit)", dispatchUpdateBurst), "req/s",
-			tputUpdate, naiveTput, tputNaive, tputTarget, tputUpdate >= throughputTarget),
-	}, nil
+// inLedger is how many done puts the ledger's history has for key.
+func (d *dispatchRun) inLedger(key string) int { return len(d.dones[key]) }
+
+// tally counts the accepted requests of rs, and those of them that times says were handled never
+// and more than once.
+func tally(rs []*sentReq, times func(key string) int) (accepted int, lost, twice float64) {
+	for _, r := range rs {
+		if !r.accepted {
+			continue
+		}
+		accepted++
+		if n := times(r.key); n == 0 {
+			lost++
+		} else if n > 1 {
+			twice++
+		}
+	}
+	return accepted, lost, twice
+}
+
+// latency is, for each accepted request that done says was done, the time from its send to then.
+func latency(rs []*sentReq, done func(r *sentReq) (time.Time, bool)) []float64 {
+	var out []float64
+	for _, r := range rs {
+		if at, ok := done(r); r.accepted && ok {
+			out = append(out, benchreport.Ms(at.Sub(r.sent)))
+		}
+	}
+	return out
+}
+
+func returned(r *sentReq) (time.Time, bool) { return r.returned, true }
+
+func handledBy(log *handledLog) func(r *sentReq) (time.Time, bool) {
+	return func(r *sentReq) (time.Time, bool) { at, c := log.get(r.key); return at, c > 0 }
+}
+
+// undecided counts the Dispatch calls of rs that were still retrying when their bound ended (rs
+// less its accepted), and how many of them the ledger shows handled anyway.
+func (d *dispatchRun) undecided(rs []*sentReq, accepted int) (int, int) {
+	done := 0
+	for _, r := range rs {
+		if !r.accepted && d.inLedger(r.key) > 0 {
+			done++
+		}
+	}
+	return len(rs) - accepted, done
 }
 
 // parallel runs each function with a context that ends after d (or with ctx), and waits for all.
@@ -516,3 +535,65 @@ func revokeLeaseOf(ctx context.Context, cli *clientv3.Client, key string) error 
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool { return clock.Sleep(ctx, clock.Real(), d) }
+
+// figures tallies what each phase sent against the ledger and the handlers, prints the counts, and
+// returns the section's figures.
+func (d *dispatchRun) figures() []benchreport.Figure {
+	accRest, _, _ := tally(d.restBaton, d.inLedger) // only the count accepted
+	accD, lostD, twiceD := tally(d.chaosDispatch, d.inLedger)
+	accS, lostS, twiceS := tally(d.chaosSignal, d.inLedger)
+	accO, lostO, twiceO := tally(d.chaosOwn, d.inLedger)
+	_, _, handlerTwice := tally(d.chaosBaton(), func(k string) int { _, c := d.baton.get(k); return c })
+	accN, lostN, twiceN := tally(d.chaosNaive, func(k string) int { _, c := d.naive.get(k); return c })
+	undecided, undecidedDone := d.undecided(d.chaosDispatch, accD)
+	undecidedOwn, undecidedOwnDone := d.undecided(d.chaosOwn, accO)
+	fmt.Printf("batonbench: dispatch: across takeovers: %d Dispatch calls had not returned after %v; the ledger shows %d of them handled\n",
+		undecided, dispatchSendBound, undecidedDone)
+	fmt.Printf("batonbench: dispatch: across takeovers: Baton Dispatch %d sent, %d handled (returned), %v lost, %v twice; "+
+		"Baton signal %d sent, %d accepted, %v lost, %v twice; naive signal %d sent, %d accepted, %v lost, %v twice\n",
+		len(d.chaosDispatch), accD, lostD, twiceD, len(d.chaosSignal), accS, lostS, twiceS, len(d.chaosNaive), accN, lostN, twiceN)
+	fmt.Printf("batonbench: dispatch: across takeovers: application-owned dispatcher (Serve): Dispatch %d sent, %d handled (returned), "+
+		"%v lost, %v twice, %d not returned within %v (the ledger shows %d of them handled); the Temporal restart took %v\n",
+		len(d.chaosOwn), accO, lostO, twiceO, undecidedOwn, dispatchSendBound, undecidedOwnDone, d.restart.Round(time.Millisecond))
+
+	const naiveSignal = "naive signal, one-at-a-time workflow (send -> handled)"
+	chaos, info := fmt.Sprintf("across %d takeovers (graceful + leader loss) and a Temporal restart", d.takeovers), benchreport.Informational
+	const refDispatch = "reference dispatcher, Baton Dispatch, same takeovers"
+	naiveLost := fmt.Sprintf("naive signal sent once (of %d accepted)", accN)
+	naiveTput, tputTarget := fmt.Sprintf("naive workflow, %d signals", dispatchNaiveBurst), fmt.Sprintf(">= %d req/s", throughputTarget)
+	return []benchreport.Figure{
+		benchreport.NewFigure(fmt.Sprintf("dispatch latency at rest, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
+			accRest, len(d.restBaton), dispatchSendBound), "ms",
+			latency(d.restBaton, returned), naiveSignal, latency(d.restNaive, handledBy(d.naive)), "informational", info),
+		benchreport.NewFigure(fmt.Sprintf("dispatch latency %s, Baton Dispatch (send -> returned handled; %d of %d returned within %v)",
+			chaos, accD, len(d.chaosDispatch), dispatchSendBound), "ms",
+			latency(d.chaosDispatch, returned), naiveSignal+", handled ones", latency(d.chaosNaive, handledBy(d.naive)), "informational", info),
+		benchreport.NewFigure("dispatch latency "+chaos+", Baton with fire-and-forget signals (send -> handled)", "ms",
+			latency(d.chaosSignal, handledBy(d.baton)), naiveSignal+", handled ones", latency(d.chaosNaive, handledBy(d.naive)), "informational", info),
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton Dispatch (of %d)", chaos, accD), "requests",
+			lostD, naiveLost, lostN, "0", lostD == 0),
+		benchreport.Single(fmt.Sprintf("Dispatch calls not returned within %v %s, Baton (of %d sent; the ledger shows %d of them handled)",
+			dispatchSendBound, chaos, len(d.chaosDispatch), undecidedDone), "requests", float64(undecided),
+			fmt.Sprintf("naive signal sends refused (of %d sent)", len(d.chaosNaive)), float64(len(d.chaosNaive)-accN), "informational", true),
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, Baton signal sent once (of %d)", chaos, accS), "requests",
+			lostS, naiveLost, lostN, "0", lostS == 0),
+		benchreport.Single(fmt.Sprintf("handled twice (ledger done twice) %s, Baton Dispatch + signals", chaos), "requests",
+			twiceD+twiceS, "naive signal sent once (handler ran twice)", twiceN, "0", twiceD+twiceS == 0),
+		benchreport.Single(fmt.Sprintf("handler ran twice %s, Baton Dispatch + signals (at-least-once between ledger Begin and Complete)", chaos), "requests",
+			handlerTwice, "naive signal sent once (handler ran twice)", twiceN, "informational", true),
+		benchreport.NewFigure(fmt.Sprintf("dispatch latency %s, application-owned dispatcher (dispatcher.Serve after an announce activity; send -> returned handled; %d of %d returned within %v)",
+			chaos, accO, len(d.chaosOwn), dispatchSendBound), "ms",
+			latency(d.chaosOwn, returned), refDispatch, latency(d.chaosDispatch, returned), "informational", info),
+		benchreport.Single(fmt.Sprintf("accepted but never handled %s, application-owned dispatcher (of %d)", chaos, accO), "requests",
+			lostO, refDispatch, lostD, "0", lostO == 0),
+		benchreport.Single(fmt.Sprintf("handled twice (ledger done twice) %s, application-owned dispatcher", chaos), "requests",
+			twiceO, refDispatch, twiceD, "0", twiceO == 0),
+		benchreport.Single(fmt.Sprintf("Dispatch calls not returned within %v %s, application-owned dispatcher (of %d sent; the ledger shows %d of them handled)",
+			dispatchSendBound, chaos, len(d.chaosOwn), undecidedOwnDone), "requests", float64(undecidedOwn),
+			refDispatch, float64(undecided), "0", undecidedOwn == 0),
+		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton, %d fire-and-forget signals (with the etcd ledger)", dispatchBurst), "req/s",
+			d.tputSignal, naiveTput, d.tputNaive, tputTarget, d.tputSignal >= throughputTarget),
+		benchreport.Single(fmt.Sprintf("throughput of one queue, Baton Dispatch, %d requests, 10 in flight (the server's update limit)", dispatchUpdateBurst), "req/s",
+			d.tputUpdate, naiveTput, d.tputNaive, tputTarget, d.tputUpdate >= throughputTarget),
+	}
+}
