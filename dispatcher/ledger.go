@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -235,7 +236,7 @@ func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.C
 	if resp.Succeeded {
 		return true, record{}, nil
 	}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != owner.Token {
+	if !election.HeldIn(resp.Responses[0].GetResponseRange().GetKvs(), owner.Token) {
 		return false, record{}, fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
 	}
 	rec, err = decodeRecord(k, resp.Responses[1].GetResponseRange().GetKvs())

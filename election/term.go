@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -115,6 +116,12 @@ func HeldCmp(key string, token int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(key), "=", token)
 }
 
+// HeldIn is HeldCmp read back: whether kvs, what a Get of the election key returned, show it held by
+// the term of token. A transaction whose HeldCmp failed reads the key in its Else to say why.
+func HeldIn(kvs []*mvccpb.KeyValue, token int64) bool {
+	return len(kvs) == 1 && kvs[0].CreateRevision == token
+}
+
 // Guard commits ops in one etcd transaction only while the term's key still exists at the term's
 // revision. It returns an error wrapping ErrNotLeader, and ends the term, when that is no longer so;
 // nothing is written then.
@@ -214,7 +221,7 @@ func (t *Term) stillOurs() (ok bool, rev int64, err error) {
 		return false, 0, err
 	}
 	kvs := resp.Kvs
-	return len(kvs) == 1 && kvs[0].CreateRevision == t.token && kvs[0].Lease == int64(t.session.id), resp.Header.Revision, nil
+	return HeldIn(kvs, t.token) && kvs[0].Lease == int64(t.session.id), resp.Header.Revision, nil
 }
 
 // watchOnce watches the key from the current revision, not from fromRev: a watch from a past revision
