@@ -92,7 +92,7 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 		return nil, err
 	}
 	backlog, err := meter.Int64ObservableGauge(MetricDispatchBacklog,
-		metric.WithDescription("Dispatcher runs that continued as new under this process's supervision."))
+		metric.WithDescription("Earlier runs whose requests the queue's dispatcher run has still to read back, by its owner's last progress check."))
 	if err != nil {
 		return nil, err
 	}
