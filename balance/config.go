@@ -69,8 +69,8 @@ type Config struct {
 	// MeterProvider receives the owner-change counter and the leading gauge. Default: no-op.
 	MeterProvider metric.MeterProvider
 	// Clock is the time source of the balance's decisions and pacing (cooldowns, move windows, the
-	// grace and unfit pauses, vacancy waits, membership ages) and of its retries. Default: the real
-	// clock. The idle queues' wake-up timers run on the real clock.
+	// grace and unfit pauses, vacancy waits, membership ages), of the timers that wake an idle queue
+	// and of its retries. Default: the real clock.
 	Clock clock.Clock
 }
 

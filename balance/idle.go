@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 )
 
@@ -30,7 +31,7 @@ func (v *view) takeWoken() (map[string]bool, bool) {
 // others', once the rest have ended.
 func (r *Runner) dispatch(ctx context.Context, cbs map[string]election.Callbacks) error {
 	d := &idleQueues{r: r, ctx: ctx, cbs: cbs, returned: make(chan stood), idle: make(map[string]bool, len(r.cfg.Queues)),
-		paused: map[string]time.Time{}, timers: map[string]*time.Timer{}}
+		paused: map[string]time.Time{}, timers: map[string]clock.Timer{}}
 	defer d.stop()
 	for _, q := range r.cfg.Queues {
 		d.idle[q] = true
@@ -94,7 +95,7 @@ type idleQueues struct {
 	returned chan stood
 	idle     map[string]bool
 	paused   map[string]time.Time   // queues that shed a moment ago: not before then
-	timers   map[string]*time.Timer // a vacant wait or a pause ending wakes its queue
+	timers   map[string]clock.Timer // a vacant wait or a pause ending wakes its queue
 	running  int
 	errs     []error
 	wg       sync.WaitGroup
@@ -106,7 +107,7 @@ func (d *idleQueues) wakeIn(queue string, after time.Duration) {
 		t.Reset(after)
 		return
 	}
-	d.timers[queue] = time.AfterFunc(after, func() { d.r.view.wake(queue) })
+	d.timers[queue] = d.r.cfg.Clock.AfterFunc(after, func() { d.r.view.wake(queue) })
 }
 
 // look starts the idle queue's stand if the worker may stand for it now, and otherwise wakes it when

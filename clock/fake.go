@@ -38,6 +38,15 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc returns a timer that calls f in its own goroutine once the fake time reaches Now()+d.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{clock: f, fn: fn}
+	f.arm(t, d)
+	return t
+}
+
 // Advance moves the time forward by d and fires every timer that is due, in deadline order.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
@@ -51,10 +60,7 @@ func (f *Fake) Advance(d time.Duration) {
 			continue
 		}
 		t.armed = false
-		select {
-		case t.c <- f.now:
-		default:
-		}
+		t.fire(f.now)
 	}
 	f.timers = kept
 }
@@ -83,10 +89,7 @@ func (f *Fake) notify() {
 func (f *Fake) arm(t *fakeTimer, d time.Duration) {
 	t.at = f.now.Add(d)
 	if d <= 0 {
-		select {
-		case t.c <- f.now:
-		default:
-		}
+		t.fire(f.now)
 		f.notify()
 		return
 	}
@@ -115,9 +118,22 @@ func (f *Fake) disarm(t *fakeTimer) bool {
 
 type fakeTimer struct {
 	clock *Fake
-	c     chan time.Time
+	c     chan time.Time // nil for an AfterFunc timer
+	fn    func()         // an AfterFunc timer's
 	at    time.Time
 	armed bool
+}
+
+// fire delivers now on the timer's channel, or calls its function in its own goroutine.
+func (t *fakeTimer) fire(now time.Time) {
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	select {
+	case t.c <- now:
+	default:
+	}
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }

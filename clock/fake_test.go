@@ -67,3 +67,38 @@ func TestSleepEndsWithContext(t *testing.T) {
 		t.Fatal("Sleep must report false when ctx is done")
 	}
 }
+
+func TestFakeAfterFunc(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	called := make(chan time.Time, 2)
+	tm := f.AfterFunc(time.Second, func() { called <- f.Now() })
+	if tm.C() != nil {
+		t.Error("an AfterFunc timer has a channel")
+	}
+	f.Advance(999 * time.Millisecond)
+	select {
+	case <-called:
+		t.Fatal("called before its time")
+	case <-time.After(20 * time.Millisecond):
+	}
+	f.Advance(time.Millisecond)
+	select {
+	case at := <-called:
+		if !at.Equal(time.Unix(1, 0)) {
+			t.Errorf("called at %v, want 1s", at)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not called once due")
+	}
+	// Reset arms it again; Stop before it is due keeps f from being called.
+	tm.Reset(time.Second)
+	if !tm.Stop() {
+		t.Error("Stop of an armed timer = false")
+	}
+	f.Advance(time.Hour)
+	select {
+	case <-called:
+		t.Fatal("called after Stop")
+	case <-time.After(20 * time.Millisecond):
+	}
+}
