@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/integration/servers/faults"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/takeover"
 )
@@ -140,38 +139,15 @@ func TestProgressOldestPending(t *testing.T) {
 // names; once the ledger writes again, the run makes progress.
 func TestProgressDispatchFailing(t *testing.T) {
 	e, p, n := startWatched(t)
-	ledger := &failingLedger{}
-	ledger.failing.Store(true)
+	ledger := &faults.Ledger{}
+	ledger.Failing.Store(true)
 	e.dispatchWorker(t, p, "q1", ledger, func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil })
 	healthy(t, n, "q1")
 	e.send(t, p, "q1", 2)
 	rep := stalledWith(t, n, "q1", progress.CauseDispatchFailing)
 	t.Logf("stalled: %s", rep.Detail)
-	ledger.failing.Store(false)
+	ledger.Failing.Store(false)
 	healthy(t, n, "q1")
-}
-
-// failingLedger fails every write with a retryable error while failing is set, and otherwise
-// remembers keys in memory.
-type failingLedger struct {
-	failing atomic.Bool
-	done    sync.Map
-}
-
-func (l *failingLedger) Begin(_ context.Context, key string, _ takeover.Owner) (bool, error) {
-	if l.failing.Load() {
-		return false, errors.New("ledger: etcd unavailable (planted)")
-	}
-	_, done := l.done.Load(key)
-	return done, nil
-}
-
-func (l *failingLedger) Complete(_ context.Context, key string, _ takeover.Owner) error {
-	if l.failing.Load() {
-		return errors.New("ledger: etcd unavailable (planted)")
-	}
-	l.done.Store(key, true)
-	return nil
 }
 
 // A workflow task that fails on every attempt (a dispatcher whose code panics, as after a bad

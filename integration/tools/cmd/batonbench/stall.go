@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -18,6 +17,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/integration/servers/faults"
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/tools/benchreport"
 	"github.com/baton-run/baton/progress"
@@ -109,8 +109,8 @@ func stallCases() []stallCase {
 		thresholdIs: fmt.Sprintf("Temporal shows attempt FailingAttempts = %d once attempt %d fails: the retry backoffs before attempt %d, %v doubling",
 			stallAttempts, stallAttempts-1, stallAttempts-1, dispatchRetryInitial),
 		fault: "a request sent while the ledger fails every write", healIs: "ledger writes again",
-		prepare: func(_ context.Context, o *stallOwner) error { o.ledger.failing.Store(true); return nil }, trigger: send,
-		heal: func(_ context.Context, o *stallOwner) error { o.ledger.failing.Store(false); return nil },
+		prepare: func(_ context.Context, o *stallOwner) error { o.ledger.Failing.Store(true); return nil }, trigger: send,
+		heal: func(_ context.Context, o *stallOwner) error { o.ledger.Failing.Store(false); return nil },
 	}, {
 		cause: progress.CauseOldestPending, threshold: stallPendingMax, thresholdIs: "PendingMax, from the request's acceptance",
 		fault: "a request sent while the handler blocks", healIs: "handler released",
@@ -249,7 +249,7 @@ type stallOwner struct {
 	node      *baton.Node
 	proxy     *etcdx.Proxy
 	tc        client.Client // the Node's, through proxy
-	ledger    *switchLedger
+	ledger    *faults.Ledger
 	gate      *handlerGate
 	worker    worker.Worker // the queue's dispatcher worker (nil: none runs)
 	taskQueue string
@@ -259,7 +259,7 @@ type stallOwner struct {
 // startStallOwner starts a good dispatcher worker and a Node of project, and waits until the Node
 // leads the queue with a run judged healthy.
 func startStallOwner(ctx context.Context, s *servers, project string) (_ *stallOwner, err error) {
-	o := &stallOwner{s: s, ledger: &switchLedger{}, gate: &handlerGate{}, taskQueue: takeover.DefaultTaskQueue(project, stallQueue)}
+	o := &stallOwner{s: s, ledger: &faults.Ledger{}, gate: &handlerGate{}, taskQueue: takeover.DefaultTaskQueue(project, stallQueue)}
 	defer func() {
 		if err != nil {
 			o.close(ctx)
@@ -287,7 +287,7 @@ func startStallOwner(ctx context.Context, s *servers, project string) (_ *stallO
 // removed first.
 func (o *stallOwner) close(ctx context.Context) {
 	o.gate.release()
-	o.ledger.failing.Store(false)
+	o.ledger.Failing.Store(false)
 	if o.proxy != nil {
 		o.proxy.Heal()
 	}
@@ -393,29 +393,6 @@ func (o *stallOwner) awaitHealthy(ctx context.Context, since time.Time) error {
 		}
 		return o.node.Ready()
 	})
-}
-
-// switchLedger is an in-memory dispatch ledger that refuses every write while failing is set, as one
-// whose store is down.
-type switchLedger struct {
-	failing atomic.Bool
-	done    sync.Map
-}
-
-func (l *switchLedger) Begin(_ context.Context, key string, _ takeover.Owner) (bool, error) {
-	if l.failing.Load() {
-		return false, errors.New("ledger: store unavailable (batonbench)")
-	}
-	_, done := l.done.Load(key)
-	return done, nil
-}
-
-func (l *switchLedger) Complete(_ context.Context, key string, _ takeover.Owner) error {
-	if l.failing.Load() {
-		return errors.New("ledger: store unavailable (batonbench)")
-	}
-	l.done.Store(key, true)
-	return nil
 }
 
 // handlerGate is the dispatch handler, which blocks while the gate is held.
