@@ -26,11 +26,8 @@ type Term interface {
 	comparable
 }
 
-var _ interface {
-	takeover.Term
-	Err() error
-	ValidUntil() time.Time
-} = (*election.Term)(nil)
+// The root package's instantiation: *election.Term satisfies Term.
+var _ = New[*election.Term]
 
 // Taker is the takeover of the queue's dispatcher (*takeover.Manager).
 type Taker interface {

@@ -110,14 +110,23 @@ func (h *httpServer) start() error {
 // between choosing it and listening on it.
 const inheritedPrefix = "fd:"
 
+// inheritedFD parses addr's fd:N: the descriptor, and whether addr names one at all.
+func inheritedFD(addr string) (fd int, inherited bool, err error) {
+	n, ok := strings.CutPrefix(addr, inheritedPrefix)
+	if !ok {
+		return 0, false, nil
+	}
+	if fd, err = strconv.Atoi(n); err != nil || fd < 3 {
+		return 0, true, fmt.Errorf("%q: an inherited socket is fd:N with N a file descriptor of at least 3", addr)
+	}
+	return fd, true, nil
+}
+
 // checkListenAddr reports whether addr is HOST:PORT or fd:N with N >= 3 (0-2 are the standard
 // streams).
 func checkListenAddr(addr string) error {
-	if n, ok := strings.CutPrefix(addr, inheritedPrefix); ok {
-		if fd, err := strconv.Atoi(n); err != nil || fd < 3 {
-			return fmt.Errorf("%q: an inherited socket is fd:N with N a file descriptor of at least 3", addr)
-		}
-		return nil
+	if _, inherited, err := inheritedFD(addr); inherited {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("must be HOST:PORT or fd:N: %w", err)
@@ -127,13 +136,12 @@ func checkListenAddr(addr string) error {
 
 // listen listens on addr (HOST:PORT), or takes the inherited listening socket that addr names (fd:N).
 func listen(addr string) (net.Listener, error) {
-	n, ok := strings.CutPrefix(addr, inheritedPrefix)
-	if !ok {
+	fd, inherited, err := inheritedFD(addr)
+	switch {
+	case err != nil:
+		return nil, err
+	case !inherited:
 		return net.Listen("tcp", addr)
-	}
-	fd, err := strconv.Atoi(n)
-	if err != nil || fd < 3 {
-		return nil, checkListenAddr(addr)
 	}
 	f := os.NewFile(uintptr(fd), addr)
 	defer f.Close() // FileListener holds its own copy
