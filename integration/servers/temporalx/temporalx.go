@@ -406,6 +406,14 @@ func Client(t testing.TB, s *Server) client.Client {
 	return c
 }
 
+// CancelPollsOnShutdown is the Temporal server's dynamic config key (a frontend setting, off by
+// default) that makes a stopping worker's ShutdownWorker call end its outstanding polls before the
+// server hands them a task; the SDK then lets its polls complete instead of cancelling them. Without
+// it a task matched to a poll the worker has just cancelled waits for the workflow task timeout. Every
+// dev server Baton starts sets it (tools/cmd/temporal-dev refuses a server that does not know it by
+// this name).
+const CancelPollsOnShutdown = "frontend.enableCancelWorkerPollsOnShutdown"
+
 // Main is TestMain for packages whose tests share one Temporal server: it starts the server into
 // *srv, runs the tests, stops the server, passes their exit code through finish (testkit's leak check,
 // see testkit.TemporalMain) and exits with what finish returns.

@@ -163,7 +163,7 @@ func startCLI(ctx context.Context, p temporalPlan, dir string) (*cliServer, erro
 		"--ui-port", strconv.Itoa(uiPort), "--db-filename", filepath.Join(dir, "temporal-cli.db"),
 		// As cmd/temporal-dev: a stopping worker's polls end before they can be handed a task it would
 		// never finish (servers without the setting ignore it).
-		"--dynamic-config-value", "frontend.enableCancelWorkerPollsOnShutdown=true")
+		"--dynamic-config-value", temporalx.CancelPollsOnShutdown+"=true")
 	cmd.Stdout, cmd.Stderr = log, log
 	// It dies with devstack, however devstack dies (it has no -exit-with-stdin).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -133,10 +133,10 @@ func TestTemporalCLIServes(t *testing.T) {
 	dbDir, _ := filepath.Rel(tmp, filepath.Dir(got["--db-filename"]))
 	if got["--ip"] != "127.0.0.1" || got["--port"] != strconv.Itoa(port) || dbDir == "" || strings.HasPrefix(dbDir, "..") ||
 		env["BATON_DEVSTACK_TEMPORAL_UI"] != "http://127.0.0.1:"+got["--ui-port"] ||
-		got["--dynamic-config-value"] != "frontend.enableCancelWorkerPollsOnShutdown=true" || len(got) != 5 {
+		got["--dynamic-config-value"] != temporalx.CancelPollsOnShutdown+"=true" || len(got) != 5 {
 		t.Errorf("server start-dev %v; want --ip 127.0.0.1, --port %d, --ui-port of BATON_DEVSTACK_TEMPORAL_UI=%s, "+
-			"--db-filename in %s, --dynamic-config-value frontend.enableCancelWorkerPollsOnShutdown=true",
-			got, port, env["BATON_DEVSTACK_TEMPORAL_UI"], tmp)
+			"--db-filename in %s, --dynamic-config-value %s=true",
+			got, port, env["BATON_DEVSTACK_TEMPORAL_UI"], tmp, temporalx.CancelPollsOnShutdown)
 	}
 	checkTemporal(t, env["BATON_TEMPORAL_ADDRESS"], env["BATON_TEMPORAL_NAMESPACE"])
 

@@ -37,6 +37,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/baton-run/baton/integration/servers/harness"
+	"github.com/baton-run/baton/integration/servers/temporalx"
 )
 
 // host is the loopback address every service listens on.
@@ -175,11 +176,12 @@ func startServer(c *serverConfig) (temporal.Server, error) {
 	dc := dynamicconfig.StaticClient{
 		// As temporaltest: a search attribute added by a test is visible to its next query.
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
-		// A stopping worker's ShutdownWorker call ends its outstanding polls before the server hands
-		// them a task, and the SDK then lets its polls complete instead of cancelling them: without
-		// it a task matched to a poll the worker has just cancelled is lost until the workflow task
-		// timeout (production servers want it too; see the README).
-		dynamicconfig.EnableCancelWorkerPollsOnShutdown.Key(): true,
+		// Production servers want it too (see the README).
+		dynamicconfig.MakeKey(temporalx.CancelPollsOnShutdown): true,
+	}
+	if dynamicconfig.EnableCancelWorkerPollsOnShutdown.Key() != dynamicconfig.MakeKey(temporalx.CancelPollsOnShutdown) {
+		return nil, fmt.Errorf("this Temporal server names the setting %s %q, not %q",
+			"EnableCancelWorkerPollsOnShutdown", dynamicconfig.EnableCancelWorkerPollsOnShutdown.Key(), temporalx.CancelPollsOnShutdown)
 	}
 	for k, v := range c.dynamicConfig {
 		dc[dynamicconfig.MakeKey(k)] = v
