@@ -3,6 +3,7 @@ package clock
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -69,36 +70,32 @@ func TestSleepEndsWithContext(t *testing.T) {
 }
 
 func TestFakeAfterFunc(t *testing.T) {
-	f := NewFake(time.Unix(0, 0))
-	called := make(chan time.Time, 2)
-	tm := f.AfterFunc(time.Second, func() { called <- f.Now() })
-	if tm.C() != nil {
-		t.Error("an AfterFunc timer has a channel")
-	}
-	f.Advance(999 * time.Millisecond)
-	select {
-	case <-called:
-		t.Fatal("called before its time")
-	case <-time.After(20 * time.Millisecond):
-	}
-	f.Advance(time.Millisecond)
-	select {
-	case at := <-called:
-		if !at.Equal(time.Unix(1, 0)) {
-			t.Errorf("called at %v, want 1s", at)
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFake(time.Unix(0, 0))
+		var calls []time.Time
+		tm := f.AfterFunc(time.Second, func() { calls = append(calls, f.Now()) })
+		if tm.C() != nil {
+			t.Error("an AfterFunc timer has a channel")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("not called once due")
-	}
-	// Reset arms it again; Stop before it is due keeps f from being called.
-	tm.Reset(time.Second)
-	if !tm.Stop() {
-		t.Error("Stop of an armed timer = false")
-	}
-	f.Advance(time.Hour)
-	select {
-	case <-called:
-		t.Fatal("called after Stop")
-	case <-time.After(20 * time.Millisecond):
-	}
+		f.Advance(999 * time.Millisecond)
+		synctest.Wait() // every goroutine the advance started has run
+		if len(calls) != 0 {
+			t.Fatal("called before its time")
+		}
+		f.Advance(time.Millisecond)
+		synctest.Wait()
+		if len(calls) != 1 || !calls[0].Equal(time.Unix(1, 0)) {
+			t.Fatalf("calls %v, want one at 1s", calls)
+		}
+		// Reset arms it again; Stop before it is due keeps f from being called.
+		tm.Reset(time.Second)
+		if !tm.Stop() {
+			t.Error("Stop of an armed timer = false")
+		}
+		f.Advance(time.Hour)
+		synctest.Wait()
+		if len(calls) != 1 {
+			t.Fatalf("called after Stop: %v", calls)
+		}
+	})
 }
