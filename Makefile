@@ -67,7 +67,7 @@ DEMO_BIN := $(CURDIR)/.demo/bin
 demo: deps
 	@mkdir -p $(DEMO_BIN)
 	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
-	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./cmd/demo && $(GO) build -o $(DEMO_BIN)/temporal-dev ./tools/cmd/temporal-dev
+	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./tools/cmd/demo && $(GO) build -o $(DEMO_BIN)/temporal-dev ./tools/cmd/temporal-dev
 	TEMPORALX_SERVER_BIN=$(DEMO_BIN)/temporal-dev $(DEMO_BIN)/demo -bin $(DEMO_BIN)
 
 ## drill: chaos drill on loopback (3-member etcd, Temporal, Redis, 5 demo workers over 20 queues): faults one
