@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 RACE_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: test unit fuzz integration lint bench demo drill tools deps compose-up compose-drill compose-down
+.PHONY: test unit fuzz integration lint bench demo drill smoke tools deps compose-up compose-drill compose-down
 
 # Debian packages the integration tests, the benchmarks and the demo start for real. apt-get runs only
 # for what is missing (root, or sudo without a password).
@@ -57,9 +57,11 @@ lint:
 	cd integration && PATH="$(GOBIN):$$PATH" staticcheck ./...
 	scripts/govulncheck.sh
 
-## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json.
+## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json
+## (and docs/benchmarks.md on a full run). BENCH_FLAGS adds batonbench flags, e.g. BENCH_FLAGS='-only dispatch'.
+BENCH_FLAGS ?=
 bench: deps
-	cd integration && $(GO) run ./tools/cmd/batonbench -out ../bench-results.json -doc ../docs/benchmarks.md
+	cd integration && $(GO) run ./tools/cmd/batonbench -out ../bench-results.json -doc ../docs/benchmarks.md $(BENCH_FLAGS)
 
 ## demo: the main job on an embedded default: real etcd, a real Temporal server (a child process), a local
 ## Redis, three demo workers over four queues, a crash and a graceful handover, explained as they happen.
@@ -78,6 +80,13 @@ DRILL_DURATION ?= 5m
 DRILL_FLAGS ?=
 drill: deps
 	cd integration && $(GO) run ./tools/cmd/drill -duration $(DRILL_DURATION) -out ../drill-report.json $(DRILL_FLAGS)
+
+## smoke: make bench and make drill, each cut to a few seconds of real measuring and one real fault (a
+## takeover section of the bench; one SIGKILL in the drill, judged as strictly as a full drill), so that CI
+## proves on every change that the rest of a newcomer's path builds and runs.
+smoke:
+	$(MAKE) bench BENCH_FLAGS='-only takeover -takeovers 5'
+	$(MAKE) drill DRILL_DURATION=10s DRILL_FLAGS='-faults sigkill -cycles 1'
 
 ## compose-up: the staging stack (3-member etcd, Temporal + Postgres, Redis, Prometheus, Grafana, 3 demo
 ## workers) with docker compose; compose-drill kills (DRILL=stop: stops) the leader of QUEUE.
