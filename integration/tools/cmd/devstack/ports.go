@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -87,18 +88,21 @@ func checkPorts(ports []portFlag) error {
 }
 
 // checkPortsFree fails, naming the flag, when a port asked for is not free on 127.0.0.1: before
-// anything starts, rather than as one server's failure after the others started.
+// anything starts, rather than as one server's failure after the others started. Every port that is
+// not free is named, so that one run tells all that is in the way.
 func checkPortsFree(ports []portFlag) error {
 	if err := checkPorts(ports); err != nil {
 		return err
 	}
+	var errs []error
 	for _, p := range ports {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)))
 		if err != nil {
-			return fmt.Errorf("%s: port %d on 127.0.0.1 is not free (%v): stop what listens there, or give -%s another port",
-				p.by, p.port, err, p.flag)
+			errs = append(errs, fmt.Errorf("%s: port %d on 127.0.0.1 is not free (%v): stop what listens there, or give -%s another port",
+				p.by, p.port, err, p.flag))
+			continue
 		}
 		l.Close()
 	}
-	return nil
+	return errors.Join(errs...)
 }

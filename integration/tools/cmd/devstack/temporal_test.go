@@ -257,41 +257,64 @@ func TestResolveTemporal(t *testing.T) {
 	}
 }
 
-// A port asked for that is taken fails the start before anything starts, naming the flag.
+// A port asked for that is taken fails the start before anything starts, naming the flag. The
+// ports the test calls taken are held by the test itself, and none is assumed free: a port believed
+// free can be taken at any moment by another package's process.
 func TestPortInUse(t *testing.T) {
 	ownServers(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	taken := l.Addr().(*net.TCPAddr).Port
+	// Two adjacent ports, both held: -etcd-members=2 asks for a port and the one after it.
+	first, taken := holdAdjacentPorts(t)
 	fakeCLI(t, cliVersionLine, "exit 1") // never started: the ports are checked first
+	notFree := func(port int) string { return fmt.Sprintf("port %d on 127.0.0.1 is not free", port) }
 	for _, tc := range []struct {
-		flag string
+		name string
 		o    options
+		want []string // every one in the error
 	}{
-		{"-temporal-port", options{temporal: temporalOptions{mode: temporalBuiltin, port: taken}}},
-		{"-temporal-ui-port", options{temporal: temporalOptions{mode: temporalCLI, uiPort: taken}}},
-		{"-etcd-port", options{servers: stack.Options{EtcdPort: taken}}},
-		{"-etcd-port=" + strconv.Itoa(taken-1) + " with -etcd-members=2: member 1",
-			options{servers: stack.Options{EtcdMembers: 2, EtcdPort: taken - 1}}},
-		{"-redis-port", options{servers: stack.Options{RedisPort: taken}}},
-		{"-fixed-ports (-redis-port", options{servers: stack.Options{RedisPort: taken}, fixedPorts: true}},
+		{"-temporal-port", options{temporal: temporalOptions{mode: temporalBuiltin, port: taken}}, []string{"-temporal-port", notFree(taken)}},
+		{"-temporal-ui-port", options{temporal: temporalOptions{mode: temporalCLI, uiPort: taken}}, []string{"-temporal-ui-port", notFree(taken)}},
+		{"-etcd-port", options{servers: stack.Options{EtcdPort: taken}}, []string{"-etcd-port", notFree(taken)}},
+		{"-etcd-members=2", options{servers: stack.Options{EtcdMembers: 2, EtcdPort: first}}, []string{
+			"-etcd-port=" + strconv.Itoa(first) + ": " + notFree(first),
+			"-etcd-port=" + strconv.Itoa(first) + " with -etcd-members=2: member 1: " + notFree(taken)}},
+		{"-redis-port", options{servers: stack.Options{RedisPort: taken}}, []string{"-redis-port", notFree(taken)}},
+		{"-fixed-ports", options{servers: stack.Options{RedisPort: taken}, fixedPorts: true}, []string{"-fixed-ports (-redis-port", notFree(taken)}},
 	} {
-		t.Run(tc.flag, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			tmp := t.TempDir()
 			tc.o.servers.Redis, tc.o.servers.Dir = stack.RedisInprocess, tmp
 			tc.o.servers.EtcdMembers = max(tc.o.servers.EtcdMembers, 1)
 			tc.o.temporal.mode = cmp.Or(tc.o.temporal.mode, temporalBuiltin)
 			_, err := start(t.Context(), tc.o)
-			if want := fmt.Sprintf("port %d on 127.0.0.1 is not free", taken); err == nil || !strings.Contains(err.Error(), tc.flag) ||
-				!strings.Contains(err.Error(), want) {
-				t.Fatalf("start = %v, want an error naming %s and %s", err, tc.flag, want)
+			for _, want := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("start = %v, want an error naming %q", err, want)
+				}
 			}
 			if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
 				t.Errorf("started something: %v", ents)
 			}
 		})
 	}
+}
+
+// holdAdjacentPorts listens on two adjacent ports of 127.0.0.1 until t ends and returns them.
+func holdAdjacentPorts(t *testing.T) (int, int) {
+	t.Helper()
+	for range 100 {
+		a, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := a.Addr().(*net.TCPAddr).Port
+		b, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+1)))
+		if err != nil {
+			a.Close()
+			continue
+		}
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return port, port + 1
+	}
+	t.Fatal("no two adjacent ports free on 127.0.0.1 in 100 tries")
+	return 0, 0
 }
