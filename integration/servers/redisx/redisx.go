@@ -89,6 +89,7 @@ type Server struct {
 	dir      string
 	busPort  int // the cluster bus port of a cluster node
 	proc     harness.Child
+	held     []int // sockets bound to the ports while the server is stopped (holdPorts)
 }
 
 // Binary returns the path of redis-server, or ErrNoBinary.
@@ -195,6 +196,7 @@ func (s *Server) args() []string {
 func (s *Server) start() error {
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	s.releasePorts()
 	err := s.proc.Start(cmd, func(exited <-chan struct{}) error { return s.waitReady(DefaultTimeout, exited) })
 	if err != nil {
 		log, _ := os.ReadFile(s.opts.LogFile)
@@ -216,8 +218,30 @@ func (s *Server) waitReady(timeout time.Duration, exited <-chan struct{}) error 
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		return c.Ping(ctx).Err()
+		if s.external {
+			return c.Ping(ctx).Err()
+		}
+		// The server that answers must be the one just started: after a restart, another process's
+		// server may have bound the port while ours was down, and would answer PING as well.
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		if pid, want := infoField(info, "process_id"), strconv.Itoa(s.proc.Pid()); pid != want {
+			return fmt.Errorf("the server on %s is process %s, not the one started (%s)", s.addr, pid, want)
+		}
+		return nil
 	})
+}
+
+// infoField returns the value of field in the text of an INFO reply.
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // External reports whether the server was started elsewhere (BATON_REDIS_ADDR).
@@ -255,7 +279,53 @@ func (s *Server) signalStop(sig syscall.Signal) error {
 		return ErrExternal
 	}
 	s.proc.Stop(sig, 5*time.Second)
+	s.holdPorts()
 	return nil
+}
+
+// holdPorts binds the stopped server's ports until it starts again, so that no other process
+// (another test package's server picking a free port) can take them while it is down. The sockets
+// are bound, not listening: a client still gets "connection refused", as from a server that is down.
+func (s *Server) holdPorts() {
+	s.releasePorts()
+	ports := []string{s.addr}
+	if s.opts.cluster {
+		ports = append(ports, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.busPort)))
+	}
+	for _, a := range ports {
+		if fd, err := bindOnly(a); err == nil { // taken already: Restart waits for it
+			s.held = append(s.held, fd)
+		}
+	}
+}
+
+func (s *Server) releasePorts() {
+	for _, fd := range s.held {
+		syscall.Close(fd)
+	}
+	s.held = nil
+}
+
+// bindOnly binds a TCP socket to addr (127.0.0.1:port) without listening on it, and without
+// SO_REUSEADDR, so that any other bind of the port fails while it is held.
+func bindOnly(addr string) (int, error) {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return -1, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Restart starts the server again on the same port (stopping it first if it runs).
@@ -263,8 +333,9 @@ func (s *Server) Restart() error {
 	if err := s.Stop(); err != nil {
 		return err
 	}
-	// The port was ours a moment ago; an outgoing connection may take it in between only rarely, so
-	// retry the bind for a while rather than move.
+	// The port was held since the stop and is let go just before redis-server binds it; should
+	// anything take it in between, the start fails (redis-server cannot bind, or the server that
+	// answers is not ours) and is tried again for a while rather than moved.
 	return harness.Poll(context.Background(), DefaultTimeout, 100*time.Millisecond, s.start)
 }
 
@@ -274,6 +345,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	err := s.Kill()
+	s.releasePorts()
 	if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
 		err = rerr
 	}
