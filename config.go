@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -169,6 +170,11 @@ func (c Config) withDefaults() Config {
 		c.Takeover.WatchInterval = c.Heartbeat.Interval
 	}
 	c.Takeover = c.Takeover.WithDefaults()
+	if c.Election.HandOverTimeout == 0 {
+		// Every planned move (a stop, a drain, a transfer, a rollout, a shed) quiesces the run inside
+		// the election's OnResign: the hand-over gets the quiesce's whole bound and the terminate's.
+		c.Election.HandOverTimeout = max(election.DefaultConfig().HandOverTimeout, c.Takeover.HandOverBudget())
+	}
 	if c.Progress.Interval == 0 {
 		// A stall shows within two heartbeat intervals.
 		c.Progress.Interval = c.Heartbeat.Interval
@@ -218,6 +224,12 @@ type CheckedConfig struct {
 
 // Config returns the configuration, defaults applied.
 func (c CheckedConfig) Config() Config { return c.cfg }
+
+// StopBudget is the longest Node.Stop may take to hand every term over gracefully
+// (election.Config.StopBudget: the quiesce and step-down of every run at once, the resigns, the
+// session's revoke). A process gives its Node's Stop at least this, and its orchestrator's grace
+// period (Kubernetes' terminationGracePeriodSeconds) at least this plus the process's own stop.
+func (c CheckedConfig) StopBudget() time.Duration { return c.cfg.Election.StopBudget() }
 
 // Check validates the configuration as Validate does and returns it, defaults applied, for
 // NewChecked.
@@ -276,6 +288,9 @@ func (c Config) check(raw Config) error {
 		return bad("ReconcilerElectionPrefix", "must differ from Election.Prefix (%s)", names.Quote(electionPrefix))
 	case strings.HasSuffix(c.ReconcilerElectionPrefix, "/"):
 		return bad("ReconcilerElectionPrefix", "must not end with '/', got %s", names.Quote(c.ReconcilerElectionPrefix))
+	case c.Election.HandOverTimeout < c.Takeover.HandOverBudget():
+		return bad("Election.HandOverTimeout", "must be at least Takeover.QuiesceTimeout + %v (%v): a planned move quiesces the run and ends it within it, got %v",
+			takeover.StepDownReserve, c.Takeover.HandOverBudget(), c.Election.HandOverTimeout)
 	case c.Reconciler.StaleAfter < 2*c.Heartbeat.Interval:
 		return bad("Reconciler.StaleAfter", "must be at least 2 × Heartbeat.Interval (%v) so that one late heartbeat never makes a live owner stale, got %v",
 			2*c.Heartbeat.Interval, c.Reconciler.StaleAfter)

@@ -50,6 +50,24 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Progress != progress.DefaultConfig() {
 		t.Fatalf("the Node's progress defaults %+v differ from progress's %+v (the interval is the heartbeat's, 10s)", c.Progress, progress.DefaultConfig())
 	}
+	// A planned move quiesces inside the election's hand-over: the hand-over gets the quiesce's whole
+	// bound and the terminate's, and a longer quiesce stretches it (and the stop budget) with it.
+	if got, want := c.Election.HandOverTimeout, tk.QuiesceTimeout+takeover.StepDownReserve; got != want {
+		t.Fatalf("Election.HandOverTimeout %v, want Takeover.QuiesceTimeout + StepDownReserve = %v", got, want)
+	}
+	c = valid()
+	c.Takeover.QuiesceTimeout = 20 * time.Second
+	checked, err := c.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := checked.StopBudget(), 21*time.Second+3*election.DefaultConfig().ResignTimeout; got != want {
+		t.Fatalf("StopBudget %v with a 20s quiesce, want %v", got, want)
+	}
+	c.Takeover.QuiesceTimeout = -1 // no quiesce: the election's own default is enough
+	if got := c.withDefaults().Election.HandOverTimeout; got != election.DefaultConfig().HandOverTimeout {
+		t.Fatalf("Election.HandOverTimeout %v without a quiesce", got)
+	}
 	// A longer reconcile interval stretches the backstop TTL with it.
 	c = valid()
 	c.Reconciler.Interval = time.Hour
@@ -96,6 +114,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"empty capability", with(func(c *Config) { c.Capabilities = []string{""} }), "Capabilities[0]", "must not be empty"},
 		{"same election prefixes", with(func(c *Config) { c.ReconcilerElectionPrefix = "/baton/election" }), "ReconcilerElectionPrefix", "must differ"},
 		{"stale below two heartbeats", with(func(c *Config) { c.Reconciler.StaleAfter = 15 * time.Second }), "Reconciler.StaleAfter", "2 × Heartbeat.Interval"},
+		{"hand-over shorter than the quiesce", with(func(c *Config) { c.Election.HandOverTimeout = 5 * time.Second }), "Election.HandOverTimeout", "at least Takeover.QuiesceTimeout + 1s (6s)"},
 		// A project the registry cannot use is the Project's fault, not the Registry's.
 		{"project with a hash tag", with(func(c *Config) { c.Project = "a{b}" }), "Project", "hash tag"},
 		// Fields the Node sets itself are refused rather than silently overwritten.

@@ -64,8 +64,12 @@
 //     owner sends it the takeover.UpdateQuiesce update: the run starts no more dispatches, refuses
 //     new updates with ErrTypeHandingOver (a Producer sends them again, to the successor), and
 //     completes the update once the dispatches in its handlers are done, under the owner's term,
-//     bounded by takeover.Config.QuiesceTimeout. So a planned move runs no handler twice; only a
-//     crash leaves a dispatch between Begin and Complete to the successor.
+//     bounded by takeover.Config.QuiesceTimeout. The quiesce runs inside the election's hand-over
+//     (OnResign), whose bound (election.Config.HandOverTimeout) Baton's Node sets from the quiesce's
+//     (takeover.Config.HandOverBudget), so every planned move, a Node.Stop without Node.Quiesce and
+//     each balance move alike, waits the whole QuiesceTimeout. So a planned move whose handlers
+//     finish within QuiesceTimeout runs no handler twice; only a crash, or a handler slower than
+//     that, leaves a dispatch between Begin and Complete to the successor.
 //   - Continue-as-new. When the history reaches HistoryLimit (or Temporal suggests it), the run stops
 //     accepting updates (they are rejected with ErrTypeContinuing before they are accepted, and a
 //     Producer sends them again to the next run), waits for the dispatches in flight and the

@@ -49,11 +49,16 @@ type Config struct {
 	// and RetryMin less than KeepAliveInterval.
 	RetryMin, RetryMax time.Duration
 
-	// ResignTimeout bounds each step of the handover that Run performs when its context ends: the
-	// OnResign call, the wait for OnElected to return after its term ended (a callback that ignores
-	// its cancelled context holds the handover up no longer), and the delete of the key. It also
-	// bounds each attempt to revoke a session's lease. Default 2s.
+	// ResignTimeout bounds each step of the handover that Run performs when its context ends, after
+	// OnResign: the wait for OnElected to return after its term ended (a callback that ignores its
+	// cancelled context holds the handover up no longer), and the delete of the key. It also bounds
+	// each attempt to revoke a session's lease. Default 2s.
 	ResignTimeout time.Duration
+	// HandOverTimeout bounds the OnResign call of a graceful handover: the time a leader has, while
+	// its term still holds and before any successor can win, to hand its work over (Baton's Node lets
+	// the handlers in its dispatcher run finish, then ends the run, there). Default ResignTimeout;
+	// Baton's Node sets it from the takeover's quiesce bound. Must be positive.
+	HandOverTimeout time.Duration
 
 	// MaxCampaignRequests bounds the campaign requests (the transaction that enters the line, the
 	// reads that verify a win or find a predecessor) one Elector has in flight at once; the rest wait
@@ -99,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ResignTimeout == 0 {
 		c.ResignTimeout = 2 * time.Second
+	}
+	if c.HandOverTimeout == 0 {
+		c.HandOverTimeout = c.ResignTimeout
 	}
 	if c.MaxCampaignRequests == 0 {
 		c.MaxCampaignRequests = 64
@@ -147,10 +155,21 @@ func (c Config) Validate() error {
 		return bad("RetryMax", "must be at least RetryMin (%v), got %v", c.RetryMin, c.RetryMax)
 	case c.ResignTimeout <= 0:
 		return bad("ResignTimeout", "must be positive, got %v", c.ResignTimeout)
+	case c.HandOverTimeout <= 0:
+		return bad("HandOverTimeout", "must be positive, got %v", c.HandOverTimeout)
 	case c.MaxCampaignRequests < 1:
 		return bad("MaxCampaignRequests", "must be at least 1, got %d", c.MaxCampaignRequests)
 	}
 	return nil
+}
+
+// StopBudget is the longest a graceful stop of an Elector's campaigns may take, defaults applied:
+// every held term is handed over at once (OnResign within HandOverTimeout, then the wait for
+// OnElected and the delete of the key, ResignTimeout each), then the session's lease is revoked
+// (ResignTimeout). A process's stop deadline leaves at least this to its Elector.
+func (c Config) StopBudget() time.Duration {
+	c = c.withDefaults()
+	return c.HandOverTimeout + 3*c.ResignTimeout
 }
 
 // ValidateName checks a project or queue name; field names the argument in the error.

@@ -40,6 +40,7 @@ func TestConfigValidate(t *testing.T) {
 		{"retry min above interval", Config{RetryMin: 4 * time.Second}, "RetryMin", "less than KeepAliveInterval"},
 		{"retry max below min", Config{RetryMin: time.Second, RetryMax: 500 * time.Millisecond}, "RetryMax", "at least RetryMin"},
 		{"negative resign timeout", Config{ResignTimeout: -time.Second}, "ResignTimeout", "must be positive"},
+		{"negative hand-over timeout", Config{HandOverTimeout: -time.Second}, "HandOverTimeout", "must be positive"},
 		{"negative campaign request bound", Config{MaxCampaignRequests: -1}, "MaxCampaignRequests", "must be at least 1"},
 		{"prefix trailing slash", Config{Prefix: "/baton/"}, "Prefix", "must not end with '/'"},
 		{"prefix control char", Config{Prefix: "/ba\x00ton"}, "Prefix", "control characters"},
@@ -54,6 +55,23 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate() = %q, want it to name %s and %q", err, tc.field, tc.rule)
 			}
 		})
+	}
+}
+
+// A graceful stop's budget: the hand-over of every term at once, its two later steps, and the lease's
+// revoke; HandOverTimeout follows ResignTimeout unless it is set.
+func TestStopBudget(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{}, 8 * time.Second},
+		{Config{ResignTimeout: time.Second}, 4 * time.Second},
+		{Config{HandOverTimeout: 6 * time.Second}, 12 * time.Second},
+	} {
+		if got := tc.cfg.StopBudget(); got != tc.want {
+			t.Errorf("%+v: StopBudget() = %v, want %v", tc.cfg, got, tc.want)
+		}
 	}
 }
 

@@ -35,7 +35,8 @@
 // an error it backs off too (RetryMin doubling to RetryMax, reset by a term that did not fail), so a
 // leader that cannot do its job (a wrong Temporal namespace) does not campaign, fail and resign in a
 // hot loop. When its context ends Run hands a held term over in this order: OnResign while the term
-// still holds (the leader stops its dispatcher run); the term ends (its context is cancelled with
+// still holds, at most HandOverTimeout (the leader lets its dispatcher run's handlers finish and ends
+// the run); the term ends (its context is cancelled with
 // ErrResigned); Run waits for OnElected to return, at most ResignTimeout; only then is the key
 // deleted, so a follower takes over in milliseconds instead of after the TTL, yet never while the
 // old leader still acts. Term.Resign, for callers of Campaign, ends the term and deletes the key at

@@ -21,7 +21,8 @@ type Callbacks struct {
 	OnElected func(ctx context.Context, term *Term) error
 	// OnResign is called when Run is about to resign a live term because its context ended, while
 	// the term still holds, so the leader can hand over cleanly (stop its dispatcher run) before a
-	// successor can win. ctx is bounded by ResignTimeout (the resign then gets its own). Optional.
+	// successor can win. ctx is bounded by HandOverTimeout (the resign's later steps get their own).
+	// Optional.
 	OnResign func(ctx context.Context, term *Term)
 	// OnStepDown is called after every term, once OnElected has returned and the term has ended, with
 	// the reason it ended. Optional.
@@ -151,7 +152,7 @@ func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks) (cause, cb
 func (e *Elector) resign(ctx context.Context, term *Term, onResign func(context.Context, *Term), returned <-chan struct{}) {
 	bg := context.WithoutCancel(ctx)
 	if onResign != nil && term.Err() == nil {
-		hctx, cancel := context.WithTimeout(bg, e.cfg.ResignTimeout)
+		hctx, cancel := context.WithTimeout(bg, e.cfg.HandOverTimeout)
 		onResign(hctx, term)
 		cancel()
 	}

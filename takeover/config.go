@@ -93,9 +93,11 @@ type Config struct {
 	// default (10s).
 	WorkflowTaskTimeout time.Duration
 	// QuiesceTimeout bounds how long a planned step-down (StepDown with TerminateOwnRun) waits for its
-	// run to finish the work in flight (UpdateQuiesce) before it ends the run; at most half of what
-	// is left of the step-down's context is used, the rest is the terminate's. Default
-	// DefaultQuiesceTimeout; negative: no wait (the successor runs again what was in flight).
+	// run to finish the work in flight (UpdateQuiesce) before it ends the run. The wait never eats
+	// into the StepDownReserve at the end of the step-down's context, which is the terminate's: a
+	// caller that bounds the step-down gives it HandOverBudget (Baton's Node sets the election's
+	// HandOverTimeout so). Default DefaultQuiesceTimeout; negative: no wait (the successor runs again
+	// what was in flight).
 	QuiesceTimeout time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff between attempts (Temporal refuses
 	// to start the same workflow ID again within about 1 s of the previous start). Defaults 100ms and
@@ -131,6 +133,21 @@ const (
 // DefaultQuiesceTimeout is Config.QuiesceTimeout's default: a dispatch batch's handlers usually take
 // milliseconds, and a planned move waits no longer than a few seconds for a slow one.
 const DefaultQuiesceTimeout = 5 * time.Second
+
+// StepDownReserve is what a planned step-down keeps, at the end of the time it is given, for the
+// steps after the quiesce: ending the run by its run ID and clearing its heartbeat entry, a round trip
+// each to Temporal and Redis.
+const StepDownReserve = time.Second
+
+// HandOverBudget is the time a graceful step-down under c (defaults applied) needs to use its whole
+// quiesce: QuiesceTimeout and then StepDownReserve; StepDownReserve alone where nothing quiesces.
+func (c Config) HandOverBudget() time.Duration {
+	c = c.WithDefaults()
+	if c.QuiesceTimeout < 0 || c.StepDown == LeaveRunning {
+		return StepDownReserve
+	}
+	return c.QuiesceTimeout + StepDownReserve
+}
 
 // DefaultConfig is Config{} with every default applied: the one definition of the takeover defaults,
 // which the root package and tools read rather than restate.

@@ -528,7 +528,8 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 }
 
 // Quiesce asks the chain's current run to finish the work in flight (UpdateQuiesce) and waits, at
-// most QuiesceTimeout and half of what is left of ctx, while the term still holds. StepDown calls it
+// most QuiesceTimeout and never into the StepDownReserve at the end of ctx (a ctx with less left
+// than that gets half of it), while the term still holds. StepDown calls it
 // before it ends the run; a process that is about to stop may call it earlier, before it stops its
 // Temporal workers, so that a worker that still holds the run in its cache serves the update at once
 // (StepDown's own call then finds the update done: its ID is the term's). Whatever the answer, the
@@ -542,7 +543,11 @@ func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
 	first := run.chainFirst()
 	wait := m.cfg.QuiesceTimeout
 	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
+		if left := time.Until(deadline); left > 2*StepDownReserve {
+			wait = min(wait, left-StepDownReserve)
+		} else {
+			wait = min(wait, left/2)
+		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

@@ -33,17 +33,15 @@ const (
 
 // Defaults of the settings of this command.
 const (
-	defaultHTTPAddr        = ":8080"
-	defaultShutdownTimeout = 15 * time.Second
-	defaultStartTimeout    = 30 * time.Second
+	defaultHTTPAddr     = ":8080"
+	defaultStartTimeout = 30 * time.Second
 )
 
-// The graceful stop's budget, split between its two waits (see appOptions for their order).
+// The graceful stop's budget, split between its two waits (see appOptions for their order): the
+// Temporal workers' drain (which begins with the quiesce of the runs this process leads), then the
+// Node's stop (baton.CheckedConfig.StopBudget). -shutdown-timeout's default gives each its whole
+// bound: the quiesce's and the terminate's (takeover.Config.HandOverBudget) to the drain.
 const (
-	// resignSteps is how many ResignTimeouts the Node's stop may take: the election's handover of a
-	// term (OnResign, the wait for the leader callback, the delete of the key; terms hand over in
-	// parallel) and then the revoke of the session's lease.
-	resignSteps = 4
 	// minDrain is the least time the Temporal workers get to finish the tasks they hold.
 	minDrain = time.Second
 	// stopSlack is kept for the rest of the stop: the HTTP server, the clients, Fx itself.
@@ -60,6 +58,7 @@ type runOptions struct {
 	opscli.Common
 	httpAddr        string
 	shutdownTimeout time.Duration
+	nodeStopBudget  time.Duration // the Node's share of shutdownTimeout (baton.CheckedConfig.StopBudget)
 	startTimeout    time.Duration
 	logLevel        zapcore.Level
 	events          string // "" or "stdout": where Baton's typed events go (package event)
@@ -72,7 +71,8 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if o.Common, err = opscli.LoadCommon(ownEnv()...); err != nil {
 		return o, err
 	}
-	o.httpAddr, o.shutdownTimeout, o.startTimeout, o.logLevel = defaultHTTPAddr, defaultShutdownTimeout, defaultStartTimeout, zapcore.InfoLevel
+	o.httpAddr, o.startTimeout, o.logLevel = defaultHTTPAddr, defaultStartTimeout, zapcore.InfoLevel
+	_, shutdownGiven := os.LookupEnv(envShutdownTimeout)
 	if v, ok := os.LookupEnv(envHTTPAddr); ok {
 		o.httpAddr = strings.TrimSpace(v)
 	}
@@ -99,7 +99,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "this process's ID in elections, heartbeats and the registry (BATON_SERVER_ID; default <host>-<pid>-<random>)")
 	fs.StringVar(&c.Version, "version", c.Version, "this build's version, published to the other workers so a rolling deploy moves queues forward only (BATON_VERSION; default the build's module version, or dev)")
 	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "listen address of /metrics, /healthz, /readyz and /status, HOST:PORT, or fd:N to serve on a listening socket inherited as file descriptor N ("+envHTTPAddr+")")
-	fs.Var(opscli.Duration(&o.shutdownTimeout), "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+envShutdownTimeout+")")
+	fs.Var(opscli.Duration(&o.shutdownTimeout), "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+envShutdownTimeout+"; default: the quiesce's bound and the terminate's for the drain, plus the Node's stop budget and a second)")
 	fs.Var(opscli.Duration(&o.startTimeout), "start-timeout", "bound of the start ("+envStartTimeout+")")
 	fs.Var(&o.logLevel, "log-level", "debug, info, warn or error ("+envLogLevel+"; default info)")
 	fs.StringVar(&o.events, "events", o.events, "stdout: write Baton's typed events (package event) as JSON lines on standard output, for tools; empty: none ("+envEvents+")")
@@ -111,6 +111,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if err := opscli.Parse(fs, args, stdout); err != nil {
 		return o, err
 	}
+	fs.Visit(func(f *flag.Flag) { shutdownGiven = shutdownGiven || f.Name == "shutdown-timeout" })
 	if err := o.ReadSecrets(); err != nil {
 		return o, err
 	}
@@ -124,7 +125,8 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if o.Cfg.Version == "" {
 		o.Cfg.Version = buildVersion()
 	}
-	if err := o.Cfg.Validate(); err != nil {
+	checked, err := o.Cfg.Check()
+	if err != nil {
 		return o, err
 	}
 	if err := o.Clients.Validate(); err != nil {
@@ -133,30 +135,24 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if err := checkListenAddr(o.httpAddr); err != nil {
 		return o, fmt.Errorf("flag -http (%s): %w", envHTTPAddr, err)
 	}
-	if least := o.nodeStopBudget() + minDrain + stopSlack; o.shutdownTimeout < least {
+	// The Node's stop is left the time a graceful handover of every term may take; a shorter stop
+	// would cut into it and leave the queues to the lease expiry (a TTL without a leader).
+	o.nodeStopBudget = checked.StopBudget()
+	if !shutdownGiven {
+		o.shutdownTimeout = checked.Config().Takeover.HandOverBudget() + o.nodeStopBudget + stopSlack
+	}
+	if least := o.nodeStopBudget + minDrain + stopSlack; o.shutdownTimeout < least {
 		return o, fmt.Errorf("flag -shutdown-timeout (%s) must be at least %v: %v for the Temporal workers to drain, "+
-			"%v for the Node's graceful handover (%d × the election's ResignTimeout of %v) and %v for the rest; got %v",
-			envShutdownTimeout, least, minDrain, o.nodeStopBudget(), resignSteps, o.resignTimeout(), stopSlack, o.shutdownTimeout)
+			"%v for the Node's graceful handover (baton.CheckedConfig.StopBudget) and %v for the rest; got %v",
+			envShutdownTimeout, least, minDrain, o.nodeStopBudget, stopSlack, o.shutdownTimeout)
 	}
 	return o, nil
 }
 
-// resignTimeout is the election's effective ResignTimeout.
-func (o runOptions) resignTimeout() time.Duration {
-	if t := o.Cfg.Election.ResignTimeout; t > 0 {
-		return t
-	}
-	return election.DefaultConfig().ResignTimeout
-}
-
-// nodeStopBudget is the time the Node's stop is left: a graceful handover of every term that a
-// shorter stop would cut into, leaving the queues to the lease expiry (a TTL without a leader).
-func (o runOptions) nodeStopBudget() time.Duration { return resignSteps * o.resignTimeout() }
-
 // drainTimeout is the Temporal workers' share of the stop (their WorkerStopTimeout): what is left
 // of -shutdown-timeout once the Node's handover and the rest of the stop are set aside.
 func (o runOptions) drainTimeout() time.Duration {
-	return o.shutdownTimeout - o.nodeStopBudget() - stopSlack
+	return o.shutdownTimeout - o.nodeStopBudget - stopSlack
 }
 
 // buildVersion is the demo worker's version when none is given: the main module's version as the

@@ -9,10 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/baton-run/baton/takeover"
 )
 
 // Secrets set in the environment of every test: none may ever be printed.
@@ -84,7 +87,7 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 		{name: "bad duration flag", args: []string{"-ttl=ten"}, want: "-ttl"},
 		{name: "negative duration flag", args: []string{"-heartbeat-interval", "-1s"}, want: "-heartbeat-interval"},
 		{name: "zero shutdown timeout", args: []string{"-shutdown-timeout=0s"}, want: "-shutdown-timeout"},
-		{name: "shutdown timeout below the handover", args: []string{"-shutdown-timeout=9s"}, want: "-shutdown-timeout (BATON_SHUTDOWN_TIMEOUT) must be at least 10s"},
+		{name: "shutdown timeout below the handover", args: []string{"-shutdown-timeout=13s"}, want: "-shutdown-timeout (BATON_SHUTDOWN_TIMEOUT) must be at least 14s"},
 		{name: "bad duration env", env: map[string]string{"BATON_ELECTION_TTL": "ten"}, want: "BATON_ELECTION_TTL"},
 		{name: "bad demo duration env", env: map[string]string{"BATON_SHUTDOWN_TIMEOUT": "soon"}, want: "BATON_SHUTDOWN_TIMEOUT"},
 		{name: "TTL not whole seconds", args: []string{"-ttl=2500ms"}, want: "TTL"},
@@ -243,8 +246,13 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.httpAddr != ":8080" || o.shutdownTimeout != defaultShutdownTimeout || o.logLevel != zapcore.InfoLevel {
+	if o.httpAddr != ":8080" || o.shutdownTimeout != 19*time.Second || o.logLevel != zapcore.InfoLevel {
 		t.Errorf("defaults: http %q, shutdown %v, level %v", o.httpAddr, o.shutdownTimeout, o.logLevel)
+	}
+	// The drain, which begins with the quiesce, gets the quiesce's whole bound and the terminate's;
+	// the Node's stop gets its own budget, which holds the step-down's.
+	if got, want := o.drainTimeout(), takeover.DefaultConfig().HandOverBudget(); got != want {
+		t.Errorf("default drain %v, want %v (takeover.Config.HandOverBudget)", got, want)
 	}
 	if o.Cfg.ServerID == "" {
 		t.Error("no server ID chosen")

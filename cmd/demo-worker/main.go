@@ -15,8 +15,9 @@
 // (the Node's status as JSON). SIGTERM or SIGINT stops the worker within -shutdown-timeout: the
 // Temporal workers stop polling and finish the tasks they hold first, then the Node resigns every
 // term, so another worker takes over in milliseconds, then the HTTP server stops. The Node's share of
-// the timeout is four times the election's ResignTimeout; the workers' drain gets the rest but one
-// second.
+// the timeout is its stop budget (baton.CheckedConfig.StopBudget); the workers' drain, which begins
+// with the quiesce of the runs this process leads, gets the rest but one second. The default (19s with
+// Baton's defaults) gives the quiesce its whole bound (takeover.Config.QuiesceTimeout).
 //
 // -events stdout (BATON_EVENTS) writes Baton's typed events (package event: terms, takeovers,
 // step-downs, heartbeat trouble, handler runs, ...) as JSON lines on standard output, for tools: the

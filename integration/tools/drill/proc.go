@@ -58,7 +58,6 @@ func (d *Drill) startProc(ctx context.Context, slot int, id string, queues []str
 		"BATON_RECONCILE_INTERVAL="+d.cfg.ReconcileInterval.String(),
 		"BATON_RECONCILE_STALE_AFTER="+d.cfg.StaleAfter.String(),
 		"BATON_REGISTRY_HEARTBEAT_INTERVAL=1s",
-		"BATON_SHUTDOWN_TIMEOUT=15s",
 		"BATON_LOG_LEVEL=info",
 	)
 	wp, err := workerproc.Start(workerproc.Options{LogFile: filepath.Join(d.dir, id+".log"), OnLine: func(line []byte) { d.onLine(p, line) }},

@@ -1,0 +1,164 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/balance"
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/takeover"
+)
+
+// slowHandler takes d for every request, whatever its context says (a call to a slow system that
+// cannot be interrupted), and records every call and how many ran at once.
+type slowHandler struct {
+	d       time.Duration
+	started chan struct{} // closed by the first call
+
+	mu          sync.Mutex
+	calls       map[string][]string // key -> the server IDs of its calls, in order
+	inFlight    int
+	maxInFlight int
+}
+
+func newSlowHandler(d time.Duration) *slowHandler {
+	return &slowHandler{d: d, started: make(chan struct{}), calls: map[string][]string{}}
+}
+
+func (h *slowHandler) handle(_ context.Context, key string, _ dispatcher.Request, owner takeover.Owner) error {
+	h.mu.Lock()
+	h.calls[key] = append(h.calls[key], owner.ServerID)
+	if len(h.calls) == 1 && len(h.calls[key]) == 1 {
+		close(h.started)
+	}
+	h.inFlight++
+	h.maxInFlight = max(h.maxInFlight, h.inFlight)
+	h.mu.Unlock()
+	time.Sleep(h.d)
+	h.mu.Lock()
+	h.inFlight--
+	h.mu.Unlock()
+	return nil
+}
+
+// result returns the calls of key, how many calls are running now, and the most that ran at once.
+func (h *slowHandler) result(key string) (calls []string, inFlight, maxInFlight int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.calls[key]...), h.inFlight, h.maxInFlight
+}
+
+// stoppableNode starts a Node with cfg; stop stops it (once; the test's cleanup stops it otherwise).
+func (e *env) stoppableNode(t *testing.T, cfg baton.Config) (n *baton.Node, stop func() error) {
+	t.Helper()
+	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(cfg.ServerID)
+	n, err := baton.New(cfg, etcdx.Client(t, e.etcd), e.tc, e.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var stopErr error
+	stop = func() error {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+			defer cancel()
+			stopErr = n.Stop(ctx)
+		})
+		return stopErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return n, stop
+}
+
+// Every planned move hands a queue over only once the handler running in its leader's run has
+// finished, with Baton's default quiesce and resign bounds: a 3 s handler across a Node.Stop (with no
+// Node.Quiesce before it), a registry drain and an operator's transfer runs once, by the leader that
+// began it, and never beside a second attempt. (Before, the quiesce ran inside the election's resign,
+// bounded by ResignTimeout (2 s), and waited half of that: the successor took the pending record over
+// after 1 s and ran the handler again while the first call was still running.)
+func TestPlannedMovesLetASlowHandlerFinish(t *testing.T) {
+	moves := map[string]func(t *testing.T, e *env, a *baton.Node, stopA func() error, p, queue string){
+		"stop": func(t *testing.T, _ *env, _ *baton.Node, stopA func() error, _, _ string) {
+			if err := stopA(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"drain": func(t *testing.T, _ *env, a *baton.Node, _ func() error, _, queue string) {
+			if err := a.Registry().Drain(t.Context(), queue, a.Config().ServerID); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"transfer": func(t *testing.T, e *env, _ *baton.Node, _ func() error, p, queue string) {
+			keys := balance.Keys{ElectionPrefix: election.DefaultConfig().Prefix}
+			if _, err := balance.RequestTransfer(t.Context(), etcdx.Client(t, e.etcd), keys, p, queue,
+				balance.TransferRequest{To: "move-b"}, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, move := range moves {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			p, queue := project()+"-"+name, "slow"
+			h := newSlowHandler(3 * time.Second)
+			e.dispatchWorker(t, p, queue, e.ledger(t), h.handle)
+			// Baton's defaults for everything a planned move waits on (quiesce, resign); fast's shorter
+			// TTL and intervals only speed up the start.
+			a, stopA := e.stoppableNode(t, fast(p, "move-a", queue))
+			runA := e.ownedRun(t, a, queue, "move-a leads with an open run", nil)
+			b, _ := e.stoppableNode(t, fast(p, "move-b", queue))
+
+			req := dispatcher.Request{Type: "slow", TaskID: "slow-1", PayloadSHA256: fmt.Sprintf("%064x", 1)}
+			if err := e.tc.SignalWorkflow(t.Context(), runA.WorkflowID, "", dispatcher.SignalDispatch, req); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-h.started:
+			case <-time.After(time.Minute):
+				t.Fatal("move-a's handler never started")
+			}
+			move(t, e, a, stopA, p, queue)
+			e.ownedRun(t, b, queue, "move-b leads with an open run", nil)
+
+			// Done in the ledger and no call running: no further call can begin (the ledger's Begin of a
+			// done key is refused), so the calls counted are all there will be.
+			ledger := etcdx.Client(t, e.etcd)
+			eventually(t, time.Minute, "the request done and no handler running", func() error {
+				rec, _, err := dispatcher.ReadLedgerRecord(t.Context(), ledger, "", req.Key())
+				if err != nil {
+					return err
+				}
+				if rec.State != dispatcher.LedgerDone {
+					return fmt.Errorf("record %+v", rec)
+				}
+				if _, inFlight, _ := h.result(req.Key()); inFlight > 0 {
+					return errors.New("a handler call is still running")
+				}
+				return nil
+			})
+			calls, _, most := h.result(req.Key())
+			if len(calls) != 1 || most != 1 {
+				t.Errorf("%s with a 3 s handler in flight: handler called %d times %v, at most %d at once; want once, by move-a",
+					name, len(calls), calls, most)
+			}
+		})
+	}
+}
