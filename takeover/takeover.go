@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -131,6 +132,12 @@ type Manager struct {
 	// legacy is set once the server refused WorkflowIDConflictPolicy (before Temporal 1.24): starts then
 	// leave it unset, which such servers treat as FAIL.
 	legacy atomic.Bool
+
+	// quiesceMu guards quiesceUntil: for each term (by token) whose run was asked to quiesce, when
+	// its quiesce must be over. A term's calls share one QuiesceTimeout: a process's Node.Quiesce and
+	// then its step-down's wait no longer together than one quiesce would.
+	quiesceMu    sync.Mutex
+	quiesceUntil map[int64]time.Time
 }
 
 // New returns a Manager over a Temporal client.
@@ -146,7 +153,7 @@ func New(c Client, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("takeover: metrics: %w", err)
 	}
-	mgr := &Manager{client: c, cfg: cfg, log: cfg.Logger, metrics: m}
+	mgr := &Manager{client: c, cfg: cfg, log: cfg.Logger, metrics: m, quiesceUntil: map[int64]time.Time{}}
 	mgr.legacy.Store(cfg.Legacy)
 	return mgr, nil
 }
@@ -532,7 +539,8 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 // than that gets half of it), while the term still holds. StepDown calls it
 // before it ends the run; a process that is about to stop may call it earlier, before it stops its
 // Temporal workers, so that a worker that still holds the run in its cache serves the update at once
-// (StepDown's own call then finds the update done: its ID is the term's). Whatever the answer, the
+// (StepDown's own call then finds the update done: its ID is the term's; the calls of one term share
+// one QuiesceTimeout, so a quiesce that timed out is not waited for again). Whatever the answer, the
 // run is ended afterwards: a run that does not handle the update, or does not finish in time, leaves
 // its work to the successor (at-least-once), as a crash would. Once quiesced, a run starts no new
 // work for the rest of its life.
@@ -541,7 +549,10 @@ func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
 		return
 	}
 	first := run.chainFirst()
-	wait := m.cfg.QuiesceTimeout
+	wait := m.quiesceLeft(term.Token())
+	if wait <= 0 {
+		return // an earlier call of this term used the whole bound
+	}
 	if deadline, ok := ctx.Deadline(); ok {
 		if left := time.Until(deadline); left > 2*StepDownReserve {
 			wait = min(wait, left-StepDownReserve)
@@ -564,6 +575,26 @@ func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
 	}
 	m.log.Debug("dispatcher run quiesced", zap.String("workflow_id", run.WorkflowID),
 		zap.Duration("took", m.cfg.Clock.Now().Sub(began)))
+}
+
+// quiesceLeft returns what is left of the quiesce bound of the term token, starting it on the
+// term's first call. Entries of terms whose bound ran out long ago are dropped: such a term has
+// ended (a planned move ends its term right after its quiesce).
+func (m *Manager) quiesceLeft(token int64) time.Duration {
+	now := m.cfg.Clock.Now()
+	m.quiesceMu.Lock()
+	defer m.quiesceMu.Unlock()
+	until, ok := m.quiesceUntil[token]
+	if !ok {
+		for t, u := range m.quiesceUntil {
+			if now.Sub(u) > time.Hour {
+				delete(m.quiesceUntil, t)
+			}
+		}
+		until = now.Add(m.cfg.QuiesceTimeout)
+		m.quiesceUntil[token] = until
+	}
+	return until.Sub(now)
 }
 
 // classify wraps ErrPermanent around failures that retrying cannot fix: invalid arguments, a
