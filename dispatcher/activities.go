@@ -44,7 +44,8 @@ type Ledger interface {
 
 // Handler performs one dispatch. It may be called again for the same request if a previous attempt
 // failed after it started, or its run was terminated before Complete (at-least-once between Begin and
-// Complete), so it must be idempotent by key. A handler that fences its own side effects
+// Complete), so it must be idempotent by key; with a HoldingLedger (EtcdLedger) the next call begins
+// only once the previous one has returned, never beside it. A handler that fences its own side effects
 // (ConfirmOwner, OwnerCmp) returns an error wrapping ErrSuperseded when they are refused; the
 // activity then fails without retrying.
 type Handler func(ctx context.Context, key string, req Request, owner takeover.Owner) error
@@ -84,13 +85,16 @@ func (a *Activities) Dispatch(ctx context.Context, task Task) (Result, error) {
 	if a.Ledger == nil || a.Handler == nil {
 		return Result{}, errors.New("dispatcher: Activities needs a Ledger and a Handler")
 	}
-	done, err := a.Ledger.Begin(ctx, task.Key, task.Owner)
+	done, release, err := a.begin(ctx, task.Key, task.Owner)
 	if err != nil {
 		return Result{}, classify(fmt.Errorf("dispatcher: ledger begin %s: %w", task.Key, err))
 	}
 	if done {
 		return Result{Duplicate: true}, nil
 	}
+	// The claim outlives ctx on purpose: a handler that ignores its cancelled context still runs, and
+	// no other attempt may begin the key until it has returned.
+	defer release()
 	err = a.Handler(ctx, task.Key, task.Request, task.Owner)
 	a.Events.Emit(event.Event{Kind: event.HandlerRan, At: time.Now(), Project: task.Owner.Project, Queue: task.Owner.Queue,
 		Peer: task.Owner.ServerID, Token: task.Owner.Token, DispatchKey: task.Key, Err: event.ErrText(err)})
@@ -105,6 +109,15 @@ func (a *Activities) Dispatch(ctx context.Context, task Task) (Result, error) {
 		return Result{}, classify(fmt.Errorf("dispatcher: ledger complete %s: %w", task.Key, err))
 	}
 	return Result{}, nil
+}
+
+// begin begins key for owner, holding it for this attempt when the Ledger can (HoldingLedger).
+func (a *Activities) begin(ctx context.Context, key string, owner takeover.Owner) (done bool, release func(), err error) {
+	if hl, ok := a.Ledger.(HoldingLedger); ok {
+		return hl.BeginHolding(ctx, key, owner)
+	}
+	done, err = a.Ledger.Begin(ctx, key, owner)
+	return done, func() {}, err
 }
 
 // classify makes err a non-retryable application error of its documented type when retrying cannot

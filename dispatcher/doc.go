@@ -30,7 +30,12 @@
 // the application's Handler, and Completes the key. A key already
 // completed is a duplicate and is not handled again. The handler is at-least-once between Begin and
 // Complete: a run terminated or superseded in between leaves the key pending, and the next owner
-// handles it again, so handlers must be idempotent by key. The activity fails without retrying,
+// handles it again, so handlers must be idempotent by key. It is never run twice at once: the
+// attempt that began a key holds it (HoldingLedger, LedgerAttemptKey) until its handler has returned,
+// and another attempt's Begin fails with ErrAttemptInFlight, retried, meanwhile. So a request is
+// handled again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a
+// handler that failed; in the first case once the crashed attempt's claim has lapsed
+// (LedgerAttemptTTL, 5 s, within the election's TTL), in the others once the first call returned. The activity fails without retrying,
 // with the ApplicationError types ErrTypeSuperseded, ErrTypeInvalidOwner, ErrTypeInvalidRequest and
 // ErrTypeBadRecord, when retrying cannot help.
 //
@@ -69,7 +74,8 @@
 //     (takeover.Config.HandOverBudget), so every planned move, a Node.Stop without Node.Quiesce and
 //     each balance move alike, waits the whole QuiesceTimeout. So a planned move whose handlers
 //     finish within QuiesceTimeout runs no handler twice; only a crash, or a handler slower than
-//     that, leaves a dispatch between Begin and Complete to the successor.
+//     that, leaves a dispatch between Begin and Complete to the successor, which begins it once the
+//     first call has returned (never beside it: see Dispatch above).
 //   - Continue-as-new. When the history reaches HistoryLimit (or Temporal suggests it), the run stops
 //     accepting updates (they are rejected with ErrTypeContinuing before they are accepted, and a
 //     Producer sends them again to the next run), waits for the dispatches in flight and the
@@ -161,9 +167,13 @@
 //
 // EtcdLedger keeps one record per dispatch key, under a prefix (default DefaultLedgerPrefix):
 //
-//	<prefix>/<dispatch key>  ->  "<state> <server_id> <token>"   e.g. "done node-a 1234"
+//	<prefix>/<dispatch key>          ->  "<state> <server_id> <token>"   e.g. "done node-a 1234"
+//	<prefix>/attempt/<dispatch key>  ->  "<server_id> <token>"   while an attempt's handler runs
 //
 // state is "pending" (Begin) or "done" (Complete); server_id and token are the owner that wrote it.
+// An attempt's claim lives on a lease of its own (LedgerAttemptTTL), kept alive while its handler
+// runs and revoked when it returns; Begin writes it in the transaction that records the key pending,
+// and refuses to begin a key that another attempt holds (ErrAttemptInFlight).
 // Records carry an etcd lease and live for the ledger's retention. Every write is one transaction
 // comparing OwnerCmp(owner) and the record's exact previous state (its value or mod revision), so a
 // superseded owner writes nothing. Begin takes over a pending record of an older token (its run ended

@@ -16,6 +16,10 @@ var (
 	// ErrBadRecord wraps a ledger record that is not in the documented format. The ledger refuses to
 	// guess whether such a key was dispatched.
 	ErrBadRecord = errors.New("dispatcher: unreadable ledger record")
+	// ErrAttemptInFlight means another attempt at the dispatch key is still running its handler (or its
+	// process has not been gone for LedgerAttemptTTL yet): the key is not begun beside it, so a
+	// handler never runs concurrently with itself. The Dispatch activity retries until it has ended.
+	ErrAttemptInFlight = errors.New("dispatcher: another attempt is handling the dispatch key")
 	// ErrLedgerUnavailable is EtcdLedger.Check's failure: the ledger's writes have been failing for a
 	// while, so no dispatch completes on this worker. The message names the prefix and the last error.
 	ErrLedgerUnavailable = errors.New("dispatcher: ledger unavailable")

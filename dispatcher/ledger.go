@@ -80,8 +80,25 @@ func (l *EtcdLedger) key(k string) string { return LedgerKey(l.prefix, k) }
 func LedgerKey(prefix, dispatchKey string) string { return LedgerRange(prefix) + dispatchKey }
 
 // LedgerRange returns the range every record under prefix (DefaultLedgerPrefix when empty) starts
-// with: <prefix>/.
+// with: <prefix>/. The attempts' claims (LedgerAttemptKey) lie in it too, so that one grant of the
+// range covers the ledger; readers of records skip them.
 func LedgerRange(prefix string) string { return cmp.Or(prefix, DefaultLedgerPrefix) + "/" }
+
+// LedgerAttemptKey returns the etcd key that a running attempt of dispatchKey holds while its handler
+// runs (EtcdLedger.BeginHolding): <prefix>/attempt/<dispatch key>, holding "<server_id> <token>" on
+// the attempt's own lease (LedgerAttemptTTL), so that it goes when the attempt ends or its process
+// dies. No other attempt begins the key while it exists.
+func LedgerAttemptKey(prefix, dispatchKey string) string {
+	return LedgerRange(prefix) + attemptDir + dispatchKey
+}
+
+// attemptDir is the directory of the attempts' claims within the ledger's range. A dispatch key is
+// hexadecimal, so no record's key has a '/' after the range (isRecordKey).
+const attemptDir = "attempt/"
+
+// isRecordKey reports whether k, a key with the ledger's range cut off, names a record rather than an
+// attempt's claim.
+func isRecordKey(k string) bool { return !strings.Contains(k, "/") }
 
 // dropLease forgets lease when it is still the current one, so the next write grants a new lease.
 func (l *EtcdLedger) dropLease(lease clientv3.LeaseID) {
@@ -104,7 +121,8 @@ func (l *EtcdLedger) noteWrite(err error) {
 	switch {
 	case err == nil:
 		l.failing, l.failure = time.Time{}, nil
-	case errors.Is(err, ErrSuperseded) || errors.Is(err, ErrBadRecord) || errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrSuperseded) || errors.Is(err, ErrBadRecord) || errors.Is(err, ErrAttemptInFlight) ||
+		errors.Is(err, context.Canceled):
 	default:
 		if l.failing.IsZero() {
 			l.failing = time.Now()
@@ -145,33 +163,53 @@ func (l *EtcdLedger) currentLease(ctx context.Context) (clientv3.LeaseID, error)
 // does. It reports done when the key was completed before (by any owner). A pending record of an
 // older token (its run ended mid-dispatch) is taken over; one of owner's own token (a retried
 // attempt) is kept; one of a newer token is refused with ErrSuperseded, as is every write once
-// owner's term has ended.
+// owner's term has ended. While another attempt holds the key (BeginHolding), Begin is refused with
+// ErrAttemptInFlight, which a retry outlasts.
 func (l *EtcdLedger) Begin(ctx context.Context, key string, owner takeover.Owner) (bool, error) {
+	return l.begin(ctx, key, owner, 0)
+}
+
+// begin is Begin; with an attempt lease, the same transaction that records the key pending also
+// writes the attempt's claim (LedgerAttemptKey) on that lease.
+func (l *EtcdLedger) begin(ctx context.Context, key string, owner takeover.Owner, attempt clientv3.LeaseID) (bool, error) {
 	if err := ValidateOwner(owner); err != nil {
 		return false, err
 	}
 	k := l.key(key)
+	claim := &attemptClaim{key: LedgerAttemptKey(l.prefix, key), value: fmt.Sprintf("%s %d", owner.ServerID, owner.Token), lease: attempt}
 	expect := clientv3.Compare(clientv3.ModRevision(k), "=", 0) // the common case: a new key
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerPending, owner)
+		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerPending, owner, claim)
 		if err != nil || ok {
 			return false, err
 		}
 		switch {
+		case rec.exists && rec.state == LedgerDone:
+			return true, nil
+		case claim.heldBy != "":
+			return false, fmt.Errorf("%w: dispatch key %s is being handled by %s; it is begun again once that attempt ends or its process is gone (within %v)",
+				ErrAttemptInFlight, key, claim.heldBy, LedgerAttemptTTL)
 		case !rec.exists:
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", 0) // it expired in between
-		case rec.state == LedgerDone:
-			return true, nil
-		case rec.token == owner.Token:
+		case rec.token == owner.Token && attempt == 0:
 			return false, nil
 		case rec.token > owner.Token:
 			return false, fmt.Errorf("%w: dispatch key %s is pending for %s at token %d, newer than %d",
 				ErrSuperseded, key, rec.serverID, rec.token, owner.Token)
 		default:
+			// An older token's record is taken over; one of owner's own (a retried attempt) is written
+			// again, with this attempt's claim.
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", rec.modRevision)
 		}
 	}
 	return false, fmt.Errorf("dispatcher: ledger record %s changed under %d attempts to begin it", k, ledgerRounds)
+}
+
+// attemptClaim is what a Begin writes or checks besides the record: the attempts' claim on the key.
+type attemptClaim struct {
+	key, value string
+	lease      clientv3.LeaseID // 0: check that no claim exists, write none
+	heldBy     string           // set by a refused write: the claim that stood in the way
 }
 
 // Complete marks key as dispatched by owner, in one transaction that holds only while owner's term
@@ -186,7 +224,7 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 	k := l.key(key)
 	expect := clientv3.Compare(clientv3.Value(k), "=", encodeRecord(LedgerPending, owner))
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerDone, owner)
+		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerDone, owner, nil)
 		if err != nil || ok {
 			return err
 		}
@@ -205,13 +243,16 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 	return fmt.Errorf("dispatcher: ledger record %s changed under %d attempts to complete it", k, ledgerRounds)
 }
 
-// guardedPut writes state for owner at k if owner's term holds and expect holds. Otherwise it writes
-// nothing and returns the record as it is, or ErrSuperseded when the term is the reason.
+// guardedPut writes state for owner at k if owner's term holds and expect holds, and, with a claim,
+// no attempt holds the key (the claim is written too when it has a lease). Otherwise it writes
+// nothing and returns the record as it is (and sets claim.heldBy to the claim in the way), or
+// ErrSuperseded when the term is the reason.
 //
 // A lease that etcd no longer knows (a restore from an older snapshot, a move to a new cluster, a
 // revoke) is replaced at once by a new one, and the write is sent again: retrying with the lost lease
 // would fail until the ledger rotated it, half a retention later.
-func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner) (ok bool, rec record, err error) {
+func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner,
+	claim *attemptClaim) (ok bool, rec record, err error) {
 	defer func() { l.noteWrite(err) }()
 	var resp *clientv3.TxnResponse
 	for regranted := false; ; regranted = true {
@@ -219,11 +260,17 @@ func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.C
 		if lease, err = l.currentLease(ctx); err != nil {
 			return false, record{}, fmt.Errorf("dispatcher: ledger lease: %w", err)
 		}
-		resp, err = l.client.Txn(ctx).
-			If(OwnerCmp(owner), expect).
-			Then(clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))).
-			Else(clientv3.OpGet(owner.ElectionKey), clientv3.OpGet(k)).
-			Commit()
+		cmps := []clientv3.Cmp{OwnerCmp(owner), expect}
+		then := []clientv3.Op{clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))}
+		orElse := []clientv3.Op{clientv3.OpGet(owner.ElectionKey), clientv3.OpGet(k)}
+		if claim != nil {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(claim.key), "=", 0))
+			if claim.lease != 0 {
+				then = append(then, clientv3.OpPut(claim.key, claim.value, clientv3.WithLease(claim.lease)))
+			}
+			orElse = append(orElse, clientv3.OpGet(claim.key))
+		}
+		resp, err = l.client.Txn(ctx).If(cmps...).Then(then...).Else(orElse...).Commit()
 		if err != nil && !regranted && errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
 			l.dropLease(lease)
 			continue
@@ -238,6 +285,11 @@ func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.C
 	}
 	if !election.HeldIn(resp.Responses[0].GetResponseRange().GetKvs(), owner.Token) {
 		return false, record{}, fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
+	}
+	if claim != nil {
+		if kvs := resp.Responses[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			claim.heldBy = string(kvs[0].Value)
+		}
 	}
 	rec, err = decodeRecord(k, resp.Responses[1].GetResponseRange().GetKvs())
 	return false, rec, err
@@ -332,7 +384,9 @@ func scanLedger(ctx context.Context, c *clientv3.Client, prefix string, fn func(
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			fn(strings.TrimPrefix(string(kv.Key), prefix), kv)
+			if k := strings.TrimPrefix(string(kv.Key), prefix); isRecordKey(k) {
+				fn(k, kv)
+			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return rev, nil

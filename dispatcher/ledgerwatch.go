@@ -108,6 +108,9 @@ func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) 
 				continue
 			}
 			k := strings.TrimPrefix(string(ev.Kv.Key), w.prefix)
+			if !isRecordKey(k) {
+				continue // an attempt's claim
+			}
 			w.touched[k] = true
 			if LedgerState(string(ev.Kv.Value)) == LedgerDone {
 				w.completions[k] = append(w.completions[k], LedgerCompletion{Seen: now, Record: string(ev.Kv.Value), Rev: ev.Kv.ModRevision})

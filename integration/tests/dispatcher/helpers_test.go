@@ -83,16 +83,13 @@ func (e *env) ledger(t *testing.T) *dispatcher.EtcdLedger {
 	return l
 }
 
-// records lists the ledger's records: key (without the prefix) -> value.
+// records lists the ledger's records: key (without the prefix) -> value; the attempts' claims
+// (dispatcher.LedgerAttemptKey) are not records.
 func (e *env) records(t *testing.T) map[string]string {
 	t.Helper()
-	resp, err := e.cli.Get(t.Context(), ledgerPrefix+"/", clientv3.WithPrefix())
+	out, _, err := dispatcher.ReadLedger(t.Context(), e.cli, ledgerPrefix)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, kv := range resp.Kvs {
-		out[strings.TrimPrefix(string(kv.Key), ledgerPrefix+"/")] = string(kv.Value)
 	}
 	return out
 }

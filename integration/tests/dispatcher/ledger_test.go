@@ -388,3 +388,71 @@ func TestLedgerWritesAppliedTwice(t *testing.T) {
 		}
 	}
 }
+
+// An attempt holds its key while its handler runs: no other attempt begins it, not a successor's
+// and not a retry of the same owner, until the attempt releases it (its handler returned) or its
+// claim lapses with its process (modelled by revoking the claim's lease, as its expiry would). A key
+// done meanwhile is a duplicate for everyone, claim or not.
+func TestLedgerAttemptHoldsItsKey(t *testing.T) {
+	e := newEnv(t)
+	l := e.ledger(t)
+	a, termA := e.ownerOf(t, "node-a")
+	done, release, err := l.BeginHolding(t.Context(), "held", a)
+	if err != nil || done {
+		t.Fatalf("BeginHolding = %v, %v", done, err)
+	}
+	claim := dispatcher.LedgerAttemptKey(ledgerPrefix, "held")
+	resp, err := e.cli.Get(t.Context(), claim)
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("claim %s: %v, %v; want one key on a lease", claim, resp, err)
+	}
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	if _, _, err := l.BeginHolding(t.Context(), "held", a); !errors.Is(err, dispatcher.ErrAttemptInFlight) {
+		t.Fatalf("a second attempt of the same owner = %v, want ErrAttemptInFlight", err)
+	}
+	if err := termA.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b, termB := e.ownerOf(t, "node-b")
+	if _, err := l.Begin(t.Context(), "held", b); !errors.Is(err, dispatcher.ErrAttemptInFlight) {
+		t.Fatalf("the successor's Begin while node-a's handler runs = %v, want ErrAttemptInFlight", err)
+	}
+	if got := e.records(t)["held"]; got != record("pending", a) {
+		t.Fatalf("record %q, want node-a's pending one untouched", got)
+	}
+	release()
+	release() // once only
+	doneB, releaseB, err := l.BeginHolding(t.Context(), "held", b)
+	if err != nil || doneB {
+		t.Fatalf("the successor's Begin once node-a's attempt ended = %v, %v", doneB, err)
+	}
+	// node-b's process dies with its handler running: its term ends, and its claim lapses with its lease.
+	if err := termB.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = e.cli.Get(t.Context(), claim)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("node-b's claim: %v, %v", resp, err)
+	}
+	if _, err := e.cli.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := e.ownerOf(t, "node-c")
+	if done, err := l.Begin(t.Context(), "held", c); err != nil || done {
+		t.Fatalf("Begin once node-b's claim lapsed = %v, %v", done, err)
+	}
+	if err := l.Complete(t.Context(), "held", c); err != nil {
+		t.Fatal(err)
+	}
+	releaseB()
+	// A done key is a duplicate, whatever claims exist.
+	if done, _, err := l.BeginHolding(t.Context(), "held", c); err != nil || !done {
+		t.Fatalf("BeginHolding of a done key = %v, %v; want a duplicate", done, err)
+	}
+	if ttl, err := e.cli.TimeToLive(t.Context(), lease); err != nil || ttl.TTL > 0 {
+		t.Errorf("node-a's claim lease still lives after release (%+v, %v)", ttl, err)
+	}
+	if got := e.records(t); !maps.Equal(got, map[string]string{"held": record("done", c)}) {
+		t.Errorf("records %v: the claims must not read as records", got)
+	}
+}

@@ -1,0 +1,93 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/takeover"
+)
+
+// HoldingLedger is a Ledger that also holds a key for the attempt that began it, until the attempt
+// ends, so that no other attempt (a successor's after a planned move whose quiesce ran out, or a retry
+// of the same activity) begins the key while a handler for it still runs: a handler never runs
+// concurrently with itself. The Dispatch activity uses it when its Ledger has it.
+type HoldingLedger interface {
+	Ledger
+	// BeginHolding is Begin that, when the key is not done, also claims it for this attempt; release
+	// gives the claim up, and must be called once the handler and Complete are over (it is a no-op
+	// when the key was done or err is set). A claim whose process dies lapses on its own.
+	BeginHolding(ctx context.Context, key string, owner takeover.Owner) (done bool, release func(), err error)
+}
+
+var _ HoldingLedger = (*EtcdLedger)(nil)
+
+// LedgerAttemptTTL is the TTL of an attempt's claim on its key (LedgerAttemptKey): the claim is kept
+// alive every third of it while the handler runs and revoked when it returns, so it lapses this long
+// after its process died or lost etcd. Shorter than election.DefaultConfig's TTL, so that a crashed
+// owner's claims are gone before its successor can win; a successor of a live owner whose quiesce
+// ran out waits for the handler to return instead. Only a process cut from etcd for longer than this
+// while its handler runs can see a successor begin the key beside it.
+const LedgerAttemptTTL = 5 * time.Second
+
+// BeginHolding implements HoldingLedger: the claim is LedgerAttemptKey on a lease of its own
+// (LedgerAttemptTTL), written in the same transaction that records the key pending.
+func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
+	if err := ValidateOwner(owner); err != nil {
+		return false, func() {}, err
+	}
+	grant, err := l.client.Grant(ctx, int64(LedgerAttemptTTL/time.Second))
+	if err != nil {
+		err = fmt.Errorf("dispatcher: ledger attempt lease: %w", err)
+		l.noteWrite(err)
+		return false, func() {}, err
+	}
+	a := &heldAttempt{client: l.client, lease: grant.ID, stop: make(chan struct{})}
+	done, err := l.begin(ctx, key, owner, grant.ID)
+	if err != nil || done {
+		a.revoke(ctx)
+		return done, func() {}, err
+	}
+	a.wg.Go(func() { a.keepAlive(context.WithoutCancel(ctx)) })
+	return false, sync.OnceFunc(func() {
+		close(a.stop)
+		a.wg.Wait()
+		a.revoke(ctx)
+	}), nil
+}
+
+// heldAttempt is the lease of one attempt's claim, kept alive by its own goroutine until release.
+type heldAttempt struct {
+	client *clientv3.Client
+	lease  clientv3.LeaseID
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// keepAlive renews the lease every third of its TTL until stop; a renewal that fails is tried again
+// at the next tick, and the claim lapses if none goes through for LedgerAttemptTTL.
+func (a *heldAttempt) keepAlive(ctx context.Context) {
+	tick := time.NewTicker(LedgerAttemptTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-tick.C:
+		}
+		kctx, cancel := context.WithTimeout(ctx, LedgerAttemptTTL/3)
+		_, _ = a.client.KeepAliveOnce(kctx, a.lease)
+		cancel()
+	}
+}
+
+// revoke ends the claim at once, even when the attempt's context has ended (the handler may outlive
+// it); if etcd cannot be reached, the claim lapses with its TTL.
+func (a *heldAttempt) revoke(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LedgerAttemptTTL)
+	defer cancel()
+	_, _ = a.client.Revoke(rctx, a.lease)
+}
