@@ -1,6 +1,7 @@
 package baton
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -172,8 +173,10 @@ func (c Config) withDefaults() Config {
 	c.Takeover = c.Takeover.WithDefaults()
 	if c.Election.HandOverTimeout == 0 {
 		// Every planned move (a stop, a drain, a transfer, a rollout, a shed) quiesces the run inside
-		// the election's OnResign: the hand-over gets the quiesce's whole bound and the terminate's.
-		c.Election.HandOverTimeout = max(election.DefaultConfig().HandOverTimeout, c.Takeover.HandOverBudget())
+		// the election's OnResign: the hand-over gets the quiesce's whole bound and the terminate's,
+		// and never less than the election's own default for it (its ResignTimeout).
+		resign := cmp.Or(c.Election.ResignTimeout, election.DefaultConfig().ResignTimeout)
+		c.Election.HandOverTimeout = max(resign, c.Takeover.HandOverBudget())
 	}
 	if c.Progress.Interval == 0 {
 		// A stall shows within two heartbeat intervals.

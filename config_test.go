@@ -68,6 +68,10 @@ func TestConfigDefaults(t *testing.T) {
 	if got := c.withDefaults().Election.HandOverTimeout; got != election.DefaultConfig().HandOverTimeout {
 		t.Fatalf("Election.HandOverTimeout %v without a quiesce", got)
 	}
+	c.Election.ResignTimeout = 10 * time.Second // a longer resign keeps the hand-over it gave before
+	if got := c.withDefaults().Election.HandOverTimeout; got != 10*time.Second {
+		t.Fatalf("Election.HandOverTimeout %v with a 10s ResignTimeout", got)
+	}
 	// A longer reconcile interval stretches the backstop TTL with it.
 	c = valid()
 	c.Reconciler.Interval = time.Hour
