@@ -117,7 +117,7 @@ func (a *Activities) begin(ctx context.Context, key string, owner takeover.Owner
 		return hl.BeginHolding(ctx, key, owner)
 	}
 	done, err = a.Ledger.Begin(ctx, key, owner)
-	return done, func() {}, err
+	return done, noRelease, err
 }
 
 // classify makes err a non-retryable application error of its documented type when retrying cannot

@@ -37,19 +37,19 @@ const LedgerAttemptTTL = 5 * time.Second
 // (LedgerAttemptTTL), written in the same transaction that records the key pending.
 func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
 	if err := ValidateOwner(owner); err != nil {
-		return false, func() {}, err
+		return false, noRelease, err
 	}
 	grant, err := l.client.Grant(ctx, int64(LedgerAttemptTTL/time.Second))
 	if err != nil {
 		err = fmt.Errorf("dispatcher: ledger attempt lease: %w", err)
 		l.noteWrite(err)
-		return false, func() {}, err
+		return false, noRelease, err
 	}
 	a := &heldAttempt{client: l.client, lease: grant.ID, stop: make(chan struct{})}
 	done, err := l.begin(ctx, key, owner, grant.ID)
 	if err != nil || done {
 		a.revoke(ctx)
-		return done, func() {}, err
+		return done, noRelease, err
 	}
 	a.wg.Go(func() { a.keepAlive(context.WithoutCancel(ctx)) })
 	return false, sync.OnceFunc(func() {
@@ -58,6 +58,9 @@ func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeove
 		a.revoke(ctx)
 	}), nil
 }
+
+// noRelease is the release of a Begin that holds nothing.
+func noRelease() {}
 
 // heldAttempt is the lease of one attempt's claim, kept alive by its own goroutine until release.
 type heldAttempt struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -28,24 +28,35 @@ import (
 // startNode starts a Node over tc with cfg and stops it when the test ends.
 func (e *env) startNode(t *testing.T, cfg baton.Config, tc client.Client) *baton.Node {
 	t.Helper()
+	n, _ := e.stoppableNode(t, cfg, tc)
+	return n
+}
+
+// stoppableNode starts a Node over tc with cfg; stop stops it (once; the test's cleanup stops it
+// otherwise, and fails the test if that stop fails).
+func (e *env) stoppableNode(t *testing.T, cfg baton.Config, tc client.Client) (n *baton.Node, stop func() error) {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(cfg.ServerID)
 	}
-	node, err := baton.New(cfg, etcdx.Client(t, e.etcd), tc, e.rdb)
+	n, err := baton.New(cfg, etcdx.Client(t, e.etcd), tc, e.rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := node.Start(t.Context()); err != nil {
+	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 20*time.Second)
+	stop = sync.OnceValue(func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 		defer cancel()
-		if err := node.Stop(ctx); err != nil {
+		return n.Stop(ctx)
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	})
-	return node
+	return n, stop
 }
 
 // ownedRun waits until node leads queue with an open run that Temporal shows as the workflow's
@@ -63,11 +74,9 @@ func (e *env) ownedRun(t *testing.T, node *baton.Node, queue, what string, ok fu
 			return err
 		}
 		info := resp.GetWorkflowExecutionInfo()
-		var owner takeover.Owner
-		if p, found := info.GetMemo().GetFields()[takeover.MemoKey]; found {
-			if err := converter.GetDefaultDataConverter().FromPayload(p, &owner); err != nil {
-				return err
-			}
+		owner, _, err := takeover.DecodeOwner(nil, info.GetMemo())
+		if err != nil {
+			return err
 		}
 		if info.GetExecution().GetRunId() != qs.RunID || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || owner.Token != qs.Token {
 			return fmt.Errorf("current run %s is %v with token %d; the leader says %s at token %d",

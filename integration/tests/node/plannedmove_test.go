@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/dispatcher"
@@ -58,35 +55,6 @@ func (h *slowHandler) result(key string) (calls []string, inFlight, maxInFlight 
 	return append([]string(nil), h.calls[key]...), h.inFlight, h.maxInFlight
 }
 
-// stoppableNode starts a Node with cfg; stop stops it (once; the test's cleanup stops it otherwise).
-func (e *env) stoppableNode(t *testing.T, cfg baton.Config) (n *baton.Node, stop func() error) {
-	t.Helper()
-	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(cfg.ServerID)
-	n, err := baton.New(cfg, etcdx.Client(t, e.etcd), e.tc, e.rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	var stopErr error
-	stop = func() error {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
-			defer cancel()
-			stopErr = n.Stop(ctx)
-		})
-		return stopErr
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return n, stop
-}
-
 // Every planned move hands a queue over only once the handler running in its leader's run has
 // finished, with Baton's default quiesce and resign bounds: a 3 s handler across a Node.Stop (with no
 // Node.Quiesce before it), a registry drain and an operator's transfer runs once, by the leader that
@@ -132,9 +100,9 @@ func TestPlannedMovesLetASlowHandlerFinish(t *testing.T) {
 			e.dispatchWorker(t, p, queue, e.ledger(t), h.handle)
 			// Baton's defaults for everything a planned move waits on (quiesce, resign); fast's shorter
 			// TTL and intervals only speed up the start.
-			a, stopA := e.stoppableNode(t, fast(p, "move-a", queue))
+			a, stopA := e.stoppableNode(t, fast(p, "move-a", queue), e.tc)
 			runA := e.ownedRun(t, a, queue, "move-a leads with an open run", nil)
-			b, _ := e.stoppableNode(t, fast(p, "move-b", queue))
+			b, _ := e.stoppableNode(t, fast(p, "move-b", queue), e.tc)
 
 			req := dispatcher.Request{Type: "slow", TaskID: "slow-1", PayloadSHA256: fmt.Sprintf("%064x", 1)}
 			if err := e.tc.SignalWorkflow(t.Context(), runA.WorkflowID, "", dispatcher.SignalDispatch, req); err != nil {

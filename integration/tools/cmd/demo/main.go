@@ -24,7 +24,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/baton-run/baton"
@@ -234,7 +233,7 @@ func (d *demo) ownersAgree(ctx context.Context) error {
 			return fmt.Errorf("%s: describe %s: %w", q, qs.WorkflowID, err)
 		}
 		info := resp.GetWorkflowExecutionInfo()
-		owner, found, err := takeover.DecodeOwner(converter.GetDefaultDataConverter(), info.GetMemo())
+		owner, found, err := takeover.DecodeOwner(nil, info.GetMemo())
 		switch {
 		case err != nil || !found:
 			return fmt.Errorf("%s: the open run %s carries no owner in its memo (%v)", q, info.GetExecution().GetRunId(), err)
