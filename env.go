@@ -116,10 +116,24 @@ func EnvVars() [][2]string {
 // validate the whole configuration (Validate does); a value that cannot be parsed returns an error
 // wrapping ErrInvalidConfig that names the variable, the field and the rule. Unknown BATON_*
 // variables are refused too, so a typo does not silently leave a default in force, except in the
-// namespaces of ClientEnvPrefixes (endpoints and credentials) and the names listed in ignore (an
-// application's own BATON_* settings).
+// namespaces of ClientEnvPrefixes (endpoints and credentials), the names listed in ignore (an
+// application's own BATON_* settings) and the names of a Kubernetes service link's shape
+// (IsServiceLinkEnv), which a Service named baton-* injects; ServiceLinkEnv lists those for the
+// caller to log.
 func LoadEnv(base Config, ignore ...string) (Config, error) {
 	return loadEnv(base, os.LookupEnv, os.Environ(), ignore)
+}
+
+// LoadEnvFrom is LoadEnv reading environ (KEY=VALUE entries; the last of a key wins) instead of
+// this process's environment: for tools that check the environment a deployment will give a worker.
+func LoadEnvFrom(base Config, environ []string, ignore ...string) (Config, error) {
+	vars := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	return loadEnv(base, lookup, environ, ignore)
 }
 
 func loadEnv(c Config, lookup func(string) (string, bool), environ []string, ignore []string) (Config, error) {
@@ -139,7 +153,7 @@ func loadEnv(c Config, lookup func(string) (string, bool), environ []string, ign
 	}
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix) && !known[name] && !clientEnv(name) {
+		if strings.HasPrefix(name, EnvPrefix) && !known[name] && !clientEnv(name) && !IsServiceLinkEnv(name) {
 			// Quoted: a name is any bytes but '=' and NUL, and an error must not forge log lines.
 			return c, configerr.New(ErrInvalidConfig, names.Quote(name), "is not a Baton setting (see baton.EnvVars)")
 		}

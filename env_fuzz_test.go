@@ -14,9 +14,10 @@ import (
 // FuzzLoadEnv sets two of LoadEnv's variables (picked by index) to arbitrary values, plus one more
 // variable of any name: loading never panics; a refusal wraps ErrInvalidConfig, names the variable
 // and stays on one line (values are quoted, so a hostile value cannot forge log lines); an unknown
-// BATON_* name is always refused; an accepted value lands in its field as the rules say (durations
-// positive, lists and labels trimmed and without empty items, numbers and flags as parsed, strings
-// trimmed). The seed corpus is in testdata/fuzz/FuzzLoadEnv.
+// BATON_* name is always refused, but for the client namespaces and Kubernetes service links; an
+// accepted value lands in its field as the rules say (durations positive, lists and labels trimmed
+// and without empty items, numbers and flags as parsed, strings trimmed). The seed corpus is in
+// testdata/fuzz/FuzzLoadEnv.
 func FuzzLoadEnv(f *testing.F) {
 	f.Add(uint8(0), "billing", uint8(1), "orders, refunds", "")
 	f.Add(uint8(8), "10s", uint8(5), "zone=a, tier = gold", "BATON_QUEUS")
@@ -33,7 +34,8 @@ func FuzzLoadEnv(f *testing.F) {
 		}
 		lookup, environ := env(set)
 		c, err := loadEnv(Config{}, lookup, environ, nil)
-		unknown := strings.HasPrefix(extra, EnvPrefix) && set[extra] == "x" && !isEnvVar(extra)
+		unknown := strings.HasPrefix(extra, EnvPrefix) && set[extra] == "x" && !isEnvVar(extra) &&
+			!clientEnv(extra) && !IsServiceLinkEnv(extra)
 		if err != nil {
 			named := strings.Contains(err.Error(), v1.name) || strings.Contains(err.Error(), v2.name) ||
 				unknown && (strings.Contains(err.Error(), extra) || strings.Contains(err.Error(), names.Quote(extra)))

@@ -169,7 +169,10 @@ func ClientEnvVars() []string {
 // LoadClientEnv applies the BATON_ETCD_*, BATON_TEMPORAL_* and BATON_REDIS_* variables to base. An
 // error wraps ErrInvalidClientConfig and names the variable; it never holds a secret's value.
 // Unknown variables in those namespaces are refused, so a typo does not leave a default in force
-// (baton.LoadEnv leaves the namespaces to this function). The variables (ClientEnvVars lists them):
+// (baton.LoadEnv leaves the namespaces to this function), except the names of a Kubernetes service
+// link's shape (baton.IsServiceLinkEnv: a Service named baton-etcd injects BATON_ETCD_SERVICE_HOST,
+// BATON_ETCD_PORT, ...), which are ignored; baton.ServiceLinkEnv lists them for the caller to log.
+// The variables (ClientEnvVars lists them):
 //
 //   - etcd: BATON_ETCD_ENDPOINTS (comma-separated), BATON_ETCD_DIAL_TIMEOUT; credentials
 //     BATON_ETCD_USERNAME and BATON_ETCD_PASSWORD; TLS BATON_ETCD_TLS, BATON_ETCD_CA_FILE,
@@ -193,7 +196,7 @@ func unknownClientEnv(environ []string) error {
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		if !slices.ContainsFunc(baton.ClientEnvPrefixes(), func(p string) bool { return strings.HasPrefix(name, p) }) ||
-			slices.Contains(ClientEnvVars(), name) {
+			slices.Contains(ClientEnvVars(), name) || baton.IsServiceLinkEnv(name) {
 			continue
 		}
 		return fmt.Errorf("%w: %q is not a client setting (see fxmodule.ClientEnvVars)", ErrInvalidClientConfig, name)
