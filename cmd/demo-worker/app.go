@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -38,6 +39,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	log := newLogger(stderr, o.logLevel)
 	defer func() { _ = log.Sync() }()
+	if links := baton.ServiceLinkEnv(os.Environ()); len(links) > 0 {
+		// Ignored by the loaders; said once, since they mean the pod spec lacks the setting.
+		log.Warn("ignoring Kubernetes service-link variables: set enableServiceLinks: false in the pod spec", zap.Strings("variables", links))
+	}
 	redis.SetLogger(redisLog{log.Named("redis")})
 
 	if o.events == "stdout" {
@@ -97,7 +102,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // So the HTTP server (and, through buildSharedFirst, the clients) are registered first, then the
 // Node (fxmodule.Module's invoke builds it), then the Temporal workers, which take the Node as an
 // argument so that they are built after it: they start last and stop first. The routes that need
-// the Node are added by a root invoke, which does not register a hook.
+// the Node are added by a root invoke, which does not register a hook. The pod-deletion-cost
+// updater (-pod-deletion-cost), registered after the workers, starts last and stops first of all.
 func appOptions(o runOptions, log *zap.Logger) []fx.Option {
 	load := newDispatchLoad(o.Cfg.Queues)
 	o.Cfg.Load = load.report
@@ -120,7 +126,7 @@ func appOptions(o runOptions, log *zap.Logger) []fx.Option {
 			fx.Invoke(buildSharedFirst, func(*httpServer) {}),
 		),
 		fxmodule.Module,
-		fx.Invoke(startTemporalWorkers, routeNode),
+		fx.Invoke(startTemporalWorkers, routeNode, startPodCost),
 	}
 }
 

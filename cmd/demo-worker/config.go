@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/cmd/demo-worker/contract"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/internal/opscli"
@@ -19,39 +20,11 @@ import (
 	"github.com/baton-run/baton/registry"
 )
 
-// The environment variables of this command (beyond baton.EnvVars and fxmodule.ClientEnvVars).
-const (
-	envHTTPAddr        = "BATON_HTTP_ADDR"
-	envLogLevel        = "BATON_LOG_LEVEL"
-	envShutdownTimeout = "BATON_SHUTDOWN_TIMEOUT"
-	envStartTimeout    = "BATON_START_TIMEOUT"
-	envEvents          = "BATON_EVENTS"
-	// envDevstackRedis is written by integration/tools/cmd/devstack into its env file; it is ignored, so
-	// that sourcing that file is enough to run a worker.
-	envDevstackRedis = "BATON_DEVSTACK_REDIS"
-)
-
-// Defaults of the settings of this command.
-const (
-	defaultHTTPAddr     = ":8080"
-	defaultStartTimeout = 30 * time.Second
-)
-
-// The graceful stop's budget, split between its two waits (see appOptions for their order): the
-// Temporal workers' drain (which begins with the quiesce of the runs this process leads), then the
-// Node's stop (baton.CheckedConfig.StopBudget). -shutdown-timeout's default gives each its whole
-// bound: the quiesce's and the terminate's (takeover.Config.HandOverBudget) to the drain.
-const (
-	// minDrain is the least time the Temporal workers get to finish the tasks they hold.
-	minDrain = time.Second
-	// stopSlack is kept for the rest of the stop: the HTTP server, the clients, Fx itself.
-	stopSlack = time.Second
-)
-
 // ownEnv lists this command's own BATON_* variables, which baton.LoadEnv must not refuse as unknown.
-func ownEnv() []string {
-	return []string{envHTTPAddr, envLogLevel, envShutdownTimeout, envStartTimeout, envEvents, envDevstackRedis}
-}
+func ownEnv() []string { return contract.Env() }
+
+// defaultStartTimeout is -start-timeout's default.
+const defaultStartTimeout = 30 * time.Second
 
 // runOptions is the configuration of `demo-worker run`.
 type runOptions struct {
@@ -62,6 +35,7 @@ type runOptions struct {
 	startTimeout    time.Duration
 	logLevel        zapcore.Level
 	events          string // "" or "stdout": where Baton's typed events go (package event)
+	pod             podOptions
 }
 
 // parseRun reads the environment and the flags of `demo-worker run` and validates everything.
@@ -71,21 +45,24 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if o.Common, err = opscli.LoadCommon(ownEnv()...); err != nil {
 		return o, err
 	}
-	o.httpAddr, o.startTimeout, o.logLevel = defaultHTTPAddr, defaultStartTimeout, zapcore.InfoLevel
-	_, shutdownGiven := os.LookupEnv(envShutdownTimeout)
-	if v, ok := os.LookupEnv(envHTTPAddr); ok {
+	o.httpAddr, o.startTimeout, o.logLevel = contract.DefaultHTTPAddr, defaultStartTimeout, zapcore.InfoLevel
+	_, shutdownGiven := os.LookupEnv(contract.EnvShutdownTimeout)
+	if v, ok := os.LookupEnv(contract.EnvHTTPAddr); ok {
 		o.httpAddr = strings.TrimSpace(v)
 	}
-	if v, ok := os.LookupEnv(envLogLevel); ok {
+	if v, ok := os.LookupEnv(contract.EnvLogLevel); ok {
 		if err := o.logLevel.Set(strings.TrimSpace(v)); err != nil {
-			return o, fmt.Errorf("%s: %w", envLogLevel, err)
+			return o, fmt.Errorf("%s: %w", contract.EnvLogLevel, err)
 		}
 	}
-	o.events = strings.TrimSpace(os.Getenv(envEvents))
+	o.events = strings.TrimSpace(os.Getenv(contract.EnvEvents))
+	if err := o.pod.loadEnv(); err != nil {
+		return o, err
+	}
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
-	}{{envShutdownTimeout, &o.shutdownTimeout}, {envStartTimeout, &o.startTimeout}} {
+	}{{contract.EnvShutdownTimeout, &o.shutdownTimeout}, {contract.EnvStartTimeout, &o.startTimeout}} {
 		if v, ok := os.LookupEnv(d.env); ok {
 			if err := (opscli.Duration(d.dst)).Set(strings.TrimSpace(v)); err != nil {
 				return o, fmt.Errorf("%s: %w", d.env, err)
@@ -98,16 +75,17 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	c := &o.Cfg
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "this process's ID in elections, heartbeats and the registry (BATON_SERVER_ID; default <host>-<pid>-<random>)")
 	fs.StringVar(&c.Version, "version", c.Version, "this build's version, published to the other workers so a rolling deploy moves queues forward only (BATON_VERSION; default the build's module version, or dev)")
-	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "listen address of /metrics, /healthz, /readyz and /status, HOST:PORT, or fd:N to serve on a listening socket inherited as file descriptor N ("+envHTTPAddr+")")
-	fs.Var(opscli.Duration(&o.shutdownTimeout), "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+envShutdownTimeout+"; default: the quiesce's bound and the terminate's for the drain, plus the Node's stop budget and a second)")
-	fs.Var(opscli.Duration(&o.startTimeout), "start-timeout", "bound of the start ("+envStartTimeout+")")
-	fs.Var(&o.logLevel, "log-level", "debug, info, warn or error ("+envLogLevel+"; default info)")
-	fs.StringVar(&o.events, "events", o.events, "stdout: write Baton's typed events (package event) as JSON lines on standard output, for tools; empty: none ("+envEvents+")")
+	fs.StringVar(&o.httpAddr, "http", o.httpAddr, "listen address of /metrics, /healthz, /readyz and /status, HOST:PORT, or fd:N to serve on a listening socket inherited as file descriptor N ("+contract.EnvHTTPAddr+")")
+	fs.Var(opscli.Duration(&o.shutdownTimeout), "shutdown-timeout", "bound of the graceful stop: the Temporal workers' drain, then the Node's handover ("+contract.EnvShutdownTimeout+"; default: the quiesce's bound and the terminate's for the drain, plus the Node's stop budget and a second)")
+	fs.Var(opscli.Duration(&o.startTimeout), "start-timeout", "bound of the start ("+contract.EnvStartTimeout+")")
+	fs.Var(&o.logLevel, "log-level", "debug, info, warn or error ("+contract.EnvLogLevel+"; default info)")
+	fs.StringVar(&o.events, "events", o.events, "stdout: write Baton's typed events (package event) as JSON lines on standard output, for tools; empty: none ("+contract.EnvEvents+")")
 	fs.Var(opscli.Duration(&c.Election.TTL), "ttl", fmt.Sprintf("etcd lease TTL, whole seconds (BATON_ELECTION_TTL; default %v)", election.DefaultConfig().TTL))
 	fs.Var(opscli.Duration(&c.Heartbeat.Interval), "heartbeat-interval", fmt.Sprintf("dispatcher heartbeat interval (BATON_HEARTBEAT_INTERVAL; default %v)", heartbeat.DefaultConfig().Interval))
 	fs.Var(opscli.Duration(&c.Reconciler.Interval), "reconcile-interval", fmt.Sprintf("reconciler cycle (BATON_RECONCILE_INTERVAL; default %v)", reconciler.DefaultConfig().Interval))
 	fs.Var(opscli.Duration(&c.Reconciler.StaleAfter), "stale-after", fmt.Sprintf("heartbeat age that makes a dispatcher stale (BATON_RECONCILE_STALE_AFTER; default %v)", reconciler.DefaultConfig().StaleAfter))
 	fs.Var(opscli.Duration(&c.Registry.HeartbeatInterval), "registry-heartbeat-interval", fmt.Sprintf("worker registry heartbeat interval (BATON_REGISTRY_HEARTBEAT_INTERVAL; default %v)", registry.DefaultConfig().HeartbeatInterval))
+	o.pod.addFlags(fs)
 	if err := opscli.Parse(fs, args, stdout); err != nil {
 		return o, err
 	}
@@ -116,7 +94,10 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 		return o, err
 	}
 	if o.events != "" && o.events != "stdout" {
-		return o, fmt.Errorf("-events (%s): must be empty or stdout, got %q", envEvents, o.events)
+		return o, fmt.Errorf("-events (%s): must be empty or stdout, got %q", contract.EnvEvents, o.events)
+	}
+	if err := o.pod.check(); err != nil {
+		return o, err
 	}
 	if o.Cfg.ServerID == "" {
 		// Chosen here rather than by the Node, so that the Temporal workers and the startup log use it too.
@@ -133,18 +114,18 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 		return o, err
 	}
 	if err := checkListenAddr(o.httpAddr); err != nil {
-		return o, fmt.Errorf("flag -http (%s): %w", envHTTPAddr, err)
+		return o, fmt.Errorf("flag -http (%s): %w", contract.EnvHTTPAddr, err)
 	}
 	// The Node's stop is left the time a graceful handover of every term may take; a shorter stop
 	// would cut into it and leave the queues to the lease expiry (a TTL without a leader).
 	o.nodeStopBudget = checked.StopBudget()
 	if !shutdownGiven {
-		o.shutdownTimeout = checked.Config().Takeover.HandOverBudget() + o.nodeStopBudget + stopSlack
+		o.shutdownTimeout = contract.DefaultShutdownTimeout(checked)
 	}
-	if least := o.nodeStopBudget + minDrain + stopSlack; o.shutdownTimeout < least {
+	if least := contract.MinShutdownTimeout(checked); o.shutdownTimeout < least {
 		return o, fmt.Errorf("flag -shutdown-timeout (%s) must be at least %v: %v for the Temporal workers to drain, "+
 			"%v for the Node's graceful handover (baton.CheckedConfig.StopBudget) and %v for the rest; got %v",
-			envShutdownTimeout, least, minDrain, o.nodeStopBudget, stopSlack, o.shutdownTimeout)
+			contract.EnvShutdownTimeout, least, contract.MinDrain, o.nodeStopBudget, contract.StopSlack, o.shutdownTimeout)
 	}
 	return o, nil
 }
@@ -152,7 +133,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 // drainTimeout is the Temporal workers' share of the stop (their WorkerStopTimeout): what is left
 // of -shutdown-timeout once the Node's handover and the rest of the stop are set aside.
 func (o runOptions) drainTimeout() time.Duration {
-	return o.shutdownTimeout - o.nodeStopBudget - stopSlack
+	return o.shutdownTimeout - o.nodeStopBudget - contract.StopSlack
 }
 
 // buildVersion is the demo worker's version when none is given: the main module's version as the

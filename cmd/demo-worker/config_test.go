@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/baton-run/baton/cmd/demo-worker/contract"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -116,6 +117,10 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 		{name: "missing CA file", args: []string{"-temporal-ca-file=/nonexistent/ca.pem"}, want: "TemporalTLS"},
 		{name: "password without user", env: map[string]string{"BATON_ETCD_USERNAME": "-"}, want: "EtcdUsername"},
 		{name: "bad redis db env", env: map[string]string{"BATON_REDIS_DB": "x"}, want: "BATON_REDIS_DB"},
+		{name: "bad pod deletion cost env", env: map[string]string{contract.EnvPodDeletionCost: "maybe"}, want: contract.EnvPodDeletionCost},
+		{name: "pod deletion cost without a pod", args: []string{"-pod-deletion-cost", "-pod-name="}, want: "-pod-name"},
+		// A typo beside a Kubernetes service link (a Service named baton-worker) is still refused.
+		{name: "typo beside service links", env: map[string]string{"BATON_QUEUSE": "x", "BATON_WORKER_SERVICE_HOST": "10.0.0.1"}, want: "BATON_QUEUSE"},
 	}
 	for _, tt := range tests {
 		for _, cmd := range []string{"run", "status"} {
@@ -147,7 +152,7 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 
 // sharedByStatus reports whether a case applies to `status` too (its flags are a subset of run's).
 func sharedByStatus(args []string, env map[string]string) bool {
-	runOnly := []string{"-ttl", "-heartbeat-interval", "-stale-after", "-shutdown-timeout", "-http", "-log-level", "-server-id"}
+	runOnly := []string{"-ttl", "-heartbeat-interval", "-stale-after", "-shutdown-timeout", "-http", "-log-level", "-server-id", "-pod-deletion-cost"}
 	for _, a := range args {
 		for _, f := range runOnly {
 			if strings.HasPrefix(a, f+"=") || a == f {
@@ -155,9 +160,24 @@ func sharedByStatus(args []string, env map[string]string) bool {
 			}
 		}
 	}
-	_, logLevel := env[envLogLevel]
-	_, shutdown := env[envShutdownTimeout]
-	return !logLevel && !shutdown
+	_, logLevel := env[contract.EnvLogLevel]
+	_, shutdown := env[contract.EnvShutdownTimeout]
+	_, podCost := env[contract.EnvPodDeletionCost]
+	return !logLevel && !shutdown && !podCost
+}
+
+// A Service named baton-worker in the worker's namespace injects BATON_WORKER_* variables: the worker
+// takes its configuration all the same, and its pod-deletion cost stays off unless asked for.
+func TestServiceLinksDoNotStopTheWorker(t *testing.T) {
+	setEnv(t, map[string]string{"BATON_WORKER_SERVICE_HOST": "10.0.0.1", "BATON_WORKER_PORT": "tcp://10.0.0.1:80",
+		"BATON_WORKER_PORT_80_TCP_ADDR": "10.0.0.1", "BATON_ETCD_SERVICE_PORT": "2379"})
+	o, err := parseRun(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("parseRun with service links: %v", err)
+	}
+	if o.Cfg.Project != "demo" || o.pod.deletionCost {
+		t.Fatalf("project %q, pod deletion cost %v", o.Cfg.Project, o.pod.deletionCost)
+	}
 }
 
 func TestStatusTimeoutMustBePositive(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/cmd/demo-worker/contract"
 )
 
 // meterOut is the OpenTelemetry meter provider every component reports to, and the Prometheus
@@ -75,7 +76,7 @@ func newHTTPServer(lc fx.Lifecycle, o runOptions, reg *prometheus.Registry, log 
 // server of `demo-worker run` and of `demo-worker load -metrics-addr`.
 func newMetricsServer(addr string, reg *prometheus.Registry, log *zap.Logger) *httpServer {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(log)}))
+	mux.Handle("GET "+contract.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(log)}))
 	return &httpServer{mux: mux, log: log, srv: &http.Server{
 		Addr:              addr,
 		Handler:           mux,
@@ -170,9 +171,9 @@ func (h *httpServer) stop(ctx context.Context) error {
 // routeNode adds the Node's routes and logs the effective settings.
 func routeNode(node *baton.Node, h *httpServer, o runOptions, log *zap.Logger) {
 	logStartup(log, o, node.Config())
-	h.mux.Handle("GET /healthz", node.LivenessCheck())
-	h.mux.Handle("GET /readyz", node.ReadinessCheck())
-	h.mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+	h.mux.Handle("GET "+contract.PathLive, node.LivenessCheck())
+	h.mux.Handle("GET "+contract.PathReady, node.ReadinessCheck())
+	h.mux.HandleFunc("GET "+contract.PathStatus, func(w http.ResponseWriter, _ *http.Request) {
 		b, err := json.MarshalIndent(node.Status(), "", "  ")
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -5,8 +5,9 @@
 // # demo-worker run (the default)
 //
 // Configuration comes from the environment first (the BATON_* variables of baton.EnvVars and
-// fxmodule.ClientEnvVars, plus BATON_HTTP_ADDR, BATON_LOG_LEVEL, BATON_EVENTS, BATON_SHUTDOWN_TIMEOUT
-// and BATON_START_TIMEOUT of this command), then flags override it (see -h). Passwords and API keys are
+// fxmodule.ClientEnvVars, plus this command's own, listed by package contract: BATON_HTTP_ADDR,
+// BATON_LOG_LEVEL, BATON_EVENTS, BATON_SHUTDOWN_TIMEOUT, BATON_START_TIMEOUT and the BATON_POD_*
+// settings), then flags override it (see -h). Passwords and API keys are
 // read only from BATON_ETCD_PASSWORD, BATON_REDIS_PASSWORD, BATON_TEMPORAL_API_KEY or the
 // -etcd-password-file, -redis-password-file and -temporal-api-key-file flags: a secret in a flag
 // would show in ps. Everything is validated before any connection is made.
@@ -18,6 +19,12 @@
 // the timeout is its stop budget (baton.CheckedConfig.StopBudget); the workers' drain, which begins
 // with the quiesce of the runs this process leads, gets the rest but one second. The default (19s with
 // Baton's defaults) gives the quiesce its whole bound (takeover.Config.QuiesceTimeout).
+//
+// In a Kubernetes pod (deploy/kubernetes, docs/kubernetes.md): the variables the kubelet injects
+// for the namespace's Services (BATON_WORKER_SERVICE_HOST, ...) are ignored and named in one warning;
+// -pod-deletion-cost (BATON_POD_DELETION_COST) keeps the pod's controller.kubernetes.io/pod-deletion-cost
+// equal to the number of queues the worker leads (package kubernetes/podcost), so that a scale-in
+// removes followers first.
 //
 // -events stdout (BATON_EVENTS) writes Baton's typed events (package event: terms, takeovers,
 // step-downs, heartbeat trouble, handler runs, ...) as JSON lines on standard output, for tools: the
@@ -61,7 +68,8 @@
 //	   not be read
 //	2  invalid configuration or usage (the message names the field, flag or variable)
 //	3  run, load: the start failed (a busy HTTP or -metrics-addr port, Temporal unreachable, etcd or
-//	   Redis refusing the credentials or the TLS connection, an Fx error)
+//	   Redis refusing the credentials or the TLS connection, -pod-deletion-cost outside a pod or
+//	   without its service-account files, an Fx error)
 package main
 
 import (

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/cmd/demo-worker/contract"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/takeover"
 )
@@ -81,7 +82,7 @@ func startTemporalWorkers(p workerParams) error {
 			// stops after this hook and needs its own budget, so the wait ends at the drain and
 			// the slack even when Stop does not: the process is exiting, and the handover matters
 			// more than a worker that cannot say goodbye.
-			ctx, cancel := context.WithTimeout(ctx, drain+stopSlack)
+			ctx, cancel := context.WithTimeout(ctx, drain+contract.StopSlack)
 			defer cancel()
 			// The runs this process leads finish their dispatches first, while its workers still
 			// serve them (the Node's step-down then finds them quiesced).
