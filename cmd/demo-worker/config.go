@@ -23,9 +23,6 @@ import (
 // ownEnv lists this command's own BATON_* variables, which baton.LoadEnv must not refuse as unknown.
 func ownEnv() []string { return contract.Env() }
 
-// defaultStartTimeout is -start-timeout's default.
-const defaultStartTimeout = 30 * time.Second
-
 // runOptions is the configuration of `demo-worker run`.
 type runOptions struct {
 	opscli.Common
@@ -45,7 +42,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if o.Common, err = opscli.LoadCommon(ownEnv()...); err != nil {
 		return o, err
 	}
-	o.httpAddr, o.startTimeout, o.logLevel = contract.DefaultHTTPAddr, defaultStartTimeout, zapcore.InfoLevel
+	o.httpAddr, o.startTimeout, o.logLevel = contract.DefaultHTTPAddr, contract.DefaultStartTimeout, zapcore.InfoLevel
 	_, shutdownGiven := os.LookupEnv(contract.EnvShutdownTimeout)
 	if v, ok := os.LookupEnv(contract.EnvHTTPAddr); ok {
 		o.httpAddr = strings.TrimSpace(v)

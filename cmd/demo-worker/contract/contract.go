@@ -57,6 +57,11 @@ const (
 // Paths lists every path the demo worker serves.
 func Paths() []string { return []string{PathMetrics, PathLive, PathReady, PathStatus} }
 
+// DefaultStartTimeout bounds the start (-start-timeout, BATON_START_TIMEOUT) unless told otherwise:
+// the clients' connections, the etcd session, the first campaigns. A liveness check must not kill a
+// worker that is still within it (Kubernetes: the startup probe's periodSeconds x failureThreshold).
+const DefaultStartTimeout = 30 * time.Second
+
 // DefaultHTTPPort is the port of the default HTTP address, DefaultHTTPAddr (BATON_HTTP_ADDR).
 const DefaultHTTPPort = 8080
 
