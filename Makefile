@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 RACE_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: test unit fuzz integration lint bench demo drill smoke tools deps compose-up compose-drill compose-down
+.PHONY: test unit manifests fuzz integration lint bench demo drill smoke tools deps compose-up compose-drill compose-down
 
 # Debian packages the integration tests, the benchmarks and the demo start for real. apt-get runs only
 # for what is missing (root, or sudo without a password).
@@ -22,9 +22,10 @@ deps:
 		for p in $$missing; do ($(SUDO) systemctl disable --now $$p || $(SUDO) service $$p stop) >/dev/null 2>&1 || true; done; \
 	fi
 
-## test: unit tests of the library (race detector on), short fuzzing, then the integration tests against
-## real servers; ends with one summary of every failure (gotestsum) and the wall time of each phase.
-## unit, fuzz and integration run one phase each. TEST_FLAGS adds go test flags, e.g. TEST_FLAGS='-run X'.
+## test: unit tests of the library (race detector on), the Kubernetes manifests' validation
+## (deploy/kubernetes/validate, offline), short fuzzing, then the integration tests against real servers;
+## ends with one summary of every failure (gotestsum) and the wall time of each phase.
+## unit, manifests, fuzz and integration run one phase each. TEST_FLAGS adds go test flags, e.g. TEST_FLAGS='-run X'.
 ## FUZZTIME (default 10s) is per fuzz target, beyond each target's committed seed corpus.
 FUZZTIME ?= 10s
 GOTESTSUM_VERSION ?= v1.13.0
@@ -32,9 +33,9 @@ GOTESTSUM := $(or $(shell $(GO) env GOBIN),$(GOBIN))/gotestsum
 export GO FUZZTIME RACE_TIMEOUT INTEGRATION_TIMEOUT GOTESTSUM
 
 test: deps $(GOTESTSUM)
-	scripts/test.sh unit fuzz integration
+	scripts/test.sh unit manifests fuzz integration
 
-unit fuzz: $(GOTESTSUM)
+unit manifests fuzz: $(GOTESTSUM)
 	scripts/test.sh $@
 
 integration: deps $(GOTESTSUM)
@@ -45,16 +46,19 @@ $(GOTESTSUM):
 	$(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 
 ## lint: no committed binary or file over 1 MiB outside testdata, gofmt, go vet, staticcheck (installed
-## with go install when missing) and govulncheck, both modules.
+## with go install when missing) and govulncheck, every module (the library, integration/,
+## deploy/kubernetes/validate).
 STATICCHECK_VERSION ?= v0.8.2
 lint:
 	scripts/check-committed.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd integration && $(GO) vet ./...
+	cd deploy/kubernetes/validate && $(GO) vet ./...
 	@[ -x "$(GOBIN)/staticcheck" ] || command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	PATH="$(GOBIN):$$PATH" staticcheck ./...
 	cd integration && PATH="$(GOBIN):$$PATH" staticcheck ./...
+	cd deploy/kubernetes/validate && PATH="$(GOBIN):$$PATH" staticcheck ./...
 	scripts/govulncheck.sh
 
 ## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# govulncheck over both modules, for `make lint`. Installs govulncheck with `go install` (the module
+# govulncheck over every module, for `make lint`. Installs govulncheck with `go install` (the module
 # proxy) when it is missing. It needs the vulnerability database (https://vuln.go.dev, or GOVULNDB);
 # when that cannot be reached the check is skipped with a clear message instead of failing, so
 # offline machines can still lint. Any finding (exit 3) or other error fails.
@@ -18,7 +18,7 @@ fi
 
 db=${GOVULNDB:-https://vuln.go.dev}
 status=0
-for mod in . integration; do
+for mod in . integration deploy/kubernetes/validate; do
 	out=$(cd "$mod" && govulncheck ./... 2>&1)
 	rc=$?
 	if ((rc != 0)) && grep -q "fetching vulnerabilities" <<<"$out"; then

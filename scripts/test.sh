@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: the library's unit tests (race detector on), short fuzzing, then the integration tests
-# against real servers. Every phase runs even when an earlier one failed, and all of them feed one
+# `make test`: the library's unit tests (race detector on), the Kubernetes manifests' validation,
+# short fuzzing, then the integration tests against real servers. Every phase runs even when an earlier one failed, and all of them feed one
 # `go test -json` stream to gotestsum, so the run ends with one summary of every failure, whichever
 # phase it came from, followed by what each phase cost.
 #
-# Usage: scripts/test.sh [PHASE...]   phases: unit fuzz integration (default: all three, in that order)
+# Usage: scripts/test.sh [PHASE...]   phases: unit manifests fuzz integration (default: all four, in that
+# order)
 #
 # Environment: GO, GOTESTSUM (the binary; the Makefile installs it), FUZZTIME (per fuzz target),
 # RACE_TIMEOUT, INTEGRATION_TIMEOUT, TEST_FLAGS (extra go test flags for unit and integration, e.g.
@@ -48,6 +49,13 @@ if [[ ${1:-} == --emit ]]; then
 		start=$SECONDS
 		case $phase in
 		unit) "$GO" test -json "${common[@]}" -timeout "$RACE_TIMEOUT" "${unit_pkgs[@]}" ;;
+		manifests)
+			# deploy/kubernetes/validate, a module of its own (Kubernetes' types stay out of the
+			# library's go.mod): every overlay rendered and checked, every bad fixture refused.
+			# Without -race: nothing in it runs concurrently, and kustomize and the Kubernetes API
+			# types take minutes to compile with it on a cold cache.
+			(cd deploy/kubernetes/validate && "$GO" test -json -count=1 -ldflags=-w "${extra[@]}" -timeout "$RACE_TIMEOUT" ./...)
+			;;
 		fuzz)
 			((fuzz_beside)) && continue
 			scripts/fuzz-short.sh "$FUZZTIME" -json 2>>"$TEST_REPORT"
@@ -93,7 +101,7 @@ if [[ ${1:-} == --emit ]]; then
 			((rc == 0))
 			;;
 		*)
-			echo "test.sh: unknown phase $phase (unit, fuzz, integration)" >&2
+			echo "test.sh: unknown phase $phase (unit, manifests, fuzz, integration)" >&2
 			false
 			;;
 		esac
@@ -112,7 +120,7 @@ if [[ ${1:-} == --emit ]]; then
 fi
 
 phases=("$@")
-((${#phases[@]} > 0)) || phases=(unit fuzz integration)
+((${#phases[@]} > 0)) || phases=(unit manifests fuzz integration)
 GOTESTSUM=${GOTESTSUM:-gotestsum}
 format=${TEST_FORMAT:-pkgname}
 TEST_REPORT=$(mktemp)
