@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/cmd/demo-worker/contract"
 )
 
 var httpClient = &http.Client{Timeout: time.Second}
 
 // Status reads /status at addr (host:port); false while the process cannot answer.
 func Status(addr string) (baton.Status, bool) {
-	resp, err := httpClient.Get("http://" + addr + "/status")
+	resp, err := httpClient.Get("http://" + addr + contract.PathStatus)
 	if err != nil {
 		return baton.Status{}, false
 	}
@@ -28,7 +29,7 @@ func Status(addr string) (baton.Status, bool) {
 
 // Ready reports whether /readyz at addr answers 200.
 func Ready(addr string) bool {
-	resp, err := httpClient.Get("http://" + addr + "/readyz")
+	resp, err := httpClient.Get("http://" + addr + contract.PathReady)
 	if err != nil {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/cmd/demo-worker/contract"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/servers/harness"
 )
@@ -74,9 +75,6 @@ func loadCompose(t *testing.T, root string) composeFile {
 	}
 	return c
 }
-
-// The demo worker's own variables beyond baton.EnvVars and fxmodule.ClientEnvVars (go doc ./cmd/demo-worker).
-var demoWorkerEnv = []string{"BATON_HTTP_ADDR", "BATON_LOG_LEVEL", "BATON_SHUTDOWN_TIMEOUT", "BATON_START_TIMEOUT"}
 
 // imageTag splits an image reference; the tag is empty when there is none.
 func imageTag(ref string) (repo, tag string) {
@@ -325,7 +323,7 @@ func TestComposeWorkerConfig(t *testing.T) {
 	for _, v := range fxmodule.ClientEnvVars() {
 		known[v] = true
 	}
-	for _, v := range demoWorkerEnv {
+	for _, v := range contract.Env() { // the demo worker's own, beyond baton.EnvVars and fxmodule.ClientEnvVars
 		known[v] = true
 	}
 	bin := demoWorker(t)
@@ -339,7 +337,7 @@ func TestComposeWorkerConfig(t *testing.T) {
 		}
 		for k, v := range s.Environment {
 			if !known[k] {
-				t.Errorf("%s: %s is not a variable of the demo worker (baton.EnvVars, fxmodule.ClientEnvVars, %v)", w, k, demoWorkerEnv)
+				t.Errorf("%s: %s is not a variable of the demo worker (baton.EnvVars, fxmodule.ClientEnvVars, contract.Env)", w, k)
 			}
 			env = append(env, k+"="+v)
 		}
