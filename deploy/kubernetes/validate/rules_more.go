@@ -32,8 +32,10 @@ func checkSelectedBy(o *Objects, w *worker) []Violation {
 		out = append(out, violation(RulePDB, w, "no PodDisruptionBudget selects the workers' pods (labels %v): a drain could evict them all at once", podLabels)...)
 	}
 	for _, np := range o.NetworkPolicies {
-		if np.Namespace == w.dep.Namespace && (len(np.Spec.PodSelector.MatchLabels) > 0 || len(np.Spec.PodSelector.MatchExpressions) > 0) &&
-			selects(&np.Spec.PodSelector, podLabels) && slices.Contains(np.Spec.PolicyTypes, "Egress") {
+		// An empty podSelector selects every pod of the namespace.
+		sel := np.Spec.PodSelector
+		all := len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0
+		if np.Namespace == w.dep.Namespace && (all || selects(&sel, podLabels)) && slices.Contains(np.Spec.PolicyTypes, "Egress") {
 			return out
 		}
 	}
