@@ -113,6 +113,7 @@ func run() error {
 		{"rollout", need{}, benchRollout},
 		{"dispatch", need{temporal: true, etcd: true}, benchDispatch},
 		{"planned moves", need{temporal: true, etcd: true}, benchPlanned},
+		{"planned moves of Nodes (drain, transfer, rollout, stop)", all, benchPlannedNodes},
 		{"worker crashes under load", all, benchCrashStall},
 		{"orphan cleanup", all, benchOrphans},
 		{"stall detection", all, benchStall},
