@@ -6,11 +6,13 @@ import (
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/takeover"
 )
 
 // EtcdPrefixes returns the etcd key prefixes a Node of this configuration reads and writes, each to
 // be granted read and write as a prefix (etcdctl role grant-permission ROLE readwrite PREFIX
-// --prefix): its project's queue elections, their balance records (members and hand-off hints) and,
+// --prefix): its project's queue elections, their balance records (members and hand-off hints), the
+// project's run log (takeover.RunLogProject; the dispatcher's carry-over reads and prunes it too) and,
 // unless DisableReconciler, its reconciler election; with a ledgerPrefix (dispatcher.NewEtcdLedger's
 // prefix, dispatcher.DefaultLedgerPrefix for the default; "" for none) the dispatch ledger too.
 // Nothing else in etcd is read or written, so a role with exactly these is all a Baton user needs
@@ -24,6 +26,12 @@ func (c Config) EtcdPrefixes(ledgerPrefix string) []string {
 	}
 	if !c.DisableReconciler {
 		out = append(out, election.Keys{Prefix: c.ReconcilerElectionPrefix}.Project(c.Project))
+	}
+	switch rl := c.Takeover.RunLog.(type) {
+	case nil: // the Node's default
+		out = append(out, takeover.RunLogProject("", c.Project))
+	case *takeover.EtcdRunLog:
+		out = append(out, rl.Project(c.Project))
 	}
 	if ledgerPrefix != "" {
 		out = append(out, dispatcher.LedgerRange(ledgerPrefix))

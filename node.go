@@ -115,6 +115,11 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 		return nil, err
 	}
 	n.balance = runner
+	if cfg.Takeover.RunLog == nil {
+		if cfg.Takeover.RunLog, err = takeover.NewEtcdRunLog(etcd, ""); err != nil {
+			return nil, err
+		}
+	}
 	if n.takeover, err = takeover.New(temporal, cfg.Takeover); err != nil {
 		return nil, err
 	}

@@ -58,6 +58,12 @@ type Activities struct {
 	// it, a run that took over from another cannot collect what that run accepted: its Backlog
 	// activity fails, and is retried until a worker that has a History picks it up.
 	History HistoryReader
+	// RunLog reads the run log the takeovers write (takeover.RunLog), which a new run's carry-over
+	// reads to find every earlier run that may have accepted requests. Default: with an EtcdLedger,
+	// its etcd client (the log's range comes with each run's Owner.RunLog). Without either, a run whose
+	// takeover kept a log cannot collect what earlier runs accepted: its Backlog activity fails, and
+	// is retried until a worker that has one picks it up.
+	RunLog RunLogReader
 	// DataConverter decodes the payloads of those histories. Default: the SDK's default data
 	// converter; set it to the client's when the application encodes payloads.
 	DataConverter converter.DataConverter

@@ -1,11 +1,13 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -13,23 +15,37 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+
+	"github.com/baton-run/baton/takeover"
 )
 
 // ActivityBacklog is the registered name of Activities.Backlog.
 const ActivityBacklog = "baton.Backlog"
 
-// HistoryReader reads a workflow's runs; client.Client satisfies it. The Backlog activity lists the
-// dispatcher workflow's closed runs with ListWorkflow (visibility) and reads each one's history with
+// HistoryReader reads a workflow's runs; client.Client satisfies it. The Backlog activity describes
+// the runs the run log and the takeover name (DescribeWorkflowExecution, by run ID), lists the
+// dispatcher workflow's runs with ListWorkflow (visibility, a hint), and reads each one's history with
 // GetWorkflowHistory, page by page (the iterator pages the server's responses).
 type HistoryReader interface {
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 	GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
 		filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
 	ListWorkflow(ctx context.Context, request *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
 }
+
+// RunLogReader reads and prunes the run log the takeovers write (takeover.RunLog);
+// *takeover.EtcdRunLog satisfies it.
+type RunLogReader interface {
+	Runs(ctx context.Context, rng string) ([]takeover.LoggedRun, error)
+	Forget(ctx context.Context, rng string, runIDs []string) error
+}
+
+var _ RunLogReader = (*takeover.EtcdRunLog)(nil)
 
 var _ HistoryReader = client.Client(nil)
 
@@ -48,6 +64,9 @@ type Source struct {
 	// start of a superseded term would hide every run before it.
 	Scan  bool   `json:"scan,omitempty"`
 	Chain string `json:"chain,omitempty"`
+	// RunLog is the range of the run log (takeover.RunLog) that the chain's takeover wrote, from the
+	// chain's Owner.RunLog: a scan reads every run logged there, whatever visibility lists.
+	RunLog string `json:"run_log,omitempty"`
 	// Listed marks a run a scan found: the runs before it are covered by the same scan, so what it
 	// had not read itself is not followed.
 	Listed bool `json:"listed,omitempty"`
@@ -177,87 +196,293 @@ func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (BacklogPage,
 	return page, nil
 }
 
-// scan lists the closed runs whose backlog the chain src.Chain must read: in the workflow ID's
-// visibility listing (newest first; a dispatcher's runs never overlap, so closing order is starting
-// order), the runs after Chain's own, up to and including the first one that finished its
-// carry-over once src.RunID was seen. They are returned oldest first, each Listed. A listing that
-// does not show Chain, or src.RunID while its history is still there, lags behind the server: the
-// error is retried.
+// scan returns the closed runs whose backlog the chain src.Chain must read, oldest first, each
+// Listed: newest first (a dispatcher's runs never overlap, so starting order is closing order), every
+// run that started before the chain's first run, back to and including the first one that finished
+// its own carry-over once the takeover's prior run src.RunID was read.
+//
+// Which runs exist is not taken from visibility alone: it is eventually consistent, and not ordered
+// across runs (a closed run may be listed as RUNNING, or not at all, while later runs are listed).
+// The runs the run log holds (src.RunLog: every run a takeover started or ended, logged before it was
+// reported or ended) and the prior run are described by run ID, and each chain of them is followed
+// through its continue-as-new links: Temporal answers those from the runs' own state, strongly
+// consistent. Visibility adds the runs Baton did not log (runs from before the log, an application's
+// own starts), and its status is never believed: every run is read from its history, and one whose
+// history is not closed yet fails the page, which is retried.
 func (a *Activities) scan(ctx context.Context, src Source) ([]Source, error) {
 	log := activity.GetLogger(ctx)
-	query := fmt.Sprintf("WorkflowId = %s", strconv.Quote(src.WorkflowID))
+	k, err := a.knownRuns(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	list := a.listing(src, k)
 	var (
-		runs        []Source // newest first
-		token       []byte
-		chainSeen   = src.Chain == "" // a chain that does not know its first run lists from the top
-		priorSeen   = src.RunID == ""
-		done        bool
-		listedCount int
+		runs      []Source // newest first
+		seen      = map[string]bool{}
+		priorSeen = src.RunID == "" || k.priorGone
+		stopAt    time.Time
+		cut       bool
 	)
-	for !done {
-		resp, err := a.History.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: query, PageSize: scanPage, NextPageToken: token})
+	for !cut {
+		r, ok, err := list.next(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("dispatcher: list the runs of %s: %w", src.WorkflowID, err)
+			return nil, err
 		}
-		for _, info := range resp.GetExecutions() {
-			runID := info.GetExecution().GetRunId()
-			listedCount++
-			if !chainSeen {
-				// Newer than the chain's first run: the chain itself (no other run can start while
-				// one of its runs is open).
-				chainSeen = runID == src.Chain
-				continue
+		if !ok {
+			break
+		}
+		if seen[r.runID] {
+			continue
+		}
+		seen[r.runID] = true
+		run := Source{WorkflowID: src.WorkflowID, RunID: r.runID, Listed: true}
+		b, err := a.readRun(ctx, run)
+		var notFound *serviceerror.NotFound
+		switch {
+		case errors.As(err, &notFound) && r.listed:
+			// Past the namespace's retention: nothing older is left to read either, but for runs
+			// the log or the takeover named (each described, so still there).
+			list.stopListing()
+			continue
+		case err != nil:
+			return nil, err
+		}
+		runs = append(runs, run)
+		priorSeen = priorSeen || r.runID == src.RunID
+		if len(b.sources) == 0 && priorSeen {
+			stopAt = r.start
+			break
+		}
+		if cut = len(runs) == MaxScanRuns; cut {
+			log.Error("dispatcher carry-over stops after MaxScanRuns runs; older runs' requests are not carried over",
+				"workflow_id", src.WorkflowID, "runs", len(runs), "oldest_run_id", r.runID)
+		}
+	}
+	if !priorSeen && !cut {
+		return nil, fmt.Errorf("dispatcher: the scan of %s did not reach %s (the takeover's prior run)", src.WorkflowID, src.RunID)
+	}
+	a.prune(ctx, src, k, stopAt)
+	slices.Reverse(runs)
+	return runs, nil
+}
+
+// scanned is a run a scan considers, with its start time, which orders it.
+type scanned struct {
+	runID  string
+	start  time.Time
+	listed bool // found by visibility, not by the log or the takeover
+}
+
+// known is what a scan knows from strongly consistent reads: the chain's own start, and the runs the
+// run log and the takeover name.
+type known struct {
+	chainKnown bool
+	chainStart time.Time
+	runs       []scanned            // newest first, the chain's own excluded
+	records    map[string]time.Time // run log record -> start of the newest run of its chain
+	gone       []string             // run log records whose chain's history is gone
+	priorGone  bool
+}
+
+// knownRuns describes the chain's first run, and every run of the chains in the run log and of the
+// prior run's, following continue-as-new links from each chain's last logged run.
+func (a *Activities) knownRuns(ctx context.Context, src Source) (known, error) {
+	k := known{records: map[string]time.Time{}}
+	if src.Chain != "" {
+		info, err := a.describeRun(ctx, src.WorkflowID, src.Chain)
+		if err != nil {
+			return known{}, err
+		}
+		k.chainKnown, k.chainStart = true, info.GetStartTime().AsTime()
+	}
+	type seed struct{ runID, record string }
+	var seeds []seed
+	if src.RunLog != "" {
+		rl := a.runLog()
+		if rl == nil {
+			// Retried: a worker with an etcd ledger (or Activities.RunLog) can pick the activity up.
+			return known{}, errors.New("dispatcher: Activities.RunLog (or an EtcdLedger) must be set to read the run log of a takeover that kept one")
+		}
+		logged, err := rl.Runs(ctx, src.RunLog)
+		if err != nil {
+			return known{}, err
+		}
+		for _, r := range logged {
+			if r.RunID != src.Chain {
+				seeds = append(seeds, seed{runID: cmp.Or(r.Last, r.RunID), record: r.RunID})
 			}
-			if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				continue
-			}
-			run := Source{WorkflowID: src.WorkflowID, RunID: runID, Listed: true}
-			b, err := a.readRun(ctx, run)
+		}
+	}
+	if src.RunID != "" {
+		seeds = append(seeds, seed{runID: src.RunID})
+	}
+	seen := map[string]bool{}
+	steps := 0
+	for _, s := range seeds {
+		for id := s.runID; id != "" && !seen[id]; {
+			seen[id] = true
+			info, err := a.describeRun(ctx, src.WorkflowID, id)
 			var notFound *serviceerror.NotFound
 			if errors.As(err, &notFound) {
-				// Past the namespace's retention: nothing older is left to read either.
-				done = true
+				// Past the namespace's retention: there is nothing left to read.
+				if s.record != "" {
+					k.gone = append(k.gone, s.record)
+				}
+				k.priorGone = k.priorGone || id == src.RunID
 				break
 			}
 			if err != nil {
-				return nil, err
+				return known{}, err
 			}
-			runs = append(runs, run)
-			priorSeen = priorSeen || runID == src.RunID
-			if len(b.sources) == 0 && priorSeen {
-				done = true
+			start := info.GetStartTime().AsTime()
+			if k.chainKnown && !start.Before(k.chainStart) {
+				break // this chain's own
+			}
+			k.runs = append(k.runs, scanned{runID: id, start: start})
+			if s.record != "" && start.After(k.records[s.record]) {
+				k.records[s.record] = start
+			}
+			if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
 				break
 			}
-			if len(runs) == MaxScanRuns {
-				log.Error("dispatcher carry-over stops after MaxScanRuns runs; older runs' requests are not carried over",
-					"workflow_id", src.WorkflowID, "runs", len(runs), "oldest_run_id", runID)
-				done = true
-				break
+			if steps++; steps > MaxScanRuns {
+				return known{}, fmt.Errorf("dispatcher: the logged runs of %s continue as new more than %d times", src.WorkflowID, MaxScanRuns)
+			}
+			if id, err = a.continuedAs(ctx, src.WorkflowID, id); err != nil {
+				return known{}, err
 			}
 		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
+	}
+	slices.SortFunc(k.runs, func(x, y scanned) int { return y.start.Compare(x.start) })
+	return k, nil
+}
+
+// runLog is where the scan reads the run log: Activities.RunLog, or the etcd ledger's client.
+func (a *Activities) runLog() RunLogReader {
+	if a.RunLog != nil {
+		return a.RunLog
+	}
+	if l, ok := a.Ledger.(*EtcdLedger); ok {
+		return l.runLog()
+	}
+	return nil
+}
+
+// describeRun describes one run by its ID.
+func (a *Activities) describeRun(ctx context.Context, workflowID, runID string) (*workflowpb.WorkflowExecutionInfo, error) {
+	resp, err := a.History.DescribeWorkflowExecution(ctx, workflowID, runID)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: describe %s run %s: %w", workflowID, runID, err)
+	}
+	return resp.GetWorkflowExecutionInfo(), nil
+}
+
+// continuedAs returns the run that runID continued as new into, from its close event.
+func (a *Activities) continuedAs(ctx context.Context, workflowID, runID string) (string, error) {
+	iter := a.History.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			return "", fmt.Errorf("dispatcher: close event of %s run %s: %w", workflowID, runID, err)
+		}
+		if attrs := ev.GetWorkflowExecutionContinuedAsNewEventAttributes(); attrs != nil {
+			return attrs.GetNewExecutionRunId(), nil
 		}
 	}
-	if !chainSeen {
-		return nil, fmt.Errorf("dispatcher: visibility lists %d runs of %s but not this chain's first run %s yet",
-			listedCount, src.WorkflowID, src.Chain)
-	}
-	if !priorSeen {
-		// Not listed: its history is gone (past retention, nothing to read), or visibility lags.
-		_, err := a.readRun(ctx, Source{WorkflowID: src.WorkflowID, RunID: src.RunID})
-		var notFound *serviceerror.NotFound
-		switch {
-		case err == nil:
-			return nil, fmt.Errorf("dispatcher: visibility does not list %s run %s (the takeover's prior run) yet",
-				src.WorkflowID, src.RunID)
-		case !errors.As(err, &notFound):
-			return nil, err
+	return "", nil
+}
+
+// prune forgets the run log's records that no later scan needs: the chains whose newest run started
+// before stopAt, the run that finished its own carry-over where this scan stopped (every run before
+// it is covered by it), and those whose history is gone. A failure is logged: the records stay, and
+// the next scan reads them again.
+func (a *Activities) prune(ctx context.Context, src Source, k known, stopAt time.Time) {
+	forget := k.gone
+	if !stopAt.IsZero() {
+		for rec, start := range k.records {
+			if start.Before(stopAt) {
+				forget = append(forget, rec)
+			}
 		}
 	}
-	slices.Reverse(runs)
-	return runs, nil
+	if len(forget) == 0 || src.RunLog == "" {
+		return
+	}
+	slices.Sort(forget)
+	if err := a.runLog().Forget(ctx, src.RunLog, forget); err != nil {
+		activity.GetLogger(ctx).Warn("dispatcher carry-over could not prune the run log; the next scan reads those runs again",
+			"workflow_id", src.WorkflowID, "records", len(forget), "error", err)
+	}
+}
+
+// listedTimeSlack bounds how much coarser than the run's own a visibility store may keep a start time.
+const listedTimeSlack = time.Second
+
+// has reports whether the scan knows runID from the run log or the takeover.
+func (k known) has(runID string) bool {
+	return slices.ContainsFunc(k.runs, func(r scanned) bool { return r.runID == runID })
+}
+
+// listing merges the visibility listing of a scan's workflow ID (newest first, page by page) with the
+// runs the scan knows, newest first.
+type listing struct {
+	a     *Activities
+	src   Source
+	k     known
+	ki    int       // the next of k.runs
+	page  []scanned // the rows of the last page not returned yet
+	token []byte
+	done  bool // visibility has no more pages (or is not read any further)
+}
+
+func (a *Activities) listing(src Source, k known) *listing {
+	return &listing{a: a, src: src, k: k}
+}
+
+// stopListing stops reading visibility; the known runs still follow.
+func (l *listing) stopListing() { l.page, l.done = nil, true }
+
+// next returns the newest run not returned yet; ok is false when there is none.
+func (l *listing) next(ctx context.Context) (r scanned, ok bool, err error) {
+	for len(l.page) == 0 && !l.done {
+		resp, err := l.a.History.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = %s", strconv.Quote(l.src.WorkflowID)), PageSize: scanPage, NextPageToken: l.token})
+		if err != nil {
+			return scanned{}, false, fmt.Errorf("dispatcher: list the runs of %s: %w", l.src.WorkflowID, err)
+		}
+		for _, info := range resp.GetExecutions() {
+			s := scanned{runID: info.GetExecution().GetRunId(), start: info.GetStartTime().AsTime(), listed: true}
+			switch {
+			case l.k.has(s.runID):
+				continue // known, with its start time from the run itself
+			case !l.k.chainKnown && info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+				continue // a chain that does not know its first run cannot tell its own runs otherwise
+			case l.k.chainKnown && s.start.After(l.k.chainStart.Add(-listedTimeSlack)):
+				// Close to the chain's start, or after it: a store may keep start times coarser than
+				// the run's own, so the run tells whether it is one of the chain's.
+				d, err := l.a.describeRun(ctx, l.src.WorkflowID, s.runID)
+				if err != nil {
+					return scanned{}, false, err
+				}
+				s.start = d.GetStartTime().AsTime()
+				if s.runID == l.src.Chain || d.GetFirstRunId() == l.src.Chain || !s.start.Before(l.k.chainStart) {
+					continue // this chain's own runs
+				}
+			}
+			l.page = append(l.page, s)
+		}
+		l.token = resp.GetNextPageToken()
+		l.done = len(l.token) == 0
+	}
+	if l.ki < len(l.k.runs) && (len(l.page) == 0 || l.k.runs[l.ki].start.After(l.page[0].start)) {
+		l.ki++
+		return l.k.runs[l.ki-1], true, nil
+	}
+	if len(l.page) > 0 {
+		r, l.page = l.page[0], l.page[1:]
+		return r, true, nil
+	}
+	return scanned{}, false, nil
 }
 
 // readRun reads one closed run's backlog, from a small cache: its pages are read one after another.
@@ -461,7 +686,7 @@ func startSources(workflowID, firstRunID string, in Input, scan bool) []Source {
 	case in.Carry != nil:
 		return append([]Source(nil), in.Carry.Backlog...)
 	case scan:
-		return []Source{{WorkflowID: workflowID, RunID: in.PriorRunID, Scan: true, Chain: firstRunID}}
+		return []Source{{WorkflowID: workflowID, RunID: in.PriorRunID, Scan: true, Chain: firstRunID, RunLog: in.RunLog}}
 	case in.PriorRunID != "":
 		return []Source{{WorkflowID: workflowID, RunID: in.PriorRunID}}
 	}

@@ -27,17 +27,17 @@
 // with NUL), so the same request sent twice, or sent again to the next owner's run, has the same key.
 // The workflow handles each request as the Dispatch activity does (the DispatchBatch activity runs
 // it for several requests at once): it asks the Ledger to Begin the key for the run's owner, calls
-// the application's Handler, and Completes the key. A key already
-// completed is a duplicate and is not handled again. The handler is at-least-once between Begin and
-// Complete: a run terminated or superseded in between leaves the key pending, and the next owner
-// handles it again, so handlers must be idempotent by key. It is never run twice at once: the
-// attempt that began a key holds it (HoldingLedger, LedgerAttemptKey) until its handler has returned,
-// and another attempt's Begin fails with ErrAttemptInFlight, retried, meanwhile. So a request is
-// handled again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a
-// handler that failed; in the first case once the crashed attempt's claim has lapsed
-// (LedgerAttemptTTL, 5 s, within the election's TTL), in the others once the first call returned. The activity fails without retrying,
-// with the ApplicationError types ErrTypeSuperseded, ErrTypeInvalidOwner, ErrTypeInvalidRequest and
-// ErrTypeBadRecord, when retrying cannot help.
+// the application's Handler, and Completes the key. A key already completed is a duplicate and is
+// not handled again. The handler is at-least-once between Begin and Complete: a run terminated or
+// superseded in between leaves the key pending, and the next owner handles it again, so handlers
+// must be idempotent by key. It is never run twice at once: the attempt that began a key holds it
+// (HoldingLedger, LedgerAttemptKey) until its handler has returned, and another attempt's Begin
+// fails with ErrAttemptInFlight, retried, meanwhile. So a request is handled
+// again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a handler
+// that failed; in the first case once the crashed attempt's claim has lapsed (LedgerAttemptTTL,
+// 5 s, within the election's TTL), in the others once the first call returned. The activity fails
+// without retrying, with the ApplicationError types ErrTypeSuperseded, ErrTypeInvalidOwner,
+// ErrTypeInvalidRequest and ErrTypeBadRecord, when retrying cannot help.
 //
 // A run handles up to RegisterOptions.MaxConcurrent requests at a time (default 32), in
 // DispatchBatch activities of a quarter of that each: a request's round trips (ledger, handler) no
@@ -51,20 +51,34 @@
 // survives its end:
 //
 //   - Takeover. A takeover terminates the prior run by its run ID and names it in the new run's
-//     Owner.PriorRunID. The new run first lists the workflow ID's closed runs (visibility, with the
-//     worker's Temporal client, Activities.History), newest first, back to the last run that
-//     finished its own carry-over and at least to the prior run, and reads each one's history with
-//     the Backlog activity: it re-dispatches every request such a run accepted whose Dispatch
-//     activity did not complete in it (signals, accepted updates, what it carried in its own input
-//     and what it read back itself). A pointer alone is not enough: a superseded term's start that
-//     lands late, while no run is open, becomes the ID's latest run although it never saw the runs
-//     before it, and its starter ends it at once; every run of the ID since the last carried one is
-//     read, so such a run hides nothing. Nothing cleverer is subtracted; the ledger makes a handled
-//     one a duplicate and finishes one left pending by a run terminated mid-activity. The backlog
+//     Owner.PriorRunID. The new run first collects the workflow ID's earlier runs, newest first, back
+//     to the last run that finished its own carry-over and at least to the prior run, and reads each
+//     one's history with the Backlog activity: it re-dispatches every request such a run accepted
+//     whose Dispatch activity did not complete in it (signals, accepted updates, what it carried in
+//     its own input and what it read back itself). A pointer alone is not enough: a superseded term's
+//     start that lands late, while no run is open, becomes the ID's latest run although it never saw
+//     the runs before it, and its starter ends it at once; every run of the ID since the last carried
+//     one is read, so such a run hides nothing. Nothing cleverer is subtracted; the ledger makes a
+//     handled one a duplicate and finishes one left pending by a run terminated mid-activity. The backlog
 //     is paged (at most RegisterOptions.BacklogPage requests and 512 KB per activity, the next page
 //     read once fewer than a page wait), so a backlog of any size is handed over in parts, never
 //     truncated. The same holds after a crash (the reconciler or the successor terminated the run)
 //     and after a graceful step-down (the owner terminated its own run).
+//   - Which runs exist is never taken from Temporal's visibility alone. Visibility is eventually
+//     consistent and its writes are not ordered across runs (a failed visibility task is retried while
+//     later runs' rows go through): a closed run can be listed as RUNNING, or not at all, for as long
+//     as its close waits to be indexed. So every run a takeover starts, reuses or ends is first logged
+//     in etcd (takeover.RunLog; the run's Owner.RunLog names the range), and a run a takeover could
+//     not log is never ended by it: it stays open, and the next takeover's describe or its FAIL-policy
+//     start finds it and names it. The carry-over reads the log (Activities.RunLog, by default the
+//     EtcdLedger's client) and describes each logged chain's runs and the prior run by run ID,
+//     following continue-as-new links: strongly consistent reads. Visibility (Activities.History's
+//     ListWorkflow) only adds runs Baton did not log; a row's status is never believed: every run is
+//     read from its history, and one whose history is not closed yet fails the page, which is retried
+//     (waited out, never skipped). A scan forgets the log's records of the chains older than the run
+//     it stopped at. What remains outside the rule: a run that a superseded starter could not log (it
+//     died between its start's answer and the log) and that someone other than Baton closed before the
+//     next takeover looked; visibility still covers it once its close is indexed.
 //   - Planned moves. Before a graceful step-down (stop, drain, rollout, shed) ends its run, the
 //     owner sends it the takeover.UpdateQuiesce update: the run starts no more dispatches, refuses
 //     new updates with ErrTypeHandingOver (a Producer sends them again, to the successor), and

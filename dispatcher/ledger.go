@@ -74,6 +74,16 @@ func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration) (
 
 func (l *EtcdLedger) key(k string) string { return LedgerKey(l.prefix, k) }
 
+// runLog reads the takeovers' run log with the ledger's client (Activities.RunLog's default).
+func (l *EtcdLedger) runLog() RunLogReader {
+	// The prefix only shapes Record's keys; a reader is given each range whole.
+	rl, err := takeover.NewEtcdRunLog(l.client, "")
+	if err != nil {
+		return nil // l.client is never nil (NewEtcdLedger)
+	}
+	return rl
+}
+
 // LedgerKey returns the etcd key of dispatchKey's record under prefix (DefaultLedgerPrefix when
 // empty): <prefix>/<dispatch key>, holding "<state> <server_id> <token>". This is the ledger's one
 // key layout; LedgerRange is the range of every record.

@@ -103,6 +103,12 @@ type Config struct {
 	// to start the same workflow ID again within about 1 s of the previous start). Defaults 100ms and
 	// 2s; RetryMax at least RetryMin.
 	RetryMin, RetryMax time.Duration
+	// RunLog records every run a takeover starts, reuses or terminates before the takeover reports
+	// or ends it, and each run's Owner.RunLog names where: the successor's carry-over reads it to find
+	// every run that may have accepted requests, whatever Temporal's visibility lags. Baton's Node sets
+	// an EtcdRunLog (DefaultRunLogPrefix) unless one is given. Optional: without it the carry-over
+	// relies on visibility, and a closed run whose close is not indexed yet can be missed.
+	RunLog RunLog
 	// Logger receives structured events. Default: no-op.
 	Logger *zap.Logger
 	// Events receives the takeover's events (event.TakenOver, PriorTerminated, SteppedDown). Optional.

@@ -44,6 +44,13 @@
 //  4. it confirms the term once more after the start. A run started by a term that ended on the way is
 //     terminated by its own run ID and the takeover reports ErrSuperseded.
 //
+// With a RunLog (Config.RunLog; Baton's Node keeps an EtcdRunLog), every run the takeover reuses,
+// terminates (step 2) or starts (step 3) is logged before the takeover ends it or reports it, and the
+// run's Owner.RunLog names the log's range for the queue. A dispatcher run's carry-over reads the log
+// to find every earlier run that may have accepted requests: visibility, eventually consistent, may
+// still list a closed run as RUNNING, or not list it. A run that could not be logged is not ended by
+// the takeover: it stays open for the next takeover to find, by describe or by its start's conflict.
+//
 // Every run starts with Config.WorkflowTaskTimeout as its workflow task timeout (default 2s where
 // Temporal's is 10s), and its chain keeps it across continue-as-new: every worker polls the
 // dispatcher task queue, so the crash of any worker, leader or not, may leave a run's workflow task

@@ -72,6 +72,10 @@ type Owner struct {
 	// terminated by it, or already closed): the run whose accepted but unfinished work the new run
 	// carries over. Empty for the workflow's first run.
 	PriorRunID string `json:"prior_run_id,omitempty"`
+	// RunLog is the range of the run log (Config.RunLog) where the takeover that started this run
+	// logged it and the runs before it: the carry-over reads the runs it must hand over from there.
+	// Empty when the takeover kept no log (the carry-over then relies on visibility alone).
+	RunLog string `json:"run_log,omitempty"`
 }
 
 // MemoKey is the memo field that carries the Owner of a dispatcher run.
@@ -194,6 +198,9 @@ func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, er
 
 	owner := Owner{Project: term.Project(), Queue: term.Queue(), ServerID: term.LeaderID(), Token: term.Token(),
 		ElectionKey: term.Key(), TakeoverStartedAt: m.cfg.Clock.Now()}
+	if m.cfg.RunLog != nil {
+		owner.RunLog = m.cfg.RunLog.Range(owner.Project, owner.Queue)
+	}
 	log := m.log.With(zap.String("project", owner.Project), zap.String("queue", owner.Queue),
 		zap.String("server_id", owner.ServerID), zap.Int64("token", owner.Token), zap.String("workflow_id", id))
 
@@ -257,29 +264,11 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		return Run{}, path, err
 	}
 	if prior.open {
-		if prior.ownerErr != nil {
-			return Run{}, path, prior.ownerErr
+		run, next, err := m.endPrior(ctx, term, id, owner, prior, path, log)
+		if err != nil || run.RunID != "" {
+			return run, next, err
 		}
-		switch {
-		case prior.owner.Token == owner.Token && prior.owner.ServerID == owner.ServerID:
-			return Run{WorkflowID: id, RunID: prior.runID, FirstRunID: prior.firstRunID, Owner: owner, Path: PathReused}, path, nil
-		case prior.owner.Token > owner.Token:
-			if err := m.regressed(ctx, term, owner, prior, log); err != nil {
-				return Run{}, path, err
-			}
-		}
-		reason := fmt.Sprintf(ReasonPrefix+"taken over by %s (token %d)", owner.ServerID, owner.Token)
-		if err := m.terminate(ctx, term, id, prior.runID, "", reason); err != nil {
-			return Run{}, path, err
-		}
-		log.Info("prior dispatcher run terminated", zap.String("prior_run_id", prior.runID),
-			zap.String("prior_server_id", prior.owner.ServerID), zap.Int64("prior_token", prior.owner.Token))
-		e := m.event(event.PriorTerminated, term, id)
-		e.PriorRunID, e.Peer, e.PeerToken = prior.runID, prior.owner.ServerID, prior.owner.Token
-		m.cfg.Events.Emit(e)
-		if path == PathStart {
-			path = PathTerminateFirst
-		}
+		path = next
 	}
 	if err := m.fence(ctx, term); err != nil {
 		return Run{}, path, err
@@ -312,6 +301,11 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		}
 		run.FirstRunID = mine.firstRunID
 	}
+	// Logged before anything reports it or ends it (a run this term may no longer own is ended
+	// below): a run Baton could not log stays open, for the next takeover to find and name.
+	if err := m.logRun(ctx, owner, run.FirstRunID, run.RunID, owner); err != nil {
+		return Run{}, path, err
+	}
 	if err := m.fence(ctx, term); err != nil {
 		if !errors.Is(err, ErrSuperseded) {
 			// etcd did not answer: the next attempt finds this run open with our owner and reuses it.
@@ -321,6 +315,45 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		return Run{}, path, err
 	}
 	return run, path, nil
+}
+
+// endPrior deals with the open run a takeover's describe found: this term's own is reused (returned);
+// an earlier owner's is logged and terminated by its run ID, and the path the attempt goes on with is
+// returned.
+func (m *Manager) endPrior(ctx context.Context, term Term, id string, owner Owner, prior priorRun, path Path, log *zap.Logger) (Run, Path, error) {
+	if prior.ownerErr != nil {
+		return Run{}, path, prior.ownerErr
+	}
+	switch {
+	case prior.owner.Token == owner.Token && prior.owner.ServerID == owner.ServerID:
+		// Its start may have answered too late to be logged (the call timed out on its way back).
+		if err := m.logRun(ctx, owner, prior.firstRunID, prior.runID, owner); err != nil {
+			return Run{}, path, err
+		}
+		return Run{WorkflowID: id, RunID: prior.runID, FirstRunID: prior.firstRunID, Owner: owner, Path: PathReused}, path, nil
+	case prior.owner.Token > owner.Token:
+		if err := m.regressed(ctx, term, owner, prior, log); err != nil {
+			return Run{}, path, err
+		}
+	}
+	reason := fmt.Sprintf(ReasonPrefix+"taken over by %s (token %d)", owner.ServerID, owner.Token)
+	// Logged before it is ended, as every run Baton ends: should this takeover's start fail and
+	// a late start land in between, the next carry-over still finds it.
+	if err := m.logRun(ctx, owner, prior.firstRunID, prior.runID, prior.owner); err != nil {
+		return Run{}, path, err
+	}
+	if err := m.terminate(ctx, term, id, prior.runID, "", reason); err != nil {
+		return Run{}, path, err
+	}
+	log.Info("prior dispatcher run terminated", zap.String("prior_run_id", prior.runID),
+		zap.String("prior_server_id", prior.owner.ServerID), zap.Int64("prior_token", prior.owner.Token))
+	e := m.event(event.PriorTerminated, term, id)
+	e.PriorRunID, e.Peer, e.PeerToken = prior.runID, prior.owner.ServerID, prior.owner.Token
+	m.cfg.Events.Emit(e)
+	if path == PathStart {
+		path = PathTerminateFirst
+	}
+	return Run{}, path, nil
 }
 
 // event is an Event of kind k about term's dispatcher workflow id.
@@ -345,6 +378,23 @@ func (m *Manager) regressed(ctx context.Context, term Term, owner Owner, prior p
 	log.Error("dispatcher run carries a higher token than the confirmed term: etcd revisions went back (restored without --bump-revision?); replacing the run",
 		zap.String("prior_run_id", prior.runID), zap.String("prior_server_id", prior.owner.ServerID),
 		zap.Int64("prior_token", prior.owner.Token))
+	return nil
+}
+
+// logRun records the chain that starts with firstRunID, its latest run lastRunID, in the run log, if
+// there is one, in the range of owner's queue (owner.RunLog), as owned by by (the run's owner as its
+// memo says; zero for a run Baton did not start). It runs to its end even when the term ends
+// meanwhile (bounded by AttemptTimeout): a superseded term's late start is logged, then ended.
+func (m *Manager) logRun(ctx context.Context, owner Owner, firstRunID, lastRunID string, by Owner) error {
+	if m.cfg.RunLog == nil || firstRunID == "" {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
+	defer cancel()
+	run := LoggedRun{RunID: firstRunID, Last: lastRunID, ServerID: by.ServerID, Token: by.Token}
+	if err := m.cfg.RunLog.Record(lctx, owner.RunLog, run); err != nil {
+		return fmt.Errorf("takeover: %w", err)
+	}
 	return nil
 }
 

@@ -191,7 +191,19 @@ func (e *env) workerWith(t *testing.T, h *handled, opts dispatcher.RegisterOptio
 // manager returns a takeover Manager for serverID on the test's Temporal client, as a node has.
 func (e *env) manager(t *testing.T, serverID string) *takeover.Manager {
 	t.Helper()
-	m, err := takeover.New(e.tc, takeover.Config{Logger: zaptest.NewLogger(t).Named(serverID)})
+	return e.managerWith(t, e.tc, takeover.Config{Logger: zaptest.NewLogger(t).Named(serverID)})
+}
+
+// managerWith returns a takeover Manager on tc with cfg, keeping its run log in the test's etcd, as a
+// node does.
+func (e *env) managerWith(t *testing.T, tc client.Client, cfg takeover.Config) *takeover.Manager {
+	t.Helper()
+	rl, err := takeover.NewEtcdRunLog(e.cli, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RunLog = rl
+	m, err := takeover.New(tc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,21 +17,27 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// heldStart holds the first StartWorkflowExecution request sent through its client in flight until
-// release is closed, then delivers it: a superseded leader's start that reaches Temporal late.
-type heldStart struct {
+// heldCall holds the first request of one gRPC method sent through its client in flight until
+// release is closed, then delivers it: a call that reaches Temporal late.
+type heldCall struct {
+	method  string
 	once    sync.Once
 	held    chan struct{} // closed when the request is held
 	release chan struct{}
 }
 
-func newHeldStart() *heldStart {
-	return &heldStart{held: make(chan struct{}), release: make(chan struct{})}
+func newHeldCall(method string) *heldCall {
+	return &heldCall{method: method, held: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (h *heldStart) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+// newHeldStart holds the first StartWorkflowExecution: a superseded leader's start that lands late.
+func newHeldStart() *heldCall {
+	return newHeldCall(workflowservice.WorkflowService_StartWorkflowExecution_FullMethodName)
+}
+
+func (h *heldCall) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if method == workflowservice.WorkflowService_StartWorkflowExecution_FullMethodName {
+	if method == h.method {
 		first := false
 		h.once.Do(func() { first = true })
 		if first {
@@ -48,6 +54,33 @@ func (h *heldStart) intercept(ctx context.Context, method string, req, reply any
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// waitHeld waits until h holds its call.
+func (h *heldCall) waitHeld(t *testing.T, who string) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case <-t.Context().Done():
+		t.Fatalf("%s's %s was never sent", who, h.method)
+	}
+}
+
+// heldClient returns a client of the test's Temporal server whose calls go through holds.
+func heldClient(t *testing.T, holds ...*heldCall) client.Client {
+	t.Helper()
+	var ics []grpc.UnaryClientInterceptor
+	for _, h := range holds {
+		ics = append(ics, h.intercept)
+	}
+	c, err := temporalServer.NewClient(func(o *client.Options) {
+		o.ConnectionOptions.DialOptions = append(o.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(ics...))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 // A superseded leader's late start must not hide a predecessor from the carry-over. node-a's start
 // is held in flight while node-a's term ends; node-b takes over, its run R_B accepts three requests
 // (no worker runs yet) and node-b steps down gracefully, terminating R_B; node-a's start then lands
@@ -57,17 +90,8 @@ func (h *heldStart) intercept(ctx context.Context, method string, req, reply any
 func TestLateStartDoesNotHideAPredecessor(t *testing.T) {
 	e := newEnv(t)
 	hold := newHeldStart()
-	late, err := temporalServer.NewClient(func(o *client.Options) {
-		o.ConnectionOptions.DialOptions = append(o.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(hold.intercept))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(late.Close)
-	mgrA, err := takeover.New(late, takeover.Config{Logger: zaptest.NewLogger(t).Named("node-a"), AttemptTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	late := heldClient(t, hold)
+	mgrA := e.managerWith(t, late, takeover.Config{Logger: zaptest.NewLogger(t).Named("node-a"), AttemptTimeout: time.Minute})
 
 	_, termA := e.ownerOf(t, "node-a")
 	type result struct {
@@ -79,11 +103,7 @@ func TestLateStartDoesNotHideAPredecessor(t *testing.T) {
 		run, err := mgrA.Take(t.Context(), termA)
 		tookA <- result{run, err}
 	}()
-	select {
-	case <-hold.held:
-	case <-t.Context().Done():
-		t.Fatal("node-a's start was never sent")
-	}
+	hold.waitHeld(t, "node-a")
 	// node-a's term ends while its start is in flight.
 	if err := termA.Resign(t.Context()); err != nil {
 		t.Fatal(err)
