@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -34,11 +35,28 @@ var _ HoldingLedger = (*EtcdLedger)(nil)
 const LedgerAttemptTTL = 5 * time.Second
 
 // BeginHolding implements HoldingLedger: the claim is LedgerAttemptKey on a lease of its own
-// (LedgerAttemptTTL), written in the same transaction that records the key pending.
+// (LedgerAttemptTTL), written in the same transaction that records the key pending. While another
+// attempt holds the key, it waits for that claim to go (the handler returned, or its process is
+// gone) and begins then, instead of failing the attempt: a successor's attempt behind a planned
+// move's slow handler starts the moment that handler returns, without a retry's backoff and without
+// reading as a failing dispatch. It returns ErrAttemptInFlight only when ctx ends first.
 func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
 	if err := ValidateOwner(owner); err != nil {
 		return false, noRelease, err
 	}
+	for {
+		done, release, err := l.beginHolding(ctx, key, owner)
+		if !errors.Is(err, ErrAttemptInFlight) {
+			return done, release, err
+		}
+		if werr := l.waitReleased(ctx, key); werr != nil {
+			return false, noRelease, fmt.Errorf("%w (waited for it: %v)", err, werr)
+		}
+	}
+}
+
+// beginHolding is one try of BeginHolding.
+func (l *EtcdLedger) beginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
 	grant, err := l.client.Grant(ctx, int64(LedgerAttemptTTL/time.Second))
 	if err != nil {
 		err = fmt.Errorf("dispatcher: ledger attempt lease: %w", err)
@@ -57,6 +75,35 @@ func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeove
 		a.wg.Wait()
 		a.revoke(ctx)
 	}), nil
+}
+
+// waitReleased returns once key has no attempt's claim (it was revoked, or lapsed with its lease),
+// or with ctx's error.
+func (l *EtcdLedger) waitReleased(ctx context.Context, key string) error {
+	k := LedgerAttemptKey(l.prefix, key)
+	resp, err := l.client.Get(ctx, k)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range l.client.Watch(wctx, k, clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("dispatcher: the watch on the attempt's claim ended")
 }
 
 // noRelease is the release of a Begin that holds nothing.

@@ -31,8 +31,8 @@
 // not handled again. The handler is at-least-once between Begin and Complete: a run terminated or
 // superseded in between leaves the key pending, and the next owner handles it again, so handlers
 // must be idempotent by key. It is never run twice at once: the attempt that began a key holds it
-// (HoldingLedger, LedgerAttemptKey) until its handler has returned, and another attempt's Begin
-// fails with ErrAttemptInFlight, retried, meanwhile. So a request is handled
+// (HoldingLedger, LedgerAttemptKey) until its handler has returned, and another attempt waits for
+// it to return meanwhile (its Begin would fail with ErrAttemptInFlight). So a request is handled
 // again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a handler
 // that failed; in the first case once the crashed attempt's claim has lapsed (LedgerAttemptTTL,
 // 5 s, within the election's TTL), in the others once the first call returned. The activity fails

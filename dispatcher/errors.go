@@ -18,7 +18,9 @@ var (
 	ErrBadRecord = errors.New("dispatcher: unreadable ledger record")
 	// ErrAttemptInFlight means another attempt at the dispatch key is still running its handler (or its
 	// process has not been gone for LedgerAttemptTTL yet): the key is not begun beside it, so a
-	// handler never runs concurrently with itself. The Dispatch activity retries until it has ended.
+	// handler never runs concurrently with itself. EtcdLedger.BeginHolding (the Dispatch activity's)
+	// waits for that attempt to end and returns it only when its context ended first; Begin returns it
+	// at once, for its caller to retry.
 	ErrAttemptInFlight = errors.New("dispatcher: another attempt is handling the dispatch key")
 	// ErrLedgerUnavailable is EtcdLedger.Check's failure: the ledger's writes have been failing for a
 	// while, so no dispatch completes on this worker. The message names the prefix and the last error.

@@ -407,7 +407,10 @@ func TestLedgerAttemptHoldsItsKey(t *testing.T) {
 		t.Fatalf("claim %s: %v, %v; want one key on a lease", claim, resp, err)
 	}
 	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
-	if _, _, err := l.BeginHolding(t.Context(), "held", a); !errors.Is(err, dispatcher.ErrAttemptInFlight) {
+	// A second attempt waits for the claim to go; one whose context ends first gets ErrAttemptInFlight.
+	short, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, _, err := l.BeginHolding(short, "held", a); !errors.Is(err, dispatcher.ErrAttemptInFlight) {
 		t.Fatalf("a second attempt of the same owner = %v, want ErrAttemptInFlight", err)
 	}
 	if err := termA.Resign(t.Context()); err != nil {
@@ -420,9 +423,26 @@ func TestLedgerAttemptHoldsItsKey(t *testing.T) {
 	if got := e.records(t)["held"]; got != record("pending", a) {
 		t.Fatalf("record %q, want node-a's pending one untouched", got)
 	}
+	// The successor's attempt waits for node-a's handler, and begins the moment it returned.
+	type begun struct {
+		done    bool
+		release func()
+		err     error
+	}
+	waiting := make(chan begun, 1)
+	go func() {
+		done, release, err := l.BeginHolding(t.Context(), "held", b)
+		waiting <- begun{done, release, err}
+	}()
+	select {
+	case r := <-waiting:
+		t.Fatalf("the successor's BeginHolding returned (%v, %v) while node-a's handler still runs", r.done, r.err)
+	case <-time.After(time.Second):
+	}
 	release()
 	release() // once only
-	doneB, releaseB, err := l.BeginHolding(t.Context(), "held", b)
+	r := <-waiting
+	doneB, releaseB, err := r.done, r.release, r.err
 	if err != nil || doneB {
 		t.Fatalf("the successor's Begin once node-a's attempt ended = %v, %v", doneB, err)
 	}
