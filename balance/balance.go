@@ -19,6 +19,9 @@ type Runner struct {
 	el      *election.Elector
 	client  *clientv3.Client
 	cfg     Config
+	// handOver is the election's HandOverTimeout: a hint lives through the hand-over it announces
+	// (the quiesce of the leader's run takes up to that), before the winner reads it.
+	handOver time.Duration
 	log     *zap.Logger
 	view    *view
 	roster  *roster
@@ -62,6 +65,7 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 		unfit: map[string]bool{}, unfitMoved: map[string]time.Time{}, unfitAsked: map[string]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
 		view: newView(el.Keys().Project(cfg.Project), cfg.ServerID, cfg.Queues)}
+	r.handOver = el.Config().HandOverTimeout
 	r.view.clk = cfg.Clock
 	r.view.onWorkers = r.restand
 	r.view.goneFor = 2 * el.Config().TTL // a gone worker's member record, on a lease of that TTL, is gone by then

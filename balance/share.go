@@ -35,7 +35,7 @@ func (r *Runner) mayStandIn(queue string) (bool, time.Duration) {
 	r.mu.Lock()
 	r.lastLeader[queue] = l
 	r.mu.Unlock()
-	if h, ok := r.roster.hintFor(queue, 2*r.cfg.Grace); ok && h.To != "" && h.From == l {
+	if h, ok := r.roster.hintFor(queue, r.deferral()); ok && h.To != "" && h.From == l {
 		return h.To == r.cfg.ServerID, 0
 	}
 	if r.roster.draining() {

@@ -73,9 +73,9 @@ func (r *Runner) won(ctx context.Context, queue string) {
 	if prev == r.cfg.ServerID {
 		return // this worker again: no owner changed
 	}
-	// A hand-off can take a few Graces under load (the successor's line-up, the resign); a hint of the
-	// previous leader's within hintMemory is this hand-off's.
-	h, ok := r.roster.recentHint(queue, hintMemory*r.cfg.Grace)
+	// A hand-off takes its hand-over (the run's quiesce) and a few Graces under load (the successor's
+	// line-up, the resign); a hint of the previous leader's within that is this hand-off's.
+	h, ok := r.roster.recentHint(queue, r.hintMemory())
 	ok = ok && (prev == "" || h.From == prev)
 	if !ok && prev != "" {
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.Grace)
@@ -169,8 +169,19 @@ func (r *Runner) successor() string {
 	return best.id
 }
 
-// hintMemory, in Graces, is how long a winner still reads a hint to learn why its queue moved.
-const hintMemory = 10
+// hintGraces, in Graces, is how long after the hand-over a winner still reads a hint to learn why its
+// queue moved.
+const hintGraces = 10
+
+// hintMemory is how long a hint read by this worker tells why its queue moved: the hand-over the
+// hint announced (up to the election's HandOverTimeout: a planned move quiesces its run that long
+// before the resign) and hintGraces Graces. (With Grace alone, every hand-off whose quiesce took
+// its whole QuiesceTimeout was counted as a crash.)
+func (r *Runner) hintMemory() time.Duration { return r.handOver + hintGraces*r.cfg.Grace }
+
+// deferral is how long the other workers defer to the successor a live hint names: through the
+// hand-over and two Graces, so that nobody else lines up while the leader quiesces its run.
+func (r *Runner) deferral() time.Duration { return r.handOver + 2*r.cfg.Grace }
 
 // handOff prepares the resignation of a held term: it names the successor in a hint (the others
 // defer to it for a grace window) and waits, at most Grace, until the successor stands first in line

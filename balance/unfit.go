@@ -65,6 +65,6 @@ func (r *Runner) unfitMove(ctx context.Context, queue string) (unfit, move bool)
 // standsForUnfit says whether leader asked the workers that serve queue to stand, being unfit for it
 // (a recent hint from it without a successor, reason ReasonUnfit).
 func (r *Runner) standsForUnfit(queue, leader string) bool {
-	h, ok := r.roster.hintFor(queue, 2*r.cfg.Grace)
+	h, ok := r.roster.hintFor(queue, r.deferral())
 	return ok && h.From == leader && h.To == "" && h.Reason == ReasonUnfit
 }

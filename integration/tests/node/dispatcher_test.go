@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -234,6 +235,28 @@ func counterSum(t *testing.T, reader metric.Reader, name string) int {
 		}
 	}
 	return total
+}
+
+// counterBy sums one counter of a process by the value of one attribute.
+func counterBy(t *testing.T, reader metric.Reader, name, attr string) map[string]int {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value(attribute.Key(attr))
+				out[v.Emit()] += int(dp.Value)
+			}
+		}
+	}
+	return out
 }
 
 // After an etcd history regression the queue's heartbeat entry holds a higher token than any term

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/balance"
@@ -85,12 +88,13 @@ func TestPlannedMovesLetASlowHandlerFinish(t *testing.T) {
 		name       string
 		move       func(t *testing.T, e *env, a *baton.Node, stopA func() error, p, queue string)
 		handler    time.Duration
-		againAfter bool // the handler outlasts the quiesce: a second call is allowed, after the first
+		againAfter bool   // the handler outlasts the quiesce: a second call is allowed, after the first
+		reason     string // why move-b counts the queue won (balance.MetricOwnerChanges)
 	}{
-		{"stop", stop, 3 * time.Second, false},
-		{"drain", drain, 3 * time.Second, false},
-		{"transfer", transfer, 3 * time.Second, false},
-		{"stop-8s-handler", stop, 8 * time.Second, true},
+		{"stop", stop, 3 * time.Second, false, balance.ReasonResign},
+		{"drain", drain, 3 * time.Second, false, balance.ReasonDrain},
+		{"transfer", transfer, 3 * time.Second, false, balance.ReasonTransfer},
+		{"stop-8s-handler", stop, 8 * time.Second, true, balance.ReasonResign},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -102,7 +106,10 @@ func TestPlannedMovesLetASlowHandlerFinish(t *testing.T) {
 			// TTL and intervals only speed up the start.
 			a, stopA := e.stoppableNode(t, fast(p, "move-a", queue), e.tc)
 			runA := e.ownedRun(t, a, queue, "move-a leads with an open run", nil)
-			b, _ := e.stoppableNode(t, fast(p, "move-b", queue), e.tc)
+			reader := metric.NewManualReader()
+			cfgB := fast(p, "move-b", queue)
+			cfgB.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
+			b, _ := e.stoppableNode(t, cfgB, e.tc)
 
 			req := dispatcher.Request{Type: "slow", TaskID: "slow-1", PayloadSHA256: fmt.Sprintf("%064x", 1)}
 			if err := e.tc.SignalWorkflow(t.Context(), runA.WorkflowID, "", dispatcher.SignalDispatch, req); err != nil {
@@ -138,6 +145,11 @@ func TestPlannedMovesLetASlowHandlerFinish(t *testing.T) {
 			}
 			if !tc.againAfter && len(calls) != 1 {
 				t.Errorf("%s with a %v handler in flight: handler called %d times %v; want once, by move-a", tc.name, tc.handler, len(calls), calls)
+			}
+			// A planned move is counted as one, however long its quiesce took (before, a hand-off that
+			// used the whole QuiesceTimeout outlived the hint's memory and was counted as a crash).
+			if got := counterBy(t, reader, balance.MetricOwnerChanges, "reason"); !maps.Equal(got, map[string]int{tc.reason: 1}) {
+				t.Errorf("%s: move-b counted owner changes %v, want {%s: 1}", tc.name, got, tc.reason)
 			}
 		})
 	}
