@@ -16,16 +16,16 @@ import (
 
 // Runner campaigns for a worker's queues with balancing.
 type Runner struct {
-	el      *election.Elector
-	client  *clientv3.Client
-	cfg     Config
+	el     *election.Elector
+	client *clientv3.Client
+	cfg    Config
 	// handOver is the election's HandOverTimeout: a hint lives through the hand-over it announces
 	// (the quiesce of the leader's run takes up to that), before the winner reads it.
 	handOver time.Duration
-	log     *zap.Logger
-	view    *view
-	roster  *roster
-	metrics *balanceMetrics
+	log      *zap.Logger
+	view     *view
+	roster   *roster
+	metrics  *balanceMetrics
 
 	mu         sync.Mutex
 	held       map[string]bool

@@ -252,7 +252,7 @@ func counterBy(t *testing.T, reader metric.Reader, name, attr string) map[string
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
 				v, _ := dp.Attributes.Value(attribute.Key(attr))
-				out[v.Emit()] += int(dp.Value)
+				out[v.String()] += int(dp.Value)
 			}
 		}
 	}
