@@ -35,6 +35,10 @@
 // run-scoped path as a cycle: a crashed owner with no successor is gone about TTL + OrphanGrace after
 // it died, not a minute later. A handover vacates nothing, and a queue that anyone stands for again
 // within the grace is left to them; the cycle and the Temporal-side sweep stay the backstop.
+// A queue vacated before the leader's term began (the whole fleet crashed, and the first worker back
+// does not serve it) counts as vacated at the term's start: the term's first cycle hands the watch the
+// project's live heartbeat entries, and those whose queue nobody leads (one read of the leaders) are
+// cleaned OrphanGrace after the term began.
 //
 // # Observability
 //

@@ -33,7 +33,13 @@ type vacancy struct {
 // A handover vacates nothing (the successor stands in line), and a queue that anyone stands for
 // again within the grace (a re-campaign, the vacant-queue rule) is left alone; the one-minute cycle
 // and the Temporal-side sweep remain the backstop.
-func (r *Reconciler) watchOrphans(ctx context.Context, term Term) {
+//
+// The watch starts with the term, so it cannot see a queue vacated before (the whole fleet crashed,
+// and the worker that came back first does not serve that queue). So the term's first cycle sends
+// the project's live heartbeat entries on atStart, and each whose queue has no leader, in one read
+// (Leaders), counts as vacated at the term's start: it is cleaned OrphanGrace later, not a cycle
+// later.
+func (r *Reconciler) watchOrphans(ctx context.Context, term Term, atStart <-chan []heartbeat.Entry) {
 	w, ok := r.leaders.(vacancies)
 	if !ok || r.cfg.OrphanGrace < 0 {
 		return
@@ -43,6 +49,7 @@ func (r *Reconciler) watchOrphans(ctx context.Context, term Term) {
 		r.log.Warn("no event-driven cleanup of orphaned dispatchers; the cycle alone cleans up", zap.Error(err))
 		return
 	}
+	started := r.cfg.Clock.Now()
 	var pending []vacancy // in order of due time: the grace is the same for all
 	// Armed only while something is pending; an early fire is harmless: only what is due is looked at.
 	timer := r.cfg.Clock.NewTimer(r.cfg.OrphanGrace)
@@ -60,6 +67,13 @@ func (r *Reconciler) watchOrphans(ctx context.Context, term Term) {
 				return
 			}
 			pending = append(pending, vacancy{v: v, at: r.cfg.Clock.Now().Add(r.cfg.OrphanGrace)})
+		case live := <-atStart:
+			atStart = nil
+			for _, v := range r.vacantAtStart(ctx, live) {
+				// Vacated at the term's start at the latest: due OrphanGrace after it. Due times stay
+				// in order: nothing the watch brought is due before these.
+				pending = append([]vacancy{{v: v, at: started.Add(r.cfg.OrphanGrace)}}, pending...)
+			}
 		case <-due:
 			now := r.cfg.Clock.Now()
 			for len(pending) > 0 && !pending[0].at.After(now) {
@@ -70,6 +84,32 @@ func (r *Reconciler) watchOrphans(ctx context.Context, term Term) {
 			return
 		}
 	}
+}
+
+// vacantAtStart returns the queues of live entries that nobody leads, each once, with the entry's
+// owner as the previous leader: vacated before the term began. One read of the leaders; a failure is
+// logged and leaves them to the cycle.
+func (r *Reconciler) vacantAtStart(ctx context.Context, live []heartbeat.Entry) []election.Vacated {
+	if len(live) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	leaders, err := r.leaders.Leaders(cctx, r.cfg.Project)
+	if err != nil {
+		r.log.Info("queues vacated before this term not looked for; left to the cycle", zap.Error(err))
+		return nil
+	}
+	var out []election.Vacated
+	seen := map[string]bool{}
+	for _, e := range live {
+		if _, led := leaders[e.Queue]; led || seen[e.Queue] {
+			continue
+		}
+		seen[e.Queue] = true
+		out = append(out, election.Vacated{Queue: e.Queue, Previous: election.Leader{ID: e.ServerID, Token: e.Token}})
+	}
+	return out
 }
 
 // orphan looks at a queue vacated OrphanGrace ago: still nobody standing, and a heartbeat entry left

@@ -112,7 +112,8 @@ type Report struct {
 	Err   error  `json:"-"`
 	Error string `json:"error,omitempty"`
 
-	judged map[string]bool // runs whose heartbeat entry this cycle read: the Redis path decides them
+	judged map[string]bool   // runs whose heartbeat entry this cycle read: the Redis path decides them
+	live   []heartbeat.Entry // the project's entries that are not stale, for the orphan watch's start
 }
 
 // Reconciler removes what crashed dispatcher owners left behind: their runs and heartbeat entries.
@@ -230,13 +231,19 @@ func (r *Reconciler) lead(ctx context.Context, term *election.Term, lastCycle st
 	defer r.metrics.leading.Store(false)
 	octx, stop := context.WithCancel(ctx)
 	var orphans sync.WaitGroup
-	orphans.Go(func() { r.watchOrphans(octx, term) })
+	// The term's first cycle tells the orphan watch which queues were vacated before the term began.
+	atStart := make(chan []heartbeat.Entry, 1)
+	orphans.Go(func() { r.watchOrphans(octx, term, atStart) })
 	defer func() { stop(); orphans.Wait() }()
 	failed, lastOK := 0, r.cfg.Clock.Now()
 	for {
 		rep, err := r.Cycle(ctx, term)
 		switch {
 		case err == nil:
+			if atStart != nil {
+				atStart <- rep.live
+				atStart = nil
+			}
 			failed, lastOK = 0, r.cfg.Clock.Now()
 			if rerr := r.recordCycle(ctx, term, lastCycle, rep); rerr != nil && !errors.Is(rerr, election.ErrNotLeader) {
 				r.log.Warn("reconciler cycle not recorded in etcd; operators' checks will see it late", zap.String("key", lastCycle), zap.Error(rerr))

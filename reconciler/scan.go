@@ -165,6 +165,7 @@ func (r *Reconciler) read(ctx context.Context, keys []string, now time.Time, rep
 			stale = append(stale, staleEntry{Entry: e, now: now})
 		} else {
 			rep.Active++
+			rep.live = append(rep.live, e)
 		}
 	}
 	return stale, nil

@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +11,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/reconciler"
 )
 
@@ -80,6 +83,52 @@ func TestOrphanOfACrashedOwnerIsCleanedUpWithinTheGrace(t *testing.T) {
 	})
 	if n := orphanCount(t, reader); n != 1 {
 		t.Errorf("%s = %d, want 1", reconciler.MetricOrphans, n)
+	}
+}
+
+// A queue vacated before the reconciler's term began is cleaned up the orphan grace after that term's
+// start, not a cycle later: the whole fleet (node-a, which led solo and the reconciler) crashes, and
+// the worker that comes back first (node-b) does not serve solo. node-b's vacancy watch starts with
+// its term, after solo's key went, so before, solo's run waited for the cycle (a minute here) to
+// find its entry stale.
+func TestOrphanVacatedBeforeTheReconcilersTermIsCleanedUp(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	a, proxy := e.startCuttableNode(t, slowCycle(fast(p, "node-a", "solo")))
+	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
+	eventually(t, 30*time.Second, "node-a leads the reconciler", func() error {
+		if a.Status().Reconciler.Cycles == 0 {
+			return fmt.Errorf("no cycle yet")
+		}
+		return nil
+	})
+
+	// node-a crashes as far as etcd can tell, and solo stays without a candidate.
+	proxy.Blackhole()
+	el, err := election.New(etcdx.Client(t, e.etcd), election.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "solo without a candidate", func() error {
+		if _, err := el.Leader(t.Context(), p, "solo"); !errors.Is(err, election.ErrNoLeader) {
+			return fmt.Errorf("solo's leader: %v", err)
+		}
+		return nil
+	})
+
+	began := time.Now()
+	_, reader := e.reconcilerLeader(t, p, "node-b", "other")
+	eventually(t, 2*time.Minute, "node-a's run is terminated", func() error {
+		if st := e.status(t, qa.WorkflowID, qa.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+			return fmt.Errorf("node-a's run is %v", st)
+		}
+		return nil
+	})
+	took := time.Since(began)
+	t.Logf("node-b started -> solo's run terminated: %v (grace %v, cycle %v)", took.Round(time.Millisecond),
+		reconciler.DefaultOrphanGrace, slowCycle(baton.Config{}).Reconciler.Interval)
+	if n := orphanCount(t, reader); n != 1 {
+		t.Errorf("%s = %d, want 1: the cleanup was not the orphan path's (the cycle's, %v)", reconciler.MetricOrphans, n, took.Round(time.Millisecond))
 	}
 }
 
