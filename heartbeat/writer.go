@@ -30,8 +30,6 @@ type Term interface {
 	Confirm(ctx context.Context) error
 }
 
-var _ Term = (*election.Term)(nil)
-
 // MetricWrites counts heartbeat writes by project, queue and result (ok, superseded, not_leader,
 // regression, error). regression is a write that replaced an entry with a higher token once etcd
 // confirmed the writer's term: etcd's revisions went back (a restore without --bump-revision, a move

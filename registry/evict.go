@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
 )
@@ -21,8 +20,6 @@ type Term interface {
 	// Token is the term's fencing token.
 	Token() int64
 }
-
-var _ Term = (*election.Term)(nil)
 
 // Evict is run by the queue's leader: workers of queue whose last heartbeat, by Redis server time,
 // is older than EvictAfter become OFFLINE, leave the heartbeat set and expire after Retention. It

@@ -1,0 +1,10 @@
+package progress
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every test stops what it started.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
