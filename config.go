@@ -182,6 +182,10 @@ func (c Config) withDefaults() Config {
 		// A stall shows within two heartbeat intervals.
 		c.Progress.Interval = c.Heartbeat.Interval
 	}
+	if c.Progress.WorkflowTaskTimeout == 0 {
+		// A task is stuck by the measure of the task timeout the runs start with.
+		c.Progress.WorkflowTaskTimeout = c.Takeover.WorkflowTaskTimeout
+	}
 	c.Progress = c.Progress.WithDefaults()
 	c.Registry.Project = c.Project
 	c.Registry = c.Registry.WithDefaults()

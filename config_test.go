@@ -47,8 +47,15 @@ func TestConfigDefaults(t *testing.T) {
 		c.Takeover.RetryMin != tk.RetryMin || c.Takeover.RetryMax != tk.RetryMax || c.Takeover.SignalName != tk.SignalName {
 		t.Fatalf("the Node's takeover defaults differ from takeover's: %+v", c.Takeover)
 	}
-	if c.Progress != progress.DefaultConfig() {
-		t.Fatalf("the Node's progress defaults %+v differ from progress's %+v (the interval is the heartbeat's, 10s)", c.Progress, progress.DefaultConfig())
+	// The progress checks judge a task stuck by the task timeout the takeovers start runs with.
+	if pc := (progress.Config{WorkflowTaskTimeout: tk.WorkflowTaskTimeout}).WithDefaults(); c.Progress != pc {
+		t.Fatalf("the Node's progress defaults %+v differ from progress's for Takeover.WorkflowTaskTimeout %v: %+v (the interval is the heartbeat's, 10s)",
+			c.Progress, tk.WorkflowTaskTimeout, pc)
+	}
+	// A longer task timeout stretches what counts as stuck: a healthy 60 s task is not reported.
+	long := Config{Project: "p", ServerID: "s", Queues: []string{"q"}, Takeover: takeover.Config{WorkflowTaskTimeout: time.Minute}}.withDefaults()
+	if long.Progress.TaskStuckAfter != 2*time.Minute {
+		t.Fatalf("Progress.TaskStuckAfter %v with a 1m task timeout, want 2m", long.Progress.TaskStuckAfter)
 	}
 	// A planned move quiesces inside the election's hand-over: the hand-over gets the quiesce's whole
 	// bound and the terminate's, and a longer quiesce stretches it (and the stop budget) with it.

@@ -124,11 +124,27 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"Interval": {Interval: time.Hour}, "PollerWindow": {PollerWindow: time.Millisecond},
 		"TaskStuckAfter": {TaskStuckAfter: -time.Second}, "PendingMax": {PendingMax: 48 * time.Hour},
 		"CallTimeout": {CallTimeout: time.Hour}, "FailingAttempts": {FailingAttempts: 1},
+		"WorkflowTaskTimeout": {WorkflowTaskTimeout: time.Hour},
 	} {
 		err := c.Validate()
 		if !errors.Is(err, ErrInvalidConfig) || !containsField(err, field) {
 			t.Errorf("%+v: %v, want an ErrInvalidConfig naming %s", c, err, field)
 		}
+	}
+}
+
+// TaskStuckAfter follows the runs' task timeout by default, and must be at least that when set.
+func TestTaskStuckAfterFollowsTheTaskTimeout(t *testing.T) {
+	for _, tc := range []struct{ timeout, want time.Duration }{
+		{0, DefaultTaskStuckAfter}, {2 * time.Second, DefaultTaskStuckAfter}, {time.Minute, 2 * time.Minute},
+	} {
+		if got := (Config{WorkflowTaskTimeout: tc.timeout}).WithDefaults().TaskStuckAfter; got != tc.want {
+			t.Errorf("WorkflowTaskTimeout %v: TaskStuckAfter %v, want %v", tc.timeout, got, tc.want)
+		}
+	}
+	err := Config{WorkflowTaskTimeout: time.Minute, TaskStuckAfter: 30 * time.Second}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) || !containsField(err, "TaskStuckAfter") {
+		t.Fatalf("TaskStuckAfter below the task timeout: %v, want an ErrInvalidConfig naming TaskStuckAfter", err)
 	}
 }
 
