@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
@@ -36,8 +37,17 @@ import (
 	"github.com/baton-run/baton/registry"
 )
 
-// Baton's etcd key prefixes: the queue elections, the reconciler election and the dispatch ledger.
-var batonPrefixes = []string{"/baton/election/", "/baton/election-balance/", "/baton/reconciler/", "/baton/dispatch/"}
+// batonPrefixes are Baton's etcd key prefixes for every project (the tests' projects are made up as
+// they go): what baton.Config.EtcdPrefixes grants one project, each cut back to before the project
+// (the dispatch ledger's range names none).
+func batonPrefixes() []string {
+	const p = "any-project"
+	var out []string
+	for _, k := range (baton.Config{Project: p}).EtcdPrefixes(dispatcher.DefaultLedgerPrefix) {
+		out = append(out, strings.TrimSuffix(k, p+"/"))
+	}
+	return out
+}
 
 // secureEtcd is an embedded etcd that serves clients over TLS only, requires a client certificate
 // signed by its CA, and has authentication on: root (for the test's own setup) and user, whose role
@@ -114,7 +124,7 @@ func (s *secureEtcd) setupAuth(t *testing.T) {
 		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
 		func() error { _, err := cli.RoleAdd(ctx, "baton"); return err },
 	}
-	for _, p := range batonPrefixes {
+	for _, p := range batonPrefixes() {
 		steps = append(steps, func() error {
 			_, err := cli.RoleGrantPermission(ctx, "baton", p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(authpb.READWRITE))
 			return err
