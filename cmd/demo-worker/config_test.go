@@ -84,6 +84,8 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 		env  map[string]string
 		args []string
 		want string // in the one-line message
+		// status names the flag and its variable instead of the field (opscli.Common.Explain).
+		status string
 	}{
 		{name: "bad duration flag", args: []string{"-ttl=ten"}, want: "-ttl"},
 		{name: "negative duration flag", args: []string{"-heartbeat-interval", "-1s"}, want: "-heartbeat-interval"},
@@ -93,11 +95,11 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 		{name: "bad demo duration env", env: map[string]string{"BATON_SHUTDOWN_TIMEOUT": "soon"}, want: "BATON_SHUTDOWN_TIMEOUT"},
 		{name: "TTL not whole seconds", args: []string{"-ttl=2500ms"}, want: "TTL"},
 		{name: "stale-after below two heartbeats", args: []string{"-heartbeat-interval=20s", "-stale-after=30s"}, want: "Reconciler.StaleAfter"},
-		{name: "empty project flag", args: []string{"-project="}, want: "Project"},
-		{name: "no project", env: map[string]string{"BATON_PROJECT": "-"}, want: "Project"},
-		{name: "project with slash", args: []string{"-project=a/b"}, want: "Project"},
-		{name: "bad queue name", args: []string{"-queues=q1,bad queue"}, want: "Queues[1]"},
-		{name: "queue listed twice", args: []string{"-queues=q1,q1"}, want: "Queues[1]"},
+		{name: "empty project flag", args: []string{"-project="}, want: "Project", status: "-project (BATON_PROJECT) must not be empty"},
+		{name: "no project", env: map[string]string{"BATON_PROJECT": "-"}, want: "Project", status: "-project (BATON_PROJECT) must not be empty"},
+		{name: "project with slash", args: []string{"-project=a/b"}, want: "Project", status: "-project (BATON_PROJECT) must not contain"},
+		{name: "bad queue name", args: []string{"-queues=q1,bad queue"}, want: "Queues[1]", status: "-queues (BATON_QUEUES) must not contain white space"},
+		{name: "queue listed twice", args: []string{"-queues=q1,q1"}, want: "Queues[1]", status: "-queues (BATON_QUEUES) [1]"},
 		{name: "no queues", args: []string{"-queues="}, want: "Queues"},
 		{name: "unknown BATON_ variable", env: map[string]string{"BATON_QUEUE": "q1"}, want: "BATON_QUEUE"},
 		{name: "etcd password flag", args: []string{"-etcd-password=etcd-s3cret"}, want: "-etcd-password"},
@@ -112,10 +114,10 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 		{name: "http on a bad descriptor", args: []string{"-http=fd:three"}, want: "-http"},
 		{name: "bad log level", args: []string{"-log-level=loud"}, want: "-log-level"},
 		{name: "bad log level env", env: map[string]string{"BATON_LOG_LEVEL": "loud"}, want: "BATON_LOG_LEVEL"},
-		{name: "no etcd endpoints", env: map[string]string{"BATON_ETCD_ENDPOINTS": "-"}, want: "EtcdEndpoints"},
-		{name: "bad redis address", args: []string{"-redis-addr=redis"}, want: "RedisAddr"},
-		{name: "missing CA file", args: []string{"-temporal-ca-file=/nonexistent/ca.pem"}, want: "TemporalTLS"},
-		{name: "password without user", env: map[string]string{"BATON_ETCD_USERNAME": "-"}, want: "EtcdUsername"},
+		{name: "no etcd endpoints", env: map[string]string{"BATON_ETCD_ENDPOINTS": "-"}, want: "EtcdEndpoints", status: "-etcd-endpoints (BATON_ETCD_ENDPOINTS)"},
+		{name: "bad redis address", args: []string{"-redis-addr=redis"}, want: "RedisAddr", status: "-redis-addr (BATON_REDIS_ADDR)"},
+		{name: "missing CA file", args: []string{"-temporal-ca-file=/nonexistent/ca.pem"}, want: "TemporalTLS", status: "-temporal-ca-file"},
+		{name: "password without user", env: map[string]string{"BATON_ETCD_USERNAME": "-"}, want: "EtcdUsername", status: "-etcd-username (BATON_ETCD_USERNAME)"},
 		{name: "bad redis db env", env: map[string]string{"BATON_REDIS_DB": "x"}, want: "BATON_REDIS_DB"},
 		{name: "bad pod deletion cost env", env: map[string]string{contract.EnvPodDeletionCost: "maybe"}, want: contract.EnvPodDeletionCost},
 		{name: "pod deletion cost without a pod", args: []string{"-pod-deletion-cost", "-pod-name="}, want: "-pod-name"},
@@ -138,8 +140,12 @@ func TestInvalidConfigurationExitsTwoNamingTheField(t *testing.T) {
 				if strings.Count(msg, "\n") != 1 || !strings.HasSuffix(msg, "\n") {
 					t.Errorf("want one line on stderr, got:\n%s", msg)
 				}
-				if !strings.Contains(msg, tt.want) {
-					t.Errorf("message does not name %s: %s", tt.want, msg)
+				want := tt.want
+				if cmd == "status" && tt.status != "" {
+					want = tt.status
+				}
+				if !strings.Contains(msg, want) {
+					t.Errorf("message does not name %s: %s", want, msg)
 				}
 				if stdout.Len() > 0 {
 					t.Errorf("stdout not empty: %s", stdout.String())

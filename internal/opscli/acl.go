@@ -23,9 +23,9 @@ func RedisACL(prog string, args []string, stdout, stderr io.Writer, ignore ...st
 		user = "baton"
 	}
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
-	fs.StringVar(&c.Cfg.Heartbeat.Prefix, "heartbeat-prefix", c.Cfg.Heartbeat.Prefix, "heartbeat key prefix (BATON_HEARTBEAT_PREFIX)")
-	fs.StringVar(&c.Cfg.Registry.Prefix, "registry-prefix", c.Cfg.Registry.Prefix, "registry key prefix (BATON_REGISTRY_PREFIX)")
-	fs.StringVar(&user, "user", user, "the ACL user's name (BATON_REDIS_USERNAME; default baton)")
+	fs.StringVar(&c.Cfg.Heartbeat.Prefix, "heartbeat-prefix", c.Cfg.Heartbeat.Prefix, "heartbeat key prefix ("+envOf("Heartbeat.Prefix")+")")
+	fs.StringVar(&c.Cfg.Registry.Prefix, "registry-prefix", c.Cfg.Registry.Prefix, "registry key prefix ("+envOf("Registry.Prefix")+")")
+	fs.StringVar(&user, "user", user, "the ACL user's name (BATON_REDIS_USERNAME)")
 	switch err := Parse(fs, args, stdout); {
 	case errors.Is(err, ErrHelp):
 		return ExitOK

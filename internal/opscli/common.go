@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/internal/names"
 )
 
 // Common is the configuration every operator command shares: the Baton settings and how to reach
@@ -20,7 +22,14 @@ type Common struct {
 	Clients fxmodule.ClientConfig
 	// secret files given by flag; read after parsing so that a flag order does not matter.
 	etcdPasswordFile, redisPasswordFile, temporalAPIKeyFile string
+	// settings names the flag and the variable of each configuration field a flag sets (bind), by the
+	// field's path, so that an error about the field names both (Explain).
+	settings map[string]setting
 }
+
+// setting is how the command line sets a configuration field: a flag, and the environment variable
+// the flag's default comes from.
+type setting struct{ flag, env string }
 
 // statusOptions is the configuration of `status`.
 type statusOptions struct {
@@ -51,29 +60,118 @@ func LoadCommon(ignore ...string) (Common, error) {
 // AddFlags registers the flags of the project and of the connections, with the environment's values
 // as defaults.
 func (c *Common) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Cfg.Project, "project", c.Cfg.Project, "project the queues belong to (BATON_PROJECT)")
-	fs.Var(ListValue{&c.Cfg.Queues}, "queues", "comma-separated task queues (BATON_QUEUES)")
+	fs.StringVar(&c.Cfg.Project, "project", c.Cfg.Project, "project the queues belong to "+c.bind("Project", "project", envOf("Project")))
+	fs.Var(ListValue{&c.Cfg.Queues}, "queues", "comma-separated task queues "+c.bind("Queues", "queues", envOf("Queues")))
 
-	fs.Var(ListValue{&c.Clients.EtcdEndpoints}, "etcd-endpoints", "comma-separated etcd endpoints (BATON_ETCD_ENDPOINTS)")
-	fs.StringVar(&c.Clients.EtcdUsername, "etcd-username", c.Clients.EtcdUsername, "etcd user (BATON_ETCD_USERNAME)")
-	fs.StringVar(&c.etcdPasswordFile, "etcd-password-file", "", "file holding the etcd password (or BATON_ETCD_PASSWORD)")
-	tlsFlags(fs, "etcd", &c.Clients.EtcdTLS)
+	fs.Var(ListValue{&c.Clients.EtcdEndpoints}, "etcd-endpoints", "comma-separated etcd endpoints "+c.bind("EtcdEndpoints", "etcd-endpoints", "BATON_ETCD_ENDPOINTS"))
+	fs.StringVar(&c.Clients.EtcdUsername, "etcd-username", c.Clients.EtcdUsername, "etcd user "+c.bind("EtcdUsername", "etcd-username", "BATON_ETCD_USERNAME"))
+	fs.StringVar(&c.etcdPasswordFile, "etcd-password-file", "", "file holding the etcd password (or "+c.bindEnv("EtcdPassword", "etcd-password-file", "BATON_ETCD_PASSWORD")+")")
+	c.tlsFlags(fs, "etcd", &c.Clients.EtcdTLS)
 
-	fs.StringVar(&c.Clients.TemporalAddress, "temporal-address", c.Clients.TemporalAddress, "Temporal frontend host:port (BATON_TEMPORAL_ADDRESS; default localhost:7233)")
-	fs.StringVar(&c.Clients.TemporalNamespace, "temporal-namespace", c.Clients.TemporalNamespace, "Temporal namespace (BATON_TEMPORAL_NAMESPACE; default default)")
-	fs.StringVar(&c.temporalAPIKeyFile, "temporal-api-key-file", "", "file holding the Temporal API key (or BATON_TEMPORAL_API_KEY)")
-	tlsFlags(fs, "temporal", &c.Clients.TemporalTLS)
+	fs.StringVar(&c.Clients.TemporalAddress, "temporal-address", c.Clients.TemporalAddress,
+		"Temporal frontend host:port ("+c.bindEnv("TemporalAddress", "temporal-address", "BATON_TEMPORAL_ADDRESS")+"; default localhost:7233)")
+	fs.StringVar(&c.Clients.TemporalNamespace, "temporal-namespace", c.Clients.TemporalNamespace,
+		"Temporal namespace ("+c.bindEnv("TemporalNamespace", "temporal-namespace", "BATON_TEMPORAL_NAMESPACE")+"; default default)")
+	fs.StringVar(&c.temporalAPIKeyFile, "temporal-api-key-file", "", "file holding the Temporal API key (or "+c.bindEnv("TemporalAPIKey", "temporal-api-key-file", "BATON_TEMPORAL_API_KEY")+")")
+	c.tlsFlags(fs, "temporal", &c.Clients.TemporalTLS)
 	fs.BoolVar(&c.Clients.TemporalTLSDisabled, "temporal-tls-disabled", c.Clients.TemporalTLSDisabled,
-		"no TLS to Temporal even with an API key, for a TLS-terminating proxy on this host (BATON_TEMPORAL_TLS_DISABLED)")
+		"no TLS to Temporal even with an API key, for a TLS-terminating proxy on this host "+c.bind("TemporalTLSDisabled", "temporal-tls-disabled", "BATON_TEMPORAL_TLS_DISABLED"))
 
-	fs.StringVar(&c.Clients.RedisAddr, "redis-addr", c.Clients.RedisAddr, "Redis host:port (BATON_REDIS_ADDR; default localhost:6379)")
-	fs.StringVar(&c.Clients.RedisUsername, "redis-username", c.Clients.RedisUsername, "Redis ACL user (BATON_REDIS_USERNAME)")
-	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password (or BATON_REDIS_PASSWORD)")
-	tlsFlags(fs, "redis", &c.Clients.RedisTLS)
+	fs.StringVar(&c.Clients.RedisAddr, "redis-addr", c.Clients.RedisAddr, "Redis host:port ("+c.bindEnv("RedisAddr", "redis-addr", "BATON_REDIS_ADDR")+"; default localhost:6379)")
+	fs.StringVar(&c.Clients.RedisUsername, "redis-username", c.Clients.RedisUsername, "Redis ACL user "+c.bind("RedisUsername", "redis-username", "BATON_REDIS_USERNAME"))
+	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password (or "+c.bindEnv("RedisPassword", "redis-password-file", "BATON_REDIS_PASSWORD")+")")
+	c.tlsFlags(fs, "redis", &c.Clients.RedisTLS)
 }
 
-func tlsFlags(fs *flag.FlagSet, name string, t *fxmodule.TLSFiles) {
+// bind records that flag sets the configuration field field, as the environment variable env does,
+// and returns "(env)" for the flag's usage.
+func (c *Common) bind(field, flag, env string) string { return "(" + c.bindEnv(field, flag, env) + ")" }
+
+// bindEnv is bind returning env alone.
+func (c *Common) bindEnv(field, flag, env string) string {
+	if c.settings == nil {
+		c.settings = map[string]setting{}
+	}
+	c.settings[field] = setting{flag: "-" + flag, env: env}
+	return env
+}
+
+// envOf returns the BATON_* variable that sets field, a path of baton.Config ("Reconciler.Interval"),
+// from the one list baton.EnvVars holds. It panics on a field no variable sets: a help text naming a
+// variable that does not exist is a bug every command's -h test finds.
+func envOf(field string) string {
+	for _, v := range baton.EnvVars() {
+		if v[1] == field {
+			return v[0]
+		}
+	}
+	panic("opscli: no BATON_* variable sets Config." + field)
+}
+
+// Explain restates a configuration error (a *configerr.Error, from baton.Config.Validate or
+// fxmodule.ClientConfig.Validate) in the words of the command line: the flag and the variable that
+// set the field it names, then the rule, for example "-etcd-endpoints (BATON_ETCD_ENDPOINTS) must
+// name at least one endpoint". A field no flag sets is named by its variable (baton.EnvVars). The
+// error still matches the original with errors.Is and errors.As.
+func (c *Common) Explain(err error) error {
+	var bad *configerr.Error
+	if !errors.As(err, &bad) {
+		return err
+	}
+	field, index, _ := strings.Cut(bad.Field, "[")
+	if index != "" {
+		index = " [" + index
+	}
+	if s, ok := c.settings[field]; ok {
+		return &flagError{name: s.flag + " (" + s.env + ")" + index, rule: bad.Rule, err: err}
+	}
+	for _, v := range baton.EnvVars() {
+		if v[1] == field {
+			return &flagError{name: v[0] + " (" + bad.Field + ")", rule: bad.Rule, err: err}
+		}
+	}
+	return err
+}
+
+// checkNames checks the project and the queues with the rule Baton applies to every name, and
+// says which flag and variable set a bad one: "-project (BATON_PROJECT) must not be empty".
+func (c *Common) checkNames() error {
+	bad := func(field, value string, err error) error {
+		name := envOf(field)
+		if s, ok := c.settings[field]; ok {
+			name = s.flag + " (" + s.env + ")"
+		}
+		rule := err.Error()
+		if value != "" {
+			rule += ", got " + names.Quote(value)
+		}
+		return &flagError{name: name, rule: rule,
+			err: configerr.New(baton.ErrInvalidConfig, field, "%s %v", names.Quote(value), err)}
+	}
+	if err := names.Check(c.Cfg.Project); err != nil {
+		return bad("Project", c.Cfg.Project, err)
+	}
+	for _, q := range c.Cfg.Queues {
+		if err := names.Check(q); err != nil {
+			return bad("Queues", q, err)
+		}
+	}
+	return nil
+}
+
+// flagError is a configuration error told by the flag and the variable that set the field.
+type flagError struct {
+	name, rule string
+	err        error
+}
+
+func (e *flagError) Error() string { return e.name + " " + e.rule }
+func (e *flagError) Unwrap() error { return e.err }
+
+func (c *Common) tlsFlags(fs *flag.FlagSet, name string, t *fxmodule.TLSFiles) {
 	env := "BATON_" + strings.ToUpper(name)
+	field := strings.ToUpper(name[:1]) + name[1:] + "TLS" // EtcdTLS, TemporalTLS, RedisTLS
+	c.bindEnv(field, name+"-ca-file, -"+name+"-cert-file, -"+name+"-key-file", env+"_CA_FILE, "+env+"_CERT_FILE, "+env+"_KEY_FILE")
 	fs.StringVar(&t.CAFile, name+"-ca-file", t.CAFile, "PEM file of the CAs of the "+name+" server ("+env+"_CA_FILE)")
 	fs.StringVar(&t.CertFile, name+"-cert-file", t.CertFile, "PEM client certificate for "+name+" mTLS ("+env+"_CERT_FILE)")
 	fs.StringVar(&t.KeyFile, name+"-key-file", t.KeyFile, "PEM client key for "+name+" mTLS ("+env+"_KEY_FILE)")
@@ -115,7 +213,8 @@ func refuseSecretFlags(args []string) error {
 			continue
 		}
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if (strings.Contains(name, "password") || strings.Contains(name, "api-key")) && !strings.HasSuffix(name, "-file") {
+		// -*-file and -*-env flags name where a secret is, never the secret.
+		if (strings.Contains(name, "password") || strings.Contains(name, "api-key")) && !strings.HasSuffix(name, "-file") && !strings.HasSuffix(name, "-env") {
 			return fmt.Errorf("flag -%s is not accepted: a secret on the command line shows in ps; use the environment variable or -%s-file", name, name)
 		}
 	}
@@ -176,17 +275,23 @@ func parseStatus(prog string, args []string, stdout io.Writer, ignore []string) 
 		return o, err
 	}
 	o.queuesGiven = len(o.Cfg.Queues) > 0
-	check := o.Cfg
-	if !o.queuesGiven {
+	return o, o.validate()
+}
+
+// validate checks the configuration of a command that reads the project's queues (discovered when
+// none are given) and says which flag and variable to change.
+func (c *Common) validate() error {
+	if err := c.checkNames(); err != nil {
+		return err
+	}
+	check := c.Cfg
+	if len(check.Queues) == 0 {
 		check.Queues = []string{"placeholder"} // the queues are discovered; check everything else
 	}
 	if err := check.Validate(); err != nil {
-		return o, err
+		return c.Explain(err)
 	}
-	if err := o.Clients.Validate(); err != nil {
-		return o, err
-	}
-	return o, nil
+	return c.Explain(c.Clients.Validate())
 }
 
 // ListValue is a comma-separated list flag; setting it replaces the environment's list.
