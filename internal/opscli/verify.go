@@ -58,9 +58,12 @@ type verdict struct {
 	Queues    int       `json:"queues"`
 	Runs      int       `json:"runs_read"`
 	// LedgerFrom and LedgerTo are the etcd revisions of ledger history replayed for CheckLedgerTwice.
-	LedgerFrom int64       `json:"ledger_from_revision,omitempty"`
-	LedgerTo   int64       `json:"ledger_to_revision,omitempty"`
-	Violations []violation `json:"violations"`
+	LedgerFrom int64 `json:"ledger_from_revision,omitempty"`
+	LedgerTo   int64 `json:"ledger_to_revision,omitempty"`
+	// Since is -since as given; SinceRevision the etcd revision the ledger checks were judged after.
+	Since         string      `json:"since,omitempty"`
+	SinceRevision int64       `json:"since_revision,omitempty"`
+	Violations    []violation `json:"violations"`
 	// Unjudged says what could not be read, so a check could not be made; verify then exits 2.
 	Unjudged []string `json:"unjudged,omitempty"`
 }
@@ -75,6 +78,7 @@ type verifyOptions struct {
 	ledgerRevisions int64         // etcd revisions of ledger history replayed; 0: all etcd keeps
 	pendingMax      time.Duration // a ledger record pending longer is a violation
 	reconcilerMax   time.Duration // the reconciler's last completed cycle must be more recent
+	since           since         // judge only what happened after it; zero: everything read
 }
 
 // Verify is `prog verify`: it judges a live deployment against Baton's invariants from etcd,
@@ -130,7 +134,10 @@ func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) 
 	fs.StringVar(&o.ledgerPrefix, "ledger-prefix", o.ledgerPrefix, "the dispatch ledger's etcd prefix (dispatcher.NewEtcdLedger's); empty: no ledger checks")
 	fs.Int64Var(&o.ledgerRevisions, "ledger-revisions", o.ledgerRevisions, "etcd revisions of ledger history replayed for completions made twice; 0: all etcd keeps")
 	fs.Var(Duration(&o.pendingMax), "pending-max", "a ledger record pending (begun, not completed) longer is a violation")
-	fs.Var(Duration(&o.reconcilerMax), "reconciler-max", "the reconciler's last completed cycle must be more recent (default 3 × BATON_RECONCILER_INTERVAL)")
+	fs.Var(Duration(&o.reconcilerMax), "reconciler-max", "the reconciler's last completed cycle must be more recent (3 × "+envOf("Reconciler.Interval")+")")
+	fs.Var(sinceValue{&o.since, time.Now}, "since", "judge only what happened after this point: a duration back from now (30m), an RFC 3339 time "+
+		"(2026-11-28T15:04:05Z) or an etcd revision (a leader's token): hand-overs whose new run started after it, ledger completions and "+
+		"pending records written after it; the state of the queues and the reconciler are judged as they are now")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	if err := Parse(fs, args, stdout); err != nil {
 		return o, false, err
@@ -151,20 +158,13 @@ func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) 
 		return o, false, err
 	}
 	o.queuesGiven = len(o.Cfg.Queues) > 0
-	check := o.Cfg
-	if !o.queuesGiven {
-		check.Queues = []string{"placeholder"}
-	}
-	if err := check.Validate(); err != nil {
-		return o, false, err
-	}
-	return o, asJSON, o.Clients.Validate()
+	return o, asJSON, o.validate()
 }
 
 // verify runs every check.
 func verify(ctx context.Context, o verifyOptions) verdict {
 	rep := collectStatus(ctx, o.statusOptions)
-	v := verdict{Project: o.Cfg.Project, CheckedAt: rep.CheckedAt, Queues: len(rep.Queues)}
+	v := verdict{Project: o.Cfg.Project, CheckedAt: rep.CheckedAt, Queues: len(rep.Queues), Since: o.since.String()}
 	for _, d := range rep.down {
 		v.Unjudged = append(v.Unjudged, d+" could not be read")
 	}
@@ -262,6 +262,9 @@ func (h historyReader) check(ctx context.Context, queue, id string) ([]violation
 	var out []violation
 	for i := 1; i < len(runs); i++ {
 		prev, next := runs[i-1], runs[i]
+		if !h.o.since.after(next.start, next.owner.Token) {
+			continue // the hand-over to next happened before -since
+		}
 		bad := func(check, format string, args ...any) {
 			out = append(out, violation{Check: check, Queue: queue, Detail: fmt.Sprintf(format, args...)})
 		}
@@ -352,6 +355,12 @@ func writeVerdict(w io.Writer, v verdict) {
 	ledger := ""
 	if v.LedgerTo > 0 {
 		ledger = fmt.Sprintf(", ledger history from revision %d to %d", v.LedgerFrom, v.LedgerTo)
+	}
+	if v.Since != "" {
+		ledger += fmt.Sprintf(", judged since %s", v.Since)
+		if v.SinceRevision > 0 {
+			ledger += fmt.Sprintf(" (etcd revision %d)", v.SinceRevision)
+		}
 	}
 	fmt.Fprintf(w, "project %s: %d queue(s), %d run(s) read back%s: %s\n", v.Project, v.Queues, v.Runs, ledger, verdict)
 }

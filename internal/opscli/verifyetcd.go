@@ -39,6 +39,9 @@ type etcdJudge struct {
 	now  time.Time
 	// lastCycle is the key of the project's reconciler.LastCycle.
 	lastCycle string
+	// sinceRev is the etcd revision -since stands for: the ledger checks judge what was written
+	// after it. 0: everything etcd keeps.
+	sinceRev int64
 }
 
 // findings collects an etcd check's violations, listing the first maxListed.
@@ -94,6 +97,9 @@ func (j etcdJudge) doneTwice(ctx context.Context) (vs []violation, from, to int6
 	to = resp.Header.Revision
 	if j.o.ledgerRevisions > 0 {
 		from = to - j.o.ledgerRevisions
+	}
+	if j.sinceRev > 0 {
+		from = max(from, j.sinceRev+1)
 	}
 	w, err := dispatcher.NewLedgerWatchFrom(ctx, j.etcd, j.o.ledgerPrefix, from)
 	if err != nil {
@@ -154,6 +160,8 @@ func (j etcdJudge) pending(ctx context.Context) (vs []violation, unjudged string
 	for _, k := range keys {
 		r := recs[k]
 		switch {
+		case r.Revision <= j.sinceRev:
+			// begun before -since: not judged
 		case anchor.Revision > 0 && r.Revision < anchor.Revision:
 			f.add("dispatch key %s pending for %s (token %d) since revision %d, before %s (more than -pending-max %s ago): begun and never completed",
 				k, r.ServerID, r.Token, r.Revision, anchor.At.Format(time.RFC3339), j.o.pendingMax)
@@ -194,6 +202,40 @@ func (j etcdJudge) dateBefore(ctx context.Context, t time.Time) (anchor, oldest 
 	return reconciler.LastCycle{}, oldest, nil
 }
 
+// revisionAfter dates t to an etcd revision for -since: the revision of the oldest reconciler cycle
+// record dated after t, so that what is judged was written after t (what was written between t and
+// that record, at most a reconcile interval, is not judged). When no record is dated after t, the
+// current revision: nothing written yet is before t. ok is false when no cycle record dates
+// revisions at all.
+func (j etcdJudge) revisionAfter(ctx context.Context, t time.Time) (rev int64, ok bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, j.o.timeout)
+	defer cancel()
+	var after reconciler.LastCycle
+	var at int64 // 0: the latest
+	for range 10_000 {
+		rec, found, err := reconciler.ReadLastCycle(cctx, j.etcd, j.lastCycle, at)
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted), err == nil && !found:
+			return after.Revision, after.Revision > 0, nil
+		case err != nil:
+			return 0, false, err
+		case !rec.At.After(t) && after.Revision > 0:
+			return after.Revision, true, nil
+		case !rec.At.After(t):
+			resp, err := j.etcd.Get(cctx, j.lastCycle, clientv3.WithCountOnly())
+			if err != nil {
+				return 0, false, err
+			}
+			return resp.Header.Revision, true, nil
+		}
+		after, at = rec, rec.Revision-1
+		if at < 1 {
+			break
+		}
+	}
+	return after.Revision, after.Revision > 0, nil
+}
+
 // etcdChecks makes the checks of the ledger (unless -ledger-prefix is empty) and of the reconciler
 // (unless the configuration disables it) into v.
 func (v *verdict) etcdChecks(ctx context.Context, o verifyOptions, lc *Hooks) {
@@ -218,6 +260,23 @@ func (v *verdict) etcdChecks(ctx context.Context, o verifyOptions, lc *Hooks) {
 	if o.ledgerPrefix == "" {
 		return
 	}
+	switch {
+	case o.since.rev > 0:
+		j.sinceRev = o.since.rev
+	case !o.since.at.IsZero():
+		rev, ok, err := j.revisionAfter(ctx, o.since.at)
+		switch {
+		case err != nil:
+			v.Unjudged = append(v.Unjudged, fmt.Sprintf("-since %s: dating it to an etcd revision: %v", o.since, err))
+			return
+		case !ok:
+			v.Unjudged = append(v.Unjudged, fmt.Sprintf("-since %s: no reconciler cycle record (%s) dates etcd revisions, so the ledger checks "+
+				"cannot tell what was written after it: give -since an etcd revision", o.since, j.lastCycle))
+			return
+		}
+		j.sinceRev = rev
+	}
+	v.SinceRevision = j.sinceRev
 	found, from, to, err := j.doneTwice(ctx)
 	v.add(found, CheckLedgerTwice, err)
 	v.LedgerFrom, v.LedgerTo = from, to
