@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -74,6 +75,8 @@ type Activities struct {
 	MeterProvider metric.MeterProvider
 
 	metrics lazyMetrics
+	// runLogDenied is set once etcd refused to read the run log for want of permission.
+	runLogDenied atomic.Bool
 
 	mu    sync.Mutex
 	cache []cachedRun // the last runs Backlog read, oldest first

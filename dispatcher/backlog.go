@@ -304,7 +304,14 @@ func (a *Activities) knownRuns(ctx context.Context, src Source) (known, error) {
 			return known{}, errors.New("dispatcher: Activities.RunLog (or an EtcdLedger) must be set to read the run log of a takeover that kept one")
 		}
 		logged, err := rl.Runs(ctx, src.RunLog)
-		if err != nil {
+		switch {
+		case errors.Is(err, takeover.ErrRunLogDenied):
+			// A role that predates the log: find the runs as before it, and say so once.
+			if a.runLogDenied.CompareAndSwap(false, true) {
+				activity.GetLogger(ctx).Error("dispatcher carry-over cannot read the run log; it relies on Temporal's visibility alone until the etcd role grants it",
+					"range", src.RunLog, "error", err)
+			}
+		case err != nil:
 			return known{}, err
 		}
 		for _, r := range logged {

@@ -8,11 +8,26 @@ import (
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // DefaultRunLogPrefix is the etcd prefix of the run log unless NewEtcdRunLog is given one.
 const DefaultRunLogPrefix = "/baton/runs"
+
+// ErrRunLogDenied wraps the run log's errors when etcd refuses them for want of permission: a role
+// made before the run log existed (`baton acl etcd` grants it now). Baton then works as it did
+// before the log: a takeover starts and ends runs without logging them, and a carry-over finds the
+// earlier runs with visibility alone; both say so once, at error level.
+var ErrRunLogDenied = errors.New("takeover: etcd refuses the run log (grant the role readwrite on its range; `baton acl etcd` prints it)")
+
+// denied wraps err with ErrRunLogDenied when etcd refused it for want of permission.
+func denied(err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return fmt.Errorf("%w: %w", ErrRunLogDenied, err)
+	}
+	return err
+}
 
 // RunLog records, in a store that reads are linearizable in, every dispatcher run a takeover starts,
 // reuses or ends, before the takeover reports the run or ends it. A successor's carry-over reads the
@@ -105,7 +120,7 @@ func (l *EtcdRunLog) Record(ctx context.Context, rng string, run LoggedRun) erro
 	serverID := cmp.Or(strings.ReplaceAll(run.ServerID, " ", "_"), "-")
 	value := serverID + " " + strconv.FormatInt(run.Token, 10) + " " + cmp.Or(run.Last, run.RunID)
 	if _, err := l.client.Put(ctx, rng+run.RunID, value); err != nil {
-		return fmt.Errorf("takeover: log run %s: %w", run.RunID, err)
+		return fmt.Errorf("takeover: log run %s: %w", run.RunID, denied(err))
 	}
 	return nil
 }
@@ -119,7 +134,7 @@ func (l *EtcdRunLog) Runs(ctx context.Context, rng string) ([]LoggedRun, error) 
 	}
 	resp, err := l.client.Get(ctx, rng, clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("takeover: read the run log %s: %w", rng, err)
+		return nil, fmt.Errorf("takeover: read the run log %s: %w", rng, denied(err))
 	}
 	runs := make([]LoggedRun, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -153,7 +168,7 @@ func (l *EtcdRunLog) Forget(ctx context.Context, rng string, runIDs []string) er
 	for len(ops) > 0 {
 		n := min(len(ops), 100)
 		if _, err := l.client.Txn(ctx).Then(ops[:n]...).Commit(); err != nil {
-			return fmt.Errorf("takeover: forget %d logged runs in %s: %w", len(runIDs), rng, err)
+			return fmt.Errorf("takeover: forget %d logged runs in %s: %w", len(runIDs), rng, denied(err))
 		}
 		ops = ops[n:]
 	}

@@ -136,6 +136,9 @@ type Manager struct {
 	// legacy is set once the server refused WorkflowIDConflictPolicy (before Temporal 1.24): starts then
 	// leave it unset, which such servers treat as FAIL.
 	legacy atomic.Bool
+	// runLogDenied is set once etcd refused the run log for want of permission: runs are then started
+	// without it (Owner.RunLog empty), as before the log existed.
+	runLogDenied atomic.Bool
 
 	// quiesceMu guards quiesceUntil: for each term (by token) whose run was asked to quiesce, when
 	// its quiesce must be over. A term's calls share one QuiesceTimeout: a process's Node.Quiesce and
@@ -198,7 +201,7 @@ func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, er
 
 	owner := Owner{Project: term.Project(), Queue: term.Queue(), ServerID: term.LeaderID(), Token: term.Token(),
 		ElectionKey: term.Key(), TakeoverStartedAt: m.cfg.Clock.Now()}
-	if m.cfg.RunLog != nil {
+	if m.cfg.RunLog != nil && !m.runLogDenied.Load() {
 		owner.RunLog = m.cfg.RunLog.Range(owner.Project, owner.Queue)
 	}
 	log := m.log.With(zap.String("project", owner.Project), zap.String("queue", owner.Queue),
@@ -386,13 +389,22 @@ func (m *Manager) regressed(ctx context.Context, term Term, owner Owner, prior p
 // memo says; zero for a run Baton did not start). It runs to its end even when the term ends
 // meanwhile (bounded by AttemptTimeout): a superseded term's late start is logged, then ended.
 func (m *Manager) logRun(ctx context.Context, owner Owner, firstRunID, lastRunID string, by Owner) error {
-	if m.cfg.RunLog == nil || firstRunID == "" {
+	if m.cfg.RunLog == nil || owner.RunLog == "" || firstRunID == "" {
 		return nil
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
 	defer cancel()
 	run := LoggedRun{RunID: firstRunID, Last: lastRunID, ServerID: by.ServerID, Token: by.Token}
-	if err := m.cfg.RunLog.Record(lctx, owner.RunLog, run); err != nil {
+	err := m.cfg.RunLog.Record(lctx, owner.RunLog, run)
+	if errors.Is(err, ErrRunLogDenied) {
+		// An upgrade whose role predates the log: go on as before it, and say so once.
+		if m.runLogDenied.CompareAndSwap(false, true) {
+			m.log.Error("dispatcher runs are not logged: the carry-over relies on Temporal's visibility alone until the etcd role grants the run log",
+				zap.String("range", owner.RunLog), zap.Error(err))
+		}
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("takeover: %w", err)
 	}
 	return nil

@@ -23,6 +23,38 @@ import (
 
 const etcdPassword = "etcd-pw-Zq81vK3xTq"
 
+// A role made before the run log existed (an upgrade that did not print the role again) does not
+// take the fleet down: etcd refuses the run log, and the workers lead, take over and hand over as
+// before it, the carry-over relying on visibility alone (each says so once, at error level).
+func TestARoleWithoutTheRunLogStillLeads(t *testing.T) {
+	etcd := startSecureEtcd(t, "baton", etcdPassword)
+	rs := redisx.Start(t, redisx.Options{Password: "redis-admin-pw"})
+	const p0 = "any-project"
+	root, err := fxmodule.NewEtcdClient(fxmodule.ClientParams{Config: etcd.clientConfig("root", "root-"+etcdPassword, true),
+		Lifecycle: fxtest.NewLifecycle(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := strings.TrimSuffix(takeover.RunLogProject("", p0), p0+"/") // every project's records
+	_, err = root.RoleRevokePermission(t.Context(), "baton", runs, clientv3.GetPrefixRangeEnd(runs))
+	_ = root.Close()
+	if err != nil {
+		t.Fatalf("revoke the run log from the role: %v", err)
+	}
+	cc := withRedis(withTemporal(etcd.clientConfig("baton", etcdPassword, true)), rs, "", rs.Password())
+	p := project()
+	appA, nodeA := app(t, fast(p, "old-role-a", "orders"), cc)
+	appA.RequireStart()
+	qa := leads(t, nodeA, "orders")
+	appB, nodeB := app(t, fast(p, "old-role-b", "orders"), cc)
+	appB.RequireStart()
+	appA.RequireStop()
+	qb := leads(t, nodeB, "orders")
+	if qb.Token <= qa.Token || qb.RunID == qa.RunID {
+		t.Fatalf("B's run %s at token %d did not replace A's %s at %d", qb.RunID, qb.Token, qa.RunID, qa.Token)
+	}
+}
+
 // With etcd serving TLS only, demanding a client certificate and a password, and Baton's user
 // limited to Baton's key prefixes, Nodes built with fxmodule.Clients campaign, lead, take the
 // dispatcher over in the configured Temporal namespace, reconcile and hand over; the dispatch
