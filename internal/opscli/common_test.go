@@ -5,6 +5,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/baton-run/baton"
 )
 
 // env replaces every BATON_* variable of the test with env.
@@ -64,6 +67,7 @@ func TestRefuseSecretFlags(t *testing.T) {
 		{[]string{"-temporal-api-key-file", "/p"}, false},
 		{[]string{"--", "-etcd-password=x"}, false},
 		{[]string{"-project", "password"}, false},
+		{[]string{"-new-password-env", "PW"}, false}, // names a variable, not a secret
 	} {
 		err := refuseSecretFlags(tt.args)
 		if (err != nil) != tt.bad {
@@ -72,5 +76,18 @@ func TestRefuseSecretFlags(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "=x") {
 			t.Errorf("%q: the value is echoed: %v", tt.args, err)
 		}
+	}
+}
+
+// DefaultMoveTimeout follows the configuration: a worker learns of a drain at its next registry
+// heartbeat, hands over within its stop budget, and a successor is elected within a session TTL.
+func TestDefaultMoveTimeout(t *testing.T) {
+	var cfg baton.Config
+	if got := DefaultMoveTimeout(cfg); got != 28*time.Second {
+		t.Errorf("defaults: %v, want 10s + 8s + 10s", got)
+	}
+	cfg.Registry.HeartbeatInterval, cfg.Election.TTL = time.Second, 4*time.Second
+	if got, want := DefaultMoveTimeout(cfg), time.Second+cfg.Election.StopBudget()+4*time.Second; got != want {
+		t.Errorf("short intervals: %v, want %v", got, want)
 	}
 }

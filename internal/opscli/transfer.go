@@ -1,7 +1,6 @@
 package opscli
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -15,46 +14,30 @@ import (
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/internal/names"
 	"github.com/baton-run/baton/registry"
 )
 
-// Transfer is `prog transfer PROJECT QUEUE [-to SERVER]`: it asks the queue's leader to hand the
-// queue over gracefully (balance.RequestTransfer, the designated-successor path, fenced as every
-// handover is) to SERVER, or to the best candidate (the next in line in etcd, else a worker of the
-// queue online in the registry), and waits until the new leader holds it. It refuses, saying why, when
-// nobody leads, when SERVER leads already, or when SERVER does not stand for the queue (neither a
-// candidate in etcd nor an online worker of the queue in the registry).
+// Transfer is `prog transfer [-project PROJECT] QUEUE [-to SERVER]`: it asks the queue's leader to
+// hand the queue over gracefully (balance.RequestTransfer, the designated-successor path, fenced as
+// every handover is) to SERVER, or to the best candidate (the next in line in etcd, else a worker of
+// the queue online in the registry), and waits until the new leader holds it. It refuses, saying why,
+// when nobody leads, when SERVER leads already, or when SERVER does not stand for the queue (neither a
+// candidate in etcd nor an online worker of the queue in the registry). The older form
+// `prog transfer PROJECT QUEUE` is still accepted, with a note on stderr.
 func Transfer(ctx context.Context, prog string, args []string, stdout, stderr io.Writer, ignore ...string) int {
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "%s transfer: %s\n", prog, fmt.Sprintf(format, a...))
 		return code
 	}
-	c, err := LoadCommon(ignore...)
-	if err != nil {
-		return fail(ExitConfig, "%v", err)
-	}
-	to, timeout := "", 30*time.Second
-	fs := flag.NewFlagSet(prog+" transfer [flags] PROJECT QUEUE", flag.ContinueOnError)
-	c.AddFlags(fs)
-	fs.StringVar(&to, "to", "", "the worker (server ID) to move the queue to; default: the best candidate")
-	fs.Var(Duration(&timeout), "timeout", "how long to wait for the new leader")
-	pos, err := parseWithArgs(fs, args, stdout, "PROJECT", "QUEUE")
-	if err == nil {
-		err = c.ReadSecrets()
-	}
-	if err == nil {
-		err = errors.Join(election.ValidateName("PROJECT", pos[0]), election.ValidateName("QUEUE", pos[1]), c.Clients.Validate())
-	}
-	if err == nil && to != "" {
-		err = election.ValidateName("-to", to)
-	}
+	o, err := parseTransfer(prog, args, stdout, stderr, ignore)
 	switch {
 	case errors.Is(err, ErrHelp):
 		return ExitOK
 	case err != nil:
 		return fail(ExitConfig, "%v", err)
 	}
-	project, queue := pos[0], pos[1]
+	c, to, timeout, project, queue := o.Common, o.to, o.timeout, o.Cfg.Project, o.queue
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var lc Hooks
@@ -64,7 +47,7 @@ func Transfer(ctx context.Context, prog string, args []string, stdout, stderr io
 	if err != nil {
 		return fail(ExitUnclean, "%v", err)
 	}
-	keys := election.Keys{Prefix: cmp.Or(c.Cfg.Election.Prefix, election.DefaultConfig().Prefix)}
+	keys := electionKeys(c.Cfg)
 	line, err := candidates(ctx, etcd, keys, project, queue)
 	switch {
 	case err != nil:
@@ -94,12 +77,62 @@ func Transfer(ctx context.Context, prog string, args []string, stdout, stderr io
 		_, _ = etcd.Revoke(context.WithoutCancel(ctx), lease) // withdraw the request
 		return fail(ExitUnclean, "%s still leads %s after %v (a leader of a Baton release without transfers ignores the request): withdrawn", leader.ID, queue, timeout)
 	}
-	fmt.Fprintf(stdout, "%s: %s (token %d) -> %s (token %d) in %v\n", queue, leader.ID, leader.Token, moved.ID, moved.Token,
-		time.Since(began).Round(time.Millisecond))
+	reportMove(stdout, queue, leader, moved, time.Since(began))
 	if moved.ID != to {
 		return fail(ExitUnclean, "the queue went to %s, not to %s", moved.ID, to)
 	}
 	return ExitOK
+}
+
+// transferOptions is the configuration of `transfer`.
+type transferOptions struct {
+	Common
+	queue, to string
+	timeout   time.Duration // how long to wait for the new leader
+}
+
+// parseTransfer reads the environment and the flags of `prog transfer [-project P] QUEUE` (or the
+// older `prog transfer PROJECT QUEUE`, noted on stderr) and validates them.
+func parseTransfer(prog string, args []string, stdout, stderr io.Writer, ignore []string) (transferOptions, error) {
+	var o transferOptions
+	var err error
+	if o.Common, err = LoadCommon(ignore...); err != nil {
+		return o, err
+	}
+	o.timeout = DefaultMoveTimeout(o.Cfg)
+	fs := flag.NewFlagSet(prog+" transfer [flags] QUEUE", flag.ContinueOnError)
+	o.AddFlags(fs)
+	fs.StringVar(&o.to, "to", "", "the worker (server ID) to move the queue to; default: the best candidate")
+	fs.Var(Duration(&o.timeout), "timeout", "how long to wait for the new leader")
+	pos, err := parseArgs(fs, args, stdout)
+	switch {
+	case err != nil:
+		return o, err
+	case len(pos) == 0:
+		return o, errors.New("QUEUE is required")
+	case len(pos) > 2:
+		return o, fmt.Errorf("unexpected argument %q after QUEUE", pos[2])
+	case len(pos) == 2 && o.Cfg.Project != "" && o.Cfg.Project != pos[0] && projectFlagGiven(fs):
+		return o, fmt.Errorf("PROJECT %s and -project %s differ: give the project once, with -project", names.Quote(pos[0]), names.Quote(o.Cfg.Project))
+	case len(pos) == 2:
+		fmt.Fprintf(stderr, "%s transfer: note: PROJECT before QUEUE is deprecated; use -project %s (or %s) like the other commands\n",
+			prog, pos[0], envOf("Project"))
+		o.Cfg.Project, pos = pos[0], pos[1:]
+	}
+	o.queue = pos[0]
+	if err := o.ReadSecrets(); err != nil {
+		return o, err
+	}
+	if err := o.checkNames(); err != nil {
+		return o, err
+	}
+	if err := errors.Join(election.ValidateName("QUEUE", o.queue), o.Explain(o.Clients.Validate())); err != nil {
+		return o, err
+	}
+	if o.to != "" {
+		return o, election.ValidateName("-to", o.to)
+	}
+	return o, nil
 }
 
 // chooseTarget checks the worker asked for (to), or picks the best candidate when to is empty.
@@ -177,21 +210,36 @@ func onlineWorkers(ctx context.Context, reg *registry.Registry, queue string) []
 // parseWithArgs parses fs over args, which must hold exactly one positional argument per name, with
 // flags before, between or after them.
 func parseWithArgs(fs *flag.FlagSet, args []string, stdout io.Writer, names ...string) ([]string, error) {
+	pos, err := parseArgs(fs, args, stdout)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(pos) < len(names):
+		return nil, fmt.Errorf("%s is required", names[len(pos)])
+	case len(pos) > len(names):
+		return nil, fmt.Errorf("unexpected argument %q after %s", pos[len(names)], names[len(names)-1])
+	}
+	return pos, nil
+}
+
+// parseArgs parses fs over args and returns the positional arguments, with flags before, between or
+// after them.
+func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
 	var pos []string
 	for {
 		if err := parseFlags(fs, args, stdout); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {
-			break
+			return pos, nil
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	if len(pos) < len(names) {
-		return nil, fmt.Errorf("%s is required", names[len(pos)])
-	}
-	if len(pos) > len(names) {
-		return nil, fmt.Errorf("unexpected argument %q after %s", pos[len(names)], names[len(names)-1])
-	}
-	return pos, nil
+}
+
+// projectFlagGiven reports whether -project was on the command line (not only in the environment).
+func projectFlagGiven(fs *flag.FlagSet) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "project" })
+	return given
 }
