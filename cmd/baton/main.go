@@ -9,14 +9,23 @@
 //	                        (-json)
 //	baton verify            judge the deployment against Baton's invariants: 0 ok, 1 violations,
 //	                        2 could not judge (-json)
-//	baton ledger KEY        a dispatch request's record: not begun, pending or done, by which owner
-//	baton transfer PROJECT QUEUE [-to SERVER]
+//	baton ledger KEY        a dispatch request's record: not begun, pending or done, by which owner;
+//	                        KEY is a dispatch key (64 hex digits), anything else is refused
+//	baton ledger find -type T -id ID -payload-sha256 H [-parent P]
+//	                        a request's dispatch key from the fields the producer hashes
+//	                        (dispatcher.Request.Key), and its record
+//	baton transfer [-project P] QUEUE [-to SERVER]
 //	                        move a queue's leadership gracefully to SERVER or the best candidate,
 //	                        through the designated-successor path, and wait for it (writes)
-//	baton drain SERVER      ask worker SERVER to hand its queues over and stand for none (writes)
+//	baton drain SERVER      ask worker SERVER to hand its queues over and stand for none, then wait
+//	                        until it leads none and print where each went (-wait=false: do not wait;
+//	                        -timeout) (writes)
 //	baton undrain SERVER    take a drain back (writes)
 //	baton acl redis         the Redis ACL SETUSER command for a Baton user of this configuration
-//	baton acl etcd          the etcdctl commands for a role and user with exactly Baton's prefixes
+//	baton acl etcd          the etcdctl commands for a role and user with exactly Baton's prefixes,
+//	                        and the application's own (-extra-prefix), runnable unattended: the
+//	                        password comes from a variable or a file when they run
+//	                        (-new-password-env, -new-password-file)
 //
 // `baton <command> -h` lists a command's flags.
 //
@@ -47,7 +56,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = "usage: baton status | verify | ledger KEY | transfer PROJECT QUEUE [-to SERVER] | drain SERVER | undrain SERVER | acl redis | acl etcd   (baton <command> -h for its flags)"
+const usage = "usage: baton status | verify | ledger KEY | ledger find -type T -id ID ... | transfer [-project P] QUEUE [-to SERVER] | drain SERVER | undrain SERVER | acl redis | acl etcd   (baton <command> -h for its flags)"
 
 // run is the whole command: it reads the environment of the process, parses args and returns the
 // exit code. ctx ends when the process is asked to stop.
