@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,8 +108,9 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		t.Fatalf("baton status: exit %d, %s %s; want q1 led by %s (token %d), run %s", code, out, errOut, leader, led.Token, led.RunID)
 	}
 
-	if out, errOut, code := e.baton(t, p, "drain", leader); code != 0 || !strings.Contains(out, "q1") {
-		t.Fatalf("baton drain %s: exit %d, %s %s", leader, code, out, errOut)
+	// drain waits until the worker leads nothing, and says where its queue went.
+	if out, errOut, code := e.baton(t, p, "drain", leader); code != 0 || !strings.Contains(out, fmt.Sprintf("q1: %s (token %d) -> %s (token ", leader, led.Token, other)) {
+		t.Fatalf("baton drain %s: exit %d, %s %s; want q1 moved from %s to %s", leader, code, out, errOut, leader, other)
 	}
 	reg, err := registry.New(e.rdb, registry.Config{Project: p})
 	if err != nil {
@@ -140,32 +142,45 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 	}
 
 	// A record as the ledger writes it (dispatcher/doc.go: "<state> <server_id> <token>"), by the
-	// leader's term: ledger finds the run of that term.
+	// leader's term: ledger finds the run of that term, by the key or by the request's fields.
 	etcd := etcdx.Client(t, e.etcd)
-	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", "k-done"), fmt.Sprintf("done %s %d", leader, led.Token)); err != nil {
+	req := dispatcher.Request{Type: "invoice", TaskID: "t-done", PayloadSHA256: strings.Repeat("ab", 32)}
+	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", req.Key()), fmt.Sprintf("done %s %d", leader, led.Token)); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code = e.baton(t, p, "ledger", "-json", "k-done")
 	type run struct {
 		RunID string `json:"run_id"`
 	}
 	var lr struct {
+		Key    string
 		Found  bool
 		Record dispatcher.LedgerRecord
 		Runs   []run
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &lr) != nil || !lr.Found || lr.Record.State != dispatcher.LedgerDone ||
-		lr.Record.ServerID != leader || lr.Record.Token != led.Token ||
-		!slices.ContainsFunc(lr.Runs, func(r run) bool { return r.RunID == led.FirstRunID }) {
-		t.Fatalf("baton ledger k-done: exit %d, %s %s; want the record by %s at token %d in run %s", code, out, errOut, leader, led.Token, led.FirstRunID)
+	for _, args := range [][]string{
+		{"ledger", "-json", req.Key()},
+		{"ledger", "find", "-json", "-type", req.Type, "-id", req.TaskID, "-payload-sha256", req.PayloadSHA256},
+	} {
+		out, errOut, code = e.baton(t, p, args...)
+		if code != 0 || json.Unmarshal([]byte(out), &lr) != nil || lr.Key != req.Key() || !lr.Found || lr.Record.State != dispatcher.LedgerDone ||
+			lr.Record.ServerID != leader || lr.Record.Token != led.Token ||
+			!slices.ContainsFunc(lr.Runs, func(r run) bool { return r.RunID == led.FirstRunID }) {
+			t.Fatalf("baton %q: exit %d, %s %s; want the record by %s at token %d in run %s", args, code, out, errOut, leader, led.Token, led.FirstRunID)
+		}
 	}
-	if out, _, code := e.baton(t, p, "ledger", "k-never"); code != 0 || !strings.Contains(out, "not begun") {
+	never := dispatcher.Request{Type: "invoice", TaskID: "t-never", PayloadSHA256: strings.Repeat("ab", 32)}.Key()
+	if out, _, code := e.baton(t, p, "ledger", never); code != 0 || !strings.Contains(out, "not begun") {
 		t.Fatalf("baton ledger of a key never begun: exit %d, %s", code, out)
 	}
-	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", "k-bad"), "garbage"); err != nil {
+	// Not a key (a task ID): refused, not read as a request never begun.
+	if out, errOut, code := e.baton(t, p, "ledger", "t-never"); code != 2 || strings.Contains(out, "not begun") || !strings.Contains(errOut, "ledger find") {
+		t.Fatalf("baton ledger of a task ID: exit %d, %s %s", code, out, errOut)
+	}
+	bad := dispatcher.Request{Type: "invoice", TaskID: "t-bad", PayloadSHA256: strings.Repeat("ab", 32)}.Key()
+	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", bad), "garbage"); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := e.baton(t, p, "ledger", "k-bad"); code != 1 || !strings.Contains(errOut, "k-bad") {
+	if _, errOut, code := e.baton(t, p, "ledger", bad); code != 1 || !strings.Contains(errOut, bad) {
 		t.Fatalf("baton ledger of a bad record: exit %d, %s", code, errOut)
 	}
 }
@@ -403,7 +418,7 @@ func TestBatonTransfer(t *testing.T) {
 	if leader == target {
 		target = "w2"
 	}
-	out, errOut, code := e.baton(t, p, "transfer", p, "q1", "-to", target)
+	out, errOut, code := e.baton(t, p, "transfer", "-project", p, "q1", "-to", target)
 	if code != 0 || !strings.Contains(out, "-> "+target) {
 		t.Fatalf("baton transfer to %s: exit %d, %s %s", target, code, out, errOut)
 	}
@@ -449,8 +464,9 @@ func TestBatonTransfer(t *testing.T) {
 			t.Fatalf("baton %q: exit %d, %s; want 1 and %q", tc.args, code, errOut, tc.want)
 		}
 	}
+	// PROJECT before QUEUE, the older form, still works, with a note.
 	out, errOut, code = e.baton(t, p, "transfer", p, "q1")
-	if code != 0 {
+	if code != 0 || !strings.Contains(errOut, "deprecated") {
 		t.Fatalf("baton transfer to the best candidate: exit %d, %s %s", code, out, errOut)
 	}
 	ledBy("q1 led by another worker", func(id string) bool { return id != target })
@@ -527,6 +543,18 @@ func TestBatonVerifyLedgerAndReconciler(t *testing.T) {
 		}
 		return nil
 	})
+	// -since a point after the planted records judges neither: an etcd revision, or a time (dated by
+	// the reconciler's cycle records).
+	resp, err := cli.Get(t.Context(), lastCycle, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, since := range []string{strconv.FormatInt(resp.Header.Revision, 10), time.Now().UTC().Format(time.RFC3339)} {
+		if _, vs, out := verify("-pending-max", "2s", "-reconciler-max", "5s", "-since", since); has(vs, opscli.CheckLedgerTwice, "planted") ||
+			has(vs, opscli.CheckLedgerPending, "planted") {
+			t.Fatalf("baton verify -since %s judged records written before it:\n%s", since, out)
+		}
+	}
 	// A record pending for less than -pending-max is not one.
 	if _, vs, out := verify("-pending-max", "1h", "-reconciler-max", "5s"); has(vs, opscli.CheckLedgerPending, "") {
 		t.Fatalf("a record pending for seconds reported against -pending-max 1h:\n%s", out)
