@@ -297,6 +297,9 @@ func (a *Activities) knownRuns(ctx context.Context, src Source) (known, error) {
 	}
 	type seed struct{ runID, record string }
 	var seeds []seed
+	if src.RunID != "" {
+		seeds = append(seeds, seed{runID: src.RunID})
+	}
 	if src.RunLog != "" {
 		rl := a.runLog()
 		if rl == nil {
@@ -320,12 +323,15 @@ func (a *Activities) knownRuns(ctx context.Context, src Source) (known, error) {
 			}
 		}
 	}
-	if src.RunID != "" {
-		seeds = append(seeds, seed{runID: src.RunID})
-	}
 	seen := map[string]bool{}
+	latest := map[string]time.Time{} // chain's first run -> the start of its newest run described
 	steps := 0
 	for _, s := range seeds {
+		if t, ok := latest[s.record]; ok && s.record != "" {
+			// The prior run is of this chain, and the chain's newest: nothing to follow.
+			k.records[s.record] = t
+			continue
+		}
 		for id := s.runID; id != "" && !seen[id]; {
 			seen[id] = true
 			info, err := a.describeRun(ctx, src.WorkflowID, id)
@@ -349,11 +355,19 @@ func (a *Activities) knownRuns(ctx context.Context, src Source) (known, error) {
 			if s.record != "" && start.After(k.records[s.record]) {
 				k.records[s.record] = start
 			}
+			if first := cmp.Or(info.GetFirstRunId(), id); start.After(latest[first]) {
+				latest[first] = start
+			}
 			if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
 				break
 			}
 			if steps++; steps > MaxScanRuns {
-				return known{}, fmt.Errorf("dispatcher: the logged runs of %s continue as new more than %d times", src.WorkflowID, MaxScanRuns)
+				// A chain that continued as new this often since it was logged last: the later runs
+				// are left to visibility, and the record stays for the next scan.
+				activity.GetLogger(ctx).Warn("dispatcher carry-over stops following a logged chain after MaxScanRuns runs",
+					"workflow_id", src.WorkflowID, "run_id", id)
+				delete(k.records, s.record)
+				break
 			}
 			if id, err = a.continuedAs(ctx, src.WorkflowID, id); err != nil {
 				return known{}, err

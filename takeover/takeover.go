@@ -585,6 +585,11 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	first := run.chainFirst()
 	m.Quiesce(ctx, term, run)
 	reason := fmt.Sprintf(ReasonPrefix+"%s stepped down (token %d)", term.LeaderID(), term.Token())
+	// The chain's record names its latest run, so that the carry-over need not follow a long chain
+	// from its first run; as every run Baton ends, it is logged first.
+	if err := m.logRun(ctx, run.Owner, first, run.RunID, run.Owner); err != nil {
+		return err
+	}
 	if err := m.terminate(ctx, term, run.WorkflowID, "", first, reason); err != nil {
 		return err
 	}
