@@ -185,6 +185,33 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 	}
 }
 
+// drain of a worker whose queue no other worker serves waits -timeout, then exits 1 naming the queue
+// it still leads; -wait=false returns at once.
+func TestBatonDrainTimesOut(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	app, n := e.app(t, fast(p, "w-alone", "q1"))
+	app.RequireStart()
+	t.Cleanup(app.RequireStop)
+	eventually(t, 30*time.Second, "w-alone leads q1", func() error {
+		if _, ok := leading(n, "q1"); !ok {
+			return errors.New("not leading")
+		}
+		return nil
+	})
+	began := time.Now()
+	out, errOut, code := e.baton(t, p, "drain", "-timeout", "3s", "w-alone")
+	if took := time.Since(began); code != 1 || !strings.Contains(errOut, "w-alone still leads q1 after 3s") || took < 3*time.Second {
+		t.Fatalf("baton drain of the only worker: exit %d after %v, %s %s; want 1 after 3s naming q1", code, took, out, errOut)
+	}
+	if _, ok := leading(n, "q1"); !ok {
+		t.Fatal("the draining worker no longer leads q1, which nobody else serves")
+	}
+	if out, errOut, code := e.baton(t, p, "drain", "-wait=false", "w-alone"); code != 0 || !strings.Contains(out, "drain: w-alone on q1") {
+		t.Fatalf("baton drain -wait=false: exit %d, %s %s", code, out, errOut)
+	}
+}
+
 // The role `baton acl etcd` prints (baton.Config.EtcdPrefixes, which its output is held to) is
 // enough for a worker, applied to an etcd with authentication on: the worker leads, takes the
 // dispatcher over and writes the ledger; and it is no more: the user reads nothing else.
