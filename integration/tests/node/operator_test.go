@@ -212,6 +212,60 @@ func TestBatonDrainTimesOut(t *testing.T) {
 	}
 }
 
+// The role `baton acl etcd -extra-prefix` prints, applied to an etcd with authentication on, lets
+// its user write the application's own prefix, and nothing outside the role.
+func TestBatonACLEtcdExtraPrefix(t *testing.T) {
+	e := newEnv(t)
+	e.etcd = etcdx.Start(t, etcdx.Options{Configure: func(_ int, cfg *embed.Config) { cfg.BcryptCost = uint(bcrypt.MinCost) }})
+	p := project()
+	extra := "/app/" + p + "/announce/"
+	out, errOut, code := e.baton(t, p, "acl", "etcd", "-user", "app", "-extra-prefix", extra)
+	if code != 0 {
+		t.Fatalf("baton acl etcd: exit %d, %s", code, errOut)
+	}
+	root := etcdx.Client(t, e.etcd)
+	ctx := t.Context()
+	steps := []func() error{
+		func() error { _, err := root.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := root.UserAdd(ctx, "root", "root-pw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "app"); return err },
+		func() error { _, err := root.UserAdd(ctx, "app", "app-pw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "app", "app"); return err },
+	}
+	granted := 0
+	for _, line := range strings.Split(out, "\n") {
+		// etcdctl role grant-permission ROLE readwrite PREFIX --prefix=true
+		if f := strings.Fields(line); len(f) == 7 && f[1] == "role" && f[2] == "grant-permission" && f[3] == "app" {
+			granted++
+			steps = append(steps, func() error {
+				_, err := root.RoleGrantPermission(ctx, "app", f[5], clientv3.GetPrefixRangeEnd(f[5]), clientv3.PermissionType(authpb.READWRITE))
+				return err
+			})
+		}
+	}
+	if granted == 0 || !strings.Contains(out, "readwrite "+extra+" --prefix=true") {
+		t.Fatalf("no grant of %s in:\n%s", extra, out)
+	}
+	steps = append(steps, func() error { _, err := root.AuthEnable(ctx); return err })
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("etcd auth setup, step %d: %v", i, err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), Username: "app", Password: "app-pw", DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, extra+"run-1", "started"); err != nil {
+		t.Fatalf("the application's write under -extra-prefix %s: %v", extra, err)
+	}
+	if _, err := cli.Put(ctx, "/app/"+p+"/other", "x"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("a write outside the role was not refused: %v", err)
+	}
+}
+
 // The role `baton acl etcd` prints (baton.Config.EtcdPrefixes, which its output is held to) is
 // enough for a worker, applied to an etcd with authentication on: the worker leads, takes the
 // dispatcher over and writes the ledger; and it is no more: the user reads nothing else.
