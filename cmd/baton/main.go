@@ -8,7 +8,8 @@
 //	                        and evicted; those that left cleanly are summed up, listed with -offline
 //	                        (-json)
 //	baton verify            judge the deployment against Baton's invariants: 0 ok, 1 violations,
-//	                        2 could not judge (-json)
+//	                        2 could not judge (-json; -since DURATION|RFC3339|REVISION judges only
+//	                        what happened after that point)
 //	baton ledger KEY        a dispatch request's record: not begun, pending or done, by which owner;
 //	                        KEY is a dispatch key (64 hex digits), anything else is refused
 //	baton ledger find -type T -id ID -payload-sha256 H [-parent P]
