@@ -132,25 +132,7 @@ func (c Config) withDefaults() Config {
 	if len(c.Capabilities) == 0 {
 		c.Capabilities = []string{c.Takeover.WorkflowType}
 	}
-	// The Node's logger, meter provider and event sink, for every component that names none of its own.
-	for _, l := range []**zap.Logger{&c.Election.Logger, &c.Balance.Logger, &c.Takeover.Logger, &c.Heartbeat.Logger,
-		&c.Reconciler.Logger, &c.Registry.Logger} {
-		if *l == nil {
-			*l = c.Logger
-		}
-	}
-	for _, m := range []*metric.MeterProvider{&c.Balance.MeterProvider, &c.Takeover.MeterProvider, &c.Heartbeat.MeterProvider,
-		&c.Reconciler.MeterProvider, &c.Registry.MeterProvider} {
-		if *m == nil {
-			*m = c.MeterProvider
-		}
-	}
-	for _, sink := range []*event.Sink{&c.Election.Events, &c.Balance.Events, &c.Takeover.Events, &c.Heartbeat.Events,
-		&c.Reconciler.Events, &c.Registry.Events} {
-		if *sink == nil {
-			*sink = c.Events
-		}
-	}
+	c.handDown()
 	c.Reconciler.Project, c.Reconciler.ServerID = c.Project, c.ServerID
 	if c.Heartbeat.Prefix == "" {
 		c.Heartbeat.Prefix = heartbeat.DefaultPrefix
@@ -190,6 +172,29 @@ func (c Config) withDefaults() Config {
 	c.Registry.Project = c.Project
 	c.Registry = c.Registry.WithDefaults()
 	return c
+}
+
+// handDown gives the Node's logger, meter provider and event sink to every component that names none
+// of its own.
+func (c *Config) handDown() {
+	for _, l := range []**zap.Logger{&c.Election.Logger, &c.Balance.Logger, &c.Takeover.Logger, &c.Heartbeat.Logger,
+		&c.Reconciler.Logger, &c.Registry.Logger} {
+		if *l == nil {
+			*l = c.Logger
+		}
+	}
+	for _, m := range []*metric.MeterProvider{&c.Balance.MeterProvider, &c.Takeover.MeterProvider, &c.Heartbeat.MeterProvider,
+		&c.Reconciler.MeterProvider, &c.Registry.MeterProvider} {
+		if *m == nil {
+			*m = c.MeterProvider
+		}
+	}
+	for _, sink := range []*event.Sink{&c.Election.Events, &c.Balance.Events, &c.Takeover.Events, &c.Heartbeat.Events,
+		&c.Reconciler.Events, &c.Registry.Events} {
+		if *sink == nil {
+			*sink = c.Events
+		}
+	}
 }
 
 // DefaultServerID returns <hostname>-<pid>-<4 random hex digits>, with characters a name may not

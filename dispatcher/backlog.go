@@ -295,87 +295,112 @@ func (a *Activities) knownRuns(ctx context.Context, src Source) (known, error) {
 		}
 		k.chainKnown, k.chainStart = true, info.GetStartTime().AsTime()
 	}
-	type seed struct{ runID, record string }
-	var seeds []seed
-	if src.RunID != "" {
-		seeds = append(seeds, seed{runID: src.RunID})
+	seeds, err := a.seeds(ctx, src)
+	if err != nil {
+		return known{}, err
 	}
-	if src.RunLog != "" {
-		rl := a.runLog()
-		if rl == nil {
-			// Retried: a worker with an etcd ledger (or Activities.RunLog) can pick the activity up.
-			return known{}, errors.New("dispatcher: Activities.RunLog (or an EtcdLedger) must be set to read the run log of a takeover that kept one")
-		}
-		logged, err := rl.Runs(ctx, src.RunLog)
-		switch {
-		case errors.Is(err, takeover.ErrRunLogDenied):
-			// A role that predates the log: find the runs as before it, and say so once.
-			if a.runLogDenied.CompareAndSwap(false, true) {
-				activity.GetLogger(ctx).Error("dispatcher carry-over cannot read the run log; it relies on Temporal's visibility alone until the etcd role grants it",
-					"range", src.RunLog, "error", err)
-			}
-		case err != nil:
-			return known{}, err
-		}
-		for _, r := range logged {
-			if r.RunID != src.Chain {
-				seeds = append(seeds, seed{runID: cmp.Or(r.Last, r.RunID), record: r.RunID})
-			}
-		}
-	}
-	seen := map[string]bool{}
-	latest := map[string]time.Time{} // chain's first run -> the start of its newest run described
-	steps := 0
+	w := walk{seen: map[string]bool{}, latest: map[string]time.Time{}}
 	for _, s := range seeds {
-		if t, ok := latest[s.record]; ok && s.record != "" {
+		if t, ok := w.latest[s.record]; ok && s.record != "" {
 			// The prior run is of this chain, and the chain's newest: nothing to follow.
 			k.records[s.record] = t
 			continue
 		}
-		for id := s.runID; id != "" && !seen[id]; {
-			seen[id] = true
-			info, err := a.describeRun(ctx, src.WorkflowID, id)
-			var notFound *serviceerror.NotFound
-			if errors.As(err, &notFound) {
-				// Past the namespace's retention: there is nothing left to read.
-				if s.record != "" {
-					k.gone = append(k.gone, s.record)
-				}
-				k.priorGone = k.priorGone || id == src.RunID
-				break
-			}
-			if err != nil {
-				return known{}, err
-			}
-			start := info.GetStartTime().AsTime()
-			if k.chainKnown && !start.Before(k.chainStart) {
-				break // this chain's own
-			}
-			k.runs = append(k.runs, scanned{runID: id, start: start})
-			if s.record != "" && start.After(k.records[s.record]) {
-				k.records[s.record] = start
-			}
-			if first := cmp.Or(info.GetFirstRunId(), id); start.After(latest[first]) {
-				latest[first] = start
-			}
-			if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
-				break
-			}
-			if steps++; steps > MaxScanRuns {
-				// A chain that continued as new this often since it was logged last: the later runs
-				// are left to visibility, and the record stays for the next scan.
-				activity.GetLogger(ctx).Warn("dispatcher carry-over stops following a logged chain after MaxScanRuns runs",
-					"workflow_id", src.WorkflowID, "run_id", id)
-				delete(k.records, s.record)
-				break
-			}
-			if id, err = a.continuedAs(ctx, src.WorkflowID, id); err != nil {
-				return known{}, err
-			}
+		if err := a.follow(ctx, src, s, &k, &w); err != nil {
+			return known{}, err
 		}
 	}
 	slices.SortFunc(k.runs, func(x, y scanned) int { return y.start.Compare(x.start) })
 	return k, nil
+}
+
+// seed is where knownRuns starts to follow a chain: the prior run, or a run log record's last run.
+type seed struct{ runID, record string }
+
+// seeds returns the prior run first, then the run log's chains but this one's.
+func (a *Activities) seeds(ctx context.Context, src Source) ([]seed, error) {
+	var seeds []seed
+	if src.RunID != "" {
+		seeds = append(seeds, seed{runID: src.RunID})
+	}
+	if src.RunLog == "" {
+		return seeds, nil
+	}
+	rl := a.runLog()
+	if rl == nil {
+		// Retried: a worker with an etcd ledger (or Activities.RunLog) can pick the activity up.
+		return nil, errors.New("dispatcher: Activities.RunLog (or an EtcdLedger) must be set to read the run log of a takeover that kept one")
+	}
+	logged, err := rl.Runs(ctx, src.RunLog)
+	switch {
+	case errors.Is(err, takeover.ErrRunLogDenied):
+		// A role that predates the log: find the runs as before it, and say so once.
+		if a.runLogDenied.CompareAndSwap(false, true) {
+			activity.GetLogger(ctx).Error("dispatcher carry-over cannot read the run log; it relies on Temporal's visibility alone until the etcd role grants it",
+				"range", src.RunLog, "error", err)
+		}
+	case err != nil:
+		return nil, err
+	}
+	for _, r := range logged {
+		if r.RunID != src.Chain {
+			seeds = append(seeds, seed{runID: cmp.Or(r.Last, r.RunID), record: r.RunID})
+		}
+	}
+	return seeds, nil
+}
+
+// walk is what knownRuns has followed so far.
+type walk struct {
+	seen   map[string]bool
+	latest map[string]time.Time // chain's first run -> the start of its newest run described
+	steps  int                  // continue-as-new links followed
+}
+
+// follow describes the run s names and the runs it continued as new into, adding them to k.
+func (a *Activities) follow(ctx context.Context, src Source, s seed, k *known, w *walk) error {
+	for id := s.runID; id != "" && !w.seen[id]; {
+		w.seen[id] = true
+		info, err := a.describeRun(ctx, src.WorkflowID, id)
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			// Past the namespace's retention: there is nothing left to read.
+			if s.record != "" {
+				k.gone = append(k.gone, s.record)
+			}
+			k.priorGone = k.priorGone || id == src.RunID
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		start := info.GetStartTime().AsTime()
+		if k.chainKnown && !start.Before(k.chainStart) {
+			return nil // this chain's own
+		}
+		k.runs = append(k.runs, scanned{runID: id, start: start})
+		if s.record != "" && start.After(k.records[s.record]) {
+			k.records[s.record] = start
+		}
+		if first := cmp.Or(info.GetFirstRunId(), id); start.After(w.latest[first]) {
+			w.latest[first] = start
+		}
+		if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			return nil
+		}
+		if w.steps++; w.steps > MaxScanRuns {
+			// A chain that continued as new this often since it was logged last: the later runs
+			// are left to visibility, and the record stays for the next scan.
+			activity.GetLogger(ctx).Warn("dispatcher carry-over stops following a logged chain after MaxScanRuns runs",
+				"workflow_id", src.WorkflowID, "run_id", id)
+			delete(k.records, s.record)
+			return nil
+		}
+		if id, err = a.continuedAs(ctx, src.WorkflowID, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runLog is where the scan reads the run log: Activities.RunLog, or the etcd ledger's client.
