@@ -34,7 +34,8 @@
 // again after a loss with jittered backoff on a fresh session. After a term whose OnElected returned
 // an error it backs off too (RetryMin doubling to RetryMax, reset by a term that did not fail), so a
 // leader that cannot do its job (a wrong Temporal namespace) does not campaign, fail and resign in a
-// hot loop. When its context ends Run hands a held term over in this order: OnResign while the term
+// hot loop; a callback whose error wraps ErrStepAside stays out for RetryMax, so that the other
+// candidates go first. When its context ends Run hands a held term over in this order: OnResign while the term
 // still holds, at most HandOverTimeout (the leader lets its dispatcher run's handlers finish and ends
 // the run); the term ends (its context is cancelled with
 // ErrResigned); Run waits for OnElected to return, at most ResignTimeout; only then is the key

@@ -29,6 +29,11 @@ var (
 	ErrResigned = errors.New("election: resigned")
 	// ErrClosed is returned after Close, and ends the terms still alive when Close is called.
 	ErrClosed = errors.New("election: elector closed")
+	// ErrStepAside, wrapped in the error of an OnElected callback, asks Run to let the other
+	// candidates go first: this process stands again only after RetryMax, however short its backoff.
+	// A leader that failed for a reason of its own (a broken configuration, say) thus hands the queue
+	// to a worker that may do better, instead of winning it back at once.
+	ErrStepAside = errors.New("election: leader steps aside")
 	// ErrAlreadyCampaigning is returned when this Elector already campaigns for the same project and queue.
 	ErrAlreadyCampaigning = errors.New("election: already campaigning for this project and queue")
 )

@@ -35,11 +35,11 @@ type Callbacks struct {
 // Run campaigns for (project, queue) until ctx ends, calling cb as leadership comes and goes. After a
 // lost term or a failed campaign it campaigns again with jittered exponential backoff, on a fresh
 // session if the old one was lost; after a term whose OnElected failed it also backs off (RetryMin
-// doubling to RetryMax, reset by a term whose OnElected did not fail), so that a leader that cannot
-// do its job does not campaign, fail and resign in a hot loop. When ctx ends it hands a held term
-// over: OnResign while the term holds, then the term ends, then Run waits for OnElected to return
-// (bounded by ResignTimeout) and only then deletes the key, so a follower wins in milliseconds but
-// never while the old leader still acts. It returns nil once every callback has returned, and an
+// doubling to RetryMax, reset by a term whose OnElected did not fail; at least RetryMax after an
+// error wrapping ErrStepAside), so that a leader that cannot do its job does not campaign, fail and
+// resign in a hot loop. When ctx ends it hands a held term over: OnResign while the term holds,
+// then the term ends, then Run waits for OnElected to return (bounded by ResignTimeout) and only then
+// deletes the key, so a follower wins in milliseconds but never while the old leader still acts. It returns nil once every callback has returned, and an
 // error only for invalid arguments or a closed Elector.
 func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Callbacks) error {
 	if cb.OnElected == nil {
@@ -98,7 +98,7 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 		case cbErr != nil:
 			// The callback could not do the leader's job; the term was handed over. Standing again at
 			// once would fail the same way, as often as etcd can elect us.
-			pause = failures.next()
+			pause = e.pauseAfter(cbErr, failures)
 			log.Warn("leader callback failed; term resigned, campaigning again after a pause", zap.Error(cbErr),
 				zap.Int64("token", term.Token()), zap.Duration("backoff", pause))
 		case !errors.Is(cause, ErrResigned):
@@ -181,6 +181,16 @@ func (e *Elector) resign(ctx context.Context, term *Term, onResign func(context.
 		ev.Err = err.Error()
 		e.cfg.Events.Emit(ev)
 	}
+}
+
+// pauseAfter is how long Run waits before it stands again after a term whose OnElected failed with
+// cbErr: the failures' backoff, and at least RetryMax when the leader steps aside (ErrStepAside).
+func (e *Elector) pauseAfter(cbErr error, failures *backoff) time.Duration {
+	pause := failures.next()
+	if errors.Is(cbErr, ErrStepAside) {
+		pause = max(pause, e.cfg.RetryMax)
+	}
+	return pause
 }
 
 // backoff is a jittered exponential backoff from min to max.
