@@ -6,12 +6,14 @@ import (
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/takeover"
 )
 
 // EtcdPrefixes returns the etcd key prefixes a Node of this configuration reads and writes, each to
 // be granted read and write as a prefix (etcdctl role grant-permission ROLE readwrite PREFIX
-// --prefix): its project's queue elections, their balance records (members and hand-off hints), the
+// --prefix): its project's queue elections, their balance records (members and hand-off hints) and
+// failing records (ownership.FailingKeys), the
 // project's run log (takeover.RunLogProject; the dispatcher's carry-over reads and prunes it too) and,
 // unless DisableReconciler, its reconciler election; with a ledgerPrefix (dispatcher.NewEtcdLedger's
 // prefix, dispatcher.DefaultLedgerPrefix for the default; "" for none) the dispatch ledger too.
@@ -23,6 +25,7 @@ func (c Config) EtcdPrefixes(ledgerPrefix string) []string {
 	out := []string{
 		election.Keys{Prefix: electionPrefix}.Project(c.Project),
 		balance.Keys{ElectionPrefix: electionPrefix}.Project(c.Project),
+		ownership.FailingKeys{ElectionPrefix: electionPrefix}.Project(c.Project),
 	}
 	if !c.DisableReconciler {
 		out = append(out, election.Keys{Prefix: c.ReconcilerElectionPrefix}.Project(c.Project))

@@ -10,12 +10,12 @@ import (
 func TestEtcdPrefixes(t *testing.T) {
 	c := Config{Project: "billing", Queues: []string{"q1"}}
 	got := c.EtcdPrefixes(dispatcher.DefaultLedgerPrefix)
-	want := []string{"/baton/election/billing/", "/baton/election-balance/billing/", "/baton/reconciler/billing/", "/baton/runs/billing/", "/baton/dispatch/"}
+	want := []string{"/baton/election/billing/", "/baton/election-balance/billing/", "/baton/election-failing/billing/", "/baton/reconciler/billing/", "/baton/runs/billing/", "/baton/dispatch/"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("EtcdPrefixes = %q, want %q", got, want)
 	}
 	c.Election.Prefix, c.ReconcilerElectionPrefix, c.DisableReconciler = "/x/el", "/x/rec", true
-	if got := c.EtcdPrefixes(""); !slices.Equal(got, []string{"/x/el/billing/", "/x/el-balance/billing/", "/baton/runs/billing/"}) {
+	if got := c.EtcdPrefixes(""); !slices.Equal(got, []string{"/x/el/billing/", "/x/el-balance/billing/", "/x/el-failing/billing/", "/baton/runs/billing/"}) {
 		t.Fatalf("custom prefixes, no reconciler, no ledger: %q", got)
 	}
 }

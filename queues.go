@@ -17,6 +17,9 @@ func (n *Node) newQueue(queue string) *ownership.Queue[*election.Term] {
 		Probe: func(ctx context.Context, workflowID, runID string, now time.Time) progress.Report {
 			return progress.Check(ctx, n.temporal, n.cfg.Progress, workflowID, runID, now)
 		}}
+	// Every queue's failing record is shared with the fleet, so that a takeover nobody can make
+	// succeed backs off for every worker, not for each.
+	cfg.Failures = ownership.NewEtcdFailures(n.etcd, ownership.FailingKeys{ElectionPrefix: n.queues.Config().Prefix})
 	if n.reg != nil { // not a typed nil in the interface: a nil Evictor means no eviction
 		cfg.Evictor = n.reg
 	}

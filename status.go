@@ -278,6 +278,10 @@ func (n *Node) queueReadiness() error {
 	for _, q := range n.cfg.Queues {
 		s := n.owned[q].Snapshot()
 		if s.Permanent != nil {
+			if f := s.Failing; f.Terms > 0 {
+				return fmt.Errorf("%w: queue %s (failing since %s, %d failed term(s) in a row): %w", ErrTakeoverFailing, q,
+					f.Since.UTC().Format(time.RFC3339), f.Terms, s.Permanent)
+			}
 			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.Permanent)
 		}
 		if !s.Held {

@@ -17,7 +17,8 @@ import (
 // Lead is one term of the queue (the election's OnElected): take the dispatcher over, then supervise
 // it -- heartbeat the chain's current run, follow continue-as-new, replace a run that closed behind
 // the owner's back (bounded, backed off) -- and evict dead workers until the term ends. An error
-// resigns the term so that another process can try.
+// resigns the term so that another process can try; a takeover that fails for good keeps the term
+// for a while first (hold).
 func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 	q.update(func(s *state[T]) {
 		s.term, s.hasTerm, s.run, s.open, s.lastErr, s.noRunSince, s.hbErr = term, true, takeover.Run{}, false, nil, q.clk.Now(), nil
@@ -36,6 +37,14 @@ func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 	take := q.cfg.Taker.Take
 	for replaced := 0; ; replaced, take = replaced+1, q.cfg.Taker.Replace {
 		run, err := q.take(ctx, term, take)
+		if errors.Is(err, takeover.ErrPermanent) {
+			// Resigning at once would hand the same failure to the next winner within milliseconds:
+			// the fleet would pass the queue around as fast as etcd elects (failing.go).
+			var held bool
+			if run, held, err = q.hold(ctx, term, take, err); !held {
+				return nil
+			}
+		}
 		if err != nil {
 			if errors.Is(err, takeover.ErrSuperseded) && term.Err() != nil {
 				return nil
@@ -71,9 +80,12 @@ func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 	}
 }
 
+// takeFunc is a takeover of a term: Taker.Take or Taker.Replace.
+type takeFunc = func(context.Context, takeover.Term) (takeover.Run, error)
+
 // take runs one takeover (Take or Replace) of term and records its outcome; the first run of a term
-// that opens is announced to the Observer.
-func (q *Queue[T]) take(ctx context.Context, term T, take func(context.Context, takeover.Term) (takeover.Run, error)) (takeover.Run, error) {
+// that opens is announced to the Observer, and clears the queue's failing record.
+func (q *Queue[T]) take(ctx context.Context, term T, take takeFunc) (takeover.Run, error) {
 	// No hand-off between terminating the prior run and starting ours: it would waste the takeover.
 	takingOver := q.cfg.Balancer.TakingOver(q.cfg.Queue)
 	run, err := take(ctx, term)
@@ -87,13 +99,16 @@ func (q *Queue[T]) take(ctx context.Context, term T, take func(context.Context, 
 		})
 		return takeover.Run{}, err
 	}
-	var announce bool
+	var announce, failing bool
 	q.update(func(s *state[T]) {
-		s.run, s.open, s.permanent, s.takeovers = run, true, nil, s.takeovers+1
+		s.run, s.open, s.permanent, s.takeovers, failing = run, true, nil, s.takeovers+1, s.failing.Terms > 0
 		if announce = !q.hasAnnounced || q.announced != term; announce {
 			q.announced, q.hasAnnounced = term, true
 		}
 	})
+	if announce || failing {
+		q.recovered(ctx, term)
+	}
 	if announce {
 		q.cfg.Observer.Started(q.cfg.Queue, term, run)
 	}

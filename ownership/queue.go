@@ -90,7 +90,8 @@ type Observer[T Term] interface {
 type Config[T Term] struct {
 	Queue string
 	// Takeover bounds the replacements of runs that closed behind the owner's back (RetryMin,
-	// RetryMax, MaxReplacements).
+	// RetryMax, MaxReplacements) and the hold of a term whose takeover fails for good
+	// (PermanentHold, PermanentHoldMax). Zero fields are takeover's defaults.
 	Takeover takeover.Config
 	// EvictEvery is how often the leader evicts dead workers (the registry heartbeat interval).
 	EvictEvery time.Duration
@@ -99,7 +100,8 @@ type Config[T Term] struct {
 
 	Taker    Taker
 	Beater   Beater
-	Evictor  Evictor // nil: no registry, no eviction
+	Failures Failures // nil: each worker counts its own failed terms only
+	Evictor  Evictor  // nil: no registry, no eviction
 	Balancer Balancer
 	Probe    Probe
 	Observer Observer[T]
@@ -121,6 +123,7 @@ type Queue[T Term] struct {
 
 // New returns the lifecycle of cfg.Queue.
 func New[T Term](cfg Config[T]) *Queue[T] {
+	cfg.Takeover = cfg.Takeover.WithDefaults()
 	q := &Queue[T]{cfg: cfg, clk: cfg.Clock, log: cfg.Log}
 	if q.clk == nil {
 		q.clk = clock.Real()

@@ -54,6 +54,8 @@ type fakes struct {
 	stepDowns int
 	clears    int
 	takeErr   error             // what the next Take returns
+	failTakes error             // what every Take returns while set
+	attempts  int               // Take calls
 	closes    chan error        // a value makes Watch return it (ErrRunClosed) ...
 	continues chan takeover.Run // ... or the run it continued as
 	beats     []takeover.Run    // the runs RunReporting was started for
@@ -78,6 +80,10 @@ func (f *fakes) run(n int) takeover.Run {
 func (f *fakes) Take(ctx context.Context, term takeover.Term) (takeover.Run, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.attempts++
+	if f.failTakes != nil {
+		return takeover.Run{}, f.failTakes
+	}
 	if err := f.takeErr; err != nil {
 		f.takeErr = nil
 		return takeover.Run{}, err
@@ -297,18 +303,14 @@ func TestHandOverEndsTheRunWithoutReplacingIt(t *testing.T) {
 	})
 }
 
-// A takeover that cannot succeed stays on record (readiness reads it) until one succeeds.
+// A takeover that cannot succeed stays on record (readiness reads it) until one succeeds, and the
+// term is kept meanwhile: a retry within the term takes the dispatcher over once it can.
 func TestPermanentTakeoverFailureIsKeptUntilATakeoverSucceeds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, false)
 		h.f.takeErr = fmt.Errorf("namespace not found: %w", takeover.ErrPermanent)
 		term, done := h.lead(7)
-		if err := <-done; !errors.Is(err, takeover.ErrPermanent) {
-			t.Fatalf("Lead = %v, want the permanent failure", err)
-		}
-		term.end(election.ErrResigned)
-		h.q.SteppedDown(term, election.ErrResigned)
-		if s := h.q.Snapshot(); !errors.Is(s.Permanent, takeover.ErrPermanent) || s.Takeovers != 0 {
+		if s := h.q.Snapshot(); !errors.Is(s.Permanent, takeover.ErrPermanent) || s.Takeovers != 0 || s.Failing.Terms != 1 || !s.Held {
 			t.Fatalf("after the failure: %+v", s)
 		}
 		h.f.get(func(f *fakes) {
@@ -316,16 +318,21 @@ func TestPermanentTakeoverFailureIsKeptUntilATakeoverSucceeds(t *testing.T) {
 				t.Errorf("a term with no run was announced: started %v stopped %v", f.started, f.stopped)
 			}
 		})
-		next, done := h.lead(9)
-		if s := h.q.Snapshot(); s.Permanent != nil || !s.Open {
+		h.advance(2 * retryMin) // the first retry, at most RetryMin (jittered) later
+		if s := h.q.Snapshot(); s.Permanent != nil || !s.Open || s.Failing.Terms != 0 {
 			t.Fatalf("after a takeover succeeded: %+v", s)
 		}
-		next.end(election.ErrResigned)
+		select {
+		case err := <-done:
+			t.Fatalf("Lead returned %v after its takeover succeeded", err)
+		default:
+		}
+		term.end(election.ErrResigned)
 		<-done
 	})
 }
 
-// A run that continues as new is followed: the snapshot and the heartbeat name the new run.
+// A run that continues as new is followed// A run that continues as new is followed: the snapshot and the heartbeat name the new run.
 func TestContinueAsNewIsFollowed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, false)

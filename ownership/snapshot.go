@@ -22,6 +22,7 @@ type state[T Term] struct {
 	replaced       int
 	lastErr        error
 	permanent      error     // a takeover failure that retrying cannot fix, until a takeover succeeds
+	failing        Failing   // the queue's failing record as this process last wrote it (zero Terms: none)
 	hbErr          error     // the last dispatcher heartbeat write failed with it (nil after a success)
 	hbFailingSince time.Time // since when the writes fail
 	handingOver    bool      // a graceful step-down of this term is ending its run
@@ -49,6 +50,7 @@ type Snapshot[T Term] struct {
 	Replaced         int          // runs replaced after they closed behind this owner's back
 	LastErr          error        // the last takeover or heartbeat failure
 	Permanent        error        // a takeover failure that retrying cannot fix, until one succeeds
+	Failing          Failing      // the queue's failing record as this process last wrote it (zero Terms: none)
 	HeartbeatErr     error        // the last heartbeat write's failure (nil after a success)
 	HeartbeatFailing time.Time    // since when the heartbeat writes fail
 	LastCause        error        // why this process's last term ended
@@ -67,6 +69,7 @@ func (q *Queue[T]) Snapshot() Snapshot[T] {
 	s := &q.st
 	snap := Snapshot[T]{Queue: q.cfg.Queue, Leader: s.leader, Term: s.term, HasTerm: s.hasTerm, Run: s.run, Open: s.open,
 		NoRunSince: s.noRunSince, Takeovers: s.takeovers, Replaced: s.replaced, LastErr: s.lastErr, Permanent: s.permanent,
+		Failing:      s.failing,
 		HeartbeatErr: s.hbErr, HeartbeatFailing: s.hbFailingSince, LastCause: s.lastCause, Workers: maps.Clone(s.workers),
 		Progress: s.progress, StalledSince: s.stalledSince}
 	if s.hasTerm {

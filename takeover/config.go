@@ -103,6 +103,15 @@ type Config struct {
 	// to start the same workflow ID again within about 1 s of the previous start). Defaults 100ms and
 	// 2s; RetryMax at least RetryMin.
 	RetryMin, RetryMax time.Duration
+	// PermanentHold is how long a leader keeps a term whose takeover fails in a way that retrying
+	// cannot fix (ErrPermanent: namespace not found, permission denied) before it resigns so that
+	// another worker can try, and PermanentHoldMax caps it: a queue's n-th consecutive failed term,
+	// counted across the fleet (package ownership shares the count in etcd), is kept
+	// PermanentHold × 2^(n-1), at most PermanentHoldMax. Within the term the takeover is retried,
+	// RetryMin doubling up to PermanentHold apart, so a recovered namespace is taken over within
+	// about PermanentHold. Defaults 30s and 5m; PermanentHold at least RetryMax, PermanentHoldMax at
+	// least PermanentHold.
+	PermanentHold, PermanentHoldMax time.Duration
 	// RunLog records every run a takeover starts, reuses or terminates before the takeover reports
 	// or ends it, and each run's Owner.RunLog names where: the successor's carry-over reads it to find
 	// every run that may have accepted requests, whatever Temporal's visibility lags. Baton's Node sets
@@ -191,6 +200,12 @@ func (c Config) WithDefaults() Config {
 	if c.RetryMax == 0 {
 		c.RetryMax = 2 * time.Second
 	}
+	if c.PermanentHold == 0 {
+		c.PermanentHold = 30 * time.Second
+	}
+	if c.PermanentHoldMax == 0 {
+		c.PermanentHoldMax = 5 * time.Minute
+	}
 	if c.DataConverter == nil {
 		c.DataConverter = converter.GetDefaultDataConverter()
 	}
@@ -233,6 +248,10 @@ func (c Config) Validate() error {
 		return bad("RetryMin", "must be positive, got %v", c.RetryMin)
 	case c.RetryMax < c.RetryMin:
 		return bad("RetryMax", "must be at least RetryMin (%v), got %v", c.RetryMin, c.RetryMax)
+	case c.PermanentHold < c.RetryMax:
+		return bad("PermanentHold", "must be at least RetryMax (%v) so that a held term retries its takeover, got %v", c.RetryMax, c.PermanentHold)
+	case c.PermanentHoldMax < c.PermanentHold:
+		return bad("PermanentHoldMax", "must be at least PermanentHold (%v), got %v", c.PermanentHold, c.PermanentHoldMax)
 	}
 	return nil
 }

@@ -27,6 +27,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative attempt timeout", Config{AttemptTimeout: -time.Second}, "AttemptTimeout"},
 		{"negative retry", Config{RetryMin: -time.Second}, "RetryMin"},
 		{"max below min", Config{RetryMin: time.Second, RetryMax: time.Millisecond}, "RetryMax"},
+		{"hold shorter than a retry", Config{RetryMax: 10 * time.Second, PermanentHold: 5 * time.Second}, "PermanentHold"},
+		{"hold cap below the hold", Config{PermanentHold: time.Minute, PermanentHoldMax: 30 * time.Second}, "PermanentHoldMax"},
 		{"negative workflow task timeout", Config{WorkflowTaskTimeout: -time.Second}, "WorkflowTaskTimeout"},
 		{"workflow task timeout too short", Config{WorkflowTaskTimeout: MinWorkflowTaskTimeout - time.Millisecond}, "WorkflowTaskTimeout"},
 		{"workflow task timeout too long", Config{WorkflowTaskTimeout: MaxWorkflowTaskTimeout + time.Second}, "WorkflowTaskTimeout"},

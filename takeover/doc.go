@@ -66,7 +66,9 @@
 // the application encodes payloads. A memo that cannot be decoded fails the takeover
 // (ErrUnreadableOwner): reading every token as 0 would silently remove the token guard. Failures that
 // retrying cannot fix (namespace not found, permission denied, invalid argument, an unreadable memo)
-// wrap ErrPermanent; a Node then backs off between terms and reports the cause in readiness.
+// wrap ErrPermanent; a Node then keeps the term for a hold (Config.PermanentHold, growing with the
+// queue's failed terms, which the fleet shares: package ownership), retries with backoff meanwhile,
+// and reports the cause in readiness.
 //
 // In signal-with-start mode the server only signals a run that is already open, so the takeover
 // describes the run the call reached and accepts it only when it carries this owner.

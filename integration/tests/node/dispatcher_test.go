@@ -184,7 +184,8 @@ func TestWrongNamespaceBacksOffAndShowsInReadiness(t *testing.T) {
 		}
 		return nil
 	})
-	// The failed term is released and the queue campaigned for again: not held without a dispatcher.
+	// The takeover is tried again: within the failing term, which is kept for a hold (ownership's
+	// package doc), not given up after one attempt.
 	eventually(t, 60*time.Second, "a second takeover attempt", func() error {
 		if n := takeoverAttempts(t, reader); n < 2 {
 			return fmt.Errorf("%d attempts", n)
@@ -199,8 +200,8 @@ func TestWrongNamespaceBacksOffAndShowsInReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	attempts := takeoverAttempts(t, reader)
-	// The election backs off up to RetryMax (5 s) after each failed term: after the first few, at most
-	// one attempt per second.
+	// The held term retries with backoff (RetryMin doubling up to PermanentHold): after the first few,
+	// at most one attempt per second.
 	if limit := 6 + int(window.Seconds()); attempts > limit {
 		t.Fatalf("%d takeover attempts in about %v: a hot loop (limit %d)", attempts, window.Round(time.Second), limit)
 	}
