@@ -232,8 +232,9 @@ func (r *Reconciler) lead(ctx context.Context, term *election.Term, lastCycle st
 	octx, stop := context.WithCancel(ctx)
 	var orphans sync.WaitGroup
 	// The term's first cycle tells the orphan watch which queues were vacated before the term began.
-	atStart := make(chan []heartbeat.Entry, 1)
-	orphans.Go(func() { r.watchOrphans(octx, term, atStart) })
+	liveAtStart := make(chan []heartbeat.Entry, 1)
+	orphans.Go(func() { r.watchOrphans(octx, term, liveAtStart) })
+	atStart := liveAtStart // nil once sent
 	defer func() { stop(); orphans.Wait() }()
 	failed, lastOK := 0, r.cfg.Clock.Now()
 	for {
