@@ -73,6 +73,19 @@ func (f *Fake) Timers() int {
 	return len(f.timers)
 }
 
+// NextDue returns when the earliest armed timer fires; ok is false when none is armed. A test that
+// measures how long the code under test waits advances by exactly that.
+func (f *Fake) NextDue() (due time.Time, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range f.timers {
+		if !ok || t.at.Before(due) {
+			due, ok = t.at, true
+		}
+	}
+	return due, ok
+}
+
 // Changed returns a channel that is closed the next time a timer is armed or stopped.
 func (f *Fake) Changed() <-chan struct{} {
 	f.mu.Lock()

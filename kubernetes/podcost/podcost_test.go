@@ -270,13 +270,12 @@ func TestForbiddenIsLoggedOnceAndLeadershipUnaffected(t *testing.T) {
 	for range 4 {
 		api.next()
 		armed(t, clk)
-		before := clk.Now()
-		// Advance minute by minute until the timer fires (Advance fires it before returning): the
-		// waits double up to MaxBackoff.
-		for clk.Timers() > 0 {
-			clk.Advance(time.Minute)
-		}
-		waits = append(waits, clk.Now().Sub(before))
+		// The wait the Updater armed, advanced exactly (the next attempt may arm its own timer as soon
+		// as Advance fired this one): the waits double up to MaxBackoff.
+		due, _ := clk.NextDue()
+		wait := due.Sub(clk.Now())
+		clk.Advance(wait)
+		waits = append(waits, wait)
 	}
 	api.next()
 	if want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 4 * time.Minute}; !equal(waits, want) {
