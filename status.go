@@ -196,6 +196,12 @@ var (
 	// polls its task queue, a workflow task or the dispatch activity is stuck, its oldest request
 	// waits too long, or Temporal does not answer.
 	ErrDispatcherStalled = errors.New("baton: dispatcher run makes no progress")
+	// ErrRunsFailing fails readiness while the dispatcher runs of a queue this process leads keep
+	// closing right after they start (ownership.Snapshot.RunsFailing: two in a row within
+	// ownership.RunFailingWithin of their start): a start hook or a first workflow task that fails
+	// every time. Each is replaced (with backoff, MaxReplacements per term), so the queue has an open
+	// run most of the time and nothing else would show it. The message names the last close.
+	ErrRunsFailing = errors.New("baton: dispatcher runs keep closing right after they start")
 	// ErrHeartbeatFailing fails readiness while the dispatcher heartbeat of a queue this process leads
 	// has failed for longer than one heartbeat interval (Redis unreachable, or refusing the write: an
 	// ACL without a command, a read-only replica). The reconciler would take the run for a dead owner's.
@@ -283,6 +289,10 @@ func (n *Node) queueReadiness() error {
 					f.Since.UTC().Format(time.RFC3339), f.Terms, s.Permanent)
 			}
 			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.Permanent)
+		}
+		if s.RunsFailing(time.Now()) {
+			return fmt.Errorf("%w: queue %s: %d runs in a row closed within %v of their start; the last: %v", ErrRunsFailing, q,
+				s.QuickCloses, ownership.RunFailingWithin, s.LastErr)
 		}
 		if !s.Held {
 			continue

@@ -61,7 +61,13 @@ func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 		var handingOver bool
 		q.update(func(s *state[T]) {
 			if handingOver = s.handingOver; !handingOver {
-				s.open, s.lastErr, s.noRunSince, s.replaced = false, err, q.clk.Now(), s.replaced+1
+				now := q.clk.Now()
+				s.open, s.lastErr, s.noRunSince, s.replaced = false, err, now, s.replaced+1
+				if now.Sub(s.openedAt) < RunFailingWithin {
+					s.quickCloses, s.quickClosedAt = s.quickCloses+1, now
+				} else {
+					s.quickCloses = 0
+				}
 			}
 		})
 		if handingOver {
@@ -102,6 +108,7 @@ func (q *Queue[T]) take(ctx context.Context, term T, take takeFunc) (takeover.Ru
 	var announce, failing bool
 	q.update(func(s *state[T]) {
 		s.run, s.open, s.permanent, s.takeovers, failing = run, true, nil, s.takeovers+1, s.failing.Terms > 0
+		s.openedAt = q.clk.Now()
 		if announce = !q.hasAnnounced || q.announced != term; announce {
 			q.announced, q.hasAnnounced = term, true
 		}

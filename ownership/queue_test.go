@@ -285,6 +285,43 @@ func TestClosedRunIsReplacedAfterBackoffThenGivenUp(t *testing.T) {
 	})
 }
 
+// Runs that close right after they start (a start hook that fails every time) make the queue's runs
+// failing after two in a row, though each is replaced and the queue has an open run most of the
+// time; a replacement that lives RunFailingWithin ends the streak.
+func TestRunsClosingRightAfterTheirStartAreFailing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, false)
+		term, done := h.lead(7)
+		defer term.end(election.ErrResigned)
+		closed := fmt.Errorf("workflow failed in its start: %w", takeover.ErrRunClosed)
+		h.f.closes <- closed
+		synctest.Wait()
+		if s := h.q.Snapshot(); s.QuickCloses != 1 || s.RunsFailing(h.clk.Now()) {
+			t.Fatalf("after one close: %d quick closes, failing %v; want 1, false", s.QuickCloses, s.RunsFailing(h.clk.Now()))
+		}
+		h.advance(retryMin)
+		h.f.closes <- closed
+		synctest.Wait()
+		h.advance(2 * retryMin)
+		s := h.q.Snapshot()
+		if !s.Open || s.QuickCloses != 2 || !s.RunsFailing(h.clk.Now()) {
+			t.Fatalf("replaced after a second quick close: open %v, %d quick closes, failing %v; want true, 2, true",
+				s.Open, s.QuickCloses, s.RunsFailing(h.clk.Now()))
+		}
+		h.advance(RunFailingWithin)
+		if s := h.q.Snapshot(); s.RunsFailing(h.clk.Now()) {
+			t.Fatalf("a replacement open for RunFailingWithin is still failing: %+v", s)
+		}
+		h.f.closes <- closed
+		if err := <-done; !errors.Is(err, takeover.ErrRunClosed) {
+			t.Fatalf("Lead = %v, want the third close (MaxReplacements 2)", err)
+		}
+		if s := h.q.Snapshot(); s.QuickCloses != 0 {
+			t.Fatalf("a close after RunFailingWithin counted as quick: %d", s.QuickCloses)
+		}
+	})
+}
+
 // The close that a graceful hand-over causes is the owner's own: it is not replaced.
 func TestHandOverEndsTheRunWithoutReplacingIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -20,6 +20,9 @@ type state[T Term] struct {
 	noRunSince     time.Time // when the term last had no open run (its start, or a close)
 	takeovers      int
 	replaced       int
+	openedAt       time.Time // when the term's current run was opened by a takeover or a replacement
+	quickCloses    int       // runs in a row that closed behind the owner's back within RunFailingWithin
+	quickClosedAt  time.Time // when the last of them closed
 	lastErr        error
 	permanent      error     // a takeover failure that retrying cannot fix, until a takeover succeeds
 	failing        Failing   // the queue's failing record as this process last wrote it (zero Terms: none)
@@ -40,20 +43,26 @@ type Snapshot[T Term] struct {
 	Leader election.Leader
 	// Term is this process's term, when HasTerm; Leading is true while it may act (Term.Check passes)
 	// and Held while it has not ended (Term.Err is nil: past its deadline it may be held but not act).
-	Term             T
-	HasTerm          bool
-	Leading, Held    bool
-	Run              takeover.Run // the chain's current run of the term
-	Open             bool         // Run is open, as far as supervision knows
-	NoRunSince       time.Time    // when the term last had no open run
-	Takeovers        int          // successful takeovers of the queue by this process
-	Replaced         int          // runs replaced after they closed behind this owner's back
-	LastErr          error        // the last takeover or heartbeat failure
-	Permanent        error        // a takeover failure that retrying cannot fix, until one succeeds
-	Failing          Failing      // the queue's failing record as this process last wrote it (zero Terms: none)
-	HeartbeatErr     error        // the last heartbeat write's failure (nil after a success)
-	HeartbeatFailing time.Time    // since when the heartbeat writes fail
-	LastCause        error        // why this process's last term ended
+	Term          T
+	HasTerm       bool
+	Leading, Held bool
+	Run           takeover.Run // the chain's current run of the term
+	Open          bool         // Run is open, as far as supervision knows
+	NoRunSince    time.Time    // when the term last had no open run
+	Takeovers     int          // successful takeovers of the queue by this process
+	Replaced      int          // runs replaced after they closed behind this owner's back
+	OpenedAt      time.Time    // when Run was opened by a takeover or a replacement
+	// QuickCloses counts the runs in a row that closed behind this owner's back within
+	// RunFailingWithin of their start (a start hook or a first workflow task that fails every time),
+	// and QuickClosedAt when the last did; a run that outlives RunFailingWithin ends the streak.
+	QuickCloses      int
+	QuickClosedAt    time.Time
+	LastErr          error     // the last takeover or heartbeat failure
+	Permanent        error     // a takeover failure that retrying cannot fix, until one succeeds
+	Failing          Failing   // the queue's failing record as this process last wrote it (zero Terms: none)
+	HeartbeatErr     error     // the last heartbeat write's failure (nil after a success)
+	HeartbeatFailing time.Time // since when the heartbeat writes fail
+	LastCause        error     // why this process's last term ended
 	// Workers counts the queue's workers by status, as this process last saw them while leading.
 	Workers map[registry.Status]int
 	// Progress is the last progress check of the term's run (zero CheckedAt: none yet), and
@@ -68,7 +77,8 @@ func (q *Queue[T]) Snapshot() Snapshot[T] {
 	defer q.mu.Unlock()
 	s := &q.st
 	snap := Snapshot[T]{Queue: q.cfg.Queue, Leader: s.leader, Term: s.term, HasTerm: s.hasTerm, Run: s.run, Open: s.open,
-		NoRunSince: s.noRunSince, Takeovers: s.takeovers, Replaced: s.replaced, LastErr: s.lastErr, Permanent: s.permanent,
+		NoRunSince: s.noRunSince, Takeovers: s.takeovers, Replaced: s.replaced, OpenedAt: s.openedAt, QuickCloses: s.quickCloses,
+		QuickClosedAt: s.quickClosedAt, LastErr: s.lastErr, Permanent: s.permanent,
 		Failing:      s.failing,
 		HeartbeatErr: s.hbErr, HeartbeatFailing: s.hbFailingSince, LastCause: s.lastCause, Workers: maps.Clone(s.workers),
 		Progress: s.progress, StalledSince: s.stalledSince}
@@ -76,6 +86,25 @@ func (q *Queue[T]) Snapshot() Snapshot[T] {
 		snap.Leading, snap.Held = s.term.Check() == nil, s.term.Err() == nil
 	}
 	return snap
+}
+
+// RunFailingWithin is how soon after its start a run that closes behind its owner's back counts as
+// one that fails to start (its start code or its first workflow task fails every time) rather than
+// one an operator or a bug ended in the course of its work. Two such closes in a row make the queue's
+// runs failing (Snapshot.RunsFailing).
+const RunFailingWithin = time.Minute
+
+// RunsFailing reports whether the term's runs keep closing right after they start: two closes in a
+// row within RunFailingWithin of their start, while this process holds the queue or within
+// RunFailingWithin of the last close, and no run open for RunFailingWithin since.
+func (s Snapshot[T]) RunsFailing(now time.Time) bool {
+	switch {
+	case s.QuickCloses < 2:
+		return false
+	case s.Open && now.Sub(s.OpenedAt) >= RunFailingWithin:
+		return false
+	}
+	return s.Held || now.Sub(s.QuickClosedAt) < RunFailingWithin
 }
 
 // Leading returns this process's term while it may act (Term.Check passes): the local check, with

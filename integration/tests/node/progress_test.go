@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -213,4 +215,38 @@ func TestProgressTemporalUnreachable(t *testing.T) {
 		return nil
 	})
 	proxy.Heal()
+}
+
+// A dispatcher run whose start fails every time (an application's start code refused its first
+// write, say) is replaced again and again and is open most of the time, yet the worker is not ready:
+// readiness names the queue and the last close within three replacements. (Before, /readyz stayed
+// green through the whole loop.)
+func TestARunThatFailsToStartEveryTimeTurnsReadinessRed(t *testing.T) {
+	e := newEnv(t)
+	p, queue := project(), "orders"
+	const workflowType = "test.FailingStart"
+	w := worker.New(e.tc, takeover.DefaultTaskQueue(p, queue), worker.Options{})
+	w.RegisterWorkflowWithOptions(func(workflow.Context, takeover.Owner) error {
+		return temporal.NewNonRetryableApplicationError("announce refused: permission denied", "AnnounceRefused", nil)
+	}, workflow.RegisterOptions{Name: workflowType})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	cfg := fast(p, "node-a", queue)
+	cfg.Takeover.WorkflowType = workflowType
+	n := e.startNode(t, cfg, e.tc)
+	eventually(t, time.Minute, "readiness fails with ErrRunsFailing", func() error {
+		err := n.Ready()
+		if !errors.Is(err, baton.ErrRunsFailing) {
+			return fmt.Errorf("readiness %v, want ErrRunsFailing", err)
+		}
+		if !strings.Contains(err.Error(), queue) || !strings.Contains(err.Error(), "closed") {
+			return fmt.Errorf("readiness %v: want the queue and the last close named", err)
+		}
+		return nil
+	})
+	if s := n.Status(); s.Queues[0].Replacements > 3 {
+		t.Errorf("readiness red only after %d replacements; want within 3", s.Queues[0].Replacements)
+	}
 }
