@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
@@ -63,7 +64,7 @@ func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 			if handingOver = s.handingOver; !handingOver {
 				now := q.clk.Now()
 				s.open, s.lastErr, s.noRunSince, s.replaced = false, err, now, s.replaced+1
-				if now.Sub(s.openedAt) < RunFailingWithin {
+				if failedEarly(err) && now.Sub(s.openedAt) < RunFailingWithin {
 					s.quickCloses, s.quickClosedAt = s.quickCloses+1, now
 				} else {
 					s.quickCloses = 0
@@ -84,6 +85,17 @@ func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 		}
 		backoff = min(2*backoff, q.cfg.Takeover.RetryMax)
 	}
+}
+
+// failedEarly reports whether a run's close is its own failure (FAILED, TIMED_OUT): what a start
+// hook or a first workflow task that fails every time ends in. An operator's terminate or cancel is
+// not: it ends the streak.
+func failedEarly(err error) bool {
+	var closed *takeover.ClosedError
+	if !errors.As(err, &closed) {
+		return false
+	}
+	return closed.Status == enumspb.WORKFLOW_EXECUTION_STATUS_FAILED || closed.Status == enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT
 }
 
 // takeFunc is a takeover of a term: Taker.Take or Taker.Replace.

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.uber.org/goleak"
 
 	"github.com/baton-run/baton/clock"
@@ -293,7 +294,7 @@ func TestRunsClosingRightAfterTheirStartAreFailing(t *testing.T) {
 		h := newHarness(t, false)
 		term, done := h.lead(7)
 		defer term.end(election.ErrResigned)
-		closed := fmt.Errorf("workflow failed in its start: %w", takeover.ErrRunClosed)
+		closed := &takeover.ClosedError{WorkflowID: "w", RunID: "r", Status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, Detail: "start failed"}
 		h.f.closes <- closed
 		synctest.Wait()
 		if s := h.q.Snapshot(); s.QuickCloses != 1 || s.RunsFailing(h.clk.Now()) {
@@ -318,6 +319,21 @@ func TestRunsClosingRightAfterTheirStartAreFailing(t *testing.T) {
 		}
 		if s := h.q.Snapshot(); s.QuickCloses != 0 {
 			t.Fatalf("a close after RunFailingWithin counted as quick: %d", s.QuickCloses)
+		}
+	})
+}
+
+// An operator's terminate right after a run's start is no failure of the run's own: it counts
+// nothing towards failing runs.
+func TestATerminateIsNoFailedStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, false)
+		term, done := h.lead(7)
+		defer func() { term.end(election.ErrResigned); <-done }()
+		h.f.closes <- &takeover.ClosedError{WorkflowID: "w", RunID: "r", Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED}
+		synctest.Wait()
+		if s := h.q.Snapshot(); s.QuickCloses != 0 || s.Replaced != 1 {
+			t.Fatalf("after a terminate: %d quick closes, %d replaced; want 0, 1", s.QuickCloses, s.Replaced)
 		}
 	})
 }

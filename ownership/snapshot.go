@@ -52,8 +52,8 @@ type Snapshot[T Term] struct {
 	Takeovers     int          // successful takeovers of the queue by this process
 	Replaced      int          // runs replaced after they closed behind this owner's back
 	OpenedAt      time.Time    // when Run was opened by a takeover or a replacement
-	// QuickCloses counts the runs in a row that closed behind this owner's back within
-	// RunFailingWithin of their start (a start hook or a first workflow task that fails every time),
+	// QuickCloses counts the runs in a row that failed (FAILED, TIMED_OUT) behind this owner's back
+	// within RunFailingWithin of their start (a start hook or a first workflow task that fails every time),
 	// and QuickClosedAt when the last did; a run that outlives RunFailingWithin ends the streak.
 	QuickCloses      int
 	QuickClosedAt    time.Time
@@ -88,9 +88,10 @@ func (q *Queue[T]) Snapshot() Snapshot[T] {
 	return snap
 }
 
-// RunFailingWithin is how soon after its start a run that closes behind its owner's back counts as
-// one that fails to start (its start code or its first workflow task fails every time) rather than
-// one an operator or a bug ended in the course of its work. Two such closes in a row make the queue's
+// RunFailingWithin is how soon after its start a run that fails (closes FAILED or TIMED_OUT behind its
+// owner's back) counts as one that fails to start (its start code or its first workflow task fails
+// every time) rather than one a bug ended in the course of its work; an operator's terminate or
+// cancel ends the streak. Two such closes in a row make the queue's
 // runs failing (Snapshot.RunsFailing).
 const RunFailingWithin = time.Minute
 
