@@ -157,16 +157,25 @@ func TestLeaderReplacesRunsClosedBehindItsBack(t *testing.T) {
 	}
 }
 
-// A Temporal client on a namespace that does not exist: takeovers fail for good, so the Node backs off
-// (no hot loop of campaign, fail, resign), says why in readiness, and etcd's revision grows slowly.
-func TestWrongNamespaceBacksOffAndShowsInReadiness(t *testing.T) {
-	e := newEnv(t)
-	const namespace = "no-such-namespace"
-	tc, err := temporalServer.NewClient(func(o *client.Options) { o.Namespace = namespace })
+// missingNamespace is a Temporal namespace that does not exist: every takeover on it fails for good.
+const missingNamespace = "no-such-namespace"
+
+// missingNamespaceClient is a client of the test's Temporal server on missingNamespace.
+func missingNamespaceClient(t *testing.T) client.Client {
+	t.Helper()
+	tc, err := temporalServer.NewClient(func(o *client.Options) { o.Namespace = missingNamespace })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(tc.Close)
+	return tc
+}
+
+// A Temporal client on a namespace that does not exist: takeovers fail for good, so the Node backs off
+// (no hot loop of campaign, fail, resign), says why in readiness, and etcd's revision grows slowly.
+func TestWrongNamespaceBacksOffAndShowsInReadiness(t *testing.T) {
+	e := newEnv(t)
+	tc := missingNamespaceClient(t)
 	reader := metric.NewManualReader()
 	cfg := fast(project(), "node-a", "orders")
 	cfg.Election = election.Config{TTL: 5 * time.Second}
@@ -179,7 +188,7 @@ func TestWrongNamespaceBacksOffAndShowsInReadiness(t *testing.T) {
 	node := e.startNode(t, cfg, tc)
 	eventually(t, 30*time.Second, "readiness names the namespace", func() error {
 		err := node.Ready()
-		if !errors.Is(err, baton.ErrTakeoverFailing) || !strings.Contains(err.Error(), namespace) {
+		if !errors.Is(err, baton.ErrTakeoverFailing) || !strings.Contains(err.Error(), missingNamespace) {
 			return fmt.Errorf("Ready = %v", err)
 		}
 		return nil

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/metric"
-	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -27,12 +26,7 @@ import (
 // the takeover cannot succeed.
 func TestMissingNamespaceUnderAFleetBacksOff(t *testing.T) {
 	e := newEnv(t)
-	const namespace = "no-such-namespace"
-	tc, err := temporalServer.NewClient(func(o *client.Options) { o.Namespace = namespace })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
+	tc := missingNamespaceClient(t)
 	const workers, nQueues = 3, 10
 	queues := make([]string, nQueues)
 	for i := range queues {
@@ -102,11 +96,7 @@ func TestMissingNamespaceUnderAFleetBacksOff(t *testing.T) {
 // dispatcher over leads the queue; its success deletes the queue's failing record.
 func TestABrokenWorkerStepsAsideForAHealthyOne(t *testing.T) {
 	e := newEnv(t)
-	bad, err := temporalServer.NewClient(func(o *client.Options) { o.Namespace = "no-such-namespace" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bad.Close)
+	bad := missingNamespaceClient(t)
 	const queue, hold = "orders", 3 * time.Second
 	p := project()
 	broken := fast(p, "broken", queue)
@@ -120,9 +110,13 @@ func TestABrokenWorkerStepsAsideForAHealthyOne(t *testing.T) {
 	})
 	cli := etcdx.Client(t, e.etcd)
 	record := ownership.FailingKeys{ElectionPrefix: cmp.Or(brokenNode.Config().Election.Prefix, election.DefaultConfig().Prefix)}.Queue(p, queue)
-	if resp, err := cli.Get(t.Context(), record); err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("failing record %s: %v, %v", record, resp, err)
-	}
+	// Readiness turns red as the takeover fails; the record is written right after, by the hold.
+	eventually(t, 10*time.Second, "the failing record written", func() error {
+		if resp, err := cli.Get(t.Context(), record); err != nil || len(resp.Kvs) != 1 {
+			return fmt.Errorf("failing record %s: %v, %v", record, resp, err)
+		}
+		return nil
+	})
 	healthy := []*baton.Node{e.startNode(t, fast(p, "healthy-1", queue), e.tc), e.startNode(t, fast(p, "healthy-2", queue), e.tc)}
 	eventually(t, 60*time.Second, "a healthy worker leads with a run", func() error {
 		for _, n := range healthy {
