@@ -486,8 +486,8 @@ func (r *Reconciler) clean(ctx context.Context, term Term, e heartbeat.Entry, no
 
 // terminateStale ends the stale entry e's run (already closed counts as ended) and reports it.
 func (r *Reconciler) terminateStale(ctx context.Context, term Term, e heartbeat.Entry, now time.Time, log *zap.Logger) error {
-	reason := fmt.Sprintf(takeover.ReasonPrefix+"reconciler %s (token %d): heartbeat of %s (token %d) stale for %v",
-		term.LeaderID(), term.Token(), e.ServerID, e.Token, e.Age(now).Round(time.Millisecond))
+	reason := takeover.Reason{Kind: takeover.ReasonStaleHeartbeat, By: term.LeaderID(), Token: term.Token(),
+		Owner: e.ServerID, OwnerToken: e.Token, Stale: e.Age(now)}.String()
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	// By the chain's first run when the entry has it: that reaches the chain's current run after a

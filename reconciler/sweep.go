@@ -132,8 +132,8 @@ func (r *Reconciler) sweepRun(ctx context.Context, term Term, run openRun, leade
 	if err := r.confirm(ctx, term); err != nil {
 		return err
 	}
-	reason := fmt.Sprintf(takeover.ReasonPrefix+"reconciler %s (token %d): run of %s (token %d) has no live owner",
-		term.LeaderID(), term.Token(), owner.ServerID, owner.Token)
+	reason := takeover.Reason{Kind: takeover.ReasonNoLiveOwner, By: term.LeaderID(), Token: term.Token(),
+		Owner: owner.ServerID, OwnerToken: owner.Token}.String()
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	err := r.tc.TerminateWorkflowWithOptions(cctx, client.TerminateWorkflowOptions{WorkflowID: run.id, RunID: run.runID, Reason: reason})
 	cancel()

@@ -354,7 +354,7 @@ func (m *Manager) endPrior(ctx context.Context, term Term, id string, owner Owne
 			return Run{}, path, err
 		}
 	}
-	reason := fmt.Sprintf(ReasonPrefix+"taken over by %s (token %d)", owner.ServerID, owner.Token)
+	reason := Reason{Kind: ReasonTakenOver, By: owner.ServerID, Token: owner.Token}.String()
 	// Logged before it is ended, as every run Baton ends: should this takeover's start fail and
 	// a late start land in between, the next carry-over still finds it.
 	if err := m.logRun(ctx, owner, prior.firstRunID, prior.runID, prior.owner); err != nil {
@@ -430,7 +430,7 @@ func (m *Manager) logRun(ctx context.Context, owner Owner, firstRunID, lastRunID
 func (m *Manager) endOwnRun(ctx context.Context, id string, owner Owner, runID string, log *zap.Logger) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.AttemptTimeout)
 	terr := m.client.TerminateWorkflowWithOptions(tctx, client.TerminateWorkflowOptions{WorkflowID: id, RunID: runID,
-		Reason: fmt.Sprintf(ReasonPrefix+"started by %s at token %d after its term ended", owner.ServerID, owner.Token)})
+		Reason: Reason{Kind: ReasonLateStart, By: owner.ServerID, Token: owner.Token}.String()})
 	cancel()
 	log.Warn("dispatcher run started by an ended term; terminated by its run ID", zap.String("run_id", runID),
 		zap.NamedError("terminate_error", terr))
@@ -599,7 +599,7 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	}
 	first := run.chainFirst()
 	m.Quiesce(ctx, term, run)
-	reason := fmt.Sprintf(ReasonPrefix+"%s stepped down (token %d)", term.LeaderID(), term.Token())
+	reason := Reason{Kind: ReasonSteppedDown, By: term.LeaderID(), Token: term.Token()}.String()
 	// The chain's record names its latest run, so that the carry-over need not follow a long chain
 	// from its first run; as every run Baton ends, it is logged first.
 	if err := m.logRun(ctx, run.Owner, first, run.RunID, run.Owner); err != nil {

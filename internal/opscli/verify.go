@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -278,7 +277,7 @@ func (h historyReader) check(ctx context.Context, queue, id string) ([]violation
 			if err != nil {
 				return out, len(runs), err
 			}
-			if !strings.HasPrefix(reason, takeover.ReasonPrefix) {
+			if _, ours := takeover.ParseReason(reason); !ours {
 				bad(CheckSuperseded, "run %s (token %d) was terminated with %q, not by Baton, before run %s (token %d)",
 					prev.runID, prev.owner.Token, reason, next.runID, next.owner.Token)
 			}

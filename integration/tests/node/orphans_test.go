@@ -3,7 +3,6 @@ package node_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/takeover"
 )
 
 // orphanCount sums the reconciler's orphan counter of one process.
@@ -224,7 +224,8 @@ func TestHandoverAndCrashWithASuccessorAreNoOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if reason := ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason(); strings.Contains(reason, "reconciler") {
+		reason := ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()
+		if r, _ := takeover.ParseReason(reason); r.Kind == takeover.ReasonStaleHeartbeat || r.Kind == takeover.ReasonNoLiveOwner {
 			t.Errorf("run %s was ended by the reconciler (%q), want by its successor or owner", run.RunID, reason)
 		}
 	}

@@ -256,7 +256,9 @@ func TestARunThatFailsToStartEveryTimeTurnsReadinessRed(t *testing.T) {
 	// DISPATCH column counts the runs. (Before, both said healthy.)
 	eventually(t, 30*time.Second, "baton verify names the failing runs", func() error {
 		out, errOut, code := e.baton(t, p, "verify", "-json", "-queues", queue, "-reconciler-max", "1h")
-		var v struct{ Violations []struct{ Check, Queue, Detail string } }
+		var v struct {
+			Violations []struct{ Check, Queue, Detail string }
+		}
 		if err := json.Unmarshal([]byte(out), &v); err != nil {
 			return fmt.Errorf("baton verify -json: %v\n%s%s", err, out, errOut)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,8 +213,8 @@ func TestTerminateBeforeDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reason := ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason(); !strings.Contains(reason, "reconciler rec-1") ||
-		!strings.Contains(reason, "node-a") {
+	reason := ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()
+	if r, _ := takeover.ParseReason(reason); r.Kind != takeover.ReasonStaleHeartbeat || r.By != "rec-1" || r.Owner != "node-a" {
 		t.Fatalf("termination reason %q must name the reconciler and the stale owner", reason)
 	}
 	if r := rn.reports(); r[len(r)-1].Err != nil {

@@ -3,7 +3,6 @@ package takeover_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,8 +155,8 @@ func TestRollingRestartsKeepOneDispatcherPerQueue(t *testing.T) {
 				continue
 			}
 			reason := e.closeEvent(t, id, runID).GetWorkflowExecutionTerminatedEventAttributes().GetReason()
-			lateStart := strings.HasPrefix(reason, "baton: started by ") && strings.HasSuffix(reason, "after its term ended")
-			if !lateStart && !strings.HasPrefix(reason, "baton: taken over by ") {
+			r, _ := takeover.ParseReason(reason)
+			if r.Kind != takeover.ReasonLateStart && r.Kind != takeover.ReasonTakenOver {
 				t.Errorf("queue %s: run %s is no takeover's and was not ended by run ID by Baton (reason %q)", q, runID, reason)
 			}
 		}

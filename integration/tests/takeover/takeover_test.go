@@ -3,7 +3,6 @@ package takeover_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +62,7 @@ func TestRestartReplacesStaleDispatcher(t *testing.T) {
 				t.Fatalf("old run closed at %v, after the new run started at %v", old.close, cur.start)
 			}
 			reason := e.closeEvent(t, runA.WorkflowID, runA.RunID).GetWorkflowExecutionTerminatedEventAttributes().GetReason()
-			if !strings.Contains(reason, "node-b") || !strings.Contains(reason, fmt.Sprint(termB.Token())) {
+			if r, _ := takeover.ParseReason(reason); r.Kind != takeover.ReasonTakenOver || r.By != "node-b" || r.Token != termB.Token() {
 				t.Fatalf("termination reason %q does not name the new owner and token", reason)
 			}
 			if runs := e.runsOf(t, runA.WorkflowID, 2); len(runs) != 2 {
@@ -101,7 +100,7 @@ func TestLegacyAlreadyStartedIsTerminatedThenReplaced(t *testing.T) {
 		t.Fatalf("legacy run is %v", st)
 	}
 	reason := e.closeEvent(t, id, legacyRun.GetRunID()).GetWorkflowExecutionTerminatedEventAttributes().GetReason()
-	if !strings.Contains(reason, "node-a") {
+	if r, _ := takeover.ParseReason(reason); r.Kind != takeover.ReasonTakenOver || r.By != "node-a" {
 		t.Fatalf("termination reason %q does not name the new owner", reason)
 	}
 	if st := e.describe(t, id, run.RunID).status; st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {

@@ -3,10 +3,8 @@ package drill
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -344,23 +342,6 @@ func (d *Drill) allQueues() []string {
 	return qs
 }
 
-// The reasons of Baton's run-scoped terminations; the named groups are the token the reason names and
-// what that token must be: "own" the run owner's, "above" higher than the owner's. Each but a
-// step-down may only land once the owner's term has ended.
-var terminations = []struct {
-	re     *regexp.Regexp
-	within bool // allowed while the owner's term holds
-	what   string
-}{
-	{regexp.MustCompile(`^baton: (\S+) stepped down \(token (?P<own>\d+)\)$`), true, "a step-down by another term"},
-	{regexp.MustCompile(`^baton: taken over by (\S+) \(token (?P<above>\d+)\)$`), false, "taken over by a token not above the owner's"},
-	// The reconciler ends a stale heartbeat's run, or an open run its sweep found without a live owner.
-	{regexp.MustCompile(`^baton: reconciler (\S+) \(token (\d+)\): (?:heartbeat|run) of (\S+) \(token (?P<own>\d+)\) (?:stale|has no live owner)`),
-		false, "the reconciler named another owner token"},
-	// A takeover whose term ended while its start was on the way ends the run it started.
-	{regexp.MustCompile(`^baton: started by (\S+) at token (?P<own>\d+) after its term ended$`), false, "a late start's own terminate named another token"},
-}
-
 // checkRuns checks Temporal's records of the runs against each other and against the terms.
 //
 // "Open dispatcher runs per queue never above one" is checked exactly, not by sampling: every run
@@ -481,23 +462,21 @@ func (d *Drill) checkTermination(q string, r *run, t *term, ts []*term) {
 		d.violate(Violation{Check: CheckFencedAction, Queue: q, At: r.Close, Detail: fmt.Sprintf("run %s of term %s terminated at %s with reason %q: ",
 			r.RunID, t, r.Close.Format(tsFormat), r.Reason) + fmt.Sprintf(format, args...)})
 	}
-	for _, k := range terminations {
-		m := k.re.FindStringSubmatch(r.Reason)
-		if m == nil {
-			continue
-		}
-		for i, name := range k.re.SubexpNames() {
-			tok, _ := strconv.ParseInt(m[i], 10, 64)
-			if name == "own" && tok != t.Token || name == "above" && tok <= t.Token {
-				bad("%s", k.what)
-			}
-		}
-		if !k.within && t.End.After(r.Close) {
-			bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
-		}
+	why, ok := takeover.ParseReason(r.Reason)
+	if !ok {
+		bad("not a run-scoped termination by Baton")
 		return
 	}
-	bad("not a run-scoped termination by Baton")
+	switch tok, named := why.RunToken(); {
+	case why.Kind == takeover.ReasonTakenOver && why.Token <= t.Token:
+		bad("taken over by a token not above the owner's")
+	case named && tok != t.Token:
+		bad("the reason (%s) names another owner token", why.Kind)
+	}
+	// Each but a step-down may only land once the owner's term has ended.
+	if why.Kind != takeover.ReasonSteppedDown && t.End.After(r.Close) {
+		bad("the owner's term still held (it ended %s)", t.End.Format(tsFormat))
+	}
 }
 
 func fmtClose(r *run) string {
