@@ -2,7 +2,6 @@ package baton
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,7 +21,8 @@ const (
 	// owns, open as far as its supervision knows (attributes project, queue): 0 while it leads the
 	// queue without an open run.
 	MetricDispatcherOpen = "baton.queue.dispatcher.open"
-	// MetricStepDowns counts ended terms by cause: resigned, session_lost, key_lost, closed, other.
+	// MetricStepDowns counts ended terms by cause (election.EndReason: resigned, session_lost,
+	// key_lost, closed, other).
 	MetricStepDowns = "baton.stepdowns"
 	// MetricWorkers is the number of the queue's registered workers by status (ONLINE, DRAINING,
 	// OFFLINE), reported by the queue's leader only, as of its last eviction pass.
@@ -195,17 +195,6 @@ func (m *metrics) continuedAsNew(ctx context.Context, queue string) {
 }
 
 func (m *metrics) stepDown(ctx context.Context, queue string, cause error) {
-	kind := "other"
-	switch {
-	case errors.Is(cause, election.ErrResigned):
-		kind = "resigned"
-	case errors.Is(cause, election.ErrSessionLost):
-		kind = "session_lost"
-	case errors.Is(cause, election.ErrKeyLost):
-		kind = "key_lost"
-	case errors.Is(cause, election.ErrClosed):
-		kind = "closed"
-	}
 	m.stepDowns.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(m.project,
-		attribute.String("queue", queue), attribute.String("cause", kind)))
+		attribute.String("queue", queue), attribute.String("cause", election.EndReason(cause))))
 }

@@ -185,7 +185,7 @@ func (t *Term) end(cause error) {
 		t.elector.release(t.project, t.queue)
 		t.log.Info("leadership ended", zap.Error(cause), zap.Duration("held", t.endedAt.Sub(t.started)))
 		e := t.event(event.TermEnded)
-		e.At, e.Started, e.Reason, e.Err = t.endedAt, t.started, endReason(cause), event.ErrText(cause)
+		e.At, e.Started, e.Reason, e.Err = t.endedAt, t.started, EndReason(cause), event.ErrText(cause)
 		t.elector.cfg.Events.Emit(e)
 	})
 }
@@ -260,8 +260,10 @@ func (t *Term) watchOnce(fromRev int64) (next int64, lost bool) {
 	return next, false
 }
 
-// endReason is the event.TermEnded reason of cause.
-func endReason(cause error) string {
+// EndReason classifies why a term ended (its cause, as Term.Context's cause or OnStepDown's): one
+// of event.EndedResigned, EndedSessionLost, EndedKeyLost, EndedClosed or EndedOther. It is the
+// event.TermEnded reason and the cause label of the Node's step-down metric.
+func EndReason(cause error) string {
 	switch {
 	case errors.Is(cause, ErrResigned):
 		return event.EndedResigned
