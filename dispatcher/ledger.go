@@ -58,7 +58,7 @@ var _ Ledger = (*EtcdLedger)(nil)
 // LedgerOption tunes an EtcdLedger.
 type LedgerOption func(*EtcdLedger)
 
-// ReadLegacyLedger says whether Begin also consults the record of the layout before per-project
+// ReadLegacyLedger says whether Begin also consults, for a dispatch key (IsKey), the record of the layout before per-project
 // keys (LegacyLedgerKey) when the project's own has none. Default true in this release, so that a
 // request completed by a worker of the previous release stays a duplicate across the upgrade; it
 // needs read access to LegacyLedgerRange (`baton acl etcd` grants it unless -legacy-ledger=false).
@@ -233,7 +233,7 @@ func (l *EtcdLedger) begin(ctx context.Context, key string, owner takeover.Owner
 	k := LedgerKey(l.prefix, owner.Project, key)
 	claim := &attemptClaim{key: LedgerAttemptKey(l.prefix, owner.Project, key), value: fmt.Sprintf("%s %d", owner.ServerID, owner.Token), lease: attempt}
 	var legacy *legacyRecord
-	if l.legacy {
+	if l.legacy && IsKey(key) { // the old layout's records are of dispatch keys (LegacyLedgerRange)
 		lk := LegacyLedgerKey(l.prefix, key)
 		legacy = &legacyRecord{key: lk, cmp: clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
 	}

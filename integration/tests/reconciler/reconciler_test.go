@@ -503,7 +503,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 		},
 	}
 	for name, put := range garbage {
-		if err := put(e.pfx + name); err != nil {
+		if err := put(heartbeat.ProjectPrefix(e.pfx, p) + name); err != nil { // in the project's range, which the cycle scans
 			t.Fatal(err)
 		}
 	}
@@ -539,7 +539,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 		}
 	}
 	for name := range garbage {
-		if !e.exists(t, e.pfx+name) {
+		if !e.exists(t, heartbeat.ProjectPrefix(e.pfx, p)+name) {
 			t.Fatalf("malformed entry %s was deleted; it must be left for an operator", name)
 		}
 	}

@@ -130,7 +130,13 @@ func (s *secureEtcd) setupAuth(t *testing.T) {
 			return err
 		})
 	}
+	// The old ledger layout's read grant `baton acl etcd` prints while workers still read it.
+	legacyKey, legacyEnd := dispatcher.LegacyLedgerRange(dispatcher.DefaultLedgerPrefix)
 	steps = append(steps,
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "baton", legacyKey, legacyEnd, clientv3.PermissionType(authpb.READ))
+			return err
+		},
 		func() error { _, err := cli.UserAdd(ctx, s.user, s.password); return err },
 		func() error { _, err := cli.UserGrantRole(ctx, s.user, "baton"); return err },
 		func() error { _, err := cli.AuthEnable(ctx); return err },
