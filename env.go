@@ -87,6 +87,7 @@ var envVars = []envVar{
 	{"BATON_RECONCILE_STALE_AFTER", "Reconciler.StaleAfter", durVar(func(c *Config) *time.Duration { return &c.Reconciler.StaleAfter })},
 	{"BATON_RECONCILE_TERMINATE_RATE", "Reconciler.TerminateRate", floatVar("terminations per second", func(c *Config) *float64 { return &c.Reconciler.TerminateRate })},
 	{"BATON_RECONCILE_DISABLED", "DisableReconciler", boolVar(func(c *Config) *bool { return &c.DisableReconciler })},
+	{"BATON_RECONCILE_SKIP_LEGACY_HEARTBEATS", "Reconciler.SkipLegacyHeartbeats", boolVar(func(c *Config) *bool { return &c.Reconciler.SkipLegacyHeartbeats })},
 	{"BATON_RECONCILER_ELECTION_PREFIX", "ReconcilerElectionPrefix", func(c *Config, v string) error { c.ReconcilerElectionPrefix = v; return nil }},
 	{"BATON_BALANCE_DISABLED", "Balance.Disabled", boolVar(func(c *Config) *bool { return &c.Balance.Disabled })},
 	{"BATON_BALANCE_SHED_ABOVE", "Balance.ShedAbove", floatVar("a multiple of the fair share", func(c *Config) *float64 { return &c.Balance.ShedAbove })},

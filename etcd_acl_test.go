@@ -10,7 +10,7 @@ import (
 func TestEtcdPrefixes(t *testing.T) {
 	c := Config{Project: "billing", Queues: []string{"q1"}}
 	got := c.EtcdPrefixes(dispatcher.DefaultLedgerPrefix)
-	want := []string{"/baton/election/billing/", "/baton/election-balance/billing/", "/baton/election-failing/billing/", "/baton/reconciler/billing/", "/baton/runs/billing/", "/baton/dispatch/"}
+	want := []string{"/baton/election/billing/", "/baton/election-balance/billing/", "/baton/election-failing/billing/", "/baton/reconciler/billing/", "/baton/runs/billing/", "/baton/dispatch/p/billing/"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("EtcdPrefixes = %q, want %q", got, want)
 	}

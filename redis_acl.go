@@ -1,6 +1,9 @@
 package baton
 
-import "github.com/baton-run/baton/registry"
+import (
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/registry"
+)
 
 // redisCommands are the Redis commands a Node sends, its scripts' calls included (Redis checks those
 // against the ACL too): the client handshake, the heartbeat and registry scripts, the reconciler's
@@ -16,19 +19,23 @@ var redisCommands = []string{
 }
 
 // RedisACLRules returns the Redis ACL rules of a user that can run this configuration and touch
-// nothing else: its key patterns (the heartbeat and registry prefixes) and exactly the commands Baton
-// sends. Give them to ACL SETUSER after the user's name, "on" and its password, e.g.
+// nothing else: its project's key patterns (heartbeat.Pattern, registry.Pattern: each ends after the
+// project's hash tag with a '/', which no name contains, so they match no other project's keys) and
+// exactly the commands Baton sends. Unless DisableReconciler or Reconciler.SkipLegacyHeartbeats, the
+// project's heartbeat entries of the layout before per-project keys too (heartbeat.LegacyPattern),
+// which the reconciler cleans up while workers of the previous release run. Give them to ACL SETUSER
+// after the user's name, "on" and its password, e.g.
 //
-//	ACL SETUSER baton on >PASSWORD resetkeys ~dispatcher:heartbeat:* ~baton:registry:* resetchannels -@all +ping ...
+//	ACL SETUSER baton on >PASSWORD resetkeys ~dispatcher:heartbeat:{payments}/* ~baton:registry:{payments}/* resetchannels -@all +ping ...
 //
 // "baton acl redis" prints the whole command for the configuration in its environment.
 func (c Config) RedisACLRules() []string {
 	c = c.withDefaults()
-	registryPrefix := c.Registry.Prefix
-	if registryPrefix == "" {
-		registryPrefix = registry.DefaultPrefix
+	rules := []string{"resetkeys", "~" + heartbeat.Pattern(c.Heartbeat.Prefix, c.Project)}
+	if !c.DisableReconciler && !c.Reconciler.SkipLegacyHeartbeats {
+		rules = append(rules, "~"+heartbeat.LegacyPattern(c.Heartbeat.Prefix, c.Project))
 	}
-	rules := []string{"resetkeys", "~" + c.Heartbeat.Prefix + "*", "~" + registryPrefix + "*", "resetchannels", "-@all"}
+	rules = append(rules, "~"+registry.Pattern(c.Registry.Prefix, c.Project), "resetchannels", "-@all")
 	for _, cmd := range redisCommands {
 		rules = append(rules, "+"+cmd)
 	}

@@ -49,7 +49,7 @@ func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeove
 		if !errors.Is(err, ErrAttemptInFlight) {
 			return done, release, err
 		}
-		if werr := l.waitReleased(ctx, key); werr != nil {
+		if werr := l.waitReleased(ctx, owner.Project, key); werr != nil {
 			return false, noRelease, fmt.Errorf("%w (waited for it: %v)", err, werr)
 		}
 	}
@@ -79,8 +79,8 @@ func (l *EtcdLedger) beginHolding(ctx context.Context, key string, owner takeove
 
 // waitReleased returns once key has no attempt's claim (it was revoked, or lapsed with its lease),
 // or with ctx's error.
-func (l *EtcdLedger) waitReleased(ctx context.Context, key string) error {
-	k := LedgerAttemptKey(l.prefix, key)
+func (l *EtcdLedger) waitReleased(ctx context.Context, project, key string) error {
+	k := LedgerAttemptKey(l.prefix, project, key)
 	resp, err := l.client.Get(ctx, k)
 	if err != nil {
 		return err

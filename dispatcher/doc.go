@@ -181,10 +181,22 @@
 //
 // # The etcd ledger
 //
-// EtcdLedger keeps one record per dispatch key, under a prefix (default DefaultLedgerPrefix):
+// EtcdLedger keeps one record per dispatch key of each project (the Owner's Project), under a prefix
+// (default DefaultLedgerPrefix), in a range of the project's own (LedgerRange; a name never contains
+// '/', so no project's range covers another's, and a role granted it reaches one project's records):
 //
-//	<prefix>/<dispatch key>          ->  "<state> <server_id> <token>"   e.g. "done node-a 1234"
-//	<prefix>/attempt/<dispatch key>  ->  "<server_id> <token>"   while an attempt's handler runs
+//	<prefix>/p/<project>/<dispatch key>          ->  "<state> <server_id> <token>"   e.g. "done node-a 1234"
+//	<prefix>/p/<project>/attempt/<dispatch key>  ->  "<server_id> <token>"   while an attempt's handler runs
+//
+// LedgerKey, LedgerAttemptKey and LedgerRange are the one definition of the layout; tools use them.
+// The releases before kept every project's records in one range, <prefix>/<dispatch key>
+// (LegacyLedgerKey). This release still reads it and never writes it: Begin compares and reads the
+// old record in the same transaction, so a key done there is a duplicate, one an older owner left
+// pending is taken over in the project's range, and one a newer owner left pending is ErrSuperseded;
+// ReadLedgerRecord, ReadLedger and ReadPendingLedger show an old record where the project has none.
+// That takes read access to LegacyLedgerRange, which holds no project's new records. Turn the reading
+// off with ReadLegacyLedger(false) once the previous release's records have expired (its workers
+// stopped a retention ago); the next release removes it.
 //
 // state is "pending" (Begin) or "done" (Complete); server_id and token are the owner that wrote it.
 // An attempt's claim lives on a lease of its own (LedgerAttemptTTL), kept alive while its handler

@@ -32,13 +32,17 @@ const (
 // owner's record was taken over); more than a few in a row means something rewrites the record.
 const ledgerRounds = 4
 
-// EtcdLedger keeps dispatch keys in etcd under a prefix, each for a retention period (records share
-// a lease, rotated every half retention, so a record lives between half and the full period). Every
-// write is guarded by the owner's exact-match lease (OwnerCmp); see the package doc for the layout.
+// EtcdLedger keeps dispatch keys in etcd under a prefix, each project's in a range of its own
+// (LedgerRange), each for a retention period (records share a lease, rotated every half retention,
+// so a record lives between half and the full period). Every write is guarded by the owner's
+// exact-match lease (OwnerCmp); see the package doc for the layout.
 type EtcdLedger struct {
 	client    *clientv3.Client
 	prefix    string
 	retention time.Duration
+	// legacy: Begin also reads the record a release before per-project keys wrote
+	// (LegacyLedgerKey), so that a request done under the old layout stays a duplicate.
+	legacy bool
 
 	mu      sync.Mutex
 	lease   clientv3.LeaseID
@@ -51,9 +55,20 @@ type EtcdLedger struct {
 
 var _ Ledger = (*EtcdLedger)(nil)
 
+// LedgerOption tunes an EtcdLedger.
+type LedgerOption func(*EtcdLedger)
+
+// ReadLegacyLedger says whether Begin also consults, for a dispatch key (IsKey), the record of the layout before per-project
+// keys (LegacyLedgerKey) when the project's own has none. Default true in this release, so that a
+// request completed by a worker of the previous release stays a duplicate across the upgrade; it
+// needs read access to LegacyLedgerRange (`baton acl etcd` grants it unless -legacy-ledger=false).
+// Turn it off once the previous release's records have expired (the ledger's retention after the
+// last worker of that release stopped). The next release removes the old layout's reading.
+func ReadLegacyLedger(on bool) LedgerOption { return func(l *EtcdLedger) { l.legacy = on } }
+
 // NewEtcdLedger returns a ledger under prefix (default DefaultLedgerPrefix) keeping records for
 // retention (default 24h, at least 1 minute).
-func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration) (*EtcdLedger, error) {
+func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration, opts ...LedgerOption) (*EtcdLedger, error) {
 	if c == nil {
 		return nil, fmt.Errorf("dispatcher: ledger client must not be nil")
 	}
@@ -69,10 +84,12 @@ func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration) (
 	if retention < time.Minute {
 		return nil, fmt.Errorf("dispatcher: ledger retention must be at least 1m, got %v", retention)
 	}
-	return &EtcdLedger{client: c, prefix: prefix, retention: retention}, nil
+	l := &EtcdLedger{client: c, prefix: prefix, retention: retention, legacy: true}
+	for _, o := range opts {
+		o(l)
+	}
+	return l, nil
 }
-
-func (l *EtcdLedger) key(k string) string { return LedgerKey(l.prefix, k) }
 
 // runLog reads the takeovers' run log with the ledger's client (Activities.RunLog's default).
 func (l *EtcdLedger) runLog() RunLogReader {
@@ -84,25 +101,51 @@ func (l *EtcdLedger) runLog() RunLogReader {
 	return rl
 }
 
-// LedgerKey returns the etcd key of dispatchKey's record under prefix (DefaultLedgerPrefix when
-// empty): <prefix>/<dispatch key>, holding "<state> <server_id> <token>". This is the ledger's one
-// key layout; LedgerRange is the range of every record.
-func LedgerKey(prefix, dispatchKey string) string { return LedgerRange(prefix) + dispatchKey }
-
-// LedgerRange returns the range every record under prefix (DefaultLedgerPrefix when empty) starts
-// with: <prefix>/. The attempts' claims (LedgerAttemptKey) lie in it too, so that one grant of the
-// range covers the ledger; readers of records skip them.
-func LedgerRange(prefix string) string { return cmp.Or(prefix, DefaultLedgerPrefix) + "/" }
-
-// LedgerAttemptKey returns the etcd key that a running attempt of dispatchKey holds while its handler
-// runs (EtcdLedger.BeginHolding): <prefix>/attempt/<dispatch key>, holding "<server_id> <token>" on
-// the attempt's own lease (LedgerAttemptTTL), so that it goes when the attempt ends or its process
-// dies. No other attempt begins the key while it exists.
-func LedgerAttemptKey(prefix, dispatchKey string) string {
-	return LedgerRange(prefix) + attemptDir + dispatchKey
+// LedgerKey returns the etcd key of project's record of dispatchKey under prefix
+// (DefaultLedgerPrefix when empty): <prefix>/p/<project>/<dispatch key>, holding
+// "<state> <server_id> <token>". This is the ledger's one key layout; LedgerRange is the range of
+// the project's records.
+func LedgerKey(prefix, project, dispatchKey string) string {
+	return LedgerRange(prefix, project) + dispatchKey
 }
 
-// attemptDir is the directory of the attempts' claims within the ledger's range. A dispatch key is
+// LedgerRange returns the range every record of project under prefix (DefaultLedgerPrefix when
+// empty) starts with: <prefix>/p/<project>/. A name never contains '/', so no project's range
+// contains another's, and a role granted this range reaches one project's records. The attempts'
+// claims (LedgerAttemptKey) lie in it too, so that one grant of the range covers the project's
+// ledger; readers of records skip them.
+func LedgerRange(prefix, project string) string {
+	return cmp.Or(prefix, DefaultLedgerPrefix) + projectDir + project + "/"
+}
+
+// projectDir separates the projects' ranges from the layout before them (LegacyLedgerKey), whose
+// keys after the prefix are hexadecimal dispatch keys and attempt/: 'p' sorts after every one of them.
+const projectDir = "/p/"
+
+// LedgerAttemptKey returns the etcd key that a running attempt of project's dispatchKey holds while
+// its handler runs (EtcdLedger.BeginHolding): <prefix>/p/<project>/attempt/<dispatch key>, holding
+// "<server_id> <token>" on the attempt's own lease (LedgerAttemptTTL), so that it goes when the
+// attempt ends or its process dies. No other attempt begins the key while it exists.
+func LedgerAttemptKey(prefix, project, dispatchKey string) string {
+	return LedgerRange(prefix, project) + attemptDir + dispatchKey
+}
+
+// LegacyLedgerKey returns the key the releases before per-project keys gave dispatchKey's record:
+// <prefix>/<dispatch key>, one range for every project. This release reads it (ReadLegacyLedger)
+// and never writes it; the next release stops reading it.
+func LegacyLedgerKey(prefix, dispatchKey string) string {
+	return cmp.Or(prefix, DefaultLedgerPrefix) + "/" + dispatchKey
+}
+
+// LegacyLedgerRange returns the range [key, end) of every record of the layout before per-project
+// keys: the dispatch keys are lowercase hexadecimal (IsKey), so [<prefix>/0, <prefix>/g). No
+// project's range (LedgerRange) lies in it, so a read grant of it reveals no project's records.
+func LegacyLedgerRange(prefix string) (key, end string) {
+	p := cmp.Or(prefix, DefaultLedgerPrefix) + "/"
+	return p + "0", p + "g"
+}
+
+// attemptDir is the directory of the attempts' claims within a project's range. A dispatch key is
 // hexadecimal, so no record's key has a '/' after the range (isRecordKey).
 const attemptDir = "attempt/"
 
@@ -180,18 +223,30 @@ func (l *EtcdLedger) Begin(ctx context.Context, key string, owner takeover.Owner
 }
 
 // begin is Begin; with an attempt lease, the same transaction that records the key pending also
-// writes the attempt's claim (LedgerAttemptKey) on that lease.
+// writes the attempt's claim (LedgerAttemptKey) on that lease. With legacy reads, the transaction
+// also compares the old layout's record (LegacyLedgerKey): absent, or unchanged since it was read
+// and found not to decide the key.
 func (l *EtcdLedger) begin(ctx context.Context, key string, owner takeover.Owner, attempt clientv3.LeaseID) (bool, error) {
 	if err := ValidateOwner(owner); err != nil {
 		return false, err
 	}
-	k := l.key(key)
-	claim := &attemptClaim{key: LedgerAttemptKey(l.prefix, key), value: fmt.Sprintf("%s %d", owner.ServerID, owner.Token), lease: attempt}
+	k := LedgerKey(l.prefix, owner.Project, key)
+	claim := &attemptClaim{key: LedgerAttemptKey(l.prefix, owner.Project, key), value: fmt.Sprintf("%s %d", owner.ServerID, owner.Token), lease: attempt}
+	var legacy *legacyRecord
+	if l.legacy && IsKey(key) { // the old layout's records are of dispatch keys (LegacyLedgerRange)
+		lk := LegacyLedgerKey(l.prefix, key)
+		legacy = &legacyRecord{key: lk, cmp: clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
+	}
 	expect := clientv3.Compare(clientv3.ModRevision(k), "=", 0) // the common case: a new key
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerPending, owner, claim)
+		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerPending, owner, claim, legacy)
 		if err != nil || ok {
 			return false, err
+		}
+		if legacy != nil {
+			if done, err := legacy.decide(key, owner); done || err != nil {
+				return done, err
+			}
 		}
 		switch {
 		case rec.exists && rec.state == LedgerDone:
@@ -215,6 +270,33 @@ func (l *EtcdLedger) begin(ctx context.Context, key string, owner takeover.Owner
 	return false, fmt.Errorf("dispatcher: ledger record %s changed under %d attempts to begin it", k, ledgerRounds)
 }
 
+// legacyRecord is the record of a key in the layout before per-project keys, as a Begin compares
+// and reads it: such a record counts while its project has none of its own.
+type legacyRecord struct {
+	key string
+	cmp clientv3.Cmp // what the next transaction expects of it
+	rec record       // set by a refused write: the record as it is
+}
+
+// decide judges the old layout's record for owner: done is a duplicate; pending at a newer token is
+// a newer owner's (ErrSuperseded); pending at an older token is taken over, in the new layout only,
+// so the next transaction expects it unchanged (an older owner can no longer write it); none (it
+// expired) is expected to stay absent.
+func (lr *legacyRecord) decide(key string, owner takeover.Owner) (done bool, err error) {
+	switch {
+	case !lr.rec.exists:
+		lr.cmp = clientv3.Compare(clientv3.CreateRevision(lr.key), "=", 0)
+		return false, nil
+	case lr.rec.state == LedgerDone:
+		return true, nil
+	case lr.rec.token > owner.Token:
+		return false, fmt.Errorf("%w: dispatch key %s is pending for %s at token %d (%s), newer than %d",
+			ErrSuperseded, key, lr.rec.serverID, lr.rec.token, lr.key, owner.Token)
+	}
+	lr.cmp = clientv3.Compare(clientv3.ModRevision(lr.key), "=", lr.rec.modRevision)
+	return false, nil
+}
+
 // attemptClaim is what a Begin writes or checks besides the record: the attempts' claim on the key.
 type attemptClaim struct {
 	key, value string
@@ -231,10 +313,10 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 	if err := ValidateOwner(owner); err != nil {
 		return err
 	}
-	k := l.key(key)
+	k := LedgerKey(l.prefix, owner.Project, key)
 	expect := clientv3.Compare(clientv3.Value(k), "=", encodeRecord(LedgerPending, owner))
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerDone, owner, nil)
+		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerDone, owner, nil, nil)
 		if err != nil || ok {
 			return err
 		}
@@ -255,14 +337,14 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 
 // guardedPut writes state for owner at k if owner's term holds and expect holds, and, with a claim,
 // no attempt holds the key (the claim is written too when it has a lease). Otherwise it writes
-// nothing and returns the record as it is (and sets claim.heldBy to the claim in the way), or
-// ErrSuperseded when the term is the reason.
+// nothing and returns the record as it is (and sets claim.heldBy to the claim in the way, and
+// legacy.rec to the old layout's record), or ErrSuperseded when the term is the reason.
 //
 // A lease that etcd no longer knows (a restore from an older snapshot, a move to a new cluster, a
 // revoke) is replaced at once by a new one, and the write is sent again: retrying with the lost lease
 // would fail until the ledger rotated it, half a retention later.
 func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner,
-	claim *attemptClaim) (ok bool, rec record, err error) {
+	claim *attemptClaim, legacy *legacyRecord) (ok bool, rec record, err error) {
 	defer func() { l.noteWrite(err) }()
 	var resp *clientv3.TxnResponse
 	for regranted := false; ; regranted = true {
@@ -280,6 +362,10 @@ func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.C
 			}
 			orElse = append(orElse, clientv3.OpGet(claim.key))
 		}
+		if legacy != nil {
+			cmps = append(cmps, legacy.cmp)
+			orElse = append(orElse, clientv3.OpGet(legacy.key))
+		}
 		resp, err = l.client.Txn(ctx).If(cmps...).Then(then...).Else(orElse...).Commit()
 		if err != nil && !regranted && errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
 			l.dropLease(lease)
@@ -296,9 +382,16 @@ func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.C
 	if !election.HeldIn(resp.Responses[0].GetResponseRange().GetKvs(), owner.Token) {
 		return false, record{}, fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
 	}
+	next := 2
 	if claim != nil {
-		if kvs := resp.Responses[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if kvs := resp.Responses[next].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			claim.heldBy = string(kvs[0].Value)
+		}
+		next++
+	}
+	if legacy != nil {
+		if legacy.rec, err = decodeRecord(legacy.key, resp.Responses[next].GetResponseRange().GetKvs()); err != nil {
+			return false, record{}, err
 		}
 	}
 	rec, err = decodeRecord(k, resp.Responses[1].GetResponseRange().GetKvs())
@@ -341,26 +434,29 @@ func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
 	return rec, nil
 }
 
-// ReadLedger reads every record under prefix (DefaultLedgerPrefix when empty) at one revision, a
-// page at a time, and returns them by dispatch key, each as stored ("<state> <server_id> <token>";
-// LedgerState gives its state), with that revision. It is for tools that judge the ledger from
-// etcd's records rather than a worker's word: `demo-worker load`, drills.
-func ReadLedger(ctx context.Context, c *clientv3.Client, prefix string) (map[string]string, int64, error) {
+// ReadLedger reads every record of project under prefix (DefaultLedgerPrefix when empty) at one
+// revision, a page at a time, and returns them by dispatch key, each as stored ("<state> <server_id>
+// <token>"; LedgerState gives its state), with that revision. Records of the layout before
+// per-project keys (LegacyLedgerRange) that the project has none of its own for are included: they
+// name no project, so every project's reading shows them until the next release. It is for tools
+// that judge the ledger from etcd's records rather than a worker's word: `demo-worker load`, drills.
+func ReadLedger(ctx context.Context, c *clientv3.Client, prefix, project string) (map[string]string, int64, error) {
 	out := map[string]string{}
-	rev, err := scanLedger(ctx, c, prefix, func(key string, kv *mvccpb.KeyValue) { out[key] = string(kv.Value) })
+	rev, err := scanLedger(ctx, c, prefix, project, func(key string, kv *mvccpb.KeyValue) { out[key] = string(kv.Value) })
 	if err != nil {
 		return nil, 0, err
 	}
 	return out, rev, nil
 }
 
-// ReadPendingLedger reads every pending record under prefix (DefaultLedgerPrefix when empty) at one
-// revision, a page at a time: by dispatch key, with the revision that wrote each. Records that are
-// not ledger records are counted in malformed, not returned. It is how a check finds requests begun
-// and never finished (`baton verify` dates them by revision).
-func ReadPendingLedger(ctx context.Context, c *clientv3.Client, prefix string) (pending map[string]LedgerRecord, malformed int, rev int64, err error) {
+// ReadPendingLedger reads every pending record of project under prefix (DefaultLedgerPrefix when
+// empty), the old layout's as ReadLedger does, at one revision, a page at a time: by dispatch key,
+// with the revision that wrote each. Records that are not ledger records are counted in malformed,
+// not returned. It is how a check finds requests begun and never finished (`baton verify` dates
+// them by revision).
+func ReadPendingLedger(ctx context.Context, c *clientv3.Client, prefix, project string) (pending map[string]LedgerRecord, malformed int, rev int64, err error) {
 	pending = map[string]LedgerRecord{}
-	rev, err = scanLedger(ctx, c, prefix, func(key string, kv *mvccpb.KeyValue) {
+	rev, err = scanLedger(ctx, c, prefix, project, func(key string, kv *mvccpb.KeyValue) {
 		r, err := decodeRecord(string(kv.Key), []*mvccpb.KeyValue{kv})
 		switch {
 		case err != nil:
@@ -375,12 +471,30 @@ func ReadPendingLedger(ctx context.Context, c *clientv3.Client, prefix string) (
 	return pending, malformed, rev, nil
 }
 
-// scanLedger calls fn with every record under prefix, by dispatch key, read at one revision a page at
-// a time, and returns that revision.
-func scanLedger(ctx context.Context, c *clientv3.Client, prefix string, fn func(key string, kv *mvccpb.KeyValue)) (int64, error) {
-	prefix = LedgerRange(prefix)
-	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
-	var rev int64
+// scanLedger calls fn with every record of project, by dispatch key, then with the old layout's
+// records of the keys the project has none for, all read at one revision, and returns it.
+func scanLedger(ctx context.Context, c *clientv3.Client, prefix, project string, fn func(key string, kv *mvccpb.KeyValue)) (int64, error) {
+	own := LedgerRange(prefix, project)
+	seen := map[string]bool{}
+	rev, err := scanRange(ctx, c, own, clientv3.GetPrefixRangeEnd(own), own, 0, func(k string, kv *mvccpb.KeyValue) {
+		seen[k] = true
+		fn(k, kv)
+	})
+	if err != nil {
+		return 0, err
+	}
+	start, end := LegacyLedgerRange(prefix)
+	_, err = scanRange(ctx, c, start, end, LegacyLedgerKey(prefix, ""), rev, func(k string, kv *mvccpb.KeyValue) {
+		if !seen[k] {
+			fn(k, kv)
+		}
+	})
+	return rev, err
+}
+
+// scanRange calls fn with every record in [start, end), by its key with cut cut off, read at rev (0:
+// the current revision) a page at a time, and returns the revision read.
+func scanRange(ctx context.Context, c *clientv3.Client, start, end, cut string, rev int64, fn func(key string, kv *mvccpb.KeyValue)) (int64, error) {
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
 		if rev > 0 {
@@ -394,7 +508,7 @@ func scanLedger(ctx context.Context, c *clientv3.Client, prefix string, fn func(
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			if k := strings.TrimPrefix(string(kv.Key), prefix); isRecordKey(k) {
+			if k := strings.TrimPrefix(string(kv.Key), cut); isRecordKey(k) {
 				fn(k, kv)
 			}
 		}
@@ -423,16 +537,20 @@ type LedgerRecord struct {
 	Revision int64 `json:"revision"`
 }
 
-// ReadLedgerRecord reads dispatchKey's record under prefix (DefaultLedgerPrefix when empty); found
-// is false when the ledger has none: the request was never begun (not yet dispatched, or never
-// accepted). A record that is not one fails with ErrBadRecord.
-func ReadLedgerRecord(ctx context.Context, c *clientv3.Client, prefix, dispatchKey string) (rec LedgerRecord, found bool, err error) {
-	k := LedgerKey(prefix, dispatchKey)
-	resp, err := c.Get(ctx, k)
+// ReadLedgerRecord reads project's record of dispatchKey under prefix (DefaultLedgerPrefix when
+// empty), or, when the project has none, the record of the layout before per-project keys
+// (LegacyLedgerKey), both at one revision; found is false when neither exists: the request was never
+// begun (not yet dispatched, or never accepted). A record that is not one fails with ErrBadRecord.
+func ReadLedgerRecord(ctx context.Context, c *clientv3.Client, prefix, project, dispatchKey string) (rec LedgerRecord, found bool, err error) {
+	k, lk := LedgerKey(prefix, project, dispatchKey), LegacyLedgerKey(prefix, dispatchKey)
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(k), clientv3.OpGet(lk)).Commit()
 	if err != nil {
 		return LedgerRecord{}, false, err
 	}
-	r, err := decodeRecord(k, resp.Kvs)
+	r, err := decodeRecord(k, resp.Responses[0].GetResponseRange().GetKvs())
+	if err == nil && !r.exists {
+		r, err = decodeRecord(lk, resp.Responses[1].GetResponseRange().GetKvs())
+	}
 	if err != nil || !r.exists {
 		return LedgerRecord{}, false, err
 	}

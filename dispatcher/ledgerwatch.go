@@ -38,10 +38,12 @@ type LedgerCompletion struct {
 	Rev    int64     // its etcd revision
 }
 
-// NewLedgerWatch reads the ledger's current revision under prefix (default DefaultLedgerPrefix);
-// Run then follows every change after it.
-func NewLedgerWatch(ctx context.Context, c *clientv3.Client, prefix string) (*LedgerWatch, error) {
-	prefix = LedgerRange(prefix)
+// NewLedgerWatch reads the current revision of project's ledger under prefix (default
+// DefaultLedgerPrefix); Run then follows every change after it. It follows the project's range
+// (LedgerRange) only: workers of this release write nothing else, so a completion under the layout
+// before per-project keys is one by a worker of the previous release.
+func NewLedgerWatch(ctx context.Context, c *clientv3.Client, prefix, project string) (*LedgerWatch, error) {
+	prefix = LedgerRange(prefix, project)
 	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: reading the ledger's revision: %w", err)
@@ -54,8 +56,8 @@ func NewLedgerWatch(ctx context.Context, c *clientv3.Client, prefix string) (*Le
 // when etcd compacted it (or from is 0), from the oldest revision etcd keeps (From says which).
 // Replaying is how a check judges completions made before it started: `baton verify` replays the
 // history etcd keeps.
-func NewLedgerWatchFrom(ctx context.Context, c *clientv3.Client, prefix string, from int64) (*LedgerWatch, error) {
-	w, err := NewLedgerWatch(ctx, c, prefix)
+func NewLedgerWatchFrom(ctx context.Context, c *clientv3.Client, prefix, project string, from int64) (*LedgerWatch, error) {
+	w, err := NewLedgerWatch(ctx, c, prefix, project)
 	if err != nil {
 		return nil, err
 	}

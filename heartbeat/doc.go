@@ -1,5 +1,6 @@
 // Package heartbeat keeps the Redis record of who runs each dispatcher: the owner of a
-// (project, queue) writes dispatcher:heartbeat:<workflow-id> every Interval with the workflow ID, the
+// (project, queue) writes dispatcher:heartbeat:{<project>}/<workflow-id> (Key: the project is the
+// Redis Cluster hash tag, and a project's keys match Pattern and no other project's) every Interval with the workflow ID, the
 // run ID, its server ID, its fencing token and the Redis server's own time (never the writer's clock,
 // so hosts with skewed clocks agree on how old an entry is).
 //

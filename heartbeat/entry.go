@@ -10,8 +10,8 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// DefaultPrefix is the key prefix of heartbeat entries: the key of a dispatcher's entry is the prefix
-// followed by its workflow ID.
+// DefaultPrefix is the key prefix of heartbeat entries: the key of a dispatcher's entry is the prefix,
+// its project's hash tag and its workflow ID (Key).
 const DefaultPrefix = "dispatcher:heartbeat:"
 
 // Hash fields of an entry.
@@ -57,7 +57,7 @@ func (e Entry) Age(now time.Time) time.Duration { return now.Sub(e.UpdatedAt) }
 // Decode reads the entry stored at key from its hash fields. It returns an error wrapping
 // ErrMalformed, naming the key and the field, for anything this package would not have written:
 // missing or non-numeric fields, invalid names, a workflow ID that is not the dispatcher ID of its
-// project and queue, or a key that does not match the workflow ID. Such an entry is never acted on:
+// project and queue, or a key that is neither Key nor LegacyKey of its project and workflow ID. Such an entry is never acted on:
 // a garbage entry must not be able to point the reconciler at an arbitrary workflow.
 func Decode(prefix, key string, fields map[string]string) (Entry, error) {
 	bad := func(field, format string, args ...any) (Entry, error) {
@@ -108,8 +108,8 @@ func Decode(prefix, key string, fields map[string]string) (Entry, error) {
 		return bad(FieldWorkflowID, "%s is not the dispatcher workflow ID of project %s and queue %s",
 			names.Quote(e.WorkflowID), names.Quote(e.Project), names.Quote(e.Queue))
 	}
-	if key != prefix+e.WorkflowID {
-		return bad("key", "does not match its workflow ID %s", names.Quote(e.WorkflowID))
+	if key != Key(prefix, e.Project, e.WorkflowID) && key != LegacyKey(prefix, e.WorkflowID) {
+		return bad("key", "does not match its project %s and workflow ID %s", names.Quote(e.Project), names.Quote(e.WorkflowID))
 	}
 	return e, nil
 }

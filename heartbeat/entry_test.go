@@ -18,7 +18,14 @@ func good() map[string]string {
 }
 
 func TestDecode(t *testing.T) {
-	e, err := Decode(DefaultPrefix, DefaultPrefix+"dispatcher-billing-orders", good())
+	if k := Key("", "billing", "dispatcher-billing-orders"); k != "dispatcher:heartbeat:{billing}/dispatcher-billing-orders" {
+		t.Fatalf("Key = %s", k)
+	}
+	// The layout before per-project keys is still read (LegacyKey).
+	if _, err := Decode(DefaultPrefix, LegacyKey("", "dispatcher-billing-orders"), good()); err != nil {
+		t.Fatalf("Decode of the old layout's key: %v", err)
+	}
+	e, err := Decode(DefaultPrefix, Key("", "billing", "dispatcher-billing-orders"), good())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +39,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestDecodeRejectsGarbage(t *testing.T) {
-	key := DefaultPrefix + "dispatcher-billing-orders"
+	key := Key(DefaultPrefix, "billing", "dispatcher-billing-orders")
 	cases := []struct {
 		name  string
 		key   string
@@ -51,7 +58,9 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 		{"queue empty", key, func(m map[string]string) { m[FieldQueue] = "" }, FieldQueue},
 		{"workflow id of another workflow", key, func(m map[string]string) { m[FieldWorkflowID] = "payments-cron" }, FieldWorkflowID},
 		{"workflow id of another queue", key, func(m map[string]string) { m[FieldQueue] = "invoices" }, FieldWorkflowID},
-		{"key of another workflow", DefaultPrefix + "dispatcher-billing-other", func(map[string]string) {}, "key"},
+		{"key of another workflow", Key(DefaultPrefix, "billing", "dispatcher-billing-other"), func(map[string]string) {}, "key"},
+		{"key of another project", Key(DefaultPrefix, "payments", "dispatcher-billing-orders"), func(map[string]string) {}, "key"},
+		{"old key of another workflow", LegacyKey(DefaultPrefix, "dispatcher-billing-other"), func(map[string]string) {}, "key"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,7 +79,7 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 
 // FuzzDecode feeds Decode arbitrary hashes and keys: it never panics; a refusal wraps ErrMalformed
 // and names the key on one line; an accepted entry is exactly what this package writes (the workflow
-// ID is the dispatcher ID of its project and queue, the key is the prefix plus that ID, the token and
+// ID is the dispatcher ID of its project and queue, the key is Key or LegacyKey of them, the token and
 // time are positive and as stored). The seed corpus is in testdata/fuzz/FuzzDecode.
 func FuzzDecode(f *testing.F) {
 	f.Add("dispatcher:heartbeat:dispatcher-billing-orders", "dispatcher-billing-orders", "run", "srv", "42", "billing", "orders", "1700000000000")
@@ -84,8 +93,11 @@ func FuzzDecode(f *testing.F) {
 		}
 		m := map[string]string{FieldWorkflowID: wf, FieldRunID: run, FieldServerID: srv, FieldToken: token,
 			FieldProject: project, FieldQueue: queue, FieldUpdatedMs: ms}
-		if len(key)%2 == 0 {
-			key = DefaultPrefix + wf
+		switch len(key) % 4 {
+		case 0:
+			key = Key(DefaultPrefix, project, wf)
+		case 2:
+			key = LegacyKey(DefaultPrefix, wf)
 		}
 		e, err := Decode(DefaultPrefix, key, m)
 		if err != nil {
@@ -101,7 +113,7 @@ func FuzzDecode(f *testing.F) {
 		switch {
 		case werr != nil || e.WorkflowID != want || e.WorkflowID != wf:
 			t.Fatalf("accepted workflow ID %q for project %q queue %q (want %q, %v)", e.WorkflowID, project, queue, want, werr)
-		case e.Key != key || key != DefaultPrefix+wf:
+		case e.Key != key || key != Key(DefaultPrefix, project, wf) && key != LegacyKey(DefaultPrefix, wf):
 			t.Fatalf("accepted key %q for workflow %q", key, wf)
 		case e.Token <= 0 || e.Token != parseInt(token):
 			t.Fatalf("accepted token %d from %q", e.Token, token)

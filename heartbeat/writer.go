@@ -15,6 +15,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
+	"github.com/baton-run/baton/internal/names"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -102,17 +103,51 @@ func NewWriter(rdb redis.UniversalClient, cfg Config) (*Writer, error) {
 // Config returns the configuration in force, defaults applied.
 func (w *Writer) Config() Config { return w.cfg }
 
-// Key returns the heartbeat key of a dispatcher workflow.
-func (w *Writer) Key(workflowID string) string { return Key(w.cfg.Prefix, workflowID) }
+// Key returns the heartbeat key of project's dispatcher workflow.
+func (w *Writer) Key(project, workflowID string) string {
+	return Key(w.cfg.Prefix, project, workflowID)
+}
 
-// Key returns the heartbeat key of a dispatcher workflow under prefix (Config.Prefix; empty means
-// DefaultPrefix): the prefix followed by the workflow ID. Tools and the reconciler use it rather than
-// build the key themselves.
-func Key(prefix, workflowID string) string {
+// Key returns the heartbeat key of project's dispatcher workflow under prefix (Config.Prefix; empty
+// means DefaultPrefix): ProjectPrefix followed by the workflow ID. This is the one key layout; tools
+// and the reconciler use it rather than build the key themselves.
+func Key(prefix, project, workflowID string) string {
+	return ProjectPrefix(prefix, project) + workflowID
+}
+
+// ProjectPrefix returns what every heartbeat key of project starts with: <prefix>{<project>}/. The
+// braces make the project the key's Redis Cluster hash tag, as the registry's keys do, so that one
+// project's entries share a slot; the '/', which no name contains, ends the project, so that no
+// project's keys start with another's prefix ("pay" and "payments", "a}" and "a}/b" alike).
+func ProjectPrefix(prefix, project string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + "{" + project + "}/"
+}
+
+// LegacyKey returns the key the releases before per-project keys gave a dispatcher's entry: the
+// prefix followed by the workflow ID. This release reads and deletes such entries (the reconciler)
+// and never writes them; the next release forgets them.
+func LegacyKey(prefix, workflowID string) string {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	return prefix + workflowID
+}
+
+// Pattern returns the glob (SCAN MATCH, ACL key pattern) that matches exactly the keys starting with
+// ProjectPrefix(prefix, project): the glob characters a name may hold are escaped.
+func Pattern(prefix, project string) string {
+	return names.GlobEscape(ProjectPrefix(prefix, project)) + "*"
+}
+
+// LegacyPattern returns the glob that matches project's entries of the layout before per-project
+// keys (LegacyKey): the prefix and the project's dispatcher workflow ID prefix. It may match another
+// project's whose name extends this one's after a '-' (that layout kept no boundary); Decode tells
+// whose an entry is.
+func LegacyPattern(prefix, project string) string {
+	return names.GlobEscape(LegacyKey(prefix, takeover.WorkflowIDPrefix(project))) + "*"
 }
 
 // Beat writes one heartbeat for run, which term owns. It returns an error wrapping ErrNotLeader when
@@ -146,7 +181,7 @@ func (w *Writer) beat(ctx context.Context, term Term, run takeover.Run) (Entry, 
 	if err := term.Check(); err != nil {
 		return Entry{}, false, fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
-	key := w.Key(run.WorkflowID)
+	key := w.Key(run.Owner.Project, run.WorkflowID)
 	token := strconv.FormatInt(term.Token(), 10)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
@@ -265,7 +300,7 @@ func (w *Writer) Clear(ctx context.Context, term Term, run takeover.Run) error {
 	if err := validRun(term, run); err != nil {
 		return err
 	}
-	key := w.Key(run.WorkflowID)
+	key := w.Key(run.Owner.Project, run.WorkflowID)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
 	if err := clearScript.Run(cctx, w.rdb, []string{key}, run.RunID, strconv.FormatInt(term.Token(), 10)).Err(); err != nil {

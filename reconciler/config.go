@@ -32,7 +32,14 @@ type Config struct {
 	// ServerID is what this process campaigns with. Required.
 	ServerID string
 	// Prefix of the heartbeat keys; the same as the heartbeat writers'. Default "dispatcher:heartbeat:".
+	// A cycle scans the project's keys (heartbeat.Pattern) only.
 	Prefix string
+	// SkipLegacyHeartbeats stops the cycles from scanning, and the orphan watch from reading, the
+	// entries of the layout before per-project keys (heartbeat.LegacyKey), which workers of the
+	// previous release write. Default false: this release cleans them up too, which takes the ACL
+	// key pattern heartbeat.LegacyPattern (baton.Config.RedisACLRules adds it unless this is set).
+	// Set it once no worker of the previous release runs; the next release drops that layout.
+	SkipLegacyHeartbeats bool
 	// Interval between cycles, jittered by up to a tenth either way. Default 1m; at least 100ms.
 	Interval time.Duration
 	// StaleAfter is the age, by Redis server time, past which an entry is stale. Default 30s; at least

@@ -129,8 +129,7 @@ func (r *Reconciler) orphan(ctx context.Context, term Term, v election.Vacated) 
 	if err != nil {
 		return // not a queue Baton could have led
 	}
-	key := heartbeat.Key(r.cfg.Prefix, id)
-	fields, err := r.rdb.HGetAll(cctx, key).Result()
+	key, fields, err := r.entryOf(cctx, id)
 	if err != nil || len(fields) == 0 {
 		log.Info("vacated queue has no heartbeat entry to act on; left to the cycle's sweep", zap.NamedError("redis_error", err))
 		return
@@ -155,4 +154,17 @@ func (r *Reconciler) orphan(ctx context.Context, term Term, v election.Vacated) 
 		log.Info("orphaned dispatcher cleaned up: its queue stayed without a candidate after its owner's key went",
 			zap.String("workflow_id", e.WorkflowID), zap.String("run_id", e.RunID), zap.Duration("grace", r.cfg.OrphanGrace))
 	}
+}
+
+// entryOf reads the heartbeat entry of workflow id: its key in the project's layout, or, unless
+// SkipLegacyHeartbeats, in the layout before per-project keys when there is none.
+func (r *Reconciler) entryOf(ctx context.Context, id string) (key string, fields map[string]string, err error) {
+	key = heartbeat.Key(r.cfg.Prefix, r.cfg.Project, id)
+	fields, err = r.rdb.HGetAll(ctx, key).Result()
+	if err != nil || len(fields) > 0 || r.cfg.SkipLegacyHeartbeats {
+		return key, fields, err
+	}
+	key = heartbeat.LegacyKey(r.cfg.Prefix, id)
+	fields, err = r.rdb.HGetAll(ctx, key).Result()
+	return key, fields, err
 }

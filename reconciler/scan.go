@@ -100,10 +100,33 @@ func (r *Reconciler) classifyNode(ctx context.Context, term Term, n node, rep *R
 		rep.RedisTime = now
 	}
 	var stale []staleEntry
+	for _, pattern := range r.patterns() {
+		s, err := r.scanNode(ctx, term, n, pattern, now, rep)
+		if err != nil {
+			return nil, err
+		}
+		stale = append(stale, s...)
+	}
+	return stale, nil
+}
+
+// patterns are the SCAN patterns of the project's heartbeat keys: its own (heartbeat.Pattern) and,
+// unless SkipLegacyHeartbeats, those of the layout before per-project keys (heartbeat.LegacyPattern).
+func (r *Reconciler) patterns() []string {
+	own := heartbeat.Pattern(r.cfg.Prefix, r.cfg.Project)
+	if r.cfg.SkipLegacyHeartbeats {
+		return []string{own}
+	}
+	return []string{own, heartbeat.LegacyPattern(r.cfg.Prefix, r.cfg.Project)}
+}
+
+// scanNode scans one node's keys that match pattern and returns the project's stale entries.
+func (r *Reconciler) scanNode(ctx context.Context, term Term, n node, pattern string, now time.Time, rep *Report) ([]staleEntry, error) {
+	var stale []staleEntry
 	var cursor uint64
 	for {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		keys, next, err := n.rdb.Scan(cctx, cursor, r.cfg.Prefix+"*", int64(r.cfg.ScanCount)).Result()
+		keys, next, err := n.rdb.Scan(cctx, cursor, pattern, int64(r.cfg.ScanCount)).Result()
 		rep.RedisCalls++
 		if err != nil {
 			cancel()

@@ -23,7 +23,25 @@ import (
 //	<Prefix>{<project>}/fence/<queue>         string: the highest fencing token that evicted on the queue
 type keys struct{ base string }
 
-func newKeys(prefix, project string) keys { return keys{base: prefix + "{" + project + "}"} }
+func newKeys(prefix, project string) keys {
+	return keys{base: strings.TrimSuffix(ProjectPrefix(prefix, project), "/")}
+}
+
+// ProjectPrefix returns what every registry key of project starts with: <prefix>{<project>}/ (prefix
+// "" means DefaultPrefix). The '/', which no name contains, ends the project, so no project's keys
+// start with another's prefix.
+func ProjectPrefix(prefix, project string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + "{" + project + "}/"
+}
+
+// Pattern returns the glob (an ACL key pattern, SCAN MATCH) that matches exactly the keys starting
+// with ProjectPrefix(prefix, project): the glob characters a name may hold are escaped.
+func Pattern(prefix, project string) string {
+	return names.GlobEscape(ProjectPrefix(prefix, project)) + "*"
+}
 
 func (k keys) worker(queue, serverID string) string { return k.base + "/w/" + queue + "/" + serverID }
 func (k keys) heartbeats(queue string) string       { return k.base + "/hb/" + queue }

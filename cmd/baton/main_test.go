@@ -70,6 +70,9 @@ func TestACLEtcdPrintsTheConfigurationsPrefixes(t *testing.T) {
 	for _, p := range prefixes {
 		want += "etcdctl role grant-permission baton-billing readwrite " + p + " --prefix=true\n"
 	}
+	key, end := dispatcher.LegacyLedgerRange(dispatcher.DefaultLedgerPrefix)
+	want += "# read-only, until the workers no longer read the ledger's layout before per-project keys (-legacy-ledger=false then)\n" +
+		"etcdctl role grant-permission baton-billing read " + key + " " + end + "\n"
 	want += "# the password is read from $ETCD_NEW_USER_PASSWORD when the next line runs (not from the shell's history); etcdctl's arguments show it to ps meanwhile\n" +
 		`etcdctl user add svc-baton --new-user-password="${ETCD_NEW_USER_PASSWORD:?set ETCD_NEW_USER_PASSWORD to the password of the new user}"` + "\n" +
 		"etcdctl user grant-role svc-baton baton-billing\n"

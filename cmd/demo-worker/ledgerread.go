@@ -12,14 +12,15 @@ import (
 )
 
 // ledgerReader reads the dispatch ledger back for `demo-worker load`: which accepted requests were
-// handled, and which were handled more than once. The record layout is the one dispatcher/doc.go
-// documents: <prefix>/<dispatch key> -> "<state> <server_id> <token>".
+// handled, and which were handled more than once, through the dispatcher package's readers of the
+// project's records (the layout is dispatcher's: LedgerKey).
 type ledgerReader struct {
-	etcd   *clientv3.Client
-	prefix string
-	watch  *dispatcher.LedgerWatch // from the start of the load: the completions since
-	stop   context.CancelFunc
-	done   chan struct{}
+	etcd    *clientv3.Client
+	prefix  string
+	project string
+	watch   *dispatcher.LedgerWatch // from the start of the load: the completions since
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // ledgerString is r as the summary line shows it.
@@ -31,13 +32,13 @@ const ledgerPoll = 500 * time.Millisecond
 
 // startLedgerReader follows the ledger from now on, until close: even after ctx ends (a stop signal),
 // since what happened to the accepted requests is the point of reading it.
-func startLedgerReader(ctx context.Context, etcd *clientv3.Client, prefix string) (*ledgerReader, error) {
-	w, err := dispatcher.NewLedgerWatch(ctx, etcd, prefix)
+func startLedgerReader(ctx context.Context, etcd *clientv3.Client, prefix, project string) (*ledgerReader, error) {
+	w, err := dispatcher.NewLedgerWatch(ctx, etcd, prefix, project)
 	if err != nil {
 		return nil, err
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	l := &ledgerReader{etcd: etcd, prefix: prefix, watch: w, stop: stop, done: make(chan struct{})}
+	l := &ledgerReader{etcd: etcd, prefix: prefix, project: project, watch: w, stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
 		w.Run(wctx)
@@ -56,7 +57,7 @@ func (l *ledgerReader) close() {
 func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Duration, progress func(loadreport.Ledger)) (loadreport.Ledger, error) {
 	deadline := time.Now().Add(settle)
 	for {
-		records, rev, err := dispatcher.ReadLedger(ctx, l.etcd, l.prefix)
+		records, rev, err := dispatcher.ReadLedger(ctx, l.etcd, l.prefix, l.project)
 		if err != nil {
 			return loadreport.Ledger{}, err
 		}

@@ -287,7 +287,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "demo-worker load: etcd: %v\n", err)
 			return exitStartError
 		}
-		if ledger, err = startLedgerReader(ctx, etcd, o.ledger); err != nil {
+		if ledger, err = startLedgerReader(ctx, etcd, o.ledger, o.Cfg.Project); err != nil {
 			fmt.Fprintf(stderr, "demo-worker load: etcd: %v\n", err)
 			return exitStartError
 		}

@@ -68,3 +68,17 @@ func CheckPrefix(p, forbidden, why string) error {
 	}
 	return nil
 }
+
+// GlobEscape returns s as a Redis glob (SCAN MATCH, an ACL key pattern) that matches s alone: the
+// characters a glob gives a meaning ('*', '?', '[', ']', '\') are escaped with a backslash. A name may
+// hold them, so a pattern built from a name escapes it.
+func GlobEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -47,3 +47,9 @@ func TestQuoteCutsLongValuesOnRuneBoundaries(t *testing.T) {
 		t.Fatalf("Quote escapes control characters: got %s", got)
 	}
 }
+
+func TestGlobEscape(t *testing.T) {
+	if got := GlobEscape(`a*b?c[d]e\f{g}`); got != `a\*b\?c\[d\]e\\f{g}` {
+		t.Fatalf("GlobEscape = %s", got)
+	}
+}

@@ -23,6 +23,10 @@ func RedisACL(prog string, args []string, stdout, stderr io.Writer, ignore ...st
 		user = "baton"
 	}
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
+	fs.StringVar(&c.Cfg.Project, "project", c.Cfg.Project, "project the user is for "+c.bind("Project", "project", envOf("Project")))
+	fs.BoolVar(&c.Cfg.Reconciler.SkipLegacyHeartbeats, "skip-legacy-heartbeats", c.Cfg.Reconciler.SkipLegacyHeartbeats,
+		"leave out the project's heartbeat keys of the layout before per-project keys, which the reconciler cleans up while workers of the "+
+			"previous release run ("+envOf("Reconciler.SkipLegacyHeartbeats")+")")
 	fs.StringVar(&c.Cfg.Heartbeat.Prefix, "heartbeat-prefix", c.Cfg.Heartbeat.Prefix, "heartbeat key prefix ("+envOf("Heartbeat.Prefix")+")")
 	fs.StringVar(&c.Cfg.Registry.Prefix, "registry-prefix", c.Cfg.Registry.Prefix, "registry key prefix ("+envOf("Registry.Prefix")+")")
 	fs.StringVar(&user, "user", user, "the ACL user's name (BATON_REDIS_USERNAME)")
@@ -35,6 +39,10 @@ func RedisACL(prog string, args []string, stdout, stderr io.Writer, ignore ...st
 	}
 	if user == "" || strings.ContainsAny(user, " \t\r\n") {
 		fmt.Fprintf(stderr, "%s: -user must be a non-empty name without spaces, got %q\n", prog, user)
+		return ExitConfig
+	}
+	if err := c.checkNames(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v: the user's key patterns cover that project's keys only\n", prog, err)
 		return ExitConfig
 	}
 	fmt.Fprintf(stdout, "ACL SETUSER %s on >PASSWORD %s\n", user, strings.Join(c.Cfg.RedisACLRules(), " "))

@@ -34,7 +34,7 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 	if user == "" {
 		user = "baton"
 	}
-	pwEnv, pwFile := "", ""
+	pwEnv, pwFile, legacy := "", "", true
 	var extra []string
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	fs.StringVar(&c.Cfg.Project, "project", c.Cfg.Project, "project the role is for "+c.bind("Project", "project", envOf("Project")))
@@ -42,6 +42,9 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 	fs.StringVar(&c.Cfg.ReconcilerElectionPrefix, "reconciler-election-prefix", c.Cfg.ReconcilerElectionPrefix,
 		"reconciler election's prefix "+c.bind("ReconcilerElectionPrefix", "reconciler-election-prefix", envOf("ReconcilerElectionPrefix")))
 	fs.StringVar(&ledger, "ledger-prefix", ledger, "the dispatch ledger's prefix (dispatcher.NewEtcdLedger's); empty: the workers keep no ledger in etcd")
+	fs.BoolVar(&legacy, "legacy-ledger", legacy, "also grant read (not write) on the dispatch ledger's layout before per-project keys "+
+		"(dispatcher.LegacyLedgerRange: records that name no project), which workers of this release read while upgrading from the one before; "+
+		"false once the workers run with dispatcher.ReadLegacyLedger(false)")
 	fs.Func("extra-prefix", "an etcd prefix of the application's own keys the role also reads and writes (repeatable): the place for the keys "+
 		"the application writes itself, fenced by the run's term, such as an announce from a dispatcher run's start", func(p string) error {
 		if err := names.CheckPrefix(p, "", ""); err != nil {
@@ -85,10 +88,7 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 		fmt.Fprintf(stderr, "%s: %v: the role covers that project's keys only\n", prog, err)
 		return ExitConfig
 	}
-	fmt.Fprintf(stdout, "etcdctl role add %s\n", role)
-	for _, p := range append(c.Cfg.EtcdPrefixes(ledger), extra...) {
-		fmt.Fprintf(stdout, "etcdctl role grant-permission %s readwrite %s --prefix=true\n", role, shellQuote(p))
-	}
+	printEtcdRole(stdout, role, append(c.Cfg.EtcdPrefixes(ledger), extra...), legacy, ledger)
 	if pwFile != "" {
 		fmt.Fprintf(stdout, "# the password is read from %s when the next line runs; etcdctl's arguments show it to ps meanwhile\n", pwFile)
 		fmt.Fprintf(stdout, "etcdctl user add %s --new-user-password=\"$(cat %s)\"\n", user, shellQuote(pwFile))
@@ -98,6 +98,20 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 	}
 	fmt.Fprintf(stdout, "etcdctl user grant-role %s %s\n", user, role)
 	return ExitOK
+}
+
+// printEtcdRole prints the commands that create role with read and write on prefixes and, with
+// legacy, read on the dispatch ledger's layout before per-project keys under ledger (none when "").
+func printEtcdRole(stdout io.Writer, role string, prefixes []string, legacy bool, ledger string) {
+	fmt.Fprintf(stdout, "etcdctl role add %s\n", role)
+	for _, p := range prefixes {
+		fmt.Fprintf(stdout, "etcdctl role grant-permission %s readwrite %s --prefix=true\n", role, shellQuote(p))
+	}
+	if legacy && ledger != "" {
+		key, end := dispatcher.LegacyLedgerRange(ledger)
+		fmt.Fprintf(stdout, "# read-only, until the workers no longer read the ledger's layout before per-project keys (-legacy-ledger=false then)\n")
+		fmt.Fprintf(stdout, "etcdctl role grant-permission %s read %s %s\n", role, shellQuote(key), shellQuote(end))
+	}
 }
 
 // isEnvName reports whether s is a portable shell variable name.

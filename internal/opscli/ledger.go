@@ -53,7 +53,7 @@ func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.W
 	var found bool
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		rec, found, err = dispatcher.ReadLedgerRecord(cctx, etcd, prefix, key)
+		rec, found, err = dispatcher.ReadLedgerRecord(cctx, etcd, prefix, c.Cfg.Project, key)
 		cancel()
 	}
 	if err != nil {
@@ -87,7 +87,7 @@ func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.W
 		return ExitOK
 	}
 	if !found {
-		fmt.Fprintf(stdout, "%s: not begun (no record under %s): not dispatched yet, or never accepted\n", key, dispatcher.LedgerRange(prefix))
+		fmt.Fprintf(stdout, "%s: not begun (no record under %s): not dispatched yet, or never accepted\n", key, dispatcher.LedgerRange(prefix, c.Cfg.Project))
 		return ExitOK
 	}
 	fmt.Fprintf(stdout, "%s: %s by %s (token %d), etcd revision %d\n", key, rec.State, rec.ServerID, rec.Token, rec.Revision)
@@ -147,6 +147,9 @@ func parseLedger(prog string, args []string, stdout io.Writer, ignore []string) 
 		return o, err
 	case o.maxRuns < 0 || o.maxRuns > 100_000:
 		return o, fmt.Errorf("-runs must be 0 to 100000, got %d", o.maxRuns)
+	}
+	if err := o.checkNames(); err != nil {
+		return o, fmt.Errorf("%w: the ledger keeps each project's records apart", err)
 	}
 	if err := o.ReadSecrets(); err != nil {
 		return o, err

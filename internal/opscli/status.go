@@ -401,7 +401,7 @@ func readRedis(ctx context.Context, src *source, rdb redis.UniversalClient, reg 
 		if err != nil || src.down() {
 			continue
 		}
-		key := heartbeat.Key(prefix, id)
+		key := heartbeat.Key(prefix, o.Cfg.Project, id)
 		fields, err := call(ctx, o.timeout, func(ctx context.Context) (map[string]string, error) {
 			return rdb.HGetAll(ctx, key).Result()
 		})

@@ -87,7 +87,7 @@ func (e *env) ledger(t *testing.T) *dispatcher.EtcdLedger {
 // (dispatcher.LedgerAttemptKey) are not records.
 func (e *env) records(t *testing.T) map[string]string {
 	t.Helper()
-	out, _, err := dispatcher.ReadLedger(t.Context(), e.cli, ledgerPrefix)
+	out, _, err := dispatcher.ReadLedger(t.Context(), e.cli, ledgerPrefix, project)
 	if err != nil {
 		t.Fatal(err)
 	}

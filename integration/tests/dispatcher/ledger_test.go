@@ -65,7 +65,7 @@ func TestLedgerRecordStates(t *testing.T) {
 	o, _ := e.ownerOf(t, "node-a")
 	newer := takeover.Owner{ServerID: "node-z", Token: o.Token + 1000, ElectionKey: o.ElectionKey + "-newer"}
 	for k, v := range map[string]string{"done": record("done", newer), "newer": record("pending", newer)} {
-		if _, err := e.cli.Put(t.Context(), ledgerPrefix+"/"+k, v); err != nil {
+		if _, err := e.cli.Put(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, k), v); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,7 +92,7 @@ func TestLedgerRecordStates(t *testing.T) {
 	if got := e.records(t); !maps.Equal(got, want) {
 		t.Fatalf("records %v, want %v", got, want)
 	}
-	if _, err := e.cli.Put(t.Context(), ledgerPrefix+"/garbage", "in-progress"); err != nil {
+	if _, err := e.cli.Put(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, "garbage"), "in-progress"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Begin(t.Context(), "garbage", o); !errors.Is(err, dispatcher.ErrBadRecord) {
@@ -183,7 +183,7 @@ func TestLedgerRegrantsALostLease(t *testing.T) {
 	if _, err := l.Begin(t.Context(), "before", o); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := e.cli.Get(t.Context(), ledgerPrefix+"/before")
+	resp, err := e.cli.Get(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, "before"))
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 		t.Fatalf("record before the loss: %v, %v", resp, err)
 	}
@@ -204,7 +204,7 @@ func TestLedgerRegrantsALostLease(t *testing.T) {
 			t.Errorf("record %s = %q, want done by node-a", k, recs[k])
 		}
 	}
-	got, err := e.cli.Get(t.Context(), ledgerPrefix+"/after-1")
+	got, err := e.cli.Get(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, "after-1"))
 	if err != nil || len(got.Kvs) != 1 {
 		t.Fatalf("record after-1: %v, %v", got, err)
 	}
@@ -401,7 +401,7 @@ func TestLedgerAttemptHoldsItsKey(t *testing.T) {
 	if err != nil || done {
 		t.Fatalf("BeginHolding = %v, %v", done, err)
 	}
-	claim := dispatcher.LedgerAttemptKey(ledgerPrefix, "held")
+	claim := dispatcher.LedgerAttemptKey(ledgerPrefix, project, "held")
 	resp, err := e.cli.Get(t.Context(), claim)
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 		t.Fatalf("claim %s: %v, %v; want one key on a lease", claim, resp, err)

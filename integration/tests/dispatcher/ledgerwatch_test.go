@@ -11,27 +11,27 @@ import (
 )
 
 // A watch started before the puts sees every completion, twice for a key done twice, in order, and
-// every key put; a key done before it started and another prefix that starts like the ledger's are
-// not its business. WaitFor returns once it has seen a revision, and fails when ctx ends first.
+// every key put; a key done before it started and another project whose name starts like this one's
+// are not its business. WaitFor returns once it has seen a revision, and fails when ctx ends first.
 func TestLedgerWatchSeesEveryCompletion(t *testing.T) {
 	c := etcdx.Start(t, etcdx.Options{})
 	cli := etcdx.Client(t, c)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	prefix := fmt.Sprintf("/ledgerwatch-test/%d", time.Now().UnixNano())
-	if _, err := cli.Put(ctx, prefix+"/before", "done w0 1"); err != nil {
+	if _, err := cli.Put(ctx, dispatcher.LedgerKey(prefix, project, "before"), "done w0 1"); err != nil {
 		t.Fatal(err)
 	}
-	w, err := dispatcher.NewLedgerWatch(ctx, cli, prefix)
+	w, err := dispatcher.NewLedgerWatch(ctx, cli, prefix, project)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer follow(ctx, w)()
 	var rev int64
 	for _, kv := range [][2]string{{"a", "pending w1 5"}, {"a", "done w1 5"}, {"b", "pending w1 5"}, {"d", "done w1 5"}, {"d", "done w2 9"}, {"x/c", "done w1 5"}} {
-		key := prefix + "/" + kv[0]
+		key := dispatcher.LedgerKey(prefix, project, kv[0])
 		if kv[0] == "x/c" {
-			key = prefix + "x/c" // another prefix that starts like this one
+			key = dispatcher.LedgerKey(prefix, project+"x", "c") // another project that starts like this one
 		}
 		resp, err := cli.Put(ctx, key, kv[1])
 		if err != nil {
@@ -66,7 +66,7 @@ func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
 	defer cancel()
 	prefix := fmt.Sprintf("/ledgerwatch-test/%d", time.Now().UnixNano())
 	put := func(k, v string) int64 {
-		resp, err := cli.Put(ctx, prefix+"/"+k, v)
+		resp, err := cli.Put(ctx, dispatcher.LedgerKey(prefix, project, k), v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
 	from := put("b", "done w1 5")
 	rev := put("b", "done w2 9")
 	replay := func(start int64) (*dispatcher.LedgerWatch, map[string][]dispatcher.LedgerCompletion) {
-		w, err := dispatcher.NewLedgerWatchFrom(ctx, cli, prefix, start)
+		w, err := dispatcher.NewLedgerWatchFrom(ctx, cli, prefix, project, start)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -230,7 +230,7 @@ type ledgerTimes struct {
 
 // watchLedger starts a watch of the ledger that runs until the test ends.
 func (c *cluster) watchLedger(t *testing.T) *ledgerTimes {
-	w, err := dispatcher.NewLedgerWatch(t.Context(), c.etcd, dispatcher.DefaultLedgerPrefix)
+	w, err := dispatcher.NewLedgerWatch(t.Context(), c.etcd, dispatcher.DefaultLedgerPrefix, c.project())
 	if err != nil {
 		t.Fatal(err)
 	}

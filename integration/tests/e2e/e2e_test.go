@@ -296,7 +296,7 @@ func TestProcessFaults(t *testing.T) {
 		var entry map[string]string
 		var err error
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			entry, err = c.rdb.HGetAll(t.Context(), heartbeat.DefaultPrefix+id).Result()
+			entry, err = c.rdb.HGetAll(t.Context(), heartbeat.Key("", c.project(), id)).Result()
 			if err != nil || len(entry) > 0 || time.Now().After(deadline) {
 				break
 			}

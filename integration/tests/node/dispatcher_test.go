@@ -112,7 +112,7 @@ func TestLeaderReplacesRunsClosedBehindItsBack(t *testing.T) {
 		if qs.RunID == first.RunID || qs.FirstRunID != first.RunID || qs.Token != first.Token {
 			return fmt.Errorf("status %+v", qs)
 		}
-		entry, err := e.rdb.HGetAll(t.Context(), node.Config().Heartbeat.Prefix+qs.WorkflowID).Result()
+		entry, err := e.rdb.HGetAll(t.Context(), heartbeat.Key(node.Config().Heartbeat.Prefix, node.Config().Project, qs.WorkflowID)).Result()
 		if err != nil {
 			return err
 		}
@@ -280,7 +280,7 @@ func TestHeartbeatRegressionDoesNotChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := heartbeat.Key("", id)
+	key := heartbeat.Key("", p, id)
 	if err := e.rdb.HSet(t.Context(), key, heartbeat.FieldWorkflowID, id, heartbeat.FieldRunID, "run-before-the-restore",
 		heartbeat.FieldServerID, "node-old", heartbeat.FieldToken, int64(1)<<40, heartbeat.FieldProject, p, heartbeat.FieldQueue, queue,
 		heartbeat.FieldUpdatedMs, time.Now().UnixMilli()).Err(); err != nil {

@@ -63,7 +63,7 @@ func TestFxAppWithItsOwnCacheNamedClientsLoadAndSession(t *testing.T) {
 		if qs, ok = leading(node, "orders"); !ok {
 			return fmt.Errorf("status %+v", node.Status())
 		}
-		if n, _ := e.rdb.Exists(t.Context(), heartbeat.DefaultPrefix+qs.WorkflowID).Result(); n != 1 {
+		if n, _ := e.rdb.Exists(t.Context(), heartbeat.Key("", node.Config().Project, qs.WorkflowID)).Result(); n != 1 {
 			return errors.New("no heartbeat entry in Baton's Redis")
 		}
 		return nil

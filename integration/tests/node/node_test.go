@@ -131,7 +131,7 @@ func TestFxAppStartsLeadsAndHandsOver(t *testing.T) {
 	if st := e.status(t, qa.WorkflowID, qa.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		t.Fatalf("dispatcher run %v", st)
 	}
-	hbKey := heartbeat.Key("", qa.WorkflowID)
+	hbKey := heartbeat.Key("", p, qa.WorkflowID)
 	eventually(t, 10*time.Second, "heartbeat, registration and a reconcile cycle", func() error {
 		if n, _ := e.rdb.Exists(t.Context(), hbKey).Result(); n != 1 {
 			return errors.New("no heartbeat entry")

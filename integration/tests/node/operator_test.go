@@ -145,7 +145,7 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 	// leader's term: ledger finds the run of that term, by the key or by the request's fields.
 	etcd := etcdx.Client(t, e.etcd)
 	req := dispatcher.Request{Type: "invoice", TaskID: "t-done", PayloadSHA256: strings.Repeat("ab", 32)}
-	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", req.Key()), fmt.Sprintf("done %s %d", leader, led.Token)); err != nil {
+	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", p, req.Key()), fmt.Sprintf("done %s %d", leader, led.Token)); err != nil {
 		t.Fatal(err)
 	}
 	type run struct {
@@ -177,7 +177,7 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		t.Fatalf("baton ledger of a task ID: exit %d, %s %s", code, out, errOut)
 	}
 	bad := dispatcher.Request{Type: "invoice", TaskID: "t-bad", PayloadSHA256: strings.Repeat("ab", 32)}.Key()
-	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", bad), "garbage"); err != nil {
+	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", p, bad), "garbage"); err != nil {
 		t.Fatal(err)
 	}
 	if _, errOut, code := e.baton(t, p, "ledger", bad); code != 1 || !strings.Contains(errOut, bad) {
@@ -602,14 +602,14 @@ func TestBatonVerifyLedgerAndReconciler(t *testing.T) {
 
 	// A key completed twice: two puts of its done record, as a ledger that lost its records and ran
 	// the handler again would leave.
-	twice := dispatcher.LedgerKey("", "planted-twice")
+	twice := dispatcher.LedgerKey("", p, "planted-twice")
 	for range 2 {
 		if _, err := cli.Put(t.Context(), twice, "done w1 7"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A record begun and left behind.
-	if _, err := cli.Put(t.Context(), dispatcher.LedgerKey("", "planted-pending"), "pending ghost 7"); err != nil {
+	if _, err := cli.Put(t.Context(), dispatcher.LedgerKey("", p, "planted-pending"), "pending ghost 7"); err != nil {
 		t.Fatal(err)
 	}
 	code, vs, out := verify("-pending-max", "2s", "-reconciler-max", "5s")

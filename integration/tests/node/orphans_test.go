@@ -60,7 +60,7 @@ func TestOrphanOfACrashedOwnerIsCleanedUpWithinTheGrace(t *testing.T) {
 	_, reader := e.reconcilerLeader(t, p, "node-b", "other")
 	a, proxy := e.startCuttableNode(t, slowCycle(fast(p, "node-a", "solo")))
 	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
-	key := heartbeat.Key("", qa.WorkflowID)
+	key := heartbeat.Key("", p, qa.WorkflowID)
 
 	// node-a crashes as far as etcd can tell: cut off, its lease runs out.
 	crashed := time.Now()

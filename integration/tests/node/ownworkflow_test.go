@@ -222,7 +222,7 @@ func TestOwnDispatcherWorkflowUnderLeaderChanges(t *testing.T) {
 	ledger := etcdx.Client(t, e.etcd)
 	var recs map[string]string
 	_ = harness.Poll(t.Context(), time.Minute, 100*time.Millisecond, func() error {
-		r, _, err := dispatcher.ReadLedger(t.Context(), ledger, "")
+		r, _, err := dispatcher.ReadLedger(t.Context(), ledger, "", p)
 		if err != nil {
 			return err
 		}

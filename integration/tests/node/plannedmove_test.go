@@ -127,7 +127,7 @@ func TestPlannedMovesLetASlowHandlerFinish(t *testing.T) {
 			// done key is refused), so the calls counted are all there will be.
 			ledger := etcdx.Client(t, e.etcd)
 			eventually(t, time.Minute, "the request done and no handler running", func() error {
-				rec, _, err := dispatcher.ReadLedgerRecord(t.Context(), ledger, "", req.Key())
+				rec, _, err := dispatcher.ReadLedgerRecord(t.Context(), ledger, "", p, req.Key())
 				if err != nil {
 					return err
 				}

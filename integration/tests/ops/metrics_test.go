@@ -259,7 +259,7 @@ func TestMetricNamesExist(t *testing.T) {
 	// keys of this test's project go (on a shared Redis too). Election keys go with their leases.
 	t.Cleanup(func() {
 		bg := context.Background()
-		for _, pattern := range []string{registry.DefaultPrefix + "{" + project + "}*", hbPrefix + "*"} {
+		for _, pattern := range []string{registry.Pattern("", project), heartbeat.Pattern(hbPrefix, project)} {
 			iter := rdb.Scan(bg, 0, pattern, 100).Iterator()
 			for iter.Next(bg) {
 				_ = rdb.Del(bg, iter.Val()).Err()
@@ -388,14 +388,14 @@ func TestMetricNamesExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	nowMs := time.Now().UnixMilli()
-	if err := rdb.HSet(ctx, hbPrefix+ghostID, map[string]any{
+	if err := rdb.HSet(ctx, heartbeat.Key(hbPrefix, project, ghostID), map[string]any{
 		heartbeat.FieldWorkflowID: ghostID, heartbeat.FieldRunID: uuid.NewString(), heartbeat.FieldServerID: "crashed-worker",
 		heartbeat.FieldToken: "1", heartbeat.FieldProject: project, heartbeat.FieldQueue: "ghost",
 		heartbeat.FieldUpdatedMs: strconv.FormatInt(nowMs-time.Hour.Milliseconds(), 10), heartbeat.FieldVersion: "1",
 	}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	garbage := hbPrefix + "not-a-dispatcher"
+	garbage := heartbeat.ProjectPrefix(hbPrefix, project) + "not-a-dispatcher"
 	if err := rdb.HSet(ctx, garbage, "owner", "someone else").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,11 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// On Redis Cluster the reconciler scans every master: three crashed owners' entries, one on each of
-// the three masters, are all cleaned (runs terminated, keys deleted), and a live owner's entry is
-// left alone. SCAN answers for one server only, so a scan through the cluster client alone would
-// see one master's keys.
+// On Redis Cluster the reconciler scans every master: three crashed owners' entries of the layout
+// before per-project keys (heartbeat.LegacyKey, no hash tag: a project's keys spread over masters),
+// one on each of the three masters, are all cleaned (runs terminated, keys deleted), and a live
+// owner's entry (the project's own layout) is left alone. SCAN answers for one server only, so a
+// scan through the cluster client alone would see one master's keys.
 func TestReconcilerCleansEveryMasterOfACluster(t *testing.T) {
 	t.Parallel()
 	cl := redisx.StartCluster(t, redisx.ClusterOptions{Masters: 3})
@@ -35,7 +36,7 @@ func TestReconcilerCleansEveryMasterOfACluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return heartbeat.Key(e.pfx, id)
+		return heartbeat.LegacyKey(e.pfx, id)
 	})
 
 	a := e.owner(t, "node-a", election.Config{TTL: 2 * time.Second}, heartbeat.Config{Interval: 200 * time.Millisecond})
@@ -43,11 +44,23 @@ func TestReconcilerCleansEveryMasterOfACluster(t *testing.T) {
 	var keys []string
 	for _, i := range spread {
 		run, key := a.abandon(t, p, queue(i))
-		runs, keys = append(runs, run), append(keys, key)
+		// As a worker of the previous release would have left it.
+		fields, err := cc.HGetAll(t.Context(), key).Result()
+		if err != nil || len(fields) == 0 {
+			t.Fatalf("abandoned entry %s: %v, %v", key, fields, err)
+		}
+		old := heartbeat.LegacyKey(e.pfx, run.WorkflowID)
+		if err := cc.HSet(t.Context(), old, fields).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.Del(t.Context(), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		runs, keys = append(runs, run), append(keys, old)
 	}
 	b := e.owner(t, "node-b", election.Config{TTL: 5 * time.Second}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	liveTerm, live, _ := b.lead(t, p, "live")
-	liveKey := b.hb.Key(live.WorkflowID)
+	liveKey := b.hb.Key(p, live.WorkflowID)
 
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: time.Second, StaleAfter: time.Second}, nil, nil)
 	eventually(t, 60*time.Second, "every crashed owner's entry deleted", func() error {

@@ -60,7 +60,7 @@ func TestHeartbeatFencing(t *testing.T) {
 	if entry.UpdatedAt.Before(before.Truncate(time.Millisecond)) || entry.UpdatedAt.After(after) {
 		t.Fatalf("entry time %v is not Redis time (between %v and %v)", entry.UpdatedAt, before, after)
 	}
-	key := a.hb.Key(runA.WorkflowID)
+	key := a.hb.Key(runA.Owner.Project, runA.WorkflowID)
 	fields, err := e.rdb.HGetAll(t.Context(), key).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestHeartbeatReplacesGarbageAndStopsWithTheTerm(t *testing.T) {
 	}
 	id, _ := takeover.WorkflowID(p, "orders")
 	run := takeover.Run{WorkflowID: id, RunID: "run-1", Owner: takeover.Owner{Project: p, Queue: "orders", ServerID: a.id, Token: term.Token()}}
-	key := a.hb.Key(id)
+	key := a.hb.Key(p, id)
 	for _, garbage := range []func() error{
 		func() error { return e.rdb.Set(t.Context(), key, "not a hash", 0).Err() },
 		func() error { return e.rdb.HSet(t.Context(), key, "token", "abc", "run_id", "x").Err() },
@@ -190,7 +190,7 @@ func TestHeartbeatRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = a.hb.Beat(t.Context(), term, run)
-	if err == nil || !containsAll(err.Error(), "heartbeat: write", a.hb.Key(id)) {
+	if err == nil || !containsAll(err.Error(), "heartbeat: write", a.hb.Key(p, id)) {
 		t.Fatalf("Beat with Redis down = %v", err)
 	}
 }
@@ -215,7 +215,7 @@ func TestHeartbeatOverwritesAHigherTokenAfterARegression(t *testing.T) {
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: time.Hour, KeyTTL: 10 * time.Hour})
 	term, run, stop := a.lead(t, p, "orders")
 	stop() // only the beats below write
-	key := a.hb.Key(run.WorkflowID)
+	key := a.hb.Key(run.Owner.Project, run.WorkflowID)
 	higher := term.Token() + 1_000_000
 	if err := e.rdb.HSet(t.Context(), key, heartbeat.FieldWorkflowID, run.WorkflowID, heartbeat.FieldRunID, "run-before-the-restore",
 		heartbeat.FieldServerID, "node-old", heartbeat.FieldToken, higher, heartbeat.FieldProject, p, heartbeat.FieldQueue, "orders",

@@ -122,7 +122,7 @@ func (o *owner) lead(t *testing.T, project, queue string) (*election.Term, takeo
 	wg.Go(func() { _ = o.hb.Run(ctx, term, run) })
 	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
-	o.env.waitKey(t, o.hb.Key(run.WorkflowID))
+	o.env.waitKey(t, o.hb.Key(run.Owner.Project, run.WorkflowID))
 	return term, run, stop
 }
 
@@ -136,7 +136,7 @@ func (o *owner) abandon(t *testing.T, project, queue string) (takeover.Run, stri
 	if err := term.Resign(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return run, o.hb.Key(run.WorkflowID)
+	return run, o.hb.Key(run.Owner.Project, run.WorkflowID)
 }
 
 // reconcilerNode is a process running the project's reconciler: its own Elector for the reconciler

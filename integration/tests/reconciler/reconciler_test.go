@@ -81,7 +81,7 @@ func TestCrashedOwnerCleanedUpWithinThreeCycles(t *testing.T) {
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{TTL: 2 * time.Second}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, stopHeartbeat := a.lead(t, p, "orders")
-	key := a.hb.Key(runA.WorkflowID)
+	key := a.hb.Key(runA.Owner.Project, runA.WorkflowID)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: time.Second, StaleAfter: time.Second}, nil, nil)
 	eventually(t, 15*time.Second, "two cycles", func() error {
 		if n := len(rn.reports()); n < 2 {
@@ -137,7 +137,7 @@ func TestCrashCleanupWithProductionDefaults(t *testing.T) {
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{})
 	_, runA, stopHeartbeat := a.lead(t, p, "orders")
-	key := a.hb.Key(runA.WorkflowID)
+	key := a.hb.Key(runA.Owner.Project, runA.WorkflowID)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{}, nil, nil)
 	eventually(t, 15*time.Second, "first cycle", func() error {
 		if len(rn.reports()) == 0 {
@@ -295,7 +295,7 @@ func TestSuccessorsAreNeverTouched(t *testing.T) {
 		p := project(t)
 		a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 		termA, runA, stopA := a.lead(t, p, "orders")
-		key := a.hb.Key(runA.WorkflowID)
+		key := a.hb.Key(runA.Owner.Project, runA.WorkflowID)
 		stopA() // heartbeats stop (Redis trouble on that host), leadership holds
 		term := &terminator{inner: e.tc}
 		rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: 200 * time.Millisecond, StaleAfter: 300 * time.Millisecond}, term, nil)
@@ -424,7 +424,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	p := project(t)
 	a := e.owner(t, "node-a", election.Config{}, heartbeat.Config{Interval: 200 * time.Millisecond})
 	termA, runA, _ := a.lead(t, p, "orders")
-	key := a.hb.Key(runA.WorkflowID)
+	key := a.hb.Key(runA.Owner.Project, runA.WorkflowID)
 	rn := e.reconciler(t, "rec-1", p, reconciler.Config{Interval: 200 * time.Millisecond, StaleAfter: 3 * time.Second}, nil, nil)
 	eventually(t, 15*time.Second, "healthy cycles", func() error {
 		if _, ok := firstReport(rn.reports(), 0, func(r reconciler.Report) bool { return r.Err == nil && r.Active == 1 }); !ok {
@@ -502,7 +502,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 		},
 	}
 	for name, put := range garbage {
-		if err := put(e.pfx + name); err != nil {
+		if err := put(heartbeat.ProjectPrefix(e.pfx, p) + name); err != nil { // in the project's range, which the cycle scans
 			t.Fatal(err)
 		}
 	}
@@ -538,7 +538,7 @@ func TestMalformedEntriesNeverStopACycle(t *testing.T) {
 		}
 	}
 	for name := range garbage {
-		if !e.exists(t, e.pfx+name) {
+		if !e.exists(t, heartbeat.ProjectPrefix(e.pfx, p)+name) {
 			t.Fatalf("malformed entry %s was deleted; it must be left for an operator", name)
 		}
 	}

@@ -189,7 +189,7 @@ func TestRemovedQueueIsCleanedUp(t *testing.T) {
 			before := e.owner(t, "node-1", election.Config{}, hcfg)
 			termA, oldA, stopA := before.lead(t, p, "a")
 			termB, runB, stopB := before.lead(t, p, "b")
-			keyA, keyB := before.hb.Key(oldA.WorkflowID), before.hb.Key(runB.WorkflowID)
+			keyA, keyB := before.hb.Key(oldA.Owner.Project, oldA.WorkflowID), before.hb.Key(runB.Owner.Project, runB.WorkflowID)
 			rec1 := e.reconciler(t, "node-1", p, cfg, nil, nil)
 			eventually(t, 30*time.Second, "the first process's reconciler sees both queues live", func() error {
 				for _, r := range rec1.reports() {

@@ -52,7 +52,7 @@ func TestRedisACLUser(t *testing.T) {
 	a.RequireStart()
 	qs := leads(t, node, "orders")
 	eventually(t, 10*time.Second, "heartbeat entry and worker registration written as user baton", func() error {
-		if n, err := admin.Exists(t.Context(), heartbeat.DefaultPrefix+qs.WorkflowID).Result(); err != nil || n != 1 {
+		if n, err := admin.Exists(t.Context(), heartbeat.Key("", node.Config().Project, qs.WorkflowID)).Result(); err != nil || n != 1 {
 			return errString("no heartbeat entry")
 		}
 		if st := node.Status().Worker; st.LastHeartbeat.IsZero() || st.LastError != "" {
@@ -233,7 +233,7 @@ func TestRedisMutualTLS(t *testing.T) {
 	a.RequireStart()
 	qs := leads(t, node, "orders")
 	eventually(t, 10*time.Second, "heartbeat entry written over TLS", func() error {
-		if n, err := admin.Exists(t.Context(), heartbeat.DefaultPrefix+qs.WorkflowID).Result(); err != nil || n != 1 {
+		if n, err := admin.Exists(t.Context(), heartbeat.Key("", node.Config().Project, qs.WorkflowID)).Result(); err != nil || n != 1 {
 			return errString("no heartbeat entry")
 		}
 		return nil

@@ -88,7 +88,7 @@ func (d *Drill) startLoad(ctx context.Context) error {
 	}
 	l := &loadPhase{queues: d.queues[:n], keysPath: filepath.Join(d.dir, "load-accepted.txt")}
 	var err error
-	if l.watch, err = dispatcher.NewLedgerWatch(ctx, d.ec, dispatcher.DefaultLedgerPrefix); err != nil {
+	if l.watch, err = dispatcher.NewLedgerWatch(ctx, d.ec, dispatcher.DefaultLedgerPrefix, d.cfg.Project); err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
 	d.load = l
@@ -177,7 +177,7 @@ func (d *Drill) endLoad(ctx context.Context) {
 	var states map[string]ledgerRecord
 	var rev int64
 	err = harness.Poll(ctx, d.cfg.LoadSettle, 500*time.Millisecond, func() (err error) {
-		if states, rev, err = readLedger(ctx, d.ec); err != nil {
+		if states, rev, err = readLedger(ctx, d.ec, d.cfg.Project); err != nil {
 			return err
 		}
 		for _, r := range reqs {
@@ -305,13 +305,13 @@ func firstN(s []string, n int) string {
 // ledgerRecord is one ledger record: State is the first word of Raw, "<state> <server_id> <token>".
 type ledgerRecord struct{ State, Raw string }
 
-// readLedger reads every record of the ledger at one revision, keyed by dispatch key, and returns
+// readLedger reads every record of project's ledger at one revision, keyed by dispatch key, and returns
 // that revision; the read as a whole gets 10 s, so that a member killed under it costs a retry of the
 // caller's, not the drill.
-func readLedger(ctx context.Context, cli *clientv3.Client) (map[string]ledgerRecord, int64, error) {
+func readLedger(ctx context.Context, cli *clientv3.Client, project string) (map[string]ledgerRecord, int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	raw, rev, err := dispatcher.ReadLedger(rctx, cli, dispatcher.DefaultLedgerPrefix)
+	raw, rev, err := dispatcher.ReadLedger(rctx, cli, dispatcher.DefaultLedgerPrefix, project)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -256,7 +256,7 @@ func (d *Drill) describe(ctx context.Context, wid, runID string) (*run, error) {
 func (d *Drill) heartbeat(ctx context.Context, wid string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return d.rdb.HGetAll(ctx, heartbeat.Key("", wid)).Result()
+	return d.rdb.HGetAll(ctx, heartbeat.Key("", d.cfg.Project, wid)).Result()
 }
 
 // listRuns lists the dispatcher runs (only the Running ones with running) that visibility knows.

@@ -79,7 +79,7 @@ func benchCrashStall(ctx context.Context, s *servers, _ options) ([]benchreport.
 			return nil, err
 		}
 	}
-	watch, err := dispatcher.NewLedgerWatch(ctx, s.etcd, dispatcher.DefaultLedgerPrefix)
+	watch, err := dispatcher.NewLedgerWatch(ctx, s.etcd, dispatcher.DefaultLedgerPrefix, crashStallProject)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func streamsOf(qs []queueStream) []*sentReq {
 func settleLedger(ctx context.Context, cli *clientv3.Client, watch *dispatcher.LedgerWatch, reqs []*sentReq) (map[string][]dispatcher.LedgerCompletion, error) {
 	var dones map[string][]dispatcher.LedgerCompletion
 	for deadline := time.Now().Add(crashStallSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
-		now, err := cli.Get(ctx, dispatcher.LedgerRange(dispatcher.DefaultLedgerPrefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		now, err := cli.Get(ctx, dispatcher.LedgerRange(dispatcher.DefaultLedgerPrefix, crashStallProject), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return nil, err
 		}

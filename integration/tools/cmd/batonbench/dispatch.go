@@ -275,7 +275,7 @@ func (d *dispatchRun) start() error {
 	if d.producer, err = dispatcher.NewProducer(d.tc, dispatcher.ProducerConfig{}); err != nil {
 		return err
 	}
-	d.ledgerWatch, err = dispatcher.NewLedgerWatch(ctx, etcd, dispatchLedger)
+	d.ledgerWatch, err = dispatcher.NewLedgerWatch(ctx, etcd, dispatchLedger, benchProject)
 	return err
 }
 
@@ -433,7 +433,7 @@ func (d *dispatchRun) settle() error {
 	ctx := d.ctx
 	chaosBaton := d.chaosBaton()
 	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
-		now, err := d.s.etcd.Get(ctx, dispatcher.LedgerRange(dispatchLedger), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		now, err := d.s.etcd.Get(ctx, dispatcher.LedgerRange(dispatchLedger, benchProject), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return err
 		}

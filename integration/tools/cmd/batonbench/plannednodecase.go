@@ -317,7 +317,7 @@ func (c *moveCase) settle(ctx context.Context) error {
 func (c *moveCase) ledgerDone(ctx context.Context) (done map[string]bool, pending int, err error) {
 	done = map[string]bool{}
 	for _, r := range c.sent {
-		rec, found, err := dispatcher.ReadLedgerRecord(ctx, c.s.etcd, nodeMoveLedger, r.key)
+		rec, found, err := dispatcher.ReadLedgerRecord(ctx, c.s.etcd, nodeMoveLedger, c.project, r.key)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -148,7 +148,7 @@ func writeEntries(ctx context.Context, rdb redis.UniversalClient, n int, onlySta
 		if isStale {
 			at = now.Add(-time.Hour)
 		}
-		pipe.HSet(ctx, heartbeat.Key("", id), heartbeat.FieldWorkflowID, id,
+		pipe.HSet(ctx, heartbeat.Key("", benchProject, id), heartbeat.FieldWorkflowID, id,
 			heartbeat.FieldRunID, fmt.Sprintf("00000000-0000-4000-8000-%012d", i), heartbeat.FieldServerID, "bench-owner",
 			heartbeat.FieldToken, strconv.Itoa(i+1), heartbeat.FieldProject, benchProject, heartbeat.FieldQueue, queue,
 			heartbeat.FieldUpdatedMs, strconv.FormatInt(at.UnixMilli(), 10), heartbeat.FieldVersion, "1")
