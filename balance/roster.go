@@ -291,7 +291,7 @@ func (r *roster) keep(ctx context.Context, client *clientv3.Client, retryMax tim
 				zap.String("key", r.memberKey(r.self)), zap.Error(err))
 		}
 		failing = err
-		if !clock.Sleep(ctx, r.clk, clock.Jitter(backoff)) {
+		if !clock.Sleep(ctx, r.clk, clock.Jitter(r.clk, backoff)) {
 			return
 		}
 		backoff = min(2*backoff, retryMax)

@@ -98,7 +98,7 @@ func (m *Manager) Watch(ctx context.Context, term Term, run Run) (Run, error) {
 			m.metrics.closed(ctx, run.Owner.Project, run.Owner.Queue, "not_found")
 			return run, &ClosedError{WorkflowID: run.WorkflowID, RunID: run.RunID, Detail: err.Error()}
 		case err != nil:
-			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(backoff)) {
+			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(m.cfg.Clock, backoff)) {
 				return run, context.Cause(ctx)
 			}
 			backoff = min(2*backoff, m.cfg.RetryMax)
