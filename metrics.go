@@ -3,6 +3,7 @@ package baton
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -41,6 +42,11 @@ const (
 	// MetricContinuedAsNew counts the dispatcher runs that continued as new under this process's
 	// supervision (attributes project, queue).
 	MetricContinuedAsNew = "baton.dispatch.continued_as_new"
+	// MetricRunsFailing is, for each queue this process leads or led a moment ago, the number of its
+	// dispatcher runs in a row that closed FAILED or TIMED_OUT within ownership.RunFailingWithin of
+	// their start, while readiness fails with ErrRunsFailing (ownership.Snapshot.RunsFailing), else 0
+	// (attributes project, queue): the start code or the first workflow task fails every time.
+	MetricRunsFailing = "baton.dispatch.runs_failing"
 )
 
 type metrics struct {
@@ -124,7 +130,32 @@ func newMetrics(mp metric.MeterProvider, n *Node) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := registerRunsFailing(meter, n, m.project); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// registerRunsFailing reports MetricRunsFailing for every queue of n.
+func registerRunsFailing(meter metric.Meter, n *Node, project attribute.KeyValue) error {
+	failing, err := meter.Int64ObservableGauge(MetricRunsFailing,
+		metric.WithDescription("Dispatcher runs in a row that closed failed within a minute of their start, while the queue's readiness fails for it; else 0."))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		now := time.Now()
+		for q, own := range n.owned {
+			s := own.Snapshot()
+			var v int64
+			if s.RunsFailing(now) {
+				v = int64(s.QuickCloses)
+			}
+			o.ObserveInt64(failing, v, metric.WithAttributes(project, attribute.String("queue", q)))
+		}
+		return nil
+	}, failing)
+	return err
 }
 
 // progressGauges are the instruments of a queue's last progress check.

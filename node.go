@@ -213,19 +213,34 @@ func (n *Node) launch(ctx context.Context) error {
 // request at once instead of another worker replaying the run's history, which is most of a
 // graceful handover's time. Requests sent to a quiesced run are refused with
 // dispatcher.ErrTypeHandingOver and sent again by Producers, to the successor. Call it only when Stop
-// follows: a quiesced run dispatches nothing for the rest of its life.
+// follows: a quiesced run dispatches nothing for the rest of its life. The runs are quiesced in one
+// round, Election.MaxHandOvers at once, as Stop hands them over.
 func (n *Node) Quiesce(ctx context.Context) {
+	inRound(n.cfg.Queues, n.queues.Config().MaxHandOvers, func(q string) { n.owned[q].Quiesce(ctx) })
+}
+
+// inRound calls f for every queue, at most limit at once, and returns when every call has returned:
+// a step of a stop takes one round for all the queues, never a round per queue, and never puts the
+// requests of thousands of queues out at once.
+func inRound(queues []string, limit int, f func(queue string)) {
+	slots := make(chan struct{}, max(limit, 1))
 	var wg sync.WaitGroup
-	for _, q := range n.owned {
-		wg.Go(func() { q.Quiesce(ctx) })
+	for _, q := range queues {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			f(q)
+		})
 	}
 	wg.Wait()
 }
 
-// Stop hands every queue over and stops: it resigns every term first (each leader steps down as its
-// Takeover.StepDown policy says, so a follower takes over in milliseconds), stops every loop and
-// waits for it, deregisters this worker and closes the elections. It returns when all of that is
-// done or ctx ends, whichever is first.
+// Stop hands every queue over and stops: it resigns every term first, in one round of parallel
+// hand-overs (Election.MaxHandOvers at once; each leader steps down as its Takeover.StepDown policy
+// says and resigns right after, so a follower takes over in milliseconds), and the reconciler's term
+// beside them; it stops every loop and waits for it, then deregisters this worker from every queue
+// (in one round too) while it closes the elections. It returns when all of that is done or ctx
+// ends, whichever is first.
 func (n *Node) Stop(ctx context.Context) error {
 	n.mu.Lock()
 	if n.stopped {
@@ -249,23 +264,42 @@ func (n *Node) Stop(ctx context.Context) error {
 	if err := n.notify.wait(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("baton: stop: leadership listeners still busy: %w", err))
 	}
-	if n.reg != nil {
-		for _, q := range n.cfg.Queues {
-			if err := n.reg.Deregister(ctx, q, n.cfg.ServerID); err != nil && !errors.Is(err, registry.ErrNotFound) {
-				errs = append(errs, fmt.Errorf("baton: deregister from %s: %w", q, err))
-			}
-		}
-	}
-	if n.recEl != nil {
-		if err := n.recEl.Close(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := n.queues.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, n.leave(ctx)...)
 	n.log.Info("baton node stopped", zap.Errors("errors", errs))
 	return errors.Join(errs...)
+}
+
+// leave deregisters this worker from every queue, in one round, while it closes the elections
+// (each revokes its session's lease), and returns what failed.
+func (n *Node) leave(ctx context.Context) []error {
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	if n.reg != nil {
+		wg.Go(func() {
+			inRound(n.cfg.Queues, n.queues.Config().MaxHandOvers, func(q string) {
+				if err := n.reg.Deregister(ctx, q, n.cfg.ServerID); err != nil && !errors.Is(err, registry.ErrNotFound) {
+					fail(fmt.Errorf("baton: deregister from %s: %w", q, err))
+				}
+			})
+		})
+	}
+	for _, el := range []*election.Elector{n.recEl, n.queues} {
+		if el != nil {
+			wg.Go(func() {
+				if err := el.Close(ctx); err != nil {
+					fail(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return errs
 }
 
 // callbacks returns each queue's election callbacks: its ownership lifecycle's.

@@ -183,6 +183,10 @@ func TestProducerConfigValidate(t *testing.T) {
 		{ProducerConfig{RetryMin: -1}, "RetryMin"},
 		{ProducerConfig{RetryMax: -1}, "RetryMax"},
 		{ProducerConfig{RetryMin: time.Second, RetryMax: time.Millisecond}, "RetryMax"},
+		{ProducerConfig{MaxInFlight: -1}, "MaxInFlight"},
+		{ProducerConfig{MaxInFlight: MaxProducerMaxInFlight + 1}, "MaxInFlight"},
+		{ProducerConfig{MaxInFlight: 1, AttemptTimeout: MinProducerAttemptTimeout}, ""},
+		{ProducerConfig{AttemptTimeout: time.Millisecond}, "AttemptTimeout"},
 	} {
 		err := tc.cfg.Validate()
 		if (tc.field == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.field)) {

@@ -20,6 +20,19 @@ import (
 const (
 	DefaultProducerRetryMin = 50 * time.Millisecond
 	DefaultProducerRetryMax = 2 * time.Second
+	// DefaultProducerMaxInFlight is below the server's limit of updates in flight on one run
+	// (history.maxInFlightUpdates, 10 by default), so that a step-down's quiesce update and a second
+	// Producer still find room.
+	DefaultProducerMaxInFlight = 8
+	// DefaultProducerAttemptTimeout bounds one attempt: a healthy dispatch takes milliseconds, and
+	// seconds on a loaded machine.
+	DefaultProducerAttemptTimeout = 5 * time.Second
+)
+
+// Bounds of ProducerConfig.
+const (
+	MaxProducerMaxInFlight    = 1000
+	MinProducerAttemptTimeout = 100 * time.Millisecond
 )
 
 // ProducerConfig tunes a Producer. The zero value of every field means its documented default.
@@ -29,6 +42,20 @@ type ProducerConfig struct {
 	// election TTL. Defaults DefaultProducerRetryMin and DefaultProducerRetryMax; RetryMin
 	// positive when set, RetryMax at least RetryMin.
 	RetryMin, RetryMax time.Duration
+	// MaxInFlight is how many attempts this Producer has in flight on one queue's dispatcher at
+	// once; further Dispatch calls to that queue wait for a slot (bounded by their ctx). Temporal
+	// holds at most history.maxInFlightUpdates (10 by default) updates in flight on a run and
+	// refuses the rest (ResourceExhausted). Without this bound, many concurrent callers turn every
+	// refusal into a retry: hundreds of calls a second, each taking the run's lock on the server, on
+	// which the successor's describe and the step-down's terminate then queue for seconds, and a
+	// rolling restart under load stalls the queue for tens of seconds. Default
+	// DefaultProducerMaxInFlight; from 1 to MaxProducerMaxInFlight.
+	MaxInFlight int
+	// AttemptTimeout bounds one attempt: an update that is not answered in that time (the run it
+	// reached does not process it: its worker is gone, or the server lost it) is sent again, with the
+	// same update ID, so it joins the update if it is still on its way or reaches the current run.
+	// Default DefaultProducerAttemptTimeout; at least MinProducerAttemptTimeout.
+	AttemptTimeout time.Duration
 	// Logger receives one debug line per retried attempt. Default: no logging.
 	Logger *zap.Logger
 	// MeterProvider receives MetricProducerCalls and MetricProducerLatency. Default: none.
@@ -45,6 +72,10 @@ func (c ProducerConfig) Validate() error {
 		return fmt.Errorf("dispatcher: ProducerConfig.RetryMin must not be negative (0 means %v), got %v", DefaultProducerRetryMin, c.RetryMin)
 	case c.RetryMax < 0:
 		return fmt.Errorf("dispatcher: ProducerConfig.RetryMax must not be negative (0 means %v), got %v", DefaultProducerRetryMax, c.RetryMax)
+	case c.MaxInFlight < 0 || c.MaxInFlight > MaxProducerMaxInFlight:
+		return fmt.Errorf("dispatcher: ProducerConfig.MaxInFlight must be from 1 to %d (0 means %d), got %d", MaxProducerMaxInFlight, DefaultProducerMaxInFlight, c.MaxInFlight)
+	case c.AttemptTimeout != 0 && c.AttemptTimeout < MinProducerAttemptTimeout:
+		return fmt.Errorf("dispatcher: ProducerConfig.AttemptTimeout must be at least %v (0 means %v), got %v", MinProducerAttemptTimeout, DefaultProducerAttemptTimeout, c.AttemptTimeout)
 	}
 	d := c.withDefaults()
 	if d.RetryMax < d.RetryMin {
@@ -59,6 +90,12 @@ func (c ProducerConfig) withDefaults() ProducerConfig {
 	}
 	if c.RetryMax == 0 {
 		c.RetryMax = max(DefaultProducerRetryMax, c.RetryMin)
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultProducerMaxInFlight
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = DefaultProducerAttemptTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -75,6 +112,7 @@ type Producer struct {
 	client  client.Client
 	cfg     ProducerConfig
 	metrics *dispatchMetrics
+	slots   *slots
 }
 
 // NewProducer returns a Producer over a Temporal client (of the dispatchers' namespace).
@@ -89,7 +127,8 @@ func NewProducer(c client.Client, cfg ProducerConfig) (*Producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: producer metrics: %w", err)
 	}
-	return &Producer{client: c, cfg: cfg.withDefaults(), metrics: m}, nil
+	cfg = cfg.withDefaults()
+	return &Producer{client: c, cfg: cfg, metrics: m, slots: newSlots(cfg.MaxInFlight)}, nil
 }
 
 // Dispatch sends req to the dispatcher of (project, queue) and returns once it is recorded handled
@@ -164,7 +203,16 @@ func (p *Producer) dispatch(ctx context.Context, project, queue string, req Requ
 	}
 }
 
+// once is one attempt: it waits for one of the queue's MaxInFlight slots, then sends the update and
+// waits for its outcome, at most AttemptTimeout.
 func (p *Producer) once(ctx context.Context, id, key string, req Request) (Result, error) {
+	release, err := p.slots.acquire(ctx, id)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.AttemptTimeout)
+	defer cancel()
 	h, err := p.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   id,
 		UpdateID:     key,

@@ -71,6 +71,15 @@ type Config struct {
 	// keys are not counted: they must not wait behind campaigns.
 	MaxCampaignRequests int
 
+	// MaxHandOvers bounds the graceful hand-overs of one Elector's terms under way at once. A stop
+	// (or a drain, transfer, rollout or shed) of a process that leads thousands of queues resigns
+	// them all in one round, each in a slot of its own from OnResign to the delete of its key, so
+	// that the resign follows its run's end at once; without a bound, the Temporal and etcd requests
+	// of ten thousand hand-overs would all go out together and the last of them would wait behind
+	// the rest in the servers' queues anyway. A stop of n terms takes about ceil(n / MaxHandOvers)
+	// hand-over times, and at most that many StopBudgets. Default 64; at least 1.
+	MaxHandOvers int
+
 	// Logger receives structured events (session granted and lost, term started and ended). Default: no-op.
 	Logger *zap.Logger
 	// Events receives the elections' events (event.TermStarted, TermEnded, ResignFailed). Optional.
@@ -110,6 +119,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxCampaignRequests == 0 {
 		c.MaxCampaignRequests = 64
+	}
+	if c.MaxHandOvers == 0 {
+		c.MaxHandOvers = 64
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -159,14 +171,19 @@ func (c Config) Validate() error {
 		return bad("HandOverTimeout", "must be positive, got %v", c.HandOverTimeout)
 	case c.MaxCampaignRequests < 1:
 		return bad("MaxCampaignRequests", "must be at least 1, got %d", c.MaxCampaignRequests)
+	case c.MaxHandOvers < 1:
+		return bad("MaxHandOvers", "must be at least 1, got %d", c.MaxHandOvers)
 	}
 	return nil
 }
 
-// StopBudget is the longest a graceful stop of an Elector's campaigns may take, defaults applied:
-// every held term is handed over at once (OnResign within HandOverTimeout, then the wait for
-// OnElected and the delete of the key, ResignTimeout each), then the session's lease is revoked
-// (ResignTimeout). A process's stop deadline leaves at least this to its Elector.
+// StopBudget is the longest a graceful stop of an Elector's campaigns may take, defaults applied,
+// when it holds at most MaxHandOvers terms: every held term is handed over in one round (OnResign
+// within HandOverTimeout, then the wait for OnElected and the delete of the key, ResignTimeout
+// each), then the session's lease is revoked (ResignTimeout). A process's stop deadline leaves at
+// least this to its Elector. With more terms whose hand-overs all use their whole bounds the round
+// takes up to ceil(terms / MaxHandOvers) hand-over bounds; hand-overs that answer take milliseconds,
+// and a term still held when the deadline comes ends with its session's lease.
 func (c Config) StopBudget() time.Duration {
 	c = c.withDefaults()
 	return c.HandOverTimeout + 3*c.ResignTimeout

@@ -42,6 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative resign timeout", Config{ResignTimeout: -time.Second}, "ResignTimeout", "must be positive"},
 		{"negative hand-over timeout", Config{HandOverTimeout: -time.Second}, "HandOverTimeout", "must be positive"},
 		{"negative campaign request bound", Config{MaxCampaignRequests: -1}, "MaxCampaignRequests", "must be at least 1"},
+		{"negative hand-over bound", Config{MaxHandOvers: -1}, "MaxHandOvers", "must be at least 1"},
 		{"prefix trailing slash", Config{Prefix: "/baton/"}, "Prefix", "must not end with '/'"},
 		{"prefix control char", Config{Prefix: "/ba\x00ton"}, "Prefix", "control characters"},
 	}

@@ -40,7 +40,10 @@
 // the run); the term ends (its context is cancelled with
 // ErrResigned); Run waits for OnElected to return, at most ResignTimeout; only then is the key
 // deleted, so a follower takes over in milliseconds instead of after the TTL, yet never while the
-// old leader still acts. Term.Resign, for callers of Campaign, ends the term and deletes the key at
+// old leader still acts. A process that stops with many terms hands them all over in one round, at
+// most MaxHandOvers at once (each in its own slot from OnResign to the delete of its key, its
+// HandOverTimeout counted from the slot), so that nothing in a stop is serial in the number of
+// queues and ten thousand hand-overs do not flood etcd and Temporal together. Term.Resign, for callers of Campaign, ends the term and deletes the key at
 // once: such callers stop their own work under the term first.
 //
 // A typical leader:

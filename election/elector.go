@@ -25,7 +25,9 @@ type Elector struct {
 
 	grant chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
 	slots *window       // campaign requests in flight (Config.MaxCampaignRequests, adapted to etcd's answers)
-	wg    sync.WaitGroup
+	// handOvers are the resigns under way (Config.MaxHandOvers).
+	handOvers handOvers
+	wg        sync.WaitGroup
 
 	// life ends when Close is called (or the client is closed); it stops the revoke retries of
 	// sessions lost earlier.
@@ -59,6 +61,7 @@ func New(client *clientv3.Client, cfg Config) (*Elector, error) {
 		log:       cfg.Logger,
 		grant:     make(chan struct{}, 1),
 		slots:     newWindow(cfg),
+		handOvers: make(handOvers, cfg.MaxHandOvers),
 		campaigns: make(map[string]struct{}),
 		stops:     make(map[*int]context.CancelFunc),
 	}, nil

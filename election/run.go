@@ -148,8 +148,13 @@ func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks) (cause, cb
 // resign hands a live term over: onResign while the term still holds, then the term ends (its
 // context is cancelled with ErrResigned), then OnElected gets ResignTimeout to return, and only then
 // is the key deleted so that a follower can win. A callback that ignores its cancelled context past
-// that bound holds the queue up no longer; fencing must cover what it still does.
+// that bound holds the queue up no longer; fencing must cover what it still does. All of it runs in
+// one of the Elector's MaxHandOvers slots: HandOverTimeout counts from the slot, not from the wait
+// for it, and a term lost while it waits has nothing left to hand over.
 func (e *Elector) resign(ctx context.Context, term *Term, onResign func(context.Context, *Term), returned <-chan struct{}) {
+	if e.handOvers.take(term.Done()) {
+		defer e.handOvers.give()
+	}
 	bg := context.WithoutCancel(ctx)
 	if onResign != nil && term.Err() == nil {
 		hctx, cancel := context.WithTimeout(bg, e.cfg.HandOverTimeout)

@@ -379,7 +379,7 @@ func temporalOptions(cfg ClientConfig, log *zap.Logger) (client.Options, error) 
 	c := cfg.withDefaults()
 	tlsCfg, _ := c.TemporalTLS.config()
 	opts := client.Options{HostPort: c.TemporalAddress, Namespace: c.TemporalNamespace,
-		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg, TLSDisabled: c.TemporalTLSDisabled},
+		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg, TLSDisabled: c.TemporalTLSDisabled, DialOptions: TemporalDialOptions()},
 		Logger:            sdkLogger{logger(log).Named("temporal-client").Sugar()}}
 	if c.TemporalAPIKey != "" {
 		opts.Credentials = client.NewAPIKeyStaticCredentials(c.TemporalAPIKey)

@@ -186,3 +186,21 @@ func TestTemporalAPIKeyTLSChoice(t *testing.T) {
 		t.Fatalf("no API key, no TLS settings: plain, without credentials: %+v", opts.ConnectionOptions)
 	}
 }
+
+// The task polls, and only they, wait for a ready connection.
+func TestTaskPollsWaitForReady(t *testing.T) {
+	for method, want := range map[string]bool{
+		workflowservice.WorkflowService_PollWorkflowTaskQueue_FullMethodName:     true,
+		workflowservice.WorkflowService_PollActivityTaskQueue_FullMethodName:     true,
+		workflowservice.WorkflowService_PollNexusTaskQueue_FullMethodName:        true,
+		workflowservice.WorkflowService_UpdateWorkflowExecution_FullMethodName:   false,
+		workflowservice.WorkflowService_DescribeWorkflowExecution_FullMethodName: false,
+	} {
+		if got := isTaskPoll(method); got != want {
+			t.Errorf("isTaskPoll(%s) = %v, want %v", method, got, want)
+		}
+	}
+	if n := len(TemporalDialOptions()); n != 2 {
+		t.Errorf("%d dial options, want the reconnect backoff and the polls' interceptor", n)
+	}
+}

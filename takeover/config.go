@@ -71,6 +71,13 @@ type Config struct {
 	DataConverter converter.DataConverter
 	// MaxAttempts bounds the start attempts of one takeover. Default 10; at least 1.
 	MaxAttempts int
+	// MaxConcurrent bounds the takeover attempts (describe, terminate, start) one Manager, a Node's,
+	// has in flight at once across its queues; the others wait for a slot, their wait bounded by the
+	// term. A worker that inherits a thousand queues at once (its peer stopped) would otherwise send
+	// every attempt together: on a loaded server they time out, are retried, and the retries keep it
+	// overloaded, so most queues stay without a run for minutes. Default DefaultMaxConcurrent; from 1
+	// to MaxMaxConcurrent.
+	MaxConcurrent int
 	// MaxReplacements bounds how many runs that closed behind the owner's back (an operator's terminate
 	// or cancel, a workflow that returned or failed) one term replaces; past it the term is resigned so
 	// that another candidate can try. Replacements back off like attempts (RetryMin to RetryMax).
@@ -128,6 +135,12 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// Config.MaxConcurrent's default and bound.
+const (
+	DefaultMaxConcurrent = 32
+	MaxMaxConcurrent     = 10000
+)
+
 // Config.WorkflowTaskTimeout's default and bounds.
 const (
 	// DefaultWorkflowTaskTimeout is short enough that a task held by a crashed worker is given to
@@ -178,6 +191,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 10
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = DefaultMaxConcurrent
 	}
 	if c.MaxReplacements == 0 {
 		c.MaxReplacements = 5
@@ -235,6 +251,8 @@ func (c Config) Validate() error {
 		return bad("StepDown", "must be TerminateOwnRun or LeaveRunning, got %d", c.StepDown)
 	case c.MaxAttempts < 1:
 		return bad("MaxAttempts", "must be at least 1, got %d", c.MaxAttempts)
+	case c.MaxConcurrent < 1 || c.MaxConcurrent > MaxMaxConcurrent:
+		return bad("MaxConcurrent", "must be from 1 to %d (0 means %d), got %d", MaxMaxConcurrent, DefaultMaxConcurrent, c.MaxConcurrent)
 	case c.MaxReplacements < 1:
 		return bad("MaxReplacements", "must be at least 1, got %d", c.MaxReplacements)
 	case c.WatchInterval <= 0:

@@ -23,6 +23,8 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown mode", Config{Mode: 7}, "Mode"},
 		{"unknown step-down", Config{StepDown: -1}, "StepDown"},
 		{"no attempts", Config{MaxAttempts: -1}, "MaxAttempts"},
+		{"no concurrency", Config{MaxConcurrent: -1}, "MaxConcurrent"},
+		{"too much concurrency", Config{MaxConcurrent: MaxMaxConcurrent + 1}, "MaxConcurrent"},
 		{"no replacements", Config{MaxReplacements: -1}, "MaxReplacements"},
 		{"negative attempt timeout", Config{AttemptTimeout: -time.Second}, "AttemptTimeout"},
 		{"negative retry", Config{RetryMin: -time.Second}, "RetryMin"},

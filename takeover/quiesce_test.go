@@ -57,3 +57,36 @@ func TestQuiesceBoundIsPerTerm(t *testing.T) {
 		t.Fatalf("a new term's quiesce was not sent (%d calls)", n)
 	}
 }
+
+// answeredQuiesce is a Temporal client whose UpdateWorkflow completes at once.
+type answeredQuiesce struct {
+	Client
+	calls atomic.Int32
+}
+
+func (c *answeredQuiesce) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	c.calls.Add(1)
+	return doneUpdate{}, nil
+}
+
+// doneUpdate is the handle of a completed update.
+type doneUpdate struct{ client.WorkflowUpdateHandle }
+
+func (doneUpdate) Get(context.Context, any) error { return nil }
+
+// A run quiesced by the Node's Quiesce is not asked again by its step-down: a stop of many queues
+// would send a second update per queue for nothing.
+func TestQuiescedRunIsNotAskedAgain(t *testing.T) {
+	c := &answeredQuiesce{}
+	m, err := New(c, Config{QuiesceTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := heldTerm{token: 7}
+	run := Run{WorkflowID: "dispatcher-billing-orders", RunID: "r1", Owner: Owner{Token: 7}}
+	m.Quiesce(t.Context(), term, run)
+	m.Quiesce(t.Context(), term, run)
+	if n := c.calls.Load(); n != 1 {
+		t.Fatalf("a quiesced run was asked %d times, want once", n)
+	}
+}

@@ -139,6 +139,8 @@ type Manager struct {
 	// runLogDenied is set once etcd refused the run log for want of permission: runs are then started
 	// without it (Owner.RunLog empty), as before the log existed.
 	runLogDenied atomic.Bool
+	// slots holds one token per takeover attempt in flight (Config.MaxConcurrent).
+	slots chan struct{}
 
 	// quiesceMu guards quiesceUntil: for each term (by token) whose run was asked to quiesce, when
 	// its quiesce must be over. A term's calls share one QuiesceTimeout: a process's Node.Quiesce and
@@ -160,7 +162,8 @@ func New(c Client, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("takeover: metrics: %w", err)
 	}
-	mgr := &Manager{client: c, cfg: cfg, log: cfg.Logger, metrics: m, quiesceUntil: map[int64]time.Time{}}
+	mgr := &Manager{client: c, cfg: cfg, log: cfg.Logger, metrics: m, quiesceUntil: map[int64]time.Time{},
+		slots: make(chan struct{}, cfg.MaxConcurrent)}
 	mgr.legacy.Store(cfg.Legacy)
 	return mgr, nil
 }
@@ -218,7 +221,7 @@ func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, er
 			backoff = min(2*backoff, m.cfg.RetryMax)
 		}
 		attempts++
-		run, next, err := m.attempt(ctx, term, id, owner, path, log)
+		run, next, err := m.attemptInSlot(ctx, term, id, owner, path, log)
 		if err == nil {
 			// The last answer may have come in after a pause (SIGSTOP, a stalled VM) that outlived the
 			// term: what was confirmed then no longer holds, so the takeover must not report success.
@@ -257,6 +260,18 @@ func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, er
 	}
 	m.metrics.takeover(ctx, owner.Project, owner.Queue, "failed", path)
 	return Run{}, fmt.Errorf("%w: %s after %d attempt(s): %w", ErrFailed, id, attempts, lastErr)
+}
+
+// attemptInSlot is attempt once one of the Manager's MaxConcurrent slots is free; a ctx (the term)
+// that ends first ends the wait.
+func (m *Manager) attemptInSlot(ctx context.Context, term Term, id string, owner Owner, path Path, log *zap.Logger) (Run, Path, error) {
+	select {
+	case m.slots <- struct{}{}:
+	case <-ctx.Done():
+		return Run{}, path, context.Cause(ctx)
+	}
+	defer func() { <-m.slots }()
+	return m.attempt(ctx, term, id, owner, path, log)
 }
 
 // attempt makes one pass: describe, terminate a foreign open run, start, confirm. It returns the path
@@ -606,7 +621,8 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 // than that gets half of it), while the term still holds. StepDown calls it
 // before it ends the run; a process that is about to stop may call it earlier, before it stops its
 // Temporal workers, so that a worker that still holds the run in its cache serves the update at once
-// (StepDown's own call then finds the update done: its ID is the term's; the calls of one term share
+// (StepDown's own call then sends nothing once the run is quiesced, and otherwise finds the update by
+// its ID, which is the term's; the calls of one term share
 // one QuiesceTimeout, so a quiesce that timed out is not waited for again). Whatever the answer, the
 // run is ended afterwards: a run that does not handle the update, or does not finish in time, leaves
 // its work to the successor (at-least-once), as a crash would. Once quiesced, a run starts no new
@@ -640,8 +656,18 @@ func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
 			zap.String("workflow_id", run.WorkflowID), zap.String("first_run_id", first), zap.Error(err))
 		return
 	}
+	m.quiesced(term.Token())
 	m.log.Debug("dispatcher run quiesced", zap.String("workflow_id", run.WorkflowID),
 		zap.Duration("took", m.cfg.Clock.Now().Sub(began)))
+}
+
+// quiesced records that the term token's run finished its quiesce: the term's later calls (the
+// step-down after a Node.Quiesce) have nothing left to wait for and send nothing, which spares a
+// stop one Temporal request per queue.
+func (m *Manager) quiesced(token int64) {
+	m.quiesceMu.Lock()
+	defer m.quiesceMu.Unlock()
+	m.quiesceUntil[token] = m.cfg.Clock.Now()
 }
 
 // quiesceLeft returns what is left of the quiesce bound of the term token, starting it on the

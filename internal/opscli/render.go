@@ -58,6 +58,9 @@ type runCell struct {
 	// Progress is progress.Check's verdict on a running run: a cause when it makes no progress, and
 	// what it holds; nil when the run is not running or could not be judged.
 	Progress *progress.Report `json:"progress,omitempty"`
+	// RunsFailing counts the latest runs that closed failed right after their start, in a row, while
+	// that streak lasts (CheckRunsFailing); 0 otherwise, and when the run has been open a while.
+	RunsFailing int `json:"runs_failing,omitempty"`
 }
 
 // heartbeatCell is the dispatcher's heartbeat entry in Redis; ServerID is empty when there is none.
@@ -133,13 +136,16 @@ func writeJSON(w io.Writer, rep report) error {
 	return err
 }
 
-// dispatchCellText is the DISPATCH cell: "-" without a judged run, the cause of a stall, or "ok"
-// with what the run holds (requests, and how long the oldest has waited) when it was asked.
+// dispatchCellText is the DISPATCH cell: "-" without a judged run, RUNS-FAILING:<n> while the latest
+// runs keep failing right after their start, the cause of a stall, or "ok" with what the run holds
+// (requests, and how long the oldest has waited) when it was asked.
 func dispatchCellText(r runCell) string {
 	p := r.Progress
 	switch {
 	case !r.Known:
 		return "?"
+	case r.RunsFailing > 0:
+		return fmt.Sprintf("RUNS-FAILING:%d", r.RunsFailing)
 	case p == nil:
 		return "-"
 	case p.Stalled():

@@ -21,6 +21,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
@@ -340,6 +341,7 @@ func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOp
 			if resp.ownerErr != nil {
 				src.note(fmt.Sprintf("%s: %v", id, resp.ownerErr))
 			}
+			q.Dispatcher.RunsFailing = runsFailing(ctx, src, tc, o, id, resp)
 			if resp.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 				pcfg := o.Cfg.Progress
 				pcfg.CallTimeout = o.timeout
@@ -348,6 +350,23 @@ func readTemporal(ctx context.Context, src *source, tc client.Client, o statusOp
 			}
 		}
 	}
+}
+
+// runsFailing lists the latest runs of id when its current run is closed or young, and returns the
+// streak of runs that failed right after their start (failStreak); a run open for longer than
+// ownership.RunFailingWithin has none, and costs no listing.
+func runsFailing(ctx context.Context, src *source, tc client.Client, o statusOptions, id string, cur *workflowDescription) int {
+	now := time.Now()
+	if cur.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && now.Sub(cur.start) >= ownership.RunFailingWithin {
+		return 0
+	}
+	runs, err := listPastRuns(ctx, tc, id, failingRunsShown, o.timeout, nil)
+	if err != nil {
+		src.note(err.Error())
+		return 0
+	}
+	n, _ := failStreak(runs, now, nil)
+	return n
 }
 
 type workflowDescription struct {

@@ -9,13 +9,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/time/rate"
 
@@ -286,30 +284,15 @@ func (h historyReader) check(ctx context.Context, queue, id string) ([]violation
 			}
 		}
 	}
+	if n, last := failStreak(runs, time.Now(), func(r pastRun) bool { return h.o.since.after(r.start, r.owner.Token) }); n > 0 {
+		out = append(out, violation{Check: CheckRunsFailing, Queue: queue, Detail: failingDetail(n, last)})
+	}
 	return out, len(runs), nil
 }
 
 // list returns up to o.history runs of id, oldest first.
 func (h historyReader) list(ctx context.Context, id string) ([]pastRun, error) {
-	var runs []pastRun
-	err := listRuns(ctx, h.tc, "WorkflowId = "+strconv.Quote(id), h.o.history, h.o.timeout, h.limit.Wait,
-		func(info *workflowpb.WorkflowExecutionInfo) error {
-			owner, found, err := takeover.DecodeOwner(nil, info.GetMemo())
-			if err != nil || !found {
-				return fmt.Errorf("run %s of %s: no readable owner memo (%v)", info.GetExecution().GetRunId(), id, err)
-			}
-			r := pastRun{runID: info.GetExecution().GetRunId(), status: info.GetStatus(), start: info.GetStartTime().AsTime(), owner: owner}
-			if info.GetCloseTime() != nil {
-				r.close = info.GetCloseTime().AsTime()
-			}
-			runs = append(runs, r)
-			return nil
-		})
-	if err != nil {
-		return runs, fmt.Errorf("list the runs of %s: %w", id, err)
-	}
-	slices.SortFunc(runs, func(a, b pastRun) int { return a.start.Compare(b.start) })
-	return runs, nil
+	return listPastRuns(ctx, h.tc, id, h.o.history, h.o.timeout, h.limit.Wait)
 }
 
 // terminateReason reads the reason a terminated run was given, from its close event.

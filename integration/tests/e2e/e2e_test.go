@@ -48,15 +48,20 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, queues ...string) *cluster {
+	return newClusterOn(t, temporalServer, queues...)
+}
+
+// newClusterOn is newCluster on the Temporal server srv.
+func newClusterOn(t *testing.T, srv *temporalx.Server, queues ...string) *cluster {
 	etcd := etcdx.Start(t, etcdx.Options{})
 	rs := redisx.Start(t, redisx.Options{})
 	project := fmt.Sprintf("e2e%d", time.Now().UnixNano()%1e9)
-	c := &cluster{t: t, tc: temporalx.Client(t, temporalServer), etcd: etcdx.Client(t, etcd), rdb: redisx.Client(t, rs),
+	c := &cluster{t: t, tc: temporalx.Client(t, srv), etcd: etcdx.Client(t, etcd), rdb: redisx.Client(t, rs),
 		bin: demoWorker(t), queues: queues, procs: map[string]*proc{}}
 	c.env = []string{
 		"BATON_PROJECT=" + project, "BATON_QUEUES=" + strings.Join(queues, ","),
 		"BATON_ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints(), ","),
-		"BATON_TEMPORAL_ADDRESS=" + temporalServer.HostPort(), "BATON_TEMPORAL_NAMESPACE=" + temporalServer.Namespace(),
+		"BATON_TEMPORAL_ADDRESS=" + srv.HostPort(), "BATON_TEMPORAL_NAMESPACE=" + srv.Namespace(),
 		"BATON_REDIS_ADDR=" + rs.Addr(),
 		"BATON_ELECTION_TTL=" + ttl.String(), "BATON_HEARTBEAT_INTERVAL=250ms",
 		"BATON_RECONCILE_INTERVAL=1s", "BATON_RECONCILE_STALE_AFTER=1500ms",

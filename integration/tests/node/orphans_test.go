@@ -22,12 +22,16 @@ func orphanCount(t *testing.T, reader metric.Reader) int {
 	return counterSum(t, reader, reconciler.MetricOrphans)
 }
 
-// reconcilerLeader starts a node that serves queue only (at the cycle's production pace) and waits
+// reconcilerLeader starts a node that serves queue only (at the cycle's production pace, then as tune
+// says) and waits
 // until it leads the project's reconciler, and returns it with its metrics.
-func (e *env) reconcilerLeader(t *testing.T, p, id, queue string) (*baton.Node, metric.Reader) {
+func (e *env) reconcilerLeader(t *testing.T, p, id, queue string, tune ...func(*baton.Config)) (*baton.Node, metric.Reader) {
 	t.Helper()
 	reader := metric.NewManualReader()
 	cfg := slowCycle(fast(p, id, queue))
+	for _, f := range tune {
+		f(&cfg)
+	}
 	cfg.MeterProvider = metric.NewMeterProvider(metric.WithReader(reader))
 	n := e.startNode(t, cfg, e.tc)
 	eventually(t, 30*time.Second, id+" leads the reconciler", func() error {
@@ -132,6 +136,52 @@ func TestOrphanVacatedBeforeTheReconcilersTermIsCleanedUp(t *testing.T) {
 		if n := orphanCount(t, reader); n != 1 {
 			return fmt.Errorf("%s = %d, want 1: not the orphan path's (the cycle's?), %v after node-b started",
 				reconciler.MetricOrphans, n, took.Round(time.Millisecond))
+		}
+		return nil
+	})
+}
+
+// A vacancy outlives a change of reconciler leader: node-a, solo's only worker, crashes as far as
+// etcd can tell; node-b takes the reconciler over and stops gracefully within the orphan grace, before
+// it cleaned up; node-c, which never saw solo's candidate go, takes the reconciler over and finds the
+// vacancy at the start of its own term, and ends solo's run through the orphan path, not a minute
+// later with its cycle.
+func TestOrphanCleanedUpAcrossAReconcilerChange(t *testing.T) {
+	e := newEnv(t)
+	p := project()
+	a, proxy := e.startCuttableNode(t, slowCycle(fast(p, "node-a", "solo")))
+	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
+	proxy.Blackhole()
+	el, err := election.New(etcdx.Client(t, e.etcd), election.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "solo without a candidate", func() error {
+		if _, err := el.Leader(t.Context(), p, "solo"); !errors.Is(err, election.ErrNoLeader) {
+			return fmt.Errorf("solo's leader: %v", err)
+		}
+		return nil
+	})
+	// node-b's grace is long, so that it stops before it would clean up, however slow the machine.
+	b, readerB := e.reconcilerLeader(t, p, "node-b", "other", func(c *baton.Config) { c.Reconciler.OrphanGrace = time.Minute })
+	if err := b.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(t, qa.WorkflowID, qa.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Fatalf("solo's run is %v before node-c started", st)
+	}
+	began := time.Now()
+	_, readerC := e.reconcilerLeader(t, p, "node-c", "other")
+	eventually(t, 2*time.Minute, "node-a's run is terminated", func() error {
+		if st := e.status(t, qa.WorkflowID, qa.RunID); st != enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+			return fmt.Errorf("node-a's run is %v", st)
+		}
+		return nil
+	})
+	t.Logf("node-c started -> solo's run terminated: %v (grace %v)", time.Since(began).Round(time.Millisecond), reconciler.DefaultOrphanGrace)
+	eventually(t, 10*time.Second, "the cleanup counted as node-c's orphan path's", func() error {
+		if b, c := orphanCount(t, readerB), orphanCount(t, readerC); b != 0 || c != 1 {
+			return fmt.Errorf("%s: node-b %d, node-c %d; want 0 and 1", reconciler.MetricOrphans, b, c)
 		}
 		return nil
 	})

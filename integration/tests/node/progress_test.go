@@ -2,8 +2,10 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/faults"
+	"github.com/baton-run/baton/internal/opscli"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/takeover"
 )
@@ -248,5 +251,24 @@ func TestARunThatFailsToStartEveryTimeTurnsReadinessRed(t *testing.T) {
 	})
 	if s := n.Status(); s.Queues[0].Replacements > 3 {
 		t.Errorf("readiness red only after %d replacements; want within 3", s.Queues[0].Replacements)
+	}
+	// An operator sees it from outside too: baton verify fails naming the check, and baton status's
+	// DISPATCH column counts the runs. (Before, both said healthy.)
+	eventually(t, 30*time.Second, "baton verify names the failing runs", func() error {
+		out, errOut, code := e.baton(t, p, "verify", "-json", "-queues", queue, "-reconciler-max", "1h")
+		var v struct{ Violations []struct{ Check, Queue, Detail string } }
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			return fmt.Errorf("baton verify -json: %v\n%s%s", err, out, errOut)
+		}
+		if code != 1 || !slices.ContainsFunc(v.Violations, func(x struct{ Check, Queue, Detail string }) bool {
+			return x.Check == opscli.CheckRunsFailing && x.Queue == queue
+		}) {
+			return fmt.Errorf("baton verify: exit %d, want 1 and %s on %s\n%s%s", code, opscli.CheckRunsFailing, queue, out, errOut)
+		}
+		return nil
+	})
+	out, errOut, _ := e.baton(t, p, "status", "-queues", queue)
+	if !strings.Contains(out, "RUNS-FAILING:") {
+		t.Errorf("baton status shows no RUNS-FAILING in DISPATCH:\n%s%s", out, errOut)
 	}
 }

@@ -104,12 +104,13 @@ func parseAlertTests(t *testing.T, text string) map[string]alertCases {
 // The six alerts of the issue (PRD R12, phases 2 and 3), the reconciler-stalled guard, and the three of
 // the supervised run (a queue led without a run, runs closed behind the owner's back, tokens that went
 // back), the age of the last successful reconcile cycle (issue #12), and the Producer's failure rate
-// (issue #31).
+// (issue #31), and runs that fail right after their start (issue #41).
 var wantAlerts = []string{
 	"BatonQueueNoLeader", "BatonDuplicateDispatcher", "BatonStaleDispatchers", "BatonTakeoverSlow",
 	"BatonReconcilerErrors", "BatonReconcilerStalled", "BatonLeadershipFlapping",
 	"BatonQueueNoDispatcher", "BatonDispatcherRunsClosing", "BatonFencingTokenRegression",
 	"BatonReconcilerSilent", "BatonDispatchProducerFailing", "BatonDispatcherStalled", "BatonDispatchRequestsWaiting",
+	"BatonDispatcherRunsFailing",
 }
 
 // TestAlertRules checks what promtool does not: every alert has a severity, a summary, a description

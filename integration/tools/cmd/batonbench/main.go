@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/tools/benchreport"
 )
@@ -31,10 +33,11 @@ func main() {
 
 // options are the flags; see their usage in run.
 type options struct {
-	out, doc, only, scaleProfile, scaleRows                string
+	out, doc, only, scaleProfile, scaleRows, stopLogs      string
 	rounds, crashRounds, parallel, takeovers, replacements int
 	heartbeats, reconcileRounds, naiveRounds, workers      int
-	stallRounds                                            int
+	stallRounds, stopBound                                 int
+	stopKs                                                 []int
 	sweepRuns, sweepRounds, sweepNaiveRounds               int
 	scale10k                                               bool
 	crashTTL, scaleTTL, scaleRest                          time.Duration
@@ -65,6 +68,9 @@ func run() error {
 	flag.DurationVar(&o.scaleRest, "scale-rest", 5*time.Second, "how long etcd requests are counted at rest, and how long the scale section's leadership counts must not change to count as settled")
 	flag.StringVar(&o.scaleProfile, "scale-profile", "", "directory for CPU, mutex and block profiles of the scale section's Baton start-up, and heap and goroutine profiles of each worker process at rest")
 	flag.IntVar(&o.stallRounds, "stall-rounds", 5, "faults brought about per stall cause in the stall detection figures")
+	stopKs := flag.String("stop-ks", "1,10,100,1000", "the whole-worker stop's k: how many queues the stopped worker leads, one stop each, comma-separated")
+	flag.IntVar(&o.stopBound, "stop-bound", election.DefaultConfig().MaxHandOvers, "hand-overs at once of the whole-worker stop's floor; Baton's default bound (election.Config.MaxHandOvers)")
+	flag.StringVar(&o.stopLogs, "stop-logs", "", "directory for the whole-worker stop's demo-worker logs, at debug level (stop-k<k>-a.log is the stopped worker's)")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
 	flag.Parse()
@@ -73,6 +79,13 @@ func run() error {
 		if o.only == "" {
 			o.only = "scale"
 		}
+	}
+	for _, f := range strings.Split(*stopKs, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			return fmt.Errorf("-stop-ks: %q is not a count >= 1", f)
+		}
+		o.stopKs = append(o.stopKs, k)
 	}
 	for _, f := range strings.Split(*replaceHeartbeats, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(f))
@@ -117,6 +130,7 @@ func run() error {
 		{"worker crashes under load", all, benchCrashStall},
 		{"orphan cleanup", all, benchOrphans},
 		{"stall detection", all, benchStall},
+		{"whole-worker graceful stop", all, benchStopE2E},
 	} {
 		if !strings.Contains(b.name, o.only) {
 			continue
