@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/balance"
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
@@ -103,6 +104,11 @@ type Config struct {
 	Events event.Sink
 	// MeterProvider receives every component's metrics. Default: no-op.
 	MeterProvider metric.MeterProvider
+	// Clock is the time, the timers and the jitter of the Node and of every component that names none
+	// of its own (Election.Clock, Balance.Clock, ...): a Node on a clock.Fake runs on the fake's time
+	// alone. Leases, Redis entry ages and Temporal's timeouts stay on the servers' clocks. Default: the
+	// real clock.
+	Clock clock.Clock
 }
 
 // MaxQueues bounds the queues of one Node.
@@ -119,6 +125,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = 100
@@ -174,8 +183,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// handDown gives the Node's logger, meter provider and event sink to every component that names none
-// of its own.
+// handDown gives the Node's logger, meter provider, event sink and clock to every component that
+// names none of its own.
 func (c *Config) handDown() {
 	for _, l := range []**zap.Logger{&c.Election.Logger, &c.Balance.Logger, &c.Takeover.Logger, &c.Heartbeat.Logger,
 		&c.Reconciler.Logger, &c.Registry.Logger} {
@@ -193,6 +202,12 @@ func (c *Config) handDown() {
 		&c.Reconciler.Events, &c.Registry.Events} {
 		if *sink == nil {
 			*sink = c.Events
+		}
+	}
+	for _, clk := range []*clock.Clock{&c.Election.Clock, &c.Balance.Clock, &c.Takeover.Clock, &c.Heartbeat.Clock,
+		&c.Reconciler.Clock, &c.Registry.Clock} {
+		if *clk == nil {
+			*clk = c.Clock
 		}
 	}
 }

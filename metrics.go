@@ -2,7 +2,6 @@ package baton
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -144,7 +143,7 @@ func registerRunsFailing(meter metric.Meter, n *Node, project attribute.KeyValue
 		return err
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		now := time.Now()
+		now := n.cfg.Clock.Now()
 		for q, own := range n.owned {
 			s := own.Snapshot()
 			var v int64

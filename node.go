@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -355,7 +354,7 @@ func (n *Node) registerLoop(ctx context.Context) {
 		}
 		// A worker asked to drain hands its queues over and stops standing; readiness is unaffected.
 		n.balance.SetDraining(n.Draining())
-		if !clock.Sleep(ctx, clock.Real(), n.cfg.Registry.HeartbeatInterval) {
+		if !clock.Sleep(ctx, n.cfg.Clock, n.cfg.Registry.HeartbeatInterval) {
 			return
 		}
 	}
@@ -374,5 +373,5 @@ func (n *Node) recordWorker(queue string, err error) {
 	if n.worker.err != nil {
 		n.log.Info("worker registry heartbeats recovered", zap.String("queue", queue))
 	}
-	n.worker.err, n.worker.last = nil, time.Now()
+	n.worker.err, n.worker.last = nil, n.cfg.Clock.Now()
 }

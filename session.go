@@ -21,7 +21,7 @@ func (n *Node) awaitSession(ctx context.Context) error {
 		if _, ok := n.queues.SessionValidUntil(); ok {
 			return nil
 		}
-		if !clock.Sleep(ctx, clock.Real(), sessionPoll) {
+		if !clock.Sleep(ctx, n.cfg.Clock, sessionPoll) {
 			break
 		}
 	}

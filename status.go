@@ -215,7 +215,7 @@ const wedgedAfter = time.Second
 // Live is the liveness check: it fails only when this process still holds a term more than a second
 // past the instant its watchdog should have ended it, the one state a restart must end.
 func (n *Node) Live() error {
-	now := time.Now()
+	now := n.cfg.Clock.Now()
 	for _, q := range n.cfg.Queues {
 		s := n.owned[q].Snapshot()
 		if !s.Held {
@@ -281,6 +281,7 @@ func (n *Node) AddReadinessCheck(name string, check func() error) error {
 
 // queueReadiness is the per-queue part of Ready.
 func (n *Node) queueReadiness() error {
+	now := n.cfg.Clock.Now()
 	for _, q := range n.cfg.Queues {
 		s := n.owned[q].Snapshot()
 		if s.Permanent != nil {
@@ -290,22 +291,22 @@ func (n *Node) queueReadiness() error {
 			}
 			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.Permanent)
 		}
-		if s.RunsFailing(time.Now()) {
+		if s.RunsFailing(now) {
 			return fmt.Errorf("%w: queue %s: %d runs in a row closed within %v of their start; the last: %v", ErrRunsFailing, q,
 				s.QuickCloses, ownership.RunFailingWithin, s.LastErr)
 		}
 		if !s.Held {
 			continue
 		}
-		if s.HeartbeatErr != nil && time.Since(s.HeartbeatFailing) > n.cfg.Heartbeat.Interval {
-			return fmt.Errorf("%w: queue %s for %v: %w", ErrHeartbeatFailing, q, time.Since(s.HeartbeatFailing).Round(time.Millisecond), s.HeartbeatErr)
+		if s.HeartbeatErr != nil && now.Sub(s.HeartbeatFailing) > n.cfg.Heartbeat.Interval {
+			return fmt.Errorf("%w: queue %s for %v: %w", ErrHeartbeatFailing, q, now.Sub(s.HeartbeatFailing).Round(time.Millisecond), s.HeartbeatErr)
 		}
-		if !s.Open && time.Since(s.NoRunSince) > n.cfg.Heartbeat.Interval {
-			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, time.Since(s.NoRunSince).Round(time.Millisecond), s.LastErr)
+		if !s.Open && now.Sub(s.NoRunSince) > n.cfg.Heartbeat.Interval {
+			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, now.Sub(s.NoRunSince).Round(time.Millisecond), s.LastErr)
 		}
 		if s.Open && s.Progress.Stalled() {
 			return fmt.Errorf("%w: queue %s: %s for %v: %s", ErrDispatcherStalled, q, s.Progress.Cause,
-				time.Since(s.StalledSince).Round(time.Millisecond), s.Progress.Detail)
+				now.Sub(s.StalledSince).Round(time.Millisecond), s.Progress.Detail)
 		}
 	}
 	return nil

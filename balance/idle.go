@@ -114,7 +114,7 @@ func (d *idleQueues) wakeIn(queue string, after time.Duration) {
 // that may change by time alone.
 func (d *idleQueues) look(queue string) {
 	if until, ok := d.paused[queue]; ok {
-		if wait := time.Until(until); wait > 0 {
+		if wait := until.Sub(d.r.cfg.Clock.Now()); wait > 0 {
 			d.wakeIn(queue, wait)
 			return
 		}

@@ -20,7 +20,7 @@ func listWatch(ctx context.Context, clk clock.Clock, client *clientv3.Client, pr
 	for ctx.Err() == nil {
 		resp, err := client.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil {
-			if !clock.Sleep(ctx, clk, clock.Jitter(backoff)) {
+			if !clock.Sleep(ctx, clk, clock.Jitter(clk, backoff)) {
 				return
 			}
 			backoff = min(2*backoff, retryMax)

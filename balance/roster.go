@@ -67,7 +67,7 @@ type roster struct {
 func newRoster(keys Keys, project, self, version string, ttl time.Duration, log *zap.Logger, poke func(), wake func(queue string)) *roster {
 	return &roster{keys: keys, project: project, prefix: keys.Project(project), self: self, clk: clock.Real(), ttl: ttl, log: log, poke: poke, wake: wake,
 		republish: make(chan struct{}, 1), published: make(chan struct{}),
-		me:      member{Version: version, Since: time.Now().UnixNano()},
+		me:      member{Version: version, Since: clock.Real().Now().UnixNano()},
 		members: map[string]member{}, hints: map[string]hint{}, transfers: map[string]TransferRequest{}}
 }
 
@@ -291,7 +291,7 @@ func (r *roster) keep(ctx context.Context, client *clientv3.Client, retryMax tim
 				zap.String("key", r.memberKey(r.self)), zap.Error(err))
 		}
 		failing = err
-		if !clock.Sleep(ctx, r.clk, clock.Jitter(backoff)) {
+		if !clock.Sleep(ctx, r.clk, clock.Jitter(r.clk, backoff)) {
 			return
 		}
 		backoff = min(2*backoff, retryMax)

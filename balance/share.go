@@ -118,7 +118,7 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 		reason = ReasonShed
 	default:
 		// Another queue's change may make a lighter worker visible here: look again now and then.
-		return "", clock.Jitter(r.cfg.MoveWindow)
+		return "", clock.Jitter(r.cfg.Clock, r.cfg.MoveWindow)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -84,7 +84,7 @@ func (r *Runner) vacantWait(queue string) time.Duration {
 	case n > 1:
 		at = at.Add(2 * r.cfg.VacantWait)
 	}
-	return time.Until(at)
+	return at.Sub(r.cfg.Clock.Now())
 }
 
 func maxTime(a, b time.Time) time.Time {

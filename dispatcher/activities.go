@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/takeover"
 )
@@ -73,6 +73,8 @@ type Activities struct {
 	Events event.Sink
 	// MeterProvider receives MetricHandlerRuns and MetricCarriedOver. Default: none.
 	MeterProvider metric.MeterProvider
+	// Clock dates the events. Default: the real clock.
+	Clock clock.Clock
 
 	metrics lazyMetrics
 	// runLogDenied is set once etcd refused to read the run log for want of permission.
@@ -105,7 +107,7 @@ func (a *Activities) Dispatch(ctx context.Context, task Task) (Result, error) {
 	// no other attempt may begin the key until it has returned.
 	defer release()
 	err = a.Handler(ctx, task.Key, task.Request, task.Owner)
-	a.Events.Emit(event.Event{Kind: event.HandlerRan, At: time.Now(), Project: task.Owner.Project, Queue: task.Owner.Queue,
+	a.Events.Emit(event.Event{Kind: event.HandlerRan, At: a.clk().Now(), Project: task.Owner.Project, Queue: task.Owner.Queue,
 		Peer: task.Owner.ServerID, Token: task.Owner.Token, DispatchKey: task.Key, Err: event.ErrText(err)})
 	if err != nil {
 		err = classify(fmt.Errorf("dispatcher: handle %s: %w", task.Key, err))

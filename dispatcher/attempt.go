@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -63,7 +64,7 @@ func (l *EtcdLedger) beginHolding(ctx context.Context, key string, owner takeove
 		l.noteWrite(err)
 		return false, noRelease, err
 	}
-	a := &heldAttempt{client: l.client, lease: grant.ID, stop: make(chan struct{})}
+	a := &heldAttempt{client: l.client, lease: grant.ID, clk: l.clk(), stop: make(chan struct{})}
 	done, err := l.begin(ctx, key, owner, grant.ID)
 	if err != nil || done {
 		a.revoke(ctx)
@@ -113,6 +114,7 @@ func noRelease() {}
 type heldAttempt struct {
 	client *clientv3.Client
 	lease  clientv3.LeaseID
+	clk    clock.Clock
 	stop   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -120,13 +122,13 @@ type heldAttempt struct {
 // keepAlive renews the lease every third of its TTL until stop; a renewal that fails is tried again
 // at the next tick, and the claim lapses if none goes through for LedgerAttemptTTL.
 func (a *heldAttempt) keepAlive(ctx context.Context) {
-	tick := time.NewTicker(LedgerAttemptTTL / 3)
+	tick := a.clk.NewTicker(LedgerAttemptTTL / 3)
 	defer tick.Stop()
 	for {
 		select {
 		case <-a.stop:
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 		kctx, cancel := context.WithTimeout(ctx, LedgerAttemptTTL/3)
 		_, _ = a.client.KeepAliveOnce(kctx, a.lease)

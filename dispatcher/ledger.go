@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/takeover"
 )
@@ -40,6 +41,7 @@ type EtcdLedger struct {
 	client    *clientv3.Client
 	prefix    string
 	retention time.Duration
+	clock     clock.Clock // nil: the real clock (SetClock)
 	// legacy: Begin also reads the record a release before per-project keys wrote
 	// (LegacyLedgerKey), so that a request done under the old layout stays a duplicate.
 	legacy bool
@@ -178,7 +180,7 @@ func (l *EtcdLedger) noteWrite(err error) {
 		errors.Is(err, context.Canceled):
 	default:
 		if l.failing.IsZero() {
-			l.failing = time.Now()
+			l.failing = l.clk().Now()
 		}
 		l.failure = err
 	}
@@ -191,24 +193,24 @@ func (l *EtcdLedger) noteWrite(err error) {
 func (l *EtcdLedger) Check() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.failure == nil || time.Since(l.failing) < LedgerFailingAfter {
+	if l.failure == nil || l.clk().Now().Sub(l.failing) < LedgerFailingAfter {
 		return nil
 	}
 	return fmt.Errorf("%w: writes under %s failing for %v: %w", ErrLedgerUnavailable, l.prefix,
-		time.Since(l.failing).Round(time.Millisecond), l.failure)
+		l.clk().Now().Sub(l.failing).Round(time.Millisecond), l.failure)
 }
 
 func (l *EtcdLedger) currentLease(ctx context.Context) (clientv3.LeaseID, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lease != 0 && time.Since(l.granted) < l.retention/2 {
+	if l.lease != 0 && l.clk().Now().Sub(l.granted) < l.retention/2 {
 		return l.lease, nil
 	}
 	resp, err := l.client.Grant(ctx, int64(l.retention/time.Second))
 	if err != nil {
 		return 0, err
 	}
-	l.lease, l.granted = resp.ID, time.Now()
+	l.lease, l.granted = resp.ID, l.clk().Now()
 	return l.lease, nil
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/clock"
 )
 
 // LedgerWatch follows the dispatch ledger's history in etcd from a revision on: every key put, and
@@ -22,7 +24,8 @@ type LedgerWatch struct {
 	cli    *clientv3.Client
 	prefix string // with the trailing slash
 	from   int64
-	oldest bool // from was asked as "as far back as etcd keeps": a compaction moves it up
+	oldest bool        // from was asked as "as far back as etcd keeps": a compaction moves it up
+	clock  clock.Clock // nil: the real clock (SetClock)
 
 	mu          sync.Mutex
 	rev         int64 // every put up to this revision has been seen
@@ -92,7 +95,7 @@ func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) 
 	defer cancel()
 	ch := w.cli.Watch(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	for wr := range ch {
-		now := time.Now()
+		now := w.clk().Now()
 		w.mu.Lock()
 		if wr.CompactRevision > 0 && w.oldest && len(w.touched) == 0 {
 			w.mu.Unlock()
@@ -133,7 +136,7 @@ func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) 
 // completion may have gone unseen), or ctx ends. etcd sends a progress notification only once a watch
 // has caught up, so one is asked for every 100 ms until then.
 func (w *LedgerWatch) WaitFor(ctx context.Context, rev int64) error {
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := w.clk().NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		w.mu.Lock()
@@ -149,7 +152,7 @@ func (w *LedgerWatch) WaitFor(ctx context.Context, rev int64) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("dispatcher: the ledger watch saw revision %d, not %d: %w", seen, rev, ctx.Err())
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

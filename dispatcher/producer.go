@@ -60,6 +60,9 @@ type ProducerConfig struct {
 	Logger *zap.Logger
 	// MeterProvider receives MetricProducerCalls and MetricProducerLatency. Default: none.
 	MeterProvider metric.MeterProvider
+	// Clock paces the retries, draws their jitter and measures each call's latency. Default: the
+	// real clock.
+	Clock clock.Clock
 }
 
 // Validate returns an error naming the first field that breaks its rule.
@@ -96,6 +99,9 @@ func (c ProducerConfig) withDefaults() ProducerConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	return c
 }
@@ -146,9 +152,9 @@ func NewProducer(c client.Client, cfg ProducerConfig) (*Producer, error) {
 //     first; the message names the last attempt's error. The request may still be handled later:
 //     the run accepted it, or will carry it over.
 func (p *Producer) Dispatch(ctx context.Context, project, queue string, req Request) (Result, error) {
-	began := time.Now()
+	began := p.cfg.Clock.Now()
 	res, err := p.dispatch(ctx, project, queue, req)
-	p.metrics.call(ctx, project, queue, outcome(res, err), time.Since(began))
+	p.metrics.call(ctx, project, queue, outcome(res, err), p.cfg.Clock.Now().Sub(began))
 	return res, err
 }
 
@@ -190,7 +196,7 @@ func (p *Producer) dispatch(ctx context.Context, project, queue string, req Requ
 			return Result{}, fmt.Errorf("dispatcher: dispatch %s to %s: %w (after %d attempt(s); last: %v)", key, id, ctx.Err(), attempt, err)
 		}
 		log.Debug("dispatch not yet handled; retrying", zap.Int("attempt", attempt), zap.Error(err))
-		if !clock.Sleep(ctx, clock.Real(), clock.Jitter(backoff)) {
+		if !clock.Sleep(ctx, p.cfg.Clock, clock.Jitter(p.cfg.Clock, backoff)) {
 			return Result{}, fmt.Errorf("dispatcher: dispatch %s to %s: %w (after %d attempt(s); last: %v)", key, id, ctx.Err(), attempt, err)
 		}
 		backoff = min(2*backoff, p.cfg.RetryMax)

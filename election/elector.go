@@ -119,7 +119,7 @@ func (e *Elector) KeepSession(ctx context.Context) error {
 			e.log.Warn("election session not granted; retrying with backoff", zap.Error(err))
 		}
 		failing = err
-		if !e.sleep(ctx, clock.Jitter(backoff)) {
+		if !e.sleep(ctx, clock.Jitter(e.cfg.Clock, backoff)) {
 			return nil
 		}
 		backoff = min(2*backoff, e.cfg.RetryMax)
@@ -396,7 +396,7 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 			continue
 		}
 		// The watch broke without an answer; look again after a pause.
-		if !e.sleep(ctx, clock.Jitter(backoff)) {
+		if !e.sleep(ctx, clock.Jitter(e.cfg.Clock, backoff)) {
 			return ctx.Err()
 		}
 		backoff = min(2*backoff, e.cfg.RetryMax)

@@ -76,7 +76,7 @@ func (e *Elector) observe(ctx context.Context, prefix string, out chan<- Leader)
 	for ctx.Err() == nil {
 		cur, rev, err := e.leader(ctx, prefix)
 		if err != nil && !errors.Is(err, ErrNoLeader) {
-			if !e.sleep(ctx, clock.Jitter(backoff)) {
+			if !e.sleep(ctx, clock.Jitter(e.cfg.Clock, backoff)) {
 				return
 			}
 			backoff = min(2*backoff, e.cfg.RetryMax)

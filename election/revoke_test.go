@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/clock"
 )
 
 func (f *sessionFixture) revokes() int { return len(f.lease.revoked) }
@@ -152,7 +154,7 @@ func TestLeaseNotFoundIsNotRevoked(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	b := newBackoff(100*time.Millisecond, time.Second)
+	b := newBackoff(clock.Real(), 100*time.Millisecond, time.Second)
 	for _, want := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
 		want *= time.Millisecond
 		if d := b.next(); d < want/2 || d > want {

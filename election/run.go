@@ -70,8 +70,8 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 		defer func() { cancel(); <-done }()
 	}
 
-	campaigns := newBackoff(e.cfg.RetryMin, e.cfg.RetryMax) // after failed campaigns
-	failures := newBackoff(e.cfg.RetryMin, e.cfg.RetryMax)  // after terms whose OnElected failed
+	campaigns := newBackoff(e.cfg.Clock, e.cfg.RetryMin, e.cfg.RetryMax) // after failed campaigns
+	failures := newBackoff(e.cfg.Clock, e.cfg.RetryMin, e.cfg.RetryMax)  // after terms whose OnElected failed
 	for ctx.Err() == nil {
 		term, err := e.campaignFor(ctx, project, queue, value, true)
 		if err != nil {
@@ -104,7 +104,7 @@ func (e *Elector) Run(ctx context.Context, project, queue, value string, cb Call
 		case !errors.Is(cause, ErrResigned):
 			// Lost, not handed over: give the others a moment before standing again.
 			failures.reset()
-			pause = clock.Jitter(e.cfg.RetryMin)
+			pause = clock.Jitter(e.cfg.Clock, e.cfg.RetryMin)
 		default:
 			failures.reset()
 		}
@@ -199,15 +199,18 @@ func (e *Elector) pauseAfter(cbErr error, failures *backoff) time.Duration {
 }
 
 // backoff is a jittered exponential backoff from min to max.
-type backoff struct{ min, max, cur time.Duration }
+type backoff struct {
+	clk           clock.Clock
+	min, max, cur time.Duration
+}
 
-func newBackoff(minimum, maximum time.Duration) *backoff {
-	return &backoff{min: minimum, max: maximum, cur: minimum}
+func newBackoff(clk clock.Clock, minimum, maximum time.Duration) *backoff {
+	return &backoff{clk: clk, min: minimum, max: maximum, cur: minimum}
 }
 
 // next returns the pause to take now and doubles the following one, up to max.
 func (b *backoff) next() time.Duration {
-	d := clock.Jitter(b.cur)
+	d := clock.Jitter(b.clk, b.cur)
 	b.cur = min(2*b.cur, b.max)
 	return d
 }

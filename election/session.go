@@ -162,7 +162,7 @@ func (s *session) keepAliveLoop() {
 			if s.ctx.Err() != nil {
 				return
 			}
-			rearm(timer, min(clock.Jitter(retry), s.untilNextKeepAlive(sent)))
+			rearm(timer, min(clock.Jitter(s.cfg.Clock, retry), s.untilNextKeepAlive(sent)))
 			retry = min(2*retry, s.cfg.KeepAliveInterval)
 		case <-timer.C():
 			// Due again without an answer: send the next one now and let this one answer late.
@@ -355,7 +355,7 @@ func (s *session) revoke() {
 			s.log.Info("election lease revoke failed; retrying while the lease may live", zap.Error(err),
 				zap.Time("until", until))
 		}
-		wait := clock.Jitter(backoff)
+		wait := clock.Jitter(s.cfg.Clock, backoff)
 		if retries.Err() != nil || s.cfg.Clock.Now().Add(wait).After(until) || !clock.Sleep(retries, s.cfg.Clock, wait) {
 			s.log.Warn("election lease revoke given up; the server expires it after the TTL", zap.Error(err),
 				zap.Int("attempts", attempt), zap.Bool("elector_closed", retries.Err() != nil))

@@ -206,7 +206,7 @@ func (t *Term) watch(fromRev int64) {
 		}
 		// The watch broke (etcd lost its raft leader, compaction, connection): look again after a
 		// pause. The session watchdog covers the time etcd cannot answer at all.
-		if !t.elector.sleep(t.ctx, clock.Jitter(backoff)) {
+		if !t.elector.sleep(t.ctx, clock.Jitter(t.elector.cfg.Clock, backoff)) {
 			return
 		}
 		backoff = min(2*backoff, t.elector.cfg.RetryMax)

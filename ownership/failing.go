@@ -176,7 +176,7 @@ func (q *Queue[T]) hold(ctx context.Context, term T, take takeFunc, first error)
 			return takeover.Run{}, true, fmt.Errorf("baton: dispatcher takeover failed for good for %v of this term, the queue's failed term %d in a row since %s; resigning so that another worker can try: %w: %w",
 				hold, rec.Terms, rec.Since.UTC().Format(time.RFC3339), election.ErrStepAside, err)
 		}
-		if !clock.Sleep(ctx, q.clk, min(clock.Jitter(backoff), left)) {
+		if !clock.Sleep(ctx, q.clk, min(clock.Jitter(q.clk, backoff), left)) {
 			return takeover.Run{}, false, nil
 		}
 		if run, err = q.take(ctx, term, take); !errors.Is(err, takeover.ErrPermanent) {

@@ -80,7 +80,7 @@ func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 		}
 		q.log.Warn("dispatcher run closed behind its owner's back; replacing it", zap.String("queue", q.cfg.Queue),
 			zap.Int64("token", term.Token()), zap.Int("replacement", replaced+1), zap.Error(err))
-		if !clock.Sleep(ctx, q.clk, clock.Jitter(backoff)) {
+		if !clock.Sleep(ctx, q.clk, clock.Jitter(q.clk, backoff)) {
 			return nil
 		}
 		backoff = min(2*backoff, q.cfg.Takeover.RetryMax)

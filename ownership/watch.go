@@ -22,7 +22,7 @@ const UnfitAfter = 3
 // replacement or a step-down would not.
 func (q *Queue[T]) watchProgress(ctx context.Context, term T) {
 	defer q.cfg.Balancer.Fit(q.cfg.Queue)
-	for clock.Sleep(ctx, q.clk, clock.Jitter(q.cfg.Progress.Interval)) {
+	for clock.Sleep(ctx, q.clk, clock.Jitter(q.clk, q.cfg.Progress.Interval)) {
 		q.mu.Lock()
 		s := q.st
 		q.mu.Unlock()
@@ -76,7 +76,7 @@ func (q *Queue[T]) mend(rep progress.Report, since time.Time) {
 // evictLoop evicts the queue's dead workers every EvictEvery while the term holds, then counts the
 // queue's workers by status.
 func (q *Queue[T]) evictLoop(ctx context.Context, term T) {
-	for clock.Sleep(ctx, q.clk, clock.Jitter(q.cfg.EvictEvery)) {
+	for clock.Sleep(ctx, q.clk, clock.Jitter(q.clk, q.cfg.EvictEvery)) {
 		if _, err := q.cfg.Evictor.Evict(ctx, term, q.cfg.Queue); err != nil && ctx.Err() == nil {
 			q.log.Warn("worker eviction failed; retrying", zap.String("queue", q.cfg.Queue), zap.Error(err))
 			continue

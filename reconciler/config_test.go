@@ -53,14 +53,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestJitterBounds(t *testing.T) {
-	for range 1000 {
-		if d := jitter(time.Minute); d < 54*time.Second || d > 66*time.Second {
-			t.Fatalf("jitter(1m) = %v, want within ±10%%", d)
-		}
-	}
-}
-
 func TestNewRejectsMissingClients(t *testing.T) {
 	if _, err := New(Config{Project: "p", ServerID: "s"}, nil, nil, nil); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("New(nil...) = %v", err)

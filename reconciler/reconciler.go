@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,7 +205,7 @@ func (r *Reconciler) Run(ctx context.Context, el *election.Elector) error {
 		r.log.Warn("reconciler resigned: it cannot complete its cycles; standing again once Redis and Temporal answer",
 			zap.Error(unhealthy), zap.Duration("backoff", backoff))
 		for {
-			if !clock.Sleep(ctx, r.cfg.Clock, clock.Jitter(backoff)) {
+			if !clock.Sleep(ctx, r.cfg.Clock, clock.Jitter(r.cfg.Clock, backoff)) {
 				return nil
 			}
 			backoff = min(2*backoff, max(r.cfg.Interval, time.Second))
@@ -255,7 +254,7 @@ func (r *Reconciler) lead(ctx context.Context, term *election.Term, lastCycle st
 				return fmt.Errorf("%w: %d in a row, none succeeded for %v: %w", errUnhealthy, failed, since.Round(time.Millisecond), err)
 			}
 		}
-		if !clock.Sleep(ctx, r.cfg.Clock, jitter(r.cfg.Interval)) {
+		if !clock.Sleep(ctx, r.cfg.Clock, clock.Around(r.cfg.Clock, r.cfg.Interval)) {
 			return nil
 		}
 	}
@@ -275,9 +274,6 @@ func (r *Reconciler) probe(ctx context.Context) error {
 	}
 	return nil
 }
-
-// jitter spreads d by up to a tenth either way.
-func jitter(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
 
 // Cycle runs one reconcile pass for term: it scans every heartbeat entry, classifies the project's
 // entries as active or stale by Redis server time, and for each stale entry whose queue has no leader

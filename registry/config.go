@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/internal/names"
@@ -46,6 +47,9 @@ type Config struct {
 	// MeterProvider receives baton.registry.evictions, baton.registry.heartbeats and
 	// baton.registry.malformed. Default: no-op.
 	MeterProvider metric.MeterProvider
+	// Clock dates the registry's events. Default: the real clock. Heartbeat ages are always Redis
+	// server time.
+	Clock clock.Clock
 }
 
 // DefaultConfig is Config{} with every default applied: the one definition of the registry
@@ -74,6 +78,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	return c
 }

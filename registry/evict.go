@@ -199,6 +199,6 @@ func (r *Registry) pruneGone(ctx context.Context, queue string) error {
 
 // evicted emits event.WorkerEvicted for member of queue.
 func (r *Registry) evicted(queue string, term Term, member string) {
-	r.cfg.Events.Emit(event.Event{Kind: event.WorkerEvicted, At: time.Now(), Project: r.cfg.Project, Queue: queue,
+	r.cfg.Events.Emit(event.Event{Kind: event.WorkerEvicted, At: r.cfg.Clock.Now(), Project: r.cfg.Project, Queue: queue,
 		Token: term.Token(), Peer: member})
 }

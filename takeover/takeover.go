@@ -215,7 +215,7 @@ func (m *Manager) take(ctx context.Context, term Term, since time.Time) (Run, er
 	attempts := 0
 	for attempts < m.cfg.MaxAttempts {
 		if attempts > 0 {
-			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(backoff)) {
+			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(m.cfg.Clock, backoff)) {
 				break
 			}
 			backoff = min(2*backoff, m.cfg.RetryMax)

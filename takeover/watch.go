@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -76,7 +75,7 @@ func (m *Manager) Watch(ctx context.Context, term Term, run Run) (Run, error) {
 		// server answers a long poll an instant before its caller's deadline, and the SDK re-polls every
 		// empty answer, which would spin for the deadline's last second.
 		pctx, stop := context.WithCancel(ctx)
-		timer := time.AfterFunc(m.cfg.WatchInterval, stop)
+		timer := m.cfg.Clock.AfterFunc(m.cfg.WatchInterval, stop)
 		ev, err := m.closeEvent(pctx, run, true)
 		timer.Stop()
 		stop()
@@ -98,7 +97,7 @@ func (m *Manager) Watch(ctx context.Context, term Term, run Run) (Run, error) {
 			m.metrics.closed(ctx, run.Owner.Project, run.Owner.Queue, "not_found")
 			return run, &ClosedError{WorkflowID: run.WorkflowID, RunID: run.RunID, Detail: err.Error()}
 		case err != nil:
-			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(backoff)) {
+			if !clock.Sleep(ctx, m.cfg.Clock, clock.Jitter(m.cfg.Clock, backoff)) {
 				return run, context.Cause(ctx)
 			}
 			backoff = min(2*backoff, m.cfg.RetryMax)
