@@ -22,6 +22,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -29,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -48,6 +50,9 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 && os.Args[1] == "restart" {
+		return restart(os.Args[2:])
+	}
 	o, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -69,7 +74,7 @@ func run() error {
 
 	// Every temp dir of the servers (etcd's data dirs, redis-server's working dir) goes under
 	// scratch, so that even an exit on a second signal leaves no files behind.
-	scratch, err := os.MkdirTemp("", "baton-devstack-")
+	scratch, err := os.MkdirTemp("", scratchPrefix)
 	if err != nil {
 		return err
 	}
@@ -81,6 +86,9 @@ func run() error {
 	// ends the process at once, after removing the files (redis-server dies with us: Pdeathsig).
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	// SIGUSR1 restarts the Temporal server (not SIGHUP: a closed terminal must still stop devstack).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -99,14 +107,47 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(os.Stderr, "devstack: stopping (a second signal exits at once)")
-		return st.Close()
-	case <-st.temporalExited():
-		err := fmt.Errorf("the Temporal CLI's dev server exited on its own; its output:\n%s", st.Temporal.(*cliServer).output())
-		fmt.Fprintln(os.Stderr, "devstack: the Temporal server exited: stopping the other servers")
-		return errors.Join(err, st.Close())
+	return st.serve(ctx, usr1)
+}
+
+// restart is `devstack restart temporal [-down D]`: it asks the running devstack to restart its
+// Temporal server and prints the restart's progress until the server serves again.
+func restart(args []string) error {
+	down, err := parseRestart(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	socket, err := findControl()
+	if err != nil {
+		return err
+	}
+	return requestRestart(socket, down, os.Stdout)
+}
+
+// serve keeps the stack up, restarting its Temporal server on each request (SIGUSR1 or `devstack
+// restart temporal`), until ctx ends or the Temporal CLI's dev server exits on its own; then it
+// stops the stack.
+func (d *devstack) serve(ctx context.Context, usr1 <-chan os.Signal) error {
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(d.stderr, "devstack: stopping (a second signal exits at once)")
+			return d.Close()
+		case <-d.temporalExited():
+			err := fmt.Errorf("the Temporal CLI's dev server exited on its own; its output:\n%s", d.Temporal.(*cliServer).output())
+			fmt.Fprintln(d.stderr, "devstack: the Temporal server exited: stopping the other servers")
+			return errors.Join(err, d.Close())
+		case <-usr1:
+			if err := d.restartTemporal(ctx, 0, d.say); err != nil {
+				fmt.Fprintf(d.stderr, "devstack: SIGUSR1: %v\n", err)
+			}
+		case req := <-d.requests():
+			say := func(format string, a ...any) { d.say(format, a...); req.say(format, a...) }
+			req.done <- d.restartTemporal(ctx, req.down, say)
+		}
 	}
 }
 
@@ -187,11 +228,14 @@ func (o options) checkTemporal() error {
 	return nil
 }
 
-// devstack is the running stack, which Temporal server it runs and its env file.
+// devstack is the running stack, which Temporal server it runs, its control socket and env file.
 type devstack struct {
 	*stack.Stack
-	temporal string // temporalCLI or temporalBuiltin
+	temporal string   // temporalCLI or temporalBuiltin
+	control  *control // nil when the socket could not be made
 	envFile  string
+	say      func(format string, a ...any) // devstack's human lines
+	stderr   io.Writer
 }
 
 // start starts the stack, prints its endpoints and writes the env file. On failure, or when ctx ends
@@ -231,27 +275,58 @@ func start(ctx context.Context, o options) (*devstack, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, where := &devstack{Stack: st, temporal: plan.mode}, ""
+	d, where := &devstack{Stack: st, temporal: plan.mode, say: o.servers.Say, stderr: o.stderr}, ""
 	if c, ok := st.Temporal.(*cliServer); ok {
 		o.servers.Say("temporal  Web UI at %s", c.uiURL)
 	}
+	d.listenControl(o.servers.Dir, o.servers.Warn)
 	if o.envFile != "" {
 		if err := writeEnvFile(o.envFile, d.Env()); err != nil {
-			return nil, errors.Join(fmt.Errorf("env file: %w", err), st.Close())
+			return nil, errors.Join(fmt.Errorf("env file: %w", err), d.Close())
 		}
 		d.envFile, where = o.envFile, "; wrote "+o.envFile
 	}
 	fmt.Fprint(o.stdout, formatEnv(d.Env()))
-	o.servers.Say("ready in %v%s; SIGINT (Ctrl-C) or SIGTERM stops everything", time.Since(began).Round(time.Millisecond), where)
+	o.servers.Say("ready in %v%s; SIGINT (Ctrl-C) or SIGTERM stops everything", since(began), where)
+	restart := fmt.Sprintf("kill -USR1 %d", os.Getpid())
+	if d.control != nil {
+		restart = "devstack restart temporal [-down 3s], or " + restart + ","
+	}
+	o.servers.Say("%s restarts only Temporal, on the same port and database", restart)
 	return d, nil
 }
 
+// listenControl makes the control socket in dir; without it (a dir too long for a socket's path)
+// devstack runs on, and SIGUSR1 still restarts Temporal.
+func (d *devstack) listenControl(dir string, warn func(format string, a ...any)) {
+	path := filepath.Join(cmp.Or(dir, os.TempDir()), controlSocket)
+	c, err := listenControl(path)
+	if err != nil {
+		warn("NOTICE: no control socket (%v): `devstack restart temporal` cannot find this devstack; "+
+			"kill -USR1 %d restarts its Temporal server", err, os.Getpid())
+		return
+	}
+	d.control = c
+}
+
+// requests are the restart requests of the control socket; nil (none) without one.
+func (d *devstack) requests() <-chan restartRequest {
+	if d.control == nil {
+		return nil
+	}
+	return d.control.requests
+}
+
 // Env returns the stack's BATON_* variables and devstack's own: BATON_DEVSTACK_TEMPORAL says which
-// Temporal server runs (cli or builtin), BATON_DEVSTACK_TEMPORAL_UI where its Web UI is (the CLI's).
+// Temporal server runs (cli or builtin), BATON_DEVSTACK_TEMPORAL_UI where its Web UI is (the CLI's),
+// BATON_DEVSTACK_CONTROL (envControl) where `devstack restart temporal` finds this devstack.
 func (d *devstack) Env() []stack.EnvVar {
 	env := append(d.Stack.Env(), stack.EnvVar{Name: "BATON_DEVSTACK_TEMPORAL", Value: d.temporal})
 	if c, ok := d.Temporal.(*cliServer); ok {
 		env = append(env, stack.EnvVar{Name: "BATON_DEVSTACK_TEMPORAL_UI", Value: c.uiURL})
+	}
+	if d.control != nil {
+		env = append(env, stack.EnvVar{Name: envControl, Value: d.control.path})
 	}
 	return env
 }
@@ -265,12 +340,17 @@ func (d *devstack) temporalExited() <-chan struct{} {
 	return nil
 }
 
-// Close removes the env file (it must not point at stopped servers), then stops the servers.
+// Close stops the control socket, removes the env file (it must not point at stopped servers), then
+// stops the servers.
 func (d *devstack) Close() error {
 	var err error
+	if d.control != nil {
+		err = d.control.Close()
+		d.control = nil
+	}
 	if d.envFile != "" {
-		if err = os.Remove(d.envFile); errors.Is(err, os.ErrNotExist) {
-			err = nil
+		if rerr := os.Remove(d.envFile); !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
 		}
 		d.envFile = ""
 	}
