@@ -4,7 +4,12 @@
 // (and writes them to -env-file once everything is ready), keeps the servers up until SIGINT or
 // SIGTERM, then stops them in reverse order and removes their data.
 //
-//	go run ./tools/cmd/devstack -env-file /tmp/baton.env &
+// Start it with `make devstack` (DEVSTACK_FLAGS passes flags), from the repository's root: it says
+// what it builds before it builds it (devstack, and Baton's own Temporal server when there is no
+// Temporal CLI) into .demo/bin, then runs it. `go run ./tools/cmd/devstack` in integration/ works too,
+// but prints nothing until it is compiled: on a machine's first use, minutes of `go: downloading`.
+//
+//	make devstack DEVSTACK_FLAGS='-env-file /tmp/baton.env' &
 //	while [ ! -f /tmp/baton.env ]; do sleep 0.2; done
 //	set -a; . /tmp/baton.env; set +a   # etcdx, temporalx and redisx now use these servers
 //
@@ -14,7 +19,18 @@
 //
 // The Temporal server is the Temporal CLI's dev server (`temporal server start-dev`, with its Web
 // UI) when the CLI is installed, which starts in seconds; otherwise Baton's own (cmd/temporal-dev,
-// built on the first start: minutes). -temporal chooses, and BATON_DEVSTACK_TEMPORAL says which runs.
+// which `make devstack` builds first, or devstack on its first start, saying what it builds: minutes).
+// -temporal chooses, and BATON_DEVSTACK_TEMPORAL says which runs.
+//
+// While devstack runs, `devstack restart temporal [-down DURATION]` from another shell (or SIGUSR1,
+// without -down) restarts only the Temporal server, to rehearse its most common incident: it stops
+// the server, keeps it down for DURATION, starts it again on the same port and database (its
+// executions survive) and returns once it serves again; etcd and Redis stay up. The command finds
+// the running devstack through a unix socket in devstack's scratch dir, named by
+// BATON_DEVSTACK_CONTROL in the env file (sourcing it points the command at that devstack); without
+// it, the one devstack whose socket answers under $TMPDIR.
+//
+//	.demo/bin/devstack restart temporal -down 3s   # Temporal down for 3 s, then back with its executions
 //
 // Ports are picked free unless given: -fixed-ports uses the servers' well-known ones (etcd 2379,
 // Temporal 7233 and its Web UI 8233, Redis 6379), and -etcd-port, -temporal-port, -temporal-ui-port
@@ -187,7 +203,9 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		"once every server is ready (atomically; removed on exit)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the BATON_* lines (and warnings)")
 	fs.Usage = func() {
-		fmt.Fprintf(output, "Usage: devstack [flags]\n\nStarts etcd, Temporal and Redis on loopback until SIGINT/SIGTERM.\n\n")
+		fmt.Fprintf(output, "Usage: devstack [flags]\n       devstack restart temporal [-down DURATION]\n\n"+
+			"Starts etcd, Temporal and Redis on loopback until SIGINT/SIGTERM; while it runs, `devstack restart temporal`\n"+
+			"(or SIGUSR1) restarts only Temporal, on the same port and database.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -131,7 +131,7 @@ func builtinStarting(bin string) string {
 	}
 	return "building Baton's own Temporal server (go build ./tools/cmd/temporal-dev into the user cache dir) before " +
 		"it starts: the first build on a machine downloads and compiles the Temporal server's modules (go.temporal.io/server " +
-		"and its dependencies), about 5 minutes; later starts only check it is up to date, seconds. `make devstack` " +
+		"and its dependencies), several minutes; later starts only check it is up to date, seconds. `make devstack` " +
 		"builds it first; the Temporal CLI, when installed, needs no build"
 }
 
