@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 RACE_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: test unit manifests fuzz integration lint bench demo drill smoke tools deps compose-up compose-drill compose-down
+.PHONY: test unit manifests fuzz integration lint bench demo devstack drill smoke tools deps compose-up compose-drill compose-down
 
 # Debian packages the integration tests, the benchmarks and the demo start for real. apt-get runs only
 # for what is missing (root, or sudo without a password).
@@ -79,6 +79,26 @@ demo: deps
 	$(GO) build -o $(DEMO_BIN)/demo-worker ./cmd/demo-worker
 	cd integration && $(GO) build -o $(DEMO_BIN)/demo ./tools/cmd/demo && $(GO) build -o $(DEMO_BIN)/temporal-dev ./tools/cmd/temporal-dev
 	TEMPORALX_SERVER_BIN=$(DEMO_BIN)/temporal-dev $(DEMO_BIN)/demo -bin $(DEMO_BIN)
+
+## devstack: the dev servers (embedded etcd, a Temporal server, redis-server) on loopback until Ctrl-C, built into
+## .demo/bin first, saying so: `go run` prints nothing while it compiles, which on a first use takes minutes. Baton's
+## own Temporal server is built only without the Temporal CLI (or with -temporal=builtin). DEVSTACK_FLAGS passes
+## flags, e.g. DEVSTACK_FLAGS='-fixed-ports -env-file /tmp/baton.env'. While it runs, from another shell,
+## `.demo/bin/devstack restart temporal [-down 3s]` restarts only Temporal, on the same port and database.
+DEVSTACK_FLAGS ?=
+devstack: deps
+	@mkdir -p $(DEMO_BIN)
+	@echo "devstack: building integration/tools/cmd/devstack into .demo/bin (the first build on a machine downloads and" \
+		"compiles its modules, etcd's and the Temporal SDK's: about 5 minutes; later builds take seconds)"
+	cd integration && $(GO) build -o $(DEMO_BIN)/devstack ./tools/cmd/devstack
+	@if ! command -v temporal >/dev/null 2>&1 || [[ "$(DEVSTACK_FLAGS)" == *builtin* ]]; then \
+		echo "devstack: building Baton's own Temporal server (integration/tools/cmd/temporal-dev) into .demo/bin (no Temporal CLI" \
+			"on PATH, or -temporal=builtin): the first build on a machine downloads and compiles the Temporal server's" \
+			"modules: several minutes more; later builds take seconds"; \
+		echo "cd integration && $(GO) build -o $(DEMO_BIN)/temporal-dev ./tools/cmd/temporal-dev"; \
+		cd integration && $(GO) build -o $(DEMO_BIN)/temporal-dev ./tools/cmd/temporal-dev; \
+	fi
+	TEMPORALX_SERVER_BIN=$(DEMO_BIN)/temporal-dev exec $(DEMO_BIN)/devstack $(DEVSTACK_FLAGS)
 
 ## drill: chaos drill on loopback (3-member etcd, Temporal, Redis, 5 demo workers over 20 queues): faults one
 ## at a time for DRILL_DURATION while a producer signals 10 requests/s to 2 queues; a fault-by-fault table, the

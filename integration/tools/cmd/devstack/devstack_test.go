@@ -81,13 +81,13 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"BATON_ETCD_ENDPOINTS", "BATON_TEMPORAL_ADDRESS", "BATON_TEMPORAL_NAMESPACE",
-		"BATON_REDIS_ADDR", "BATON_DEVSTACK_REDIS", "BATON_DEVSTACK_TEMPORAL"} {
+		"BATON_REDIS_ADDR", "BATON_DEVSTACK_REDIS", "BATON_DEVSTACK_TEMPORAL", envControl} {
 		if env[name] == "" {
 			t.Errorf("env file has no %s: %v", name, env)
 		}
 	}
-	if len(env) != 6 {
-		t.Errorf("env file has %d variables, want 6: %v", len(env), env)
+	if len(env) != 7 {
+		t.Errorf("env file has %d variables, want 7: %v", len(env), env)
 	}
 	if env["BATON_DEVSTACK_REDIS"] != wantMode {
 		t.Errorf("BATON_DEVSTACK_REDIS=%s, want %s", env["BATON_DEVSTACK_REDIS"], wantMode)

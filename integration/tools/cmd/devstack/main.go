@@ -4,7 +4,12 @@
 // (and writes them to -env-file once everything is ready), keeps the servers up until SIGINT or
 // SIGTERM, then stops them in reverse order and removes their data.
 //
-//	go run ./tools/cmd/devstack -env-file /tmp/baton.env &
+// Start it with `make devstack` (DEVSTACK_FLAGS passes flags), from the repository's root: it says
+// what it builds before it builds it (devstack, and Baton's own Temporal server when there is no
+// Temporal CLI) into .demo/bin, then runs it. `go run ./tools/cmd/devstack` in integration/ works too,
+// but prints nothing until it is compiled: on a machine's first use, minutes of `go: downloading`.
+//
+//	make devstack DEVSTACK_FLAGS='-env-file /tmp/baton.env' &
 //	while [ ! -f /tmp/baton.env ]; do sleep 0.2; done
 //	set -a; . /tmp/baton.env; set +a   # etcdx, temporalx and redisx now use these servers
 //
@@ -14,7 +19,18 @@
 //
 // The Temporal server is the Temporal CLI's dev server (`temporal server start-dev`, with its Web
 // UI) when the CLI is installed, which starts in seconds; otherwise Baton's own (cmd/temporal-dev,
-// built on the first start: minutes). -temporal chooses, and BATON_DEVSTACK_TEMPORAL says which runs.
+// which `make devstack` builds first, or devstack on its first start, saying what it builds: minutes).
+// -temporal chooses, and BATON_DEVSTACK_TEMPORAL says which runs.
+//
+// While devstack runs, `devstack restart temporal [-down DURATION]` from another shell (or SIGUSR1,
+// without -down) restarts only the Temporal server, to rehearse its most common incident: it stops
+// the server, keeps it down for DURATION, starts it again on the same port and database (its
+// executions survive) and returns once it serves again; etcd and Redis stay up. The command finds
+// the running devstack through a unix socket in devstack's scratch dir, named by
+// BATON_DEVSTACK_CONTROL in the env file (sourcing it points the command at that devstack); without
+// it, the one devstack whose socket answers under $TMPDIR.
+//
+//	.demo/bin/devstack restart temporal -down 3s   # Temporal down for 3 s, then back with its executions
 //
 // Ports are picked free unless given: -fixed-ports uses the servers' well-known ones (etcd 2379,
 // Temporal 7233 and its Web UI 8233, Redis 6379), and -etcd-port, -temporal-port, -temporal-ui-port
@@ -22,6 +38,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -29,6 +46,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -48,6 +66,9 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 && os.Args[1] == "restart" {
+		return restart(os.Args[2:])
+	}
 	o, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -69,7 +90,7 @@ func run() error {
 
 	// Every temp dir of the servers (etcd's data dirs, redis-server's working dir) goes under
 	// scratch, so that even an exit on a second signal leaves no files behind.
-	scratch, err := os.MkdirTemp("", "baton-devstack-")
+	scratch, err := os.MkdirTemp("", scratchPrefix)
 	if err != nil {
 		return err
 	}
@@ -81,6 +102,9 @@ func run() error {
 	// ends the process at once, after removing the files (redis-server dies with us: Pdeathsig).
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	// SIGUSR1 restarts the Temporal server (not SIGHUP: a closed terminal must still stop devstack).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -99,14 +123,47 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(os.Stderr, "devstack: stopping (a second signal exits at once)")
-		return st.Close()
-	case <-st.temporalExited():
-		err := fmt.Errorf("the Temporal CLI's dev server exited on its own; its output:\n%s", st.Temporal.(*cliServer).output())
-		fmt.Fprintln(os.Stderr, "devstack: the Temporal server exited: stopping the other servers")
-		return errors.Join(err, st.Close())
+	return st.serve(ctx, usr1)
+}
+
+// restart is `devstack restart temporal [-down D]`: it asks the running devstack to restart its
+// Temporal server and prints the restart's progress until the server serves again.
+func restart(args []string) error {
+	down, err := parseRestart(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	socket, err := findControl()
+	if err != nil {
+		return err
+	}
+	return requestRestart(socket, down, os.Stdout)
+}
+
+// serve keeps the stack up, restarting its Temporal server on each request (SIGUSR1 or `devstack
+// restart temporal`), until ctx ends or the Temporal CLI's dev server exits on its own; then it
+// stops the stack.
+func (d *devstack) serve(ctx context.Context, usr1 <-chan os.Signal) error {
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(d.stderr, "devstack: stopping (a second signal exits at once)")
+			return d.Close()
+		case <-d.temporalExited():
+			err := fmt.Errorf("the Temporal CLI's dev server exited on its own; its output:\n%s", d.Temporal.(*cliServer).output())
+			fmt.Fprintln(d.stderr, "devstack: the Temporal server exited: stopping the other servers")
+			return errors.Join(err, d.Close())
+		case <-usr1:
+			if err := d.restartTemporal(ctx, 0, d.say); err != nil {
+				fmt.Fprintf(d.stderr, "devstack: SIGUSR1: %v\n", err)
+			}
+		case req := <-d.requests():
+			say := func(format string, a ...any) { d.say(format, a...); req.say(format, a...) }
+			req.done <- d.restartTemporal(ctx, req.down, say)
+		}
 	}
 }
 
@@ -146,7 +203,9 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		"once every server is ready (atomically; removed on exit)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the BATON_* lines (and warnings)")
 	fs.Usage = func() {
-		fmt.Fprintf(output, "Usage: devstack [flags]\n\nStarts etcd, Temporal and Redis on loopback until SIGINT/SIGTERM.\n\n")
+		fmt.Fprintf(output, "Usage: devstack [flags]\n       devstack restart temporal [-down DURATION]\n\n"+
+			"Starts etcd, Temporal and Redis on loopback until SIGINT/SIGTERM; while it runs, `devstack restart temporal`\n"+
+			"(or SIGUSR1) restarts only Temporal, on the same port and database.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -187,11 +246,14 @@ func (o options) checkTemporal() error {
 	return nil
 }
 
-// devstack is the running stack, which Temporal server it runs and its env file.
+// devstack is the running stack, which Temporal server it runs, its control socket and env file.
 type devstack struct {
 	*stack.Stack
-	temporal string // temporalCLI or temporalBuiltin
+	temporal string   // temporalCLI or temporalBuiltin
+	control  *control // nil when the socket could not be made
 	envFile  string
+	say      func(format string, a ...any) // devstack's human lines
+	stderr   io.Writer
 }
 
 // start starts the stack, prints its endpoints and writes the env file. On failure, or when ctx ends
@@ -231,27 +293,58 @@ func start(ctx context.Context, o options) (*devstack, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, where := &devstack{Stack: st, temporal: plan.mode}, ""
+	d, where := &devstack{Stack: st, temporal: plan.mode, say: o.servers.Say, stderr: o.stderr}, ""
 	if c, ok := st.Temporal.(*cliServer); ok {
 		o.servers.Say("temporal  Web UI at %s", c.uiURL)
 	}
+	d.listenControl(o.servers.Dir, o.servers.Warn)
 	if o.envFile != "" {
 		if err := writeEnvFile(o.envFile, d.Env()); err != nil {
-			return nil, errors.Join(fmt.Errorf("env file: %w", err), st.Close())
+			return nil, errors.Join(fmt.Errorf("env file: %w", err), d.Close())
 		}
 		d.envFile, where = o.envFile, "; wrote "+o.envFile
 	}
 	fmt.Fprint(o.stdout, formatEnv(d.Env()))
-	o.servers.Say("ready in %v%s; SIGINT (Ctrl-C) or SIGTERM stops everything", time.Since(began).Round(time.Millisecond), where)
+	o.servers.Say("ready in %v%s; SIGINT (Ctrl-C) or SIGTERM stops everything", since(began), where)
+	restart := fmt.Sprintf("kill -USR1 %d", os.Getpid())
+	if d.control != nil {
+		restart = "devstack restart temporal [-down 3s], or " + restart + ","
+	}
+	o.servers.Say("%s restarts only Temporal, on the same port and database", restart)
 	return d, nil
 }
 
+// listenControl makes the control socket in dir; without it (a dir too long for a socket's path)
+// devstack runs on, and SIGUSR1 still restarts Temporal.
+func (d *devstack) listenControl(dir string, warn func(format string, a ...any)) {
+	path := filepath.Join(cmp.Or(dir, os.TempDir()), controlSocket)
+	c, err := listenControl(path)
+	if err != nil {
+		warn("NOTICE: no control socket (%v): `devstack restart temporal` cannot find this devstack; "+
+			"kill -USR1 %d restarts its Temporal server", err, os.Getpid())
+		return
+	}
+	d.control = c
+}
+
+// requests are the restart requests of the control socket; nil (none) without one.
+func (d *devstack) requests() <-chan restartRequest {
+	if d.control == nil {
+		return nil
+	}
+	return d.control.requests
+}
+
 // Env returns the stack's BATON_* variables and devstack's own: BATON_DEVSTACK_TEMPORAL says which
-// Temporal server runs (cli or builtin), BATON_DEVSTACK_TEMPORAL_UI where its Web UI is (the CLI's).
+// Temporal server runs (cli or builtin), BATON_DEVSTACK_TEMPORAL_UI where its Web UI is (the CLI's),
+// BATON_DEVSTACK_CONTROL (envControl) where `devstack restart temporal` finds this devstack.
 func (d *devstack) Env() []stack.EnvVar {
 	env := append(d.Stack.Env(), stack.EnvVar{Name: "BATON_DEVSTACK_TEMPORAL", Value: d.temporal})
 	if c, ok := d.Temporal.(*cliServer); ok {
 		env = append(env, stack.EnvVar{Name: "BATON_DEVSTACK_TEMPORAL_UI", Value: c.uiURL})
+	}
+	if d.control != nil {
+		env = append(env, stack.EnvVar{Name: envControl, Value: d.control.path})
 	}
 	return env
 }
@@ -265,12 +358,17 @@ func (d *devstack) temporalExited() <-chan struct{} {
 	return nil
 }
 
-// Close removes the env file (it must not point at stopped servers), then stops the servers.
+// Close stops the control socket, removes the env file (it must not point at stopped servers), then
+// stops the servers.
 func (d *devstack) Close() error {
 	var err error
+	if d.control != nil {
+		err = d.control.Close()
+		d.control = nil
+	}
 	if d.envFile != "" {
-		if err = os.Remove(d.envFile); errors.Is(err, os.ErrNotExist) {
-			err = nil
+		if rerr := os.Remove(d.envFile); !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
 		}
 		d.envFile = ""
 	}

@@ -108,21 +108,45 @@ func (p temporalPlan) starter() (func(ctx context.Context, dir string) (stack.Te
 		return func(ctx context.Context, dir string) (stack.Temporal, error) { return startCLI(ctx, p, dir) }, "starting the Temporal CLI's dev server"
 	}
 	return func(ctx context.Context, dir string) (stack.Temporal, error) {
+		if bin := os.Getenv(temporalx.EnvServerBinary); bin != "" {
+			if _, err := os.Stat(bin); err != nil {
+				return nil, fmt.Errorf("%s=%s: %w (make devstack builds it there; without %s devstack builds it)",
+					temporalx.EnvServerBinary, bin, err, temporalx.EnvServerBinary)
+			}
+		}
 		s, err := temporalx.StartServerContext(ctx, temporalx.Options{Dir: dir, FrontendPort: p.port})
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
-	}, ""
+	}, builtinStarting(os.Getenv(temporalx.EnvServerBinary))
+}
+
+// builtinStarting says what starting Baton's own Temporal server takes: with bin (temporalx's
+// EnvServerBinary, which `make devstack` sets) nothing to build; without it a go build, which on a
+// machine's first start downloads and compiles the Temporal server's modules.
+func builtinStarting(bin string) string {
+	if bin != "" {
+		return fmt.Sprintf("starting Baton's own Temporal server, %s (%s); nothing to build", bin, temporalx.EnvServerBinary)
+	}
+	return "building Baton's own Temporal server (go build ./tools/cmd/temporal-dev into the user cache dir) before " +
+		"it starts: the first build on a machine downloads and compiles the Temporal server's modules (go.temporal.io/server " +
+		"and its dependencies), several minutes; later starts only check it is up to date, seconds. `make devstack` " +
+		"builds it first; the Temporal CLI, when installed, needs no build"
 }
 
 // cliServer is the Temporal CLI's dev server, devstack's child process.
 type cliServer struct {
 	hostPort, uiURL string
-	log             string // the server's output
+	log             string   // the server's output, of every start
+	path            string   // the CLI
+	args            []string // the same for every start: a restart is the same server on the same database
 	child           harness.Child
-	exited          <-chan struct{} // closed when the process exits
+	exited          <-chan struct{} // closed when the process exits; nil while it is stopped
 }
+
+// cliServer restarts as temporalx's server does.
+var _ restartable = (*cliServer)(nil)
 
 func (s *cliServer) HostPort() string  { return s.hostPort }
 func (s *cliServer) Namespace() string { return temporalx.DefaultNamespace }
@@ -136,12 +160,23 @@ func (s *cliServer) output() string {
 	return harness.Tail(string(b), 2000)
 }
 
-// Close stops the server (SIGTERM, then SIGKILL after 10 s) and waits for its process; its data is
-// in the stack's data dir, which the stack removes.
-func (s *cliServer) Close() error {
+// Stop stops the server (SIGTERM, then SIGKILL after 10 s) and waits for its process; its database
+// stays, for Restart.
+func (s *cliServer) Stop() error {
 	s.child.Stop(syscall.SIGTERM, 10*time.Second)
+	s.exited = nil // stopped, not exited on its own
 	return nil
 }
+
+// Restart stops the server if it runs, then starts it again on the same ports and database file: it
+// comes back with its namespaces and executions.
+func (s *cliServer) Restart(ctx context.Context) error {
+	s.Stop()
+	return s.start(ctx)
+}
+
+// Close stops the server; its data is in the stack's data dir, which the stack removes.
+func (s *cliServer) Close() error { return s.Stop() }
 
 // startCLI runs `temporal server start-dev` on 127.0.0.1, its database and output in dir, and
 // returns once the frontend serves the default namespace (bounded by temporalx.DefaultTimeout).
@@ -152,18 +187,30 @@ func startCLI(ctx context.Context, p temporalPlan, dir string) (*cliServer, erro
 	}
 	port, uiPort := cmp.Or(p.port, ports[0]), cmp.Or(p.uiPort, ports[1])
 	s := &cliServer{hostPort: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		uiURL: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(uiPort)), log: filepath.Join(dir, "temporal-cli.log")}
-	log, err := os.Create(s.log)
-	if err != nil {
+		uiURL: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(uiPort)), log: filepath.Join(dir, "temporal-cli.log"),
+		path: p.cli,
+		// A database file, not the CLI's default in-memory one: a restart keeps the executions.
+		args: []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--ui-port", strconv.Itoa(uiPort), "--db-filename", filepath.Join(dir, "temporal-cli.db"),
+			// As cmd/temporal-dev: a stopping worker's polls end before they can be handed a task it would
+			// never finish (servers without the setting ignore it).
+			"--dynamic-config-value", temporalx.CancelPollsOnShutdown + "=true"}}
+	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// start runs the server and returns once it serves; on failure the process is gone.
+func (s *cliServer) start(ctx context.Context) error {
+	// Appended: a restart's output follows the first start's.
+	log, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
 	defer log.Close() // the child has its own descriptor
-	// Not CommandContext: the server lives until Close, not until the start's context ends.
-	cmd := exec.Command(p.cli, "server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--ui-port", strconv.Itoa(uiPort), "--db-filename", filepath.Join(dir, "temporal-cli.db"),
-		// As cmd/temporal-dev: a stopping worker's polls end before they can be handed a task it would
-		// never finish (servers without the setting ignore it).
-		"--dynamic-config-value", temporalx.CancelPollsOnShutdown+"=true")
+	// Not CommandContext: the server lives until Stop, not until the start's context ends.
+	cmd := exec.Command(s.path, s.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// It dies with devstack, however devstack dies (it has no -exit-with-stdin).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -174,7 +221,8 @@ func startCLI(ctx context.Context, p temporalPlan, dir string) (*cliServer, erro
 		return temporalx.WaitReady(wctx, s.hostPort, s.Namespace(), exited)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s server start-dev on %s: %w; its output:\n%s", p.cli, s.hostPort, err, s.output())
+		s.exited = nil
+		return fmt.Errorf("%s server start-dev on %s: %w; its output:\n%s", s.path, s.hostPort, err, s.output())
 	}
-	return s, nil
+	return nil
 }
