@@ -48,6 +48,17 @@ type violation struct {
 	Detail string `json:"detail"`
 }
 
+// repair is a run that closed out of band and the run its owner replaced it with.
+type repair struct {
+	Queue  string `json:"queue"`
+	RunID  string `json:"run_id"`
+	Status string `json:"status"`
+	// Reason is a terminated run's reason, as the terminate gave it.
+	Reason      string        `json:"reason,omitempty"`
+	Replacement string        `json:"replacement_run_id"`
+	After       time.Duration `json:"replaced_after_ns"`
+}
+
 // verdict is what verify found.
 type verdict struct {
 	Project   string    `json:"project"`
@@ -61,6 +72,10 @@ type verdict struct {
 	Since         string      `json:"since,omitempty"`
 	SinceRevision int64       `json:"since_revision,omitempty"`
 	Violations    []violation `json:"violations"`
+	// Repaired lists the runs that closed behind their owner's back (an operator's terminate or
+	// cancel, a workflow that failed or returned) and that the owner replaced: not a violation, but
+	// an interruption of dispatch someone should know about.
+	Repaired []repair `json:"repaired,omitempty"`
 	// Unjudged says what could not be read, so a check could not be made; verify then exits 2.
 	Unjudged []string `json:"unjudged,omitempty"`
 }
@@ -189,9 +204,10 @@ func verify(ctx context.Context, o verifyOptions) verdict {
 	}
 	h := historyReader{tc: tc, o: o, limit: rate.NewLimiter(rate.Limit(o.rate), 1)}
 	for _, q := range rep.Queues {
-		found, runs, err := h.check(ctx, q.Queue, q.Dispatcher.WorkflowID)
+		found, repaired, runs, err := h.check(ctx, q.Queue, q.Dispatcher.WorkflowID)
 		v.Runs += runs
 		v.Violations = append(v.Violations, found...)
+		v.Repaired = append(v.Repaired, repaired...)
 		if err != nil {
 			v.Unjudged = append(v.Unjudged, fmt.Sprintf("%s: %v", q.Queue, err))
 		}
@@ -250,43 +266,83 @@ type pastRun struct {
 	owner        takeover.Owner
 }
 
-// check reads the last o.history runs of id and judges each one against the run after it.
-func (h historyReader) check(ctx context.Context, queue, id string) ([]violation, int, error) {
+// check reads the last o.history runs of id and judges each one against the run after it; a run its
+// own owner replaced after it closed out of band is reported as repaired.
+func (h historyReader) check(ctx context.Context, queue, id string) ([]violation, []repair, int, error) {
 	runs, err := h.list(ctx, id)
 	if err != nil {
-		return nil, len(runs), err
+		return nil, nil, len(runs), err
 	}
 	var out []violation
+	var repaired []repair
 	for i := 1; i < len(runs); i++ {
 		prev, next := runs[i-1], runs[i]
-		if !h.o.since.after(next.start, next.owner.Token) {
-			continue // the hand-over to next happened before -since
+		if !h.o.since.after(next.start, next.owner.Token) || prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			continue // before -since, or the same chain going on
 		}
-		bad := func(check, format string, args ...any) {
-			out = append(out, violation{Check: check, Queue: queue, Detail: fmt.Sprintf(format, args...)})
-		}
-		switch {
-		case next.owner.Token < prev.owner.Token:
-			bad(CheckTokenOrder, "run %s (token %d) started after run %s (token %d)", next.runID, next.owner.Token, prev.runID, prev.owner.Token)
-		case next.owner.Token == prev.owner.Token || prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
-			// The same owner's chain, or its replacement of a run that closed: no hand-over to judge.
-		case prev.close.IsZero() || prev.close.After(next.start):
-			bad(CheckSuperseded, "run %s (token %d) was still open when run %s (token %d) started", prev.runID, prev.owner.Token, next.runID, next.owner.Token)
-		case prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
-			reason, err := h.terminateReason(ctx, id, prev.runID)
+		if next.owner.Token == prev.owner.Token {
+			r, err := h.repairOf(ctx, queue, id, prev, next)
 			if err != nil {
-				return out, len(runs), err
+				return out, repaired, len(runs), err
 			}
-			if _, ours := takeover.ParseReason(reason); !ours {
-				bad(CheckSuperseded, "run %s (token %d) was terminated with %q, not by Baton, before run %s (token %d)",
-					prev.runID, prev.owner.Token, reason, next.runID, next.owner.Token)
+			if r != nil {
+				repaired = append(repaired, *r)
 			}
+			continue
 		}
+		v, err := h.handOver(ctx, queue, id, prev, next)
+		if err != nil {
+			return out, repaired, len(runs), err
+		}
+		out = append(out, v...)
 	}
 	if n, last := failStreak(runs, time.Now(), func(r pastRun) bool { return h.o.since.after(r.start, r.owner.Token) }); n > 0 {
 		out = append(out, violation{Check: CheckRunsFailing, Queue: queue, Detail: failingDetail(n, last)})
 	}
-	return out, len(runs), nil
+	return out, repaired, len(runs), nil
+}
+
+// handOver judges the hand-over from prev to next, a run of a later term.
+func (h historyReader) handOver(ctx context.Context, queue, id string, prev, next pastRun) ([]violation, error) {
+	bad := func(check, format string, args ...any) []violation {
+		return []violation{{Check: check, Queue: queue, Detail: fmt.Sprintf(format, args...)}}
+	}
+	switch {
+	case next.owner.Token < prev.owner.Token:
+		return bad(CheckTokenOrder, "run %s (token %d) started after run %s (token %d)", next.runID, next.owner.Token, prev.runID, prev.owner.Token), nil
+	case prev.close.IsZero() || prev.close.After(next.start):
+		return bad(CheckSuperseded, "run %s (token %d) was still open when run %s (token %d) started", prev.runID, prev.owner.Token, next.runID, next.owner.Token), nil
+	case prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		reason, err := h.terminateReason(ctx, id, prev.runID)
+		if err != nil {
+			return nil, err
+		}
+		if _, ours := takeover.ParseReason(reason); !ours {
+			return bad(CheckSuperseded, "run %s (token %d) was terminated with %q, not by Baton, before run %s (token %d)",
+				prev.runID, prev.owner.Token, reason, next.runID, next.owner.Token), nil
+		}
+	}
+	return nil, nil
+}
+
+// repairOf returns the repair when prev, closed, was replaced by next of the same term because it
+// closed out of band; nil when Baton closed it itself (a late start's own terminate).
+func (h historyReader) repairOf(ctx context.Context, queue, id string, prev, next pastRun) (*repair, error) {
+	if prev.close.IsZero() {
+		return nil, nil
+	}
+	r := &repair{Queue: queue, RunID: prev.runID, Status: statusName(prev.status), Replacement: next.runID, After: next.start.Sub(prev.close)}
+	if prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+		reason, err := h.terminateReason(ctx, id, prev.runID)
+		if err != nil {
+			return nil, err
+		}
+		if _, ours := takeover.ParseReason(reason); ours {
+			return nil, nil
+		}
+		r.Reason = reason
+	}
+	return r, nil
 }
 
 // list returns up to o.history runs of id, oldest first.
@@ -323,6 +379,14 @@ func writeVerdict(w io.Writer, v verdict) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", x.Check, x.Queue, x.Detail)
 		}
 		_ = tw.Flush()
+	}
+	for _, r := range v.Repaired {
+		why := ""
+		if r.Reason != "" {
+			why = fmt.Sprintf(" (%q)", r.Reason)
+		}
+		fmt.Fprintf(w, "repaired: queue %s: run %s closed %s%s out of band; its owner replaced it with run %s %v later\n",
+			r.Queue, r.RunID, r.Status, why, r.Replacement, r.After.Round(time.Millisecond))
 	}
 	for _, u := range v.Unjudged {
 		fmt.Fprintf(w, "not judged: %s\n", u)
