@@ -6,7 +6,10 @@ import (
 	"slices"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+
 	"github.com/baton-run/baton/integration/tools/benchreport"
+	"github.com/baton-run/baton/takeover"
 )
 
 // The Temporal restart section: three demo-workers serve two queues while one Producer calls
@@ -77,6 +80,10 @@ func benchTemporalRestart(ctx context.Context, s *servers, _ options) ([]benchre
 		return nil, err
 	}
 	fmt.Printf("batonbench: Temporal restart: %v\n", restart)
+	task, err := firstTaskAfter(ctx, s, "temporal-restart", f.queues, back)
+	if err != nil {
+		return nil, err
+	}
 
 	// The calls the restart held: sent before the server was back, returned after it went down.
 	var after []float64
@@ -101,6 +108,8 @@ func benchTemporalRestart(ctx context.Context, s *servers, _ options) ([]benchre
 	return []benchreport.Figure{
 		benchreport.Single(name+": server back (Restart returned) -> first Dispatch returned", "ms", first,
 			"no-restart send -> returned p50", benchreport.Percentile(floorMs, 50), "informational (the target is on the p99)", true),
+		benchreport.Single(name+": server back (Restart returned) -> first workflow task a worker started on a dispatcher run (its history)", "ms", task,
+			"no-restart send -> returned p50", benchreport.Percentile(floorMs, 50), "informational (where the wait is: workers or Producer)", true),
 		benchreport.NewFigure(name+": server back (Restart returned) -> each held Dispatch returned (calls sent before it was back)", "ms", after,
 			floorText, floorMs, fmt.Sprintf("p99 <= %v", temporalRestartTarget),
 			func(f benchreport.Figure) bool {
@@ -110,4 +119,30 @@ func benchTemporalRestart(ctx context.Context, s *servers, _ options) ([]benchre
 			"calls", float64(restart.unreturned()), fmt.Sprintf("no restart (of %d sent)", floor.summary.Sent), float64(floor.unreturned()),
 			"0", restart.unreturned() == 0),
 	}, nil
+}
+
+// firstTaskAfter is how long after t a worker first started a workflow task on any of the queues'
+// current dispatcher runs (the WorkflowTaskStarted events of their histories), in ms; -1 if none did.
+func firstTaskAfter(ctx context.Context, s *servers, project string, queues []string, t time.Time) (float64, error) {
+	first := -1.0
+	for _, q := range queues {
+		id, err := takeover.WorkflowID(project, q)
+		if err != nil {
+			return 0, err
+		}
+		iter := s.tc.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			if err != nil {
+				return 0, fmt.Errorf("%s's history: %w", id, err)
+			}
+			if at := ev.GetEventTime().AsTime(); ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED && at.After(t) {
+				if ms := benchreport.Ms(at.Sub(t)); first < 0 || ms < first {
+					first = ms
+				}
+				break
+			}
+		}
+	}
+	return first, nil
 }
