@@ -98,30 +98,41 @@ func (f *producerFleet) waitLed(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// rollingRestart replaces each of the given workers in turn, as a Deployment's rolling update does:
-// its successor (id + "-next") started and ready, then the old process sent SIGTERM and waited for,
-// then a pause before the next. It returns how long each old process took to exit.
-func (f *producerFleet) rollingRestart(ctx context.Context, olds []*workerproc.Proc) ([]time.Duration, error) {
-	var stops []time.Duration
-	for _, old := range olds {
-		if _, err := f.start(ctx, old.ID+"-next"); err != nil {
-			return stops, err
+// rollingRestart replaces each of olds in turn by a worker named as names says, as a Deployment's
+// rolling update does: the successor started and ready, then the old process sent SIGTERM and waited
+// for, then a pause before the next. It returns the successors, and for each old process how long
+// it took to exit and how many queues it led (with a run) when it was sent SIGTERM.
+func (f *producerFleet) rollingRestart(ctx context.Context, olds []*workerproc.Proc, names []string) (news []*workerproc.Proc, stops []time.Duration, led []int, err error) {
+	for i, old := range olds {
+		p, err := f.start(ctx, names[i])
+		if err != nil {
+			return news, stops, led, err
 		}
+		news = append(news, p)
+		n := 0
+		if st, ok := workerproc.Status(old.Addr); ok {
+			for _, q := range f.queues {
+				if _, ok := workerproc.Leading(st, q); ok {
+					n++
+				}
+			}
+		}
+		led = append(led, n)
 		stopped := time.Now()
 		old.Signal(syscall.SIGTERM)
 		select {
 		case <-old.Done():
 		case <-time.After(time.Minute):
-			return stops, fmt.Errorf("%s still running a minute after SIGTERM", old.ID)
+			return news, stops, led, fmt.Errorf("%s still running a minute after SIGTERM", old.ID)
 		case <-ctx.Done():
-			return stops, ctx.Err()
+			return news, stops, led, ctx.Err()
 		}
 		stops = append(stops, time.Since(stopped))
 		if !sleepCtx(ctx, 2*time.Second) { // a rolling update waits for the new pod to settle
-			return stops, ctx.Err()
+			return news, stops, led, ctx.Err()
 		}
 	}
-	return stops, nil
+	return news, stops, led, nil
 }
 
 // A producerRun is one `demo-worker load -mode=dispatch` process: rate Dispatch calls a second on

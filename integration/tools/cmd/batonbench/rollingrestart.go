@@ -16,15 +16,18 @@ const (
 	rollingFloorRun  = 30 * time.Second
 	rollingTTL       = 3 * time.Second
 	rollingBusyLoops = 2
+	rollingPasses    = 3   // rolling restarts back to back, so that the restart phase is about as long as the floor
 	rollingP99Factor = 3.0 // the target: p99 across the restart <= this x the same run's no-restart p99
 )
 
 // benchRollingRestart measures a rolling restart as its callers see it: three demo-worker processes
 // serve q1 and q2, a Producer (`demo-worker load -mode=dispatch`) calls Dispatch on both, and each
 // worker in turn is replaced (its successor started and ready, then SIGTERM to the old one, waited
-// for). Its figures are the calls not returned within 30 s, send -> returned across the restart, and
-// the requests the dispatch ledger shows handled twice (a planned move must run no handler twice).
-// The floor is the same Producer on the same fleet for 30 s just before, with no restart. The whole
+// for); rollingPasses such restarts run back to back, so that the restart phase (3 s before the first
+// move to 3 s after the last, all calls sent in it) is about as long as the floor's. Its figures are
+// the calls not returned within 30 s, send -> returned across the restarts, and the requests the
+// dispatch ledger shows handled twice (a planned move must run no handler twice). The floor is the
+// same Producer on the same fleet for 30 s just before, with no restart. The whole
 // is done twice: on the machine as it is, and beside two busy loops (a process spinning on a core
 // each, the floor measured beside them too).
 func benchRollingRestart(ctx context.Context, s *servers, _ options) ([]benchreport.Figure, error) {
@@ -80,13 +83,24 @@ func rollingRound(ctx context.Context, s *servers, busy bool) ([]benchreport.Fig
 	}
 	fmt.Printf("batonbench: rolling restart (%s): floor: %v\n", label, floor)
 
-	fmt.Printf("batonbench: rolling restart (%s): the same Producer while the 3 workers are replaced one by one\n", label)
+	fmt.Printf("batonbench: rolling restart (%s): the same Producer while the 3 workers are replaced one by one, %d times over\n", label, rollingPasses)
 	if run, err = f.produce(ctx, project+"-restart", rollingRate); err != nil {
 		return nil, err
 	}
 	sleepCtx(ctx, 3*time.Second)
 	began := time.Now()
-	stops, restartErr := f.rollingRestart(ctx, olds)
+	var restartErr error
+	for pass := 1; pass <= rollingPasses && restartErr == nil; pass++ {
+		var names []string
+		for i := range olds {
+			names = append(names, fmt.Sprintf("%s-w%d-%d", project, i+1, pass))
+		}
+		var stops []time.Duration
+		var led []int
+		olds, stops, led, restartErr = f.rollingRestart(ctx, olds, names)
+		fmt.Printf("batonbench: rolling restart (%s): pass %d: old workers led %v queues at SIGTERM and exited %v after it\n",
+			label, pass, led, roundAll(stops))
+	}
 	took := time.Since(began)
 	sleepCtx(ctx, 3*time.Second) // calls sent just after the last move belong to it too
 	restart, err := run.stop()
@@ -96,15 +110,14 @@ func rollingRound(ctx context.Context, s *servers, busy bool) ([]benchreport.Fig
 	if err != nil {
 		return nil, err
 	}
-	fmt.Printf("batonbench: rolling restart (%s): took %v (old workers exited %v after SIGTERM): %v\n",
-		label, took.Round(time.Millisecond), roundAll(stops), restart)
+	fmt.Printf("batonbench: rolling restart (%s): %d passes took %v: %v\n", label, rollingPasses, took.Round(time.Millisecond), restart)
 	return rollingFigures(label, floor, restart), nil
 }
 
 // rollingFigures are the three rows of one rolling restart beside its floor.
 func rollingFigures(label string, floor, restart producerResult) []benchreport.Figure {
-	name := fmt.Sprintf("rolling restart of 3 demo-workers, %s (Producer at %v/s in all on 2 queues, TTL %v)",
-		label, 2*rollingRate, rollingTTL)
+	name := fmt.Sprintf("rolling restart of 3 demo-workers, %d passes back to back, %s (Producer at %v/s in all on 2 queues, TTL %v)",
+		rollingPasses, label, 2*rollingRate, rollingTTL)
 	floorMs := floor.latencies()
 	floorP99 := benchreport.Percentile(floorMs, 99)
 	twice, twiceFloor := -1.0, -1.0 // -1: the ledger could not be read
