@@ -198,19 +198,17 @@ func orphanTermFigures(way string, afterVacancy bool, rounds []orphanTermRound) 
 	}
 	name := fmt.Sprintf("orphan of a vacancy begun before the reconciler's term: the whole fleet SIGKILLed, one worker back %s without the queue (TTL %v; %d of %d rounds vacant before the term, %d terminated by the returning reconciler)",
 		way, orphanTermTTL, before, len(rounds), byRec)
-	vacant := benchreport.NewFigure(name+": queue's last candidate key gone (as a watch saw it) -> run closed", "ms", fromVacant,
-		graceText, graceMs, "informational", benchreport.Informational)
-	if afterVacancy {
+	if afterVacancy { // started as the watch saw the vacancy: one figure for both
 		return []benchreport.Figure{
 			benchreport.NewFigure(name+": SIGKILL of the fleet -> run closed", "ms", fromKill, budget, budgetMs, targetText, met),
-			benchreport.NewFigure(name+": returning worker's start -> run closed", "ms", fromStart, graceText, graceMs,
-				"informational", benchreport.Informational),
-			vacant,
+			benchreport.NewFigure(name+": queue's last candidate key gone (as a watch saw it; the returning worker started then) -> run closed", "ms", fromStart,
+				graceText, graceMs, "informational", benchreport.Informational),
 		}
 	}
 	return []benchreport.Figure{
 		benchreport.NewFigure(name+": returning worker's start -> run closed", "ms", fromStart, budget, budgetMs, targetText, met),
-		vacant,
+		benchreport.NewFigure(name+": queue's last candidate key gone (as a watch saw it) -> run closed", "ms", fromVacant,
+			graceText, graceMs, "informational", benchreport.Informational),
 	}
 }
 
