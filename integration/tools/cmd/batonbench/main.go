@@ -129,6 +129,9 @@ func run() error {
 		{"planned moves of Nodes (drain, transfer, rollout, stop)", all, benchPlannedNodes},
 		{"worker crashes under load", all, benchCrashStall},
 		{"orphan cleanup", all, benchOrphans},
+		{"orphan cleanup, vacancy before the reconciler's term", all, benchOrphanTerm},
+		{"rolling restart under load", all, benchRollingRestart},
+		{"Temporal restart under load", all, benchTemporalRestart},
 		{"stall detection", all, benchStall},
 		{"whole-worker graceful stop", all, benchStopE2E},
 	} {
