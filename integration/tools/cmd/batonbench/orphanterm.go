@@ -102,7 +102,7 @@ func orphanTermOnce(ctx context.Context, s *servers, project string, afterVacanc
 	// The run the reconciler must find: the one q4's heartbeat entry names.
 	var runID string
 	for deadline := time.Now().Add(30 * time.Second); runID == ""; {
-		runID, _ = s.rdb.HGet(ctx, heartbeat.Key(heartbeat.DefaultPrefix, id), heartbeat.FieldRunID).Result()
+		runID, _ = s.rdb.HGet(ctx, heartbeat.Key(heartbeat.DefaultPrefix, project, id), heartbeat.FieldRunID).Result()
 		if runID == "" && (time.Now().After(deadline) || !sleepCtx(ctx, 100*time.Millisecond)) {
 			return r, fmt.Errorf("no heartbeat entry of %s within 30 s", id)
 		}
