@@ -19,7 +19,11 @@ import (
 // Defaults of ProducerConfig.
 const (
 	DefaultProducerRetryMin = 50 * time.Millisecond
-	DefaultProducerRetryMax = 2 * time.Second
+	// DefaultProducerRetryMax is short: how much a Producer asks of a queue's dispatcher is bounded
+	// by MaxInFlight, not by the backoff, and the cap is how late a waiting call notices that the
+	// run is back (a Temporal restart of 3 s left the held calls' p99 at 2 s past the server's return
+	// with a cap of 2 s).
+	DefaultProducerRetryMax = 500 * time.Millisecond
 	// DefaultProducerMaxInFlight is below the server's limit of updates in flight on one run
 	// (history.maxInFlightUpdates, 10 by default), so that a step-down's quiesce update and a second
 	// Producer still find room.
