@@ -125,6 +125,13 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		}
 		return nil
 	})
+	// A drain moves the queue once: it stays with the worker it went to (the drained one stands
+	// nowhere while another does).
+	moved, _ := leading(nodes[other], "q1")
+	time.Sleep(3 * time.Second)
+	if qs, ok := leading(nodes[other], "q1"); !ok || qs.Token != moved.Token {
+		t.Fatalf("q1 moved again after the drain: %s led it at token %d, now %+v (leading %v)", other, moved.Token, qs, ok)
+	}
 	if out, errOut, code := e.baton(t, p, "undrain", leader); code != 0 {
 		t.Fatalf("baton undrain %s: exit %d, %s %s", leader, code, out, errOut)
 	}
