@@ -182,47 +182,40 @@ var (
 	// the first campaign has not reached it yet).
 	ErrNoSession = errors.New("baton: no live etcd session")
 	// ErrWedgedLeader fails liveness when a term of this process is still alive past its lease
-	// deadline: the watchdog should have ended it, so the process cannot be trusted.
-	ErrWedgedLeader = errors.New("baton: leading past the lease deadline")
+	// deadline (ownership.WedgedAfter): the watchdog should have ended it, so the process cannot be
+	// trusted.
+	ErrWedgedLeader = ownership.ErrWedgedLeader
 	// ErrTakeoverFailing fails readiness while a queue's takeover fails in a way that retrying cannot
 	// fix (namespace not found, permission denied, invalid argument, an unreadable owner memo), until a
 	// takeover of that queue succeeds. The message names the queue and the cause.
-	ErrTakeoverFailing = errors.New("baton: dispatcher takeover cannot succeed")
+	ErrTakeoverFailing = ownership.ErrTakeoverFailing
 	// ErrNoDispatcher fails readiness while this process leads a queue without an open dispatcher run
 	// for longer than one heartbeat interval (the run closed and could not be replaced yet).
-	ErrNoDispatcher = errors.New("baton: leading without an open dispatcher run")
+	ErrNoDispatcher = ownership.ErrNoDispatcher
 	// ErrDispatcherStalled fails readiness while the dispatcher run of a queue this process leads
 	// makes no progress, with the cause its last progress check found (package progress): nobody
 	// polls its task queue, a workflow task or the dispatch activity is stuck, its oldest request
 	// waits too long, or Temporal does not answer.
-	ErrDispatcherStalled = errors.New("baton: dispatcher run makes no progress")
+	ErrDispatcherStalled = ownership.ErrDispatcherStalled
 	// ErrRunsFailing fails readiness while the dispatcher runs of a queue this process leads keep
 	// closing right after they start (ownership.Snapshot.RunsFailing: two in a row within
 	// ownership.RunFailingWithin of their start): a start hook or a first workflow task that fails
 	// every time. Each is replaced (with backoff, MaxReplacements per term), so the queue has an open
 	// run most of the time and nothing else would show it. The message names the last close.
-	ErrRunsFailing = errors.New("baton: dispatcher runs keep closing right after they start")
+	ErrRunsFailing = ownership.ErrRunsFailing
 	// ErrHeartbeatFailing fails readiness while the dispatcher heartbeat of a queue this process leads
 	// has failed for longer than one heartbeat interval (Redis unreachable, or refusing the write: an
 	// ACL without a command, a read-only replica). The reconciler would take the run for a dead owner's.
-	ErrHeartbeatFailing = errors.New("baton: dispatcher heartbeats failing")
+	ErrHeartbeatFailing = ownership.ErrHeartbeatFailing
 )
-
-// wedgedAfter is how long past its deadline a term may take to end before the process counts as
-// wedged: the watchdog ends terms at the deadline, so anything longer means it cannot run.
-const wedgedAfter = time.Second
 
 // Live is the liveness check: it fails only when this process still holds a term more than a second
 // past the instant its watchdog should have ended it, the one state a restart must end.
 func (n *Node) Live() error {
 	now := n.cfg.Clock.Now()
 	for _, q := range n.cfg.Queues {
-		s := n.owned[q].Snapshot()
-		if !s.Held {
-			continue
-		}
-		if until := s.Term.ValidUntil(); now.After(until.Add(wedgedAfter)) {
-			return fmt.Errorf("%w: queue %s: term %d still alive %v after its deadline", ErrWedgedLeader, q, s.Term.Token(), now.Sub(until).Round(time.Millisecond))
+		if err := n.owned[q].Snapshot().Wedged(now); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -279,34 +272,13 @@ func (n *Node) AddReadinessCheck(name string, check func() error) error {
 	return nil
 }
 
-// queueReadiness is the per-queue part of Ready.
+// queueReadiness is the per-queue part of Ready: each queue's own verdict (ownership.Snapshot.Health),
+// with one heartbeat interval for a takeover or a replacement under way.
 func (n *Node) queueReadiness() error {
 	now := n.cfg.Clock.Now()
 	for _, q := range n.cfg.Queues {
-		s := n.owned[q].Snapshot()
-		if s.Permanent != nil {
-			if f := s.Failing; f.Terms > 0 {
-				return fmt.Errorf("%w: queue %s (failing since %s, %d failed term(s) in a row): %w", ErrTakeoverFailing, q,
-					f.Since.UTC().Format(time.RFC3339), f.Terms, s.Permanent)
-			}
-			return fmt.Errorf("%w: queue %s: %w", ErrTakeoverFailing, q, s.Permanent)
-		}
-		if s.RunsFailing(now) {
-			return fmt.Errorf("%w: queue %s: %d runs in a row closed within %v of their start; the last: %v", ErrRunsFailing, q,
-				s.QuickCloses, ownership.RunFailingWithin, s.LastErr)
-		}
-		if !s.Held {
-			continue
-		}
-		if s.HeartbeatErr != nil && now.Sub(s.HeartbeatFailing) > n.cfg.Heartbeat.Interval {
-			return fmt.Errorf("%w: queue %s for %v: %w", ErrHeartbeatFailing, q, now.Sub(s.HeartbeatFailing).Round(time.Millisecond), s.HeartbeatErr)
-		}
-		if !s.Open && now.Sub(s.NoRunSince) > n.cfg.Heartbeat.Interval {
-			return fmt.Errorf("%w: queue %s for %v: %v", ErrNoDispatcher, q, now.Sub(s.NoRunSince).Round(time.Millisecond), s.LastErr)
-		}
-		if s.Open && s.Progress.Stalled() {
-			return fmt.Errorf("%w: queue %s: %s for %v: %s", ErrDispatcherStalled, q, s.Progress.Cause,
-				now.Sub(s.StalledSince).Round(time.Millisecond), s.Progress.Detail)
+		if err := n.owned[q].Snapshot().Health(now, n.cfg.Heartbeat.Interval); err != nil {
+			return err
 		}
 	}
 	return nil
