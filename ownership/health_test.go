@@ -41,9 +41,9 @@ func TestHealthVerdicts(t *testing.T) {
 		{"heartbeats failing within the grace", with(func(s *Snapshot[*fakeTerm]) {
 			s.HeartbeatErr, s.HeartbeatFailing = errors.New("NOPERM"), now.Add(-grace/2)
 		}), nil, ""},
-		{"no run past the grace", with(func(s *Snapshot[*fakeTerm]) { s.Open, s.NoRunSince = false, now.Add(-2 * grace) }),
+		{"no run past the grace", with(func(s *Snapshot[*fakeTerm]) { s.Open, s.NoRunSince = false, now.Add(-2*grace) }),
 			ErrNoDispatcher, "for 2s"},
-		{"no run within the grace", with(func(s *Snapshot[*fakeTerm]) { s.Open, s.NoRunSince = false, now.Add(-grace / 2) }), nil, ""},
+		{"no run within the grace", with(func(s *Snapshot[*fakeTerm]) { s.Open, s.NoRunSince = false, now.Add(-grace/2) }), nil, ""},
 		{"stalled", with(func(s *Snapshot[*fakeTerm]) {
 			s.Progress, s.StalledSince = progress.Report{CheckedAt: now, Cause: progress.CauseNoPollers, Detail: "nobody polls"}, now.Add(-5*time.Second)
 		}), ErrDispatcherStalled, "nobody polls"},
