@@ -322,7 +322,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				mu.Lock()
 				keys = append(keys, key)
 				if o.acceptedOut != "" {
-					fmt.Fprintf(&out, "%s %s %d %d\n", key, q, sent.UnixNano(), time.Now().UnixNano())
+					out.WriteString(loadreport.Accepted{Key: key, Queue: q, Sent: sent, AcceptedTime: time.Now()}.Line())
 				}
 				mu.Unlock()
 			})

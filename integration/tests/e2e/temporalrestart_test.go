@@ -2,13 +2,12 @@ package e2e_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 
 	"github.com/baton-run/baton/integration/servers/temporalx"
 	"github.com/baton-run/baton/integration/servers/workerproc"
@@ -75,20 +74,14 @@ func TestTemporalRestartLosesNoCall(t *testing.T) {
 // returned after down, how long after back the first, the 99th percentile and the last returned.
 func returnedAfter(t *testing.T, path string, down, back time.Time) (first, p99, last time.Duration) {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	calls, err := loadreport.ReadAccepted(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var after []time.Duration
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 4 {
-			continue
-		}
-		sent, _ := strconv.ParseInt(f[2], 10, 64)
-		acc, _ := strconv.ParseInt(f[3], 10, 64)
-		if time.Unix(0, sent).Before(back) && time.Unix(0, acc).After(down) {
-			after = append(after, time.Unix(0, acc).Sub(back))
+	for _, c := range calls {
+		if c.Sent.Before(back) && c.AcceptedTime.After(down) {
+			after = append(after, c.AcceptedTime.Sub(back))
 		}
 	}
 	if len(after) == 0 {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/servers/workerproc"
@@ -270,29 +270,12 @@ func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerRecord, do
 
 // readAccepted reads the producer's -accepted-out file.
 func readAccepted(path string) ([]acceptedReq, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+	lines, err := loadreport.ReadAccepted(path)
+	out := make([]acceptedReq, 0, len(lines))
+	for _, a := range lines {
+		out = append(out, acceptedReq{key: a.Key, queue: a.Queue, sent: a.Sent})
 	}
-	var out []acceptedReq
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if line == "" {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 4 {
-			return nil, fmt.Errorf("%s line %d: %q, want <key> <queue> <sent_ns> <accepted_ns>", path, i+1, line)
-		}
-		ns, err := strconv.ParseInt(f[2], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s line %d: sent_ns: %w", path, i+1, err)
-		}
-		out = append(out, acceptedReq{key: f[0], queue: f[1], sent: time.Unix(0, ns)})
-	}
-	if len(out) == 0 && len(b) > 0 {
-		return nil, errors.New(path + ": no request listed")
-	}
-	return out, nil
+	return out, err
 }
 
 func firstN(s []string, n int) string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -195,26 +194,14 @@ func (r *producerRun) stop() (producerResult, error) {
 	return producerResult{summary: s, calls: calls}, err
 }
 
-// readReturned reads `demo-worker load -accepted-out`: "<key> <queue> <sent unix ns> <returned unix ns>".
+// readReturned reads `demo-worker load -accepted-out`: in dispatch mode, every call that returned handled.
 func readReturned(path string) ([]returnedCall, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+	lines, err := loadreport.ReadAccepted(path)
+	out := make([]returnedCall, 0, len(lines))
+	for _, a := range lines {
+		out = append(out, returnedCall{queue: a.Queue, sent: a.Sent, returned: a.AcceptedTime})
 	}
-	var out []returnedCall
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 4 {
-			continue
-		}
-		sent, err1 := strconv.ParseInt(f[2], 10, 64)
-		ret, err2 := strconv.ParseInt(f[3], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("%s: %q: %w", path, line, err)
-		}
-		out = append(out, returnedCall{queue: f[1], sent: time.Unix(0, sent), returned: time.Unix(0, ret)})
-	}
-	return out, nil
+	return out, err
 }
 
 // unreturned counts the calls that did not return handled within producerSettle: unsettled (still
