@@ -43,6 +43,21 @@ func (e *env) reconcilerLeader(t *testing.T, p, id, queue string, tune ...func(*
 	return n, reader
 }
 
+// waitVacant waits until etcd shows no candidate for queue: its last worker's key is gone.
+func (e *env) waitVacant(t *testing.T, p, queue string) {
+	t.Helper()
+	el, err := election.New(etcdx.Client(t, e.etcd), election.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, queue+" without a candidate", func() error {
+		if _, err := el.Leader(t.Context(), p, queue); !errors.Is(err, election.ErrNoLeader) {
+			return fmt.Errorf("%s's leader: %v", queue, err)
+		}
+		return nil
+	})
+}
+
 // slowCycle is fast() with the reconciler's cycle at its production pace: only the event-driven path
 // can clean up within seconds.
 func slowCycle(cfg baton.Config) baton.Config {
@@ -109,16 +124,7 @@ func TestOrphanVacatedBeforeTheReconcilersTermIsCleanedUp(t *testing.T) {
 
 	// node-a crashes as far as etcd can tell, and solo stays without a candidate.
 	proxy.Blackhole()
-	el, err := election.New(etcdx.Client(t, e.etcd), election.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "solo without a candidate", func() error {
-		if _, err := el.Leader(t.Context(), p, "solo"); !errors.Is(err, election.ErrNoLeader) {
-			return fmt.Errorf("solo's leader: %v", err)
-		}
-		return nil
-	})
+	e.waitVacant(t, p, "solo")
 
 	began := time.Now()
 	_, reader := e.reconcilerLeader(t, p, "node-b", "other")
@@ -152,16 +158,7 @@ func TestOrphanCleanedUpAcrossAReconcilerChange(t *testing.T) {
 	a, proxy := e.startCuttableNode(t, slowCycle(fast(p, "node-a", "solo")))
 	qa := e.ownedRun(t, a, "solo", "node-a leads solo with its run", nil)
 	proxy.Blackhole()
-	el, err := election.New(etcdx.Client(t, e.etcd), election.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "solo without a candidate", func() error {
-		if _, err := el.Leader(t.Context(), p, "solo"); !errors.Is(err, election.ErrNoLeader) {
-			return fmt.Errorf("solo's leader: %v", err)
-		}
-		return nil
-	})
+	e.waitVacant(t, p, "solo")
 	// node-b's grace is long, so that it stops before it would clean up, however slow the machine.
 	b, readerB := e.reconcilerLeader(t, p, "node-b", "other", func(c *baton.Config) { c.Reconciler.OrphanGrace = time.Minute })
 	if err := b.Stop(t.Context()); err != nil {
