@@ -111,6 +111,10 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// WorkerLoad is what the application reports of its own work on one queue (Config.Load); the
+// registry owns it (registry.Load).
+type WorkerLoad = registry.Load
+
 // MaxQueues bounds the queues of one Node.
 const MaxQueues = 10_000
 

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/balance"
-	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/ownership"
@@ -32,12 +31,12 @@ var (
 
 // balancer is all that the Node asks of package balance (*balance.Runner): run the queue elections
 // with each queue's ownership callbacks (balance decides when to stand, and wraps them to hand a queue
-// over), hear whether this worker drains, and report the worker's share. What a queue's lifecycle and
-// balance say to each other is ownership.Balancer; nothing else couples them.
+// over) and report the worker's share. What a queue's lifecycle and balance say to each other is
+// ownership.Balancer, and what the worker's registration tells balance is registry.Drainer; nothing
+// else couples them.
 type balancer interface {
 	ownership.Balancer
 	Run(ctx context.Context, callbacks func(queue string) election.Callbacks) error
-	SetDraining(draining bool)
 	HandOverWaiting(queue string) string
 	Leading() int
 	FairShare() int
@@ -60,15 +59,14 @@ type Node struct {
 	hb       *heartbeat.Writer
 	rec      *reconciler.Reconciler
 	reg      *registry.Registry
+	member   *registry.Member // this worker's registration; nil with the registry disabled
 	metrics  *metrics
 	notify   notifier
-	load     loadReporter
 
 	// owned is each queue's ownership lifecycle and its one record (Snapshot).
 	owned map[string]*ownership.Queue[*election.Term]
 
-	mu     sync.Mutex
-	worker workerState
+	mu sync.Mutex
 	// checks are the application's additions to readiness (AddReadinessCheck).
 	checks  []readinessCheck
 	started bool
@@ -139,13 +137,13 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 		if n.reg, err = registry.New(rdb, cfg.Registry); err != nil {
 			return nil, err
 		}
+		if n.member, err = registry.NewMember(n.reg, n.memberConfig(runner)); err != nil {
+			return nil, err
+		}
 	}
 	for _, q := range cfg.Queues {
 		n.owned[q] = n.newQueue(q)
 	}
-	n.worker.status = make(map[string]registry.Status, len(cfg.Queues))
-	n.worker.load = make(map[string]WorkerLoad, len(cfg.Queues))
-	n.load.load = cfg.Load
 	if n.metrics, err = newMetrics(cfg.MeterProvider, n); err != nil {
 		return nil, fmt.Errorf("baton: metrics: %w", err)
 	}
@@ -198,8 +196,8 @@ func (n *Node) launch(ctx context.Context) error {
 			}
 		})
 	}
-	if n.reg != nil {
-		n.wg.Go(func() { n.registerLoop(runCtx) })
+	if n.member != nil {
+		n.wg.Go(func() { n.member.Run(runCtx) })
 	}
 	n.log.Info("baton node started", zap.Strings("queues", n.cfg.Queues), zap.Bool("reconciler", n.rec != nil),
 		zap.Bool("registry", n.reg != nil))
@@ -316,62 +314,13 @@ func (n *Node) callbacks() func(queue string) election.Callbacks {
 	}
 }
 
-// registerLoop keeps this worker registered for every queue and heartbeating, re-registering after
-// an eviction or a Redis restart, and records whether the registry asks it to drain.
-func (n *Node) registerLoop(ctx context.Context) {
-	host := hostname()
-	registered := make(map[string]bool, len(n.cfg.Queues))
-	for {
-		for _, q := range n.cfg.Queues {
-			if ctx.Err() != nil {
-				return
-			}
-			if !registered[q] {
-				_, err := n.reg.Register(ctx, registry.Registration{ServerID: n.cfg.ServerID, Queue: q, Hostname: host,
-					PID: os.Getpid(), Version: n.cfg.Version, Capabilities: n.cfg.Capabilities, Labels: n.cfg.Labels,
-					MaxConcurrency: n.cfg.MaxConcurrency})
-				n.recordWorker(q, err)
-				registered[q] = err == nil
-				continue
-			}
-			beat, load := n.load.beat(q)
-			status, err := n.reg.Heartbeat(ctx, q, n.cfg.ServerID, beat)
-			if err == nil {
-				n.load.taken(q, load)
-			}
-			if errors.Is(err, registry.ErrNotRegistered) {
-				registered[q] = false
-			}
-			n.recordWorker(q, err)
-			if err == nil {
-				n.mu.Lock()
-				n.worker.status[q] = status
-				if n.cfg.Load != nil {
-					n.worker.load[q] = load
-				}
-				n.mu.Unlock()
-			}
-		}
-		// A worker asked to drain hands its queues over and stops standing; readiness is unaffected.
-		n.balance.SetDraining(n.Draining())
-		if !clock.Sleep(ctx, n.cfg.Clock, n.cfg.Registry.HeartbeatInterval) {
-			return
-		}
+// memberConfig is this worker as the registry shows it, on every queue of the Node; a drain the
+// registry asks for reaches balance directly.
+func (n *Node) memberConfig(drainer registry.Drainer) registry.MemberConfig {
+	return registry.MemberConfig{
+		Worker: registry.Registration{ServerID: n.cfg.ServerID, Hostname: hostname(), PID: os.Getpid(),
+			Version: n.cfg.Version, Capabilities: n.cfg.Capabilities, Labels: n.cfg.Labels,
+			MaxConcurrency: n.cfg.MaxConcurrency},
+		Queues: n.cfg.Queues, Load: n.cfg.Load, Drainer: drainer,
 	}
-}
-
-func (n *Node) recordWorker(queue string, err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err != nil {
-		if n.worker.err == nil && !errors.Is(err, context.Canceled) {
-			n.log.Warn("worker registry heartbeat failed; retrying", zap.String("queue", queue), zap.Error(err))
-		}
-		n.worker.err = err
-		return
-	}
-	if n.worker.err != nil {
-		n.log.Info("worker registry heartbeats recovered", zap.String("queue", queue))
-	}
-	n.worker.err, n.worker.last = nil, n.cfg.Clock.Now()
 }

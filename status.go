@@ -3,7 +3,6 @@ package baton
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -15,13 +14,6 @@ import (
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 )
-
-type workerState struct {
-	status map[string]registry.Status
-	load   map[string]WorkerLoad
-	last   time.Time
-	err    error
-}
 
 // Status is what a Node knows, for operators (the demo worker serves it as JSON on /status).
 type Status struct {
@@ -122,19 +114,22 @@ func (n *Node) Status() Status {
 			st.Reconciler.Cycles, st.Reconciler.Last = runs, &last
 		}
 	}
-	if n.reg != nil {
-		st.Worker = WorkerStatus{Enabled: true, LastHeartbeat: n.worker.last, LastError: errString(n.worker.err)}
-		if len(n.worker.status) > 0 {
-			st.Worker.Status = make(map[string]registry.Status, len(n.worker.status))
-			for q, s := range n.worker.status {
-				st.Worker.Status[q] = s
-			}
-		}
-		if len(n.worker.load) > 0 {
-			st.Worker.Load = maps.Clone(n.worker.load)
-		}
+	if n.member != nil {
+		st.Worker = workerStatus(n.member.State())
 	}
 	return st
+}
+
+// workerStatus renders this worker's registration.
+func workerStatus(m registry.MemberState) WorkerStatus {
+	w := WorkerStatus{Enabled: true, LastHeartbeat: m.LastHeartbeat, LastError: errString(m.Err)}
+	if len(m.Status) > 0 {
+		w.Status = m.Status
+	}
+	if len(m.Load) > 0 {
+		w.Load = m.Load
+	}
+	return w
 }
 
 // queueStatus is one queue's Status, from its ownership snapshot.
@@ -155,17 +150,9 @@ func (n *Node) queueStatus(s ownership.Snapshot[*election.Term]) QueueStatus {
 	return qs
 }
 
-// Draining reports whether the registry asked this worker to drain on any of its queues.
-func (n *Node) Draining() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, s := range n.worker.status {
-		if s == registry.StatusDraining {
-			return true
-		}
-	}
-	return false
-}
+// Draining reports whether the registry asked this worker to drain on any of its queues
+// (registry.Member.Draining); false with the registry disabled.
+func (n *Node) Draining() bool { return n.member != nil && n.member.Draining() }
 
 func errString(err error) string {
 	if err == nil {

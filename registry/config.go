@@ -25,9 +25,8 @@ type Config struct {
 	// Prefix of every key. Default "baton:registry:". Not empty, at most 200 bytes, without white
 	// space, control characters, '{' or '}'.
 	Prefix string
-	// HeartbeatInterval is how often workers are expected to heartbeat. Default 10s; at least 10ms.
-	// The registry does not pace anything itself: the value is the workers' contract and the base of
-	// EvictAfter.
+	// HeartbeatInterval is how often workers are expected to heartbeat, and how often a Member does.
+	// Default 10s; at least 10ms. It is the workers' contract and the base of EvictAfter.
 	HeartbeatInterval time.Duration
 	// EvictAfter is the heartbeat age, by Redis server time, past which the queue's leader evicts a
 	// worker. Default 3 × HeartbeatInterval; it must exceed HeartbeatInterval, so that one late
@@ -47,8 +46,8 @@ type Config struct {
 	// MeterProvider receives baton.registry.evictions, baton.registry.heartbeats and
 	// baton.registry.malformed. Default: no-op.
 	MeterProvider metric.MeterProvider
-	// Clock dates the registry's events. Default: the real clock. Heartbeat ages are always Redis
-	// server time.
+	// Clock dates the registry's events and paces its Members' heartbeats. Default: the real clock.
+	// Heartbeat ages are always Redis server time.
 	Clock clock.Clock
 }
 

@@ -11,6 +11,18 @@
 // operator asked it to drain (DRAINING). A worker that is not registered, or was deregistered or
 // evicted, is told so (ErrNotRegistered) and registers again.
 //
+// A worker process keeps itself registered with a Member (NewMember: who it is, on which queues):
+// its Run, owned by the process (a baton.Node runs it on its wait group), registers the worker on
+// every queue, then heartbeats each queue every HeartbeatInterval on the Registry's clock. Each
+// heartbeat carries the increase of the application's running totals (MemberConfig.Load) since the
+// last heartbeat the registry took, so a refused one is sent again with the next. A heartbeat
+// answered ErrNotRegistered (the leader evicted the worker, an operator deregistered it, Redis lost
+// the record) makes the next round register the worker again on that queue; any other failure is
+// kept (MemberState.Err), logged once, and retried at the next round. After each round the Member
+// tells its Drainer (a *balance.Runner, wired by the Node) when the answers changed from "drain me"
+// (DRAINING on any queue) to not, or back: once per change, so balance hears the registry directly,
+// with no one relaying. State is what the Member last knew, for status pages.
+//
 // Deregister makes a worker OFFLINE; the record stays for Retention so that operators can see it,
 // then expires. List pages through the workers of the project, optionally of one queue, status or
 // capability, with a cursor that stays exact while workers register concurrently.

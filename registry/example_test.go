@@ -62,3 +62,30 @@ func ExampleRegistry_Evict() {
 		}
 	}
 }
+
+// A worker process keeps itself registered with a Member: the loop of Example, with the load
+// report, the re-registration and the drain flag handled for it. Its owner runs it and waits for it.
+func ExampleMember() {
+	var (
+		ctx     context.Context    // the process's, cancelled when it stops
+		reg     *registry.Registry // from registry.New
+		drainer registry.Drainer   // a *balance.Runner, in a baton.Node
+	)
+	host, _ := os.Hostname()
+	m, err := registry.NewMember(reg, registry.MemberConfig{
+		Worker: registry.Registration{ServerID: "worker-1", Hostname: host, PID: os.Getpid(),
+			Capabilities: []string{"ChargeCard"}, MaxConcurrency: 50},
+		Queues:  []string{"orders", "refunds"},
+		Load:    func(queue string) registry.Load { return registry.Load{Active: 3, Completed: 120} },
+		Drainer: drainer,
+	})
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	<-done // after ctx ends; then deregister from each queue
+}
