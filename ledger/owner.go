@@ -1,4 +1,4 @@
-package dispatcher
+package ledger
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func ConfirmOwner(ctx context.Context, kv clientv3.KV, owner takeover.Owner) err
 	}
 	resp, err := kv.Txn(ctx).If(OwnerCmp(owner)).Commit()
 	if err != nil {
-		return fmt.Errorf("dispatcher: confirm owner %s (token %d): %w", owner.ServerID, owner.Token, err)
+		return fmt.Errorf("ledger: confirm owner %s (token %d): %w", owner.ServerID, owner.Token, err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
