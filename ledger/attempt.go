@@ -22,8 +22,8 @@ import (
 const AttemptTTL = 5 * time.Second
 
 // BeginHolding begins key as Begin does and, when the key is not done, also claims it for this
-// attempt until release is called (dispatcher.HoldingLedger): the claim is AttemptKey on a lease of its own
-// (AttemptTTL), written in the same transaction that records the key pending. While another
+// attempt until release is called (dispatcher.HoldingLedger): the claim is AttemptKey on a lease of
+// its own (AttemptTTL), written in the same transaction that records the key pending. While another
 // attempt holds the key, it waits for that claim to go (the handler returned, or its process is
 // gone) and begins then, instead of failing the attempt: a successor's attempt behind a planned
 // move's slow handler starts the moment that handler returns, without a retry's backoff and without

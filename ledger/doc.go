@@ -37,8 +37,8 @@
 // BeginHolding also claims the key for the attempt that began it, until its handler has returned: no
 // other attempt begins the key meanwhile (ErrAttemptInFlight; BeginHolding waits for the claim to
 // go), so a handler never runs concurrently with itself. A claim lives on a lease of its own
-// (AttemptTTL, 5 s, within the election's TTL), kept alive while its handler runs and revoked when
-// it returns, so a crashed attempt's claim lapses before its successor can win.
+// (AttemptTTL, 5 s, shorter than the election's default TTL), kept alive while its handler runs
+// and revoked when it returns, so a crashed attempt's claim lapses before its successor can win.
 //
 // Check is the ledger's readiness: it fails (ErrUnavailable) once its writes have failed for
 // FailingAfter; a write that goes through clears it.

@@ -27,9 +27,9 @@ func ValidateOwner(owner takeover.Owner) error {
 // with create revision Token. Put it in the If of every etcd transaction whose writes must be refused
 // once the owner is superseded:
 //
-//	resp, err := kv.Txn(ctx).If(dispatcher.OwnerCmp(owner)).Then(clientv3.OpPut(k, v)).Commit()
+//	resp, err := kv.Txn(ctx).If(ledger.OwnerCmp(owner)).Then(clientv3.OpPut(k, v)).Commit()
 //	if err == nil && !resp.Succeeded {
-//		err = dispatcher.ErrSuperseded // nothing was written
+//		err = ledger.ErrSuperseded // nothing was written
 //	}
 //
 // For an owner ValidateOwner rejects, the comparison never holds (no key has a negative create

@@ -12,8 +12,8 @@ import (
 )
 
 // ledgerReader reads the dispatch ledger back for `demo-worker load`: which accepted requests were
-// handled, and which were handled more than once, through the dispatcher package's readers of the
-// project's records (the layout is package ledger's: ledger.Key).
+// handled, and which were handled more than once, through package ledger's readers of the
+// project's records (ledger.Watch, ledger.Read; the layout is ledger.Key's).
 type ledgerReader struct {
 	etcd    *clientv3.Client
 	prefix  string

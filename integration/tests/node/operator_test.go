@@ -149,7 +149,7 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		t.Fatalf("baton drain of an unregistered worker: exit %d, %s", code, errOut)
 	}
 
-	// A record as the ledger writes it (dispatcher/doc.go: "<state> <server_id> <token>"), by the
+	// A record as the ledger writes it (ledger/doc.go: "<state> <server_id> <token>"), by the
 	// leader's term: ledger finds the run of that term, by the key or by the request's fields.
 	etcd := etcdx.Client(t, e.etcd)
 	req := dispatcher.Request{Type: "invoice", TaskID: "t-done", PayloadSHA256: strings.Repeat("ab", 32)}
