@@ -47,7 +47,7 @@ func (l *Etcd) BeginHolding(ctx context.Context, key string, owner takeover.Owne
 func (l *Etcd) beginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
 	grant, err := l.client.Grant(ctx, int64(AttemptTTL/time.Second))
 	if err != nil {
-		err = fmt.Errorf("ledger: ledger attempt lease: %w", err)
+		err = fmt.Errorf("ledger: attempt lease: %w", err)
 		l.noteWrite(err)
 		return false, noRelease, err
 	}

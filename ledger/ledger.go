@@ -242,7 +242,7 @@ func (l *Etcd) begin(ctx context.Context, key string, owner takeover.Owner, atte
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", rec.modRevision)
 		}
 	}
-	return false, fmt.Errorf("ledger: ledger record %s changed under %d attempts to begin it", k, ledgerRounds)
+	return false, fmt.Errorf("ledger: record %s changed under %d attempts to begin it", k, ledgerRounds)
 }
 
 // legacyRecord is the record of a key in the layout before per-project keys, as a Begin compares
@@ -307,7 +307,7 @@ func (l *Etcd) Complete(ctx context.Context, key string, owner takeover.Owner) e
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", rec.modRevision)
 		}
 	}
-	return fmt.Errorf("ledger: ledger record %s changed under %d attempts to complete it", k, ledgerRounds)
+	return fmt.Errorf("ledger: record %s changed under %d attempts to complete it", k, ledgerRounds)
 }
 
 // guardedPut writes state for owner at k if owner's term holds and expect holds, and, with a claim,
@@ -325,7 +325,7 @@ func (l *Etcd) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, st
 	for regranted := false; ; regranted = true {
 		var lease clientv3.LeaseID
 		if lease, err = l.currentLease(ctx); err != nil {
-			return false, record{}, fmt.Errorf("ledger: ledger lease: %w", err)
+			return false, record{}, fmt.Errorf("ledger: lease: %w", err)
 		}
 		cmps := []clientv3.Cmp{OwnerCmp(owner), expect}
 		then := []clientv3.Op{clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))}
@@ -347,7 +347,7 @@ func (l *Etcd) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, st
 			continue
 		}
 		if err != nil {
-			return false, record{}, fmt.Errorf("ledger: ledger %s: %w", k, err)
+			return false, record{}, fmt.Errorf("ledger: %s: %w", k, err)
 		}
 		break
 	}
