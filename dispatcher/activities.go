@@ -62,9 +62,9 @@ var _ HoldingLedger = (*ledger.Etcd)(nil)
 // Handler performs one dispatch. It may be called again for the same request if a previous attempt
 // failed after it started, or its run was terminated before Complete (at-least-once between Begin and
 // Complete), so it must be idempotent by key; with a HoldingLedger (ledger.Etcd) the next call begins
-// only once the previous one has returned, never beside it. A handler that fences its own side effects
-// (ledger.ConfirmOwner, ledger.OwnerCmp) returns an error wrapping ledger.ErrSuperseded when they are refused; the
-// activity then fails without retrying.
+// only once the previous one has returned, never beside it. A handler that fences its own side
+// effects (ledger.ConfirmOwner, ledger.OwnerCmp) returns an error wrapping ledger.ErrSuperseded when
+// they are refused; the activity then fails without retrying.
 type Handler func(ctx context.Context, key string, req Request, owner takeover.Owner) error
 
 // Activities holds the dispatcher's activities and their dependencies.

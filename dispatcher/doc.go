@@ -22,9 +22,9 @@
 // superseded in between leaves the key pending, and the next owner handles it again, so handlers
 // must be idempotent by key. It is never run twice at once: the attempt that began a key holds it
 // (HoldingLedger, ledger.AttemptKey) until its handler has returned, and another attempt waits for
-// it to return meanwhile (its Begin would fail with ledger.ErrAttemptInFlight). So a request is handled
-// again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a handler
-// that failed; in the first case once the crashed attempt's claim has lapsed (ledger.AttemptTTL,
+// it to return meanwhile (its Begin would fail with ledger.ErrAttemptInFlight). So a request is
+// handled again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a
+// handler that failed; in the first case once the crashed attempt's claim has lapsed (ledger.AttemptTTL,
 // 5 s, within the election's TTL), in the others once the first call returned. The activity fails
 // without retrying, with the ApplicationError types ErrTypeSuperseded, ErrTypeInvalidOwner,
 // ErrTypeInvalidRequest and ErrTypeBadRecord, when retrying cannot help.
