@@ -4,8 +4,8 @@ import (
 	"cmp"
 
 	"github.com/baton-run/baton/balance"
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/takeover"
 )
@@ -15,14 +15,14 @@ import (
 // --prefix): its project's queue elections, their balance records (members and hand-off hints) and
 // failing records (ownership.FailingKeys), the
 // project's run log (takeover.RunLogProject; the dispatcher's carry-over reads and prunes it too) and,
-// unless DisableReconciler, its reconciler election; with a ledgerPrefix (dispatcher.NewEtcdLedger's
-// prefix, dispatcher.DefaultLedgerPrefix for the default; "" for none) the project's range of the
-// dispatch ledger (dispatcher.LedgerRange) too. Every prefix ends with a '/' after the project, a
+// unless DisableReconciler, its reconciler election; with a ledgerPrefix (ledger.Config's
+// prefix, ledger.DefaultPrefix for the default; "" for none) the project's range of the
+// dispatch ledger (ledger.Range) too. Every prefix ends with a '/' after the project, a
 // character no name contains, so no prefix covers another project's keys: a role with exactly these
 // reaches one project's keys and nothing of another's. Nothing else in etcd is written, so it is all
 // a Baton user needs (leases need no permission) but for one read during the upgrade from the
-// release before per-project ledger keys: the old layout's records (dispatcher.LegacyLedgerRange,
-// read-only, naming no project; dispatcher.ReadLegacyLedger). `baton acl etcd` prints the commands.
+// release before per-project ledger keys: the old layout's records (ledger.LegacyRange,
+// read-only, naming no project; ledger.Config.IgnoreLegacy). `baton acl etcd` prints the commands.
 func (c Config) EtcdPrefixes(ledgerPrefix string) []string {
 	c = c.withDefaults()
 	electionPrefix := cmp.Or(c.Election.Prefix, election.DefaultConfig().Prefix)
@@ -41,7 +41,7 @@ func (c Config) EtcdPrefixes(ledgerPrefix string) []string {
 		out = append(out, rl.Project(c.Project))
 	}
 	if ledgerPrefix != "" {
-		out = append(out, dispatcher.LedgerRange(ledgerPrefix, c.Project))
+		out = append(out, ledger.Range(ledgerPrefix, c.Project))
 	}
 	return out
 }

@@ -4,12 +4,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/ledger"
 )
 
 func TestEtcdPrefixes(t *testing.T) {
 	c := Config{Project: "billing", Queues: []string{"q1"}}
-	got := c.EtcdPrefixes(dispatcher.DefaultLedgerPrefix)
+	got := c.EtcdPrefixes(ledger.DefaultPrefix)
 	want := []string{"/baton/election/billing/", "/baton/election-balance/billing/", "/baton/election-failing/billing/", "/baton/reconciler/billing/", "/baton/runs/billing/", "/baton/dispatch/p/billing/"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("EtcdPrefixes = %q, want %q", got, want)

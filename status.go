@@ -247,7 +247,7 @@ type readinessCheck struct {
 
 // AddReadinessCheck adds check to Ready: readiness fails, naming the check, whenever it returns an
 // error. It is for what the application runs beside the Node and cannot do without, the dispatch
-// ledger above all (dispatcher.EtcdLedger.Check): a worker whose ledger cannot write completes no
+// ledger above all (ledger.Etcd.Check): a worker whose ledger cannot write completes no
 // dispatch, however healthy its leadership is. check must be cheap and must not block.
 func (n *Node) AddReadinessCheck(name string, check func() error) error {
 	if name == "" || check == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/event"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -34,21 +35,36 @@ type Result struct {
 
 // Ledger records dispatch keys where every owner can read them, so deduplication survives the
 // termination of the run that first saw a request. Its writes are fenced: once owner is superseded
-// they write nothing and return an error wrapping ErrSuperseded.
+// they write nothing and return an error wrapping ledger.ErrSuperseded. ledger.Etcd is the one
+// Baton ships (a HoldingLedger).
 type Ledger interface {
 	// Begin marks key as in progress for owner unless it was completed before; done reports the
-	// latter. An older owner's in-progress mark is taken over; a newer owner's is ErrSuperseded.
+	// latter. An older owner's in-progress mark is taken over; a newer owner's is ledger.ErrSuperseded.
 	Begin(ctx context.Context, key string, owner takeover.Owner) (done bool, err error)
 	// Complete marks key as dispatched.
 	Complete(ctx context.Context, key string, owner takeover.Owner) error
 }
 
+// HoldingLedger is a Ledger that also holds a key for the attempt that began it, until the attempt
+// ends, so that no other attempt (a successor's after a planned move whose quiesce ran out, or a retry
+// of the same activity) begins the key while a handler for it still runs: a handler never runs
+// concurrently with itself. The Dispatch activity uses it when its Ledger has it.
+type HoldingLedger interface {
+	Ledger
+	// BeginHolding is Begin that, when the key is not done, also claims it for this attempt; release
+	// gives the claim up, and must be called once the handler and Complete are over (it is a no-op
+	// when the key was done or err is set). A claim whose process dies lapses on its own.
+	BeginHolding(ctx context.Context, key string, owner takeover.Owner) (done bool, release func(), err error)
+}
+
+var _ HoldingLedger = (*ledger.Etcd)(nil)
+
 // Handler performs one dispatch. It may be called again for the same request if a previous attempt
 // failed after it started, or its run was terminated before Complete (at-least-once between Begin and
-// Complete), so it must be idempotent by key; with a HoldingLedger (EtcdLedger) the next call begins
-// only once the previous one has returned, never beside it. A handler that fences its own side effects
-// (ConfirmOwner, OwnerCmp) returns an error wrapping ErrSuperseded when they are refused; the
-// activity then fails without retrying.
+// Complete), so it must be idempotent by key; with a HoldingLedger (ledger.Etcd) the next call begins
+// only once the previous one has returned, never beside it. A handler that fences its own side
+// effects (ledger.ConfirmOwner, ledger.OwnerCmp) returns an error wrapping ledger.ErrSuperseded when
+// they are refused; the activity then fails without retrying.
 type Handler func(ctx context.Context, key string, req Request, owner takeover.Owner) error
 
 // Activities holds the dispatcher's activities and their dependencies.
@@ -60,7 +76,7 @@ type Activities struct {
 	// activity fails, and is retried until a worker that has a History picks it up.
 	History HistoryReader
 	// RunLog reads the run log the takeovers write (takeover.RunLog), which a new run's carry-over
-	// reads to find every earlier run that may have accepted requests. Default: with an EtcdLedger,
+	// reads to find every earlier run that may have accepted requests. Default: with a ledger.Etcd,
 	// its etcd client (the log's range comes with each run's Owner.RunLog). Without either, a run whose
 	// takeover kept a log cannot collect what earlier runs accepted: its Backlog activity fails, and
 	// is retried until a worker that has one picks it up.
@@ -128,7 +144,7 @@ func (a *Activities) begin(ctx context.Context, key string, owner takeover.Owner
 		return hl.BeginHolding(ctx, key, owner)
 	}
 	done, err = a.Ledger.Begin(ctx, key, owner)
-	return done, noRelease, err
+	return done, func() {}, err
 }
 
 // classify makes err a non-retryable application error of its documented type when retrying cannot
@@ -136,13 +152,13 @@ func (a *Activities) begin(ctx context.Context, key string, owner takeover.Owner
 func classify(err error) error {
 	var typ string
 	switch {
-	case errors.Is(err, ErrSuperseded):
+	case errors.Is(err, ledger.ErrSuperseded):
 		typ = ErrTypeSuperseded
-	case errors.Is(err, ErrInvalidOwner):
+	case errors.Is(err, ledger.ErrInvalidOwner):
 		typ = ErrTypeInvalidOwner
 	case errors.Is(err, ErrInvalidRequest):
 		typ = ErrTypeInvalidRequest
-	case errors.Is(err, ErrBadRecord):
+	case errors.Is(err, ledger.ErrBadRecord):
 		typ = ErrTypeBadRecord
 	default:
 		return err

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -20,11 +21,11 @@ type fencedLedger struct {
 }
 
 func (l *fencedLedger) Begin(ctx context.Context, key string, o takeover.Owner) (bool, error) {
-	if err := ValidateOwner(o); err != nil {
+	if err := ledger.ValidateOwner(o); err != nil {
 		return false, err
 	}
 	if o.Token != l.current {
-		return false, ErrSuperseded
+		return false, ledger.ErrSuperseded
 	}
 	return l.memLedger.Begin(ctx, key, o)
 }
@@ -40,7 +41,7 @@ func TestDispatchFailsNonRetryably(t *testing.T) {
 		{"superseded owner", takeover.Owner{ServerID: "old", Token: 3, ElectionKey: owner.ElectionKey}, nil, ErrTypeSuperseded},
 		{"owner without election key", takeover.Owner{ServerID: "x", Token: 7}, nil, ErrTypeInvalidOwner},
 		{"owner without token", takeover.Owner{ServerID: "x", ElectionKey: owner.ElectionKey}, nil, ErrTypeInvalidOwner},
-		{"handler refused as superseded", owner, fmt.Errorf("app write: %w", ErrSuperseded), ErrTypeSuperseded},
+		{"handler refused as superseded", owner, fmt.Errorf("app write: %w", ledger.ErrSuperseded), ErrTypeSuperseded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls int
@@ -111,7 +112,7 @@ type badRecordLedger struct {
 
 func (l *badRecordLedger) Begin(ctx context.Context, key string, o takeover.Owner) (bool, error) {
 	if key == l.bad {
-		return false, fmt.Errorf("%w: %s", ErrBadRecord, key)
+		return false, fmt.Errorf("%w: %s", ledger.ErrBadRecord, key)
 	}
 	return l.memLedger.Begin(ctx, key, o)
 }

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -329,7 +330,7 @@ func (a *Activities) seeds(ctx context.Context, src Source) ([]seed, error) {
 	rl := a.runLog()
 	if rl == nil {
 		// Retried: a worker with an etcd ledger (or Activities.RunLog) can pick the activity up.
-		return nil, errors.New("dispatcher: Activities.RunLog (or an EtcdLedger) must be set to read the run log of a takeover that kept one")
+		return nil, errors.New("dispatcher: Activities.RunLog (or a ledger.Etcd) must be set to read the run log of a takeover that kept one")
 	}
 	logged, err := rl.Runs(ctx, src.RunLog)
 	switch {
@@ -408,8 +409,10 @@ func (a *Activities) runLog() RunLogReader {
 	if a.RunLog != nil {
 		return a.RunLog
 	}
-	if l, ok := a.Ledger.(*EtcdLedger); ok {
-		return l.runLog()
+	if l, ok := a.Ledger.(*ledger.Etcd); ok {
+		if rl := l.RunLog(); rl != nil { // never a typed nil in the interface
+			return rl
+		}
 	}
 	return nil
 }

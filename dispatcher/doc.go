@@ -1,25 +1,15 @@
-// Package dispatcher is Baton's reference dispatcher workflow, its Dispatch activity and the etcd
-// ledger that makes each dispatch request take effect once across takeovers, together with the
-// checks an application uses to fence its own side effects the same way.
+// Package dispatcher is Baton's reference dispatcher workflow, its Dispatch activity and the
+// Producer. A dispatch request takes effect once across takeovers through a Ledger of dispatch keys;
+// package ledger is the etcd one Baton ships, and holds the checks an application uses to fence its
+// own side effects the same way (ledger.OwnerCmp, ledger.ConfirmOwner).
 //
 // # The Owner contract
 //
-// A takeover starts every dispatcher run with a takeover.Owner as its input and memo. Token and
-// ElectionKey are the run's exact-match lease: the owner's election term holds exactly while
-// ElectionKey exists in etcd with create revision Token (election.Term.Guard compares the same).
-// Once a successor wins, the key is gone or was created again at a higher revision, and the compare
-// fails for ever. So:
-//
-//   - a write to etcd is fenced by putting OwnerCmp(owner) in its transaction's If: etcd itself
-//     refuses it once the owner is superseded, however late the request arrives;
-//   - a side effect outside etcd is preceded by ConfirmOwner, a linearizable check; it narrows the
-//     window to the time between the check and the effect, so such effects must also be idempotent;
-//   - an Owner without ElectionKey or a positive Token cannot be checked, and fails closed
-//     (ErrInvalidOwner, naming the field): no silent fallback to acting unfenced;
-//   - a refusal is ErrSuperseded (match it with errors.Is). Retrying cannot fix it: the successor's
-//     run does the work.
-//
-// Continue-as-new keeps the Owner: every run of a chain belongs to the owner that started the first.
+// A takeover starts every dispatcher run with a takeover.Owner as its input and memo: the run's
+// exact-match lease, Token and ElectionKey (package ledger tells the contract). Every write the
+// ledger makes for a run is fenced by it, and a handler fences its own side effects the same way; a
+// refusal is ledger.ErrSuperseded, which retrying cannot fix. Continue-as-new keeps the Owner: every
+// run of a chain belongs to the owner that started the first.
 //
 // # Dispatch
 //
@@ -31,10 +21,10 @@
 // not handled again. The handler is at-least-once between Begin and Complete: a run terminated or
 // superseded in between leaves the key pending, and the next owner handles it again, so handlers
 // must be idempotent by key. It is never run twice at once: the attempt that began a key holds it
-// (HoldingLedger, LedgerAttemptKey) until its handler has returned, and another attempt waits for
-// it to return meanwhile (its Begin would fail with ErrAttemptInFlight). So a request is handled
-// again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a handler
-// that failed; in the first case once the crashed attempt's claim has lapsed (LedgerAttemptTTL,
+// (HoldingLedger, ledger.AttemptKey) until its handler has returned, and another attempt waits for
+// it to return meanwhile (its Begin would fail with ledger.ErrAttemptInFlight). So a request is
+// handled again only after a crash, a planned move whose handler outlasted QuiesceTimeout, or a
+// handler that failed; in the first case once the crashed attempt's claim has lapsed (ledger.AttemptTTL,
 // 5 s, within the election's TTL), in the others once the first call returned. The activity fails
 // without retrying, with the ApplicationError types ErrTypeSuperseded, ErrTypeInvalidOwner,
 // ErrTypeInvalidRequest and ErrTypeBadRecord, when retrying cannot help.
@@ -71,7 +61,7 @@
 //     in etcd (takeover.RunLog; the run's Owner.RunLog names the range), and a run a takeover could
 //     not log is never ended by it: it stays open, and the next takeover's describe or its FAIL-policy
 //     start finds it and names it. The carry-over reads the log (Activities.RunLog, by default the
-//     EtcdLedger's client) and describes each logged chain's runs and the prior run by run ID,
+//     ledger.Etcd's client) and describes each logged chain's runs and the prior run by run ID,
 //     following continue-as-new links: strongly consistent reads. Visibility (Activities.History's
 //     ListWorkflow) only adds runs Baton did not log; a row's status is never believed: every run is
 //     read from its history, and one whose history is not closed yet fails the page, which is retried
@@ -181,31 +171,7 @@
 //
 // # The etcd ledger
 //
-// EtcdLedger keeps one record per dispatch key of each project (the Owner's Project), under a prefix
-// (default DefaultLedgerPrefix), in a range of the project's own (LedgerRange; a name never contains
-// '/', so no project's range covers another's, and a role granted it reaches one project's records):
-//
-//	<prefix>/p/<project>/<dispatch key>          ->  "<state> <server_id> <token>"   e.g. "done node-a 1234"
-//	<prefix>/p/<project>/attempt/<dispatch key>  ->  "<server_id> <token>"   while an attempt's handler runs
-//
-// LedgerKey, LedgerAttemptKey and LedgerRange are the one definition of the layout; tools use them.
-// The releases before kept every project's records in one range, <prefix>/<dispatch key>
-// (LegacyLedgerKey). This release still reads it and never writes it: Begin compares and reads the
-// old record in the same transaction, so a key done there is a duplicate, one an older owner left
-// pending is taken over in the project's range, and one a newer owner left pending is ErrSuperseded;
-// ReadLedgerRecord, ReadLedger and ReadPendingLedger show an old record where the project has none.
-// That takes read access to LegacyLedgerRange, which holds no project's new records. Turn the reading
-// off with ReadLegacyLedger(false) once the previous release's records have expired (its workers
-// stopped a retention ago); the next release removes it.
-//
-// state is "pending" (Begin) or "done" (Complete); server_id and token are the owner that wrote it.
-// An attempt's claim lives on a lease of its own (LedgerAttemptTTL), kept alive while its handler
-// runs and revoked when it returns; Begin writes it in the transaction that records the key pending,
-// and refuses to begin a key that another attempt holds (ErrAttemptInFlight).
-// Records carry an etcd lease and live for the ledger's retention. Every write is one transaction
-// comparing OwnerCmp(owner) and the record's exact previous state (its value or mod revision), so a
-// superseded owner writes nothing. Begin takes over a pending record of an older token (its run ended
-// mid-dispatch), keeps one of its own token (a retried attempt), refuses one of a newer token
-// (ErrSuperseded), and reports done records as duplicates. A record that does not read as above is
-// ErrBadRecord: the ledger does not guess whether such a key was dispatched.
+// ledger.Etcd keeps one record per dispatch key of each project, each written only by the key's
+// current owner, for a retention; its package doc tells the layout, the legacy layout and what each
+// write guarantees.
 package dispatcher

@@ -36,7 +36,7 @@ func startedByPreviousRelease(ctx workflow.Context, in Input) bool {
 // turn by one Dispatch activity, and the run continues as new at its history limit (into this
 // release's code). It registers no update handler, so a Producer's update is refused and retried
 // until the run is replaced. Its Owner has no ElectionKey, so the fenced ledger refuses its
-// dispatches (ErrInvalidOwner): the requests stay unhandled in its history, and the next owner's
+// dispatches (ledger.ErrInvalidOwner): the requests stay unhandled in its history, and the next owner's
 // takeover terminates the run and carries them over, like any predecessor's.
 func legacyRun(ctx workflow.Context, in Input) error {
 	limit := in.HistoryLimit

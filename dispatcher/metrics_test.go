@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -41,7 +42,7 @@ func sums(t *testing.T, reader *sdkmetric.ManualReader, name, key string) map[st
 // returns for it (retryable when retrying may help).
 func TestHandlerRunsCountedByResult(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	results := map[string]error{"t-ok": nil, "t-boom": errors.New("boom"), "t-gone": fmt.Errorf("app write: %w", ErrSuperseded)}
+	results := map[string]error{"t-ok": nil, "t-boom": errors.New("boom"), "t-gone": fmt.Errorf("app write: %w", ledger.ErrSuperseded)}
 	acts := &Activities{Ledger: &fencedLedger{current: owner.Token}, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Handler: func(_ context.Context, _ string, r Request, _ takeover.Owner) error { return results[r.TaskID] }}
 	var s testsuite.WorkflowTestSuite

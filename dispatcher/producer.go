@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -149,7 +150,7 @@ func NewProducer(c client.Client, cfg ProducerConfig) (*Producer, error) {
 //   - an error wrapping ErrInvalidRequest (at once, nothing sent) for a request Validate rejects,
 //     and for one the dispatcher's validator rejects;
 //   - an error wrapping takeover.ErrInvalidName for an invalid project or queue;
-//   - an error wrapping ErrBadRecord when the ledger cannot tell whether the key was dispatched;
+//   - an error wrapping ledger.ErrBadRecord when the ledger cannot tell whether the key was dispatched;
 //   - an error wrapping ErrPermanent when Temporal refuses the call for a reason retrying cannot fix
 //     (invalid argument, namespace not found, permission denied);
 //   - ctx's error (errors.Is(err, context.DeadlineExceeded) or context.Canceled) when ctx ends
@@ -256,7 +257,7 @@ func permanent(err error) error {
 	case errors.As(err, &app) && app.Type() == ErrTypeInvalidRequest:
 		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	case errors.As(err, &app) && app.Type() == ErrTypeBadRecord:
-		return fmt.Errorf("%w: %v", ErrBadRecord, err)
+		return fmt.Errorf("%w: %v", ledger.ErrBadRecord, err)
 	case errors.As(err, &invalid), errors.As(err, &nsNotFound), errors.As(err, &denied):
 		return fmt.Errorf("%w: %w", ErrPermanent, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -132,8 +133,8 @@ type ServeOptions struct {
 	// Tuning is the run's tuning, as RegisterOptions are the reference workflow's on a worker: a
 	// run's Input overrides it field by field, the defaults fill the rest. It must pass Validate.
 	Tuning RegisterOptions
-	// Start is the application's own code for the run: announcing the owner (ConfirmOwner, then a
-	// write fenced by OwnerCmp), loading what the run needs. Serve calls it once Baton's update,
+	// Start is the application's own code for the run: announcing the owner (ledger.ConfirmOwner, then a
+	// write fenced by ledger.OwnerCmp), loading what the run needs. Serve calls it once Baton's update,
 	// signal and query handlers are registered, so a request sent meanwhile is accepted and waits,
 	// and before the first request is dispatched. It runs in every run of the chain (Input.Carry is
 	// set in a run that continued as new) and must return: work that lasts the whole run goes in a
@@ -420,7 +421,7 @@ func run(ctx workflow.Context, in Input, app ServeOptions) error {
 	state.Backlog = startSources(info.WorkflowExecution.ID, info.FirstRunID, in, carryAll && in.Carry == nil)
 	carried := state.Pending
 	state.Pending = nil
-	if err := ValidateOwner(in.Owner); err != nil {
+	if err := ledger.ValidateOwner(in.Owner); err != nil {
 		log.Error("dispatcher run cannot be fenced; every dispatch will be refused", "error", err,
 			"server_id", in.ServerID, "token", in.Token)
 	}

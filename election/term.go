@@ -111,7 +111,7 @@ func (t *Term) Check() error {
 // token is token holds: the key exists with that create revision. Once a successor wins, the key is
 // gone or was created again at a higher revision, and the comparison fails for ever. It is Baton's
 // one fencing comparison: Term.Guard, the term's own delete, and every fenced write of a dispatcher
-// run (dispatcher.OwnerCmp) put it in their transaction's If.
+// run (ledger.OwnerCmp) put it in their transaction's If.
 func HeldCmp(key string, token int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(key), "=", token)
 }

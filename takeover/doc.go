@@ -17,10 +17,10 @@
 // holds. A workflow or activity that acts outside Temporal checks it, with the Owner it was given
 // (copied into its input by the hook, or read from the memo with DecodeOwner):
 //
-//   - dispatcher.ConfirmOwner(ctx, kv, owner) right before a side effect outside etcd: nil means the
-//     term still holds; an error wrapping dispatcher.ErrSuperseded means it does not and the run must
+//   - ledger.ConfirmOwner(ctx, kv, owner) right before a side effect outside etcd: nil means the
+//     term still holds; an error wrapping ledger.ErrSuperseded means it does not and the run must
 //     not act; any other error means etcd did not answer, and the run must not act either;
-//   - dispatcher.OwnerCmp(owner) in the If of the etcd transaction that makes a write of its own, so
+//   - ledger.OwnerCmp(owner) in the If of the etcd transaction that makes a write of its own, so
 //     that the write is refused once the owner is superseded.
 //
 // These are the supported token checks. The leader that etcd shows (election.Leader, Node.Status) is

@@ -14,6 +14,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/internal/opscli"
+	"github.com/baton-run/baton/ledger"
 )
 
 // env replaces every BATON_* variable of the test with env.
@@ -65,12 +66,12 @@ func TestACLEtcdPrintsTheConfigurationsPrefixes(t *testing.T) {
 	if code := run(context.Background(), []string{"acl", "etcd", "-role", "baton-billing"}, &stdout, &stderr); code != opscli.ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	prefixes := baton.Config{Project: "billing"}.EtcdPrefixes(dispatcher.DefaultLedgerPrefix)
+	prefixes := baton.Config{Project: "billing"}.EtcdPrefixes(ledger.DefaultPrefix)
 	want := "etcdctl role add baton-billing\n"
 	for _, p := range prefixes {
 		want += "etcdctl role grant-permission baton-billing readwrite " + p + " --prefix=true\n"
 	}
-	key, end := dispatcher.LegacyLedgerRange(dispatcher.DefaultLedgerPrefix)
+	key, end := ledger.LegacyRange(ledger.DefaultPrefix)
 	want += "# read-only, until the workers no longer read the ledger's layout before per-project keys (-legacy-ledger=false then)\n" +
 		"etcdctl role grant-permission baton-billing read " + key + " " + end + "\n"
 	want += "# the password is read from $ETCD_NEW_USER_PASSWORD when the next line runs (not from the shell's history); etcdctl's arguments show it to ps meanwhile\n" +

@@ -8,17 +8,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
-	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/ledger"
 )
 
 // ledgerReader reads the dispatch ledger back for `demo-worker load`: which accepted requests were
-// handled, and which were handled more than once, through the dispatcher package's readers of the
-// project's records (the layout is dispatcher's: LedgerKey).
+// handled, and which were handled more than once, through package ledger's readers of the
+// project's records (ledger.Watch, ledger.Read; the layout is ledger.Key's).
 type ledgerReader struct {
 	etcd    *clientv3.Client
 	prefix  string
 	project string
-	watch   *dispatcher.LedgerWatch // from the start of the load: the completions since
+	watch   *ledger.Watch // from the start of the load: the completions since
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -33,7 +33,7 @@ const ledgerPoll = 500 * time.Millisecond
 // startLedgerReader follows the ledger from now on, until close: even after ctx ends (a stop signal),
 // since what happened to the accepted requests is the point of reading it.
 func startLedgerReader(ctx context.Context, etcd *clientv3.Client, prefix, project string) (*ledgerReader, error) {
-	w, err := dispatcher.NewLedgerWatch(ctx, etcd, prefix, project)
+	w, err := ledger.NewWatch(ctx, etcd, prefix, project)
 	if err != nil {
 		return nil, err
 	}
@@ -57,13 +57,13 @@ func (l *ledgerReader) close() {
 func (l *ledgerReader) settle(ctx context.Context, keys []string, settle time.Duration, progress func(loadreport.Ledger)) (loadreport.Ledger, error) {
 	deadline := time.Now().Add(settle)
 	for {
-		records, rev, err := dispatcher.ReadLedger(ctx, l.etcd, l.prefix, l.project)
+		records, rev, err := ledger.Read(ctx, l.etcd, l.prefix, l.project)
 		if err != nil {
 			return loadreport.Ledger{}, err
 		}
 		r := loadreport.Ledger{Accepted: len(keys)}
 		for _, k := range keys {
-			if dispatcher.LedgerState(records[k]) == dispatcher.LedgerDone {
+			if ledger.State(records[k]) == ledger.Done {
 				r.Handled++
 			}
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/internal/opscli"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -79,7 +80,7 @@ func parseLoad(args []string, stdout io.Writer) (loadOptions, error) {
 	if o.Common, err = opscli.LoadCommon(ownEnv()...); err != nil {
 		return o, err
 	}
-	o.mode, o.rate, o.interval, o.settle, o.inFlight, o.ledger = modeSignal, defaultLoadRate, defaultLoadInterval, defaultLoadSettle, defaultInFlight, dispatcher.DefaultLedgerPrefix
+	o.mode, o.rate, o.interval, o.settle, o.inFlight, o.ledger = modeSignal, defaultLoadRate, defaultLoadInterval, defaultLoadSettle, defaultInFlight, ledger.DefaultPrefix
 	fs := flag.NewFlagSet("demo-worker load", flag.ContinueOnError)
 	o.AddFlags(fs)
 	fs.StringVar(&o.mode, "mode", o.mode, "how requests are sent: signal (SignalWorkflow, each failed send retried until accepted) or dispatch (dispatcher.Producer, returns once handled)")

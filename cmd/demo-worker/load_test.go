@@ -15,6 +15,7 @@ import (
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/internal/opscli"
+	"github.com/baton-run/baton/ledger"
 )
 
 func TestLoadRejectsBadFlagsNamingTheFlagAndRule(t *testing.T) {
@@ -62,7 +63,7 @@ func TestLoadDefaultsAndEtcdIsOptional(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.mode != modeSignal || o.rate != 2.5 || o.interval != defaultLoadInterval || o.inFlight != defaultInFlight || o.ledger != dispatcher.DefaultLedgerPrefix {
+	if o.mode != modeSignal || o.rate != 2.5 || o.interval != defaultLoadInterval || o.inFlight != defaultInFlight || o.ledger != ledger.DefaultPrefix {
 		t.Errorf("options %+v", o)
 	}
 	if !strings.HasPrefix(o.run, "load-") || len(o.Clients.EtcdEndpoints) != 0 {
@@ -98,13 +99,13 @@ func TestDispatchSummaryTellsUnsettledFromRejected(t *testing.T) {
 	c.handled.Store(2)
 	c.unsettledReq("k1")
 	c.rejected.Add(1)
-	c.failedReq(dispatcher.ErrBadRecord)
+	c.failedReq(ledger.ErrBadRecord)
 	s := c.summary(modeDispatch, time.Second)
 	s.Final, s.Ledger = true, &loadreport.Ledger{Accepted: 2, Handled: 2}
 	var line, js strings.Builder
 	printSummary(&line, s, false)
 	want := "load total: sent=5 accepted=2 handled=2 unsettled=1 rejected=1 errors=1 waited=0 ledger_accepted=2 ledger_handled=2 not_handled=0 handled_twice=0\n"
-	if line.String() != want || len(c.unsettledKeys) != 1 || c.firstErr != dispatcher.ErrBadRecord {
+	if line.String() != want || len(c.unsettledKeys) != 1 || c.firstErr != ledger.ErrBadRecord {
 		t.Errorf("line %q, want %q; unsettled keys %v, first error %v", line.String(), want, c.unsettledKeys, c.firstErr)
 	}
 	printSummary(&js, s, true)

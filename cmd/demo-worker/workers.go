@@ -16,6 +16,7 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/cmd/demo-worker/contract"
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -44,15 +45,15 @@ func startTemporalWorkers(p workerParams) error {
 	if cfg.Takeover.TaskQueue != "" {
 		queues = []string{cfg.Takeover.TaskQueue}
 	}
-	ledger, err := dispatcher.NewEtcdLedger(p.Etcd, "", 0)
+	dl, err := ledger.New(p.Etcd, ledger.Config{})
 	if err != nil {
 		return err
 	}
-	if err := p.Node.AddReadinessCheck("dispatch-ledger", ledger.Check); err != nil {
+	if err := p.Node.AddReadinessCheck("dispatch-ledger", dl.Check); err != nil {
 		return err
 	}
 	log := p.Logger.Named("dispatch")
-	acts := &dispatcher.Activities{Ledger: ledger, Handler: p.Load.count(logDispatch(log)), History: p.Temporal,
+	acts := &dispatcher.Activities{Ledger: dl, Handler: p.Load.count(logDispatch(log)), History: p.Temporal,
 		Events: cfg.Events, MeterProvider: p.Meters}
 	drain := p.Options.drainTimeout()
 	workers := make([]worker.Worker, len(queues))

@@ -24,6 +24,7 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -135,11 +136,11 @@ type workerParams struct {
 // (the etcd ledger, the handler) on each queue's task queue; the ledger's health is part of /readyz.
 func startWorkers(p workerParams) error {
 	acts := &Activities{Etcd: p.Etcd}
-	ledger, err := dispatcher.NewEtcdLedger(p.Etcd, "", 0)
+	dl, err := ledger.New(p.Etcd, ledger.Config{})
 	if err != nil {
 		return err
 	}
-	if err := p.Node.AddReadinessCheck("dispatch-ledger", ledger.Check); err != nil {
+	if err := p.Node.AddReadinessCheck("dispatch-ledger", dl.Check); err != nil {
 		return err
 	}
 	handler := p.Options.Handler
@@ -151,7 +152,7 @@ func startWorkers(p workerParams) error {
 			return nil
 		}
 	}
-	dispatch := &dispatcher.Activities{Ledger: ledger, Handler: handler, History: p.Temporal}
+	dispatch := &dispatcher.Activities{Ledger: dl, Handler: handler, History: p.Temporal}
 	queues := make([]string, len(p.Config.Queues))
 	workers := make([]worker.Worker, len(queues))
 	for i, q := range p.Config.Queues {

@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/ledger"
 )
 
 // DefaultNewPasswordEnv is the environment variable the printed `etcdctl user add` reads the new
@@ -30,7 +30,7 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 		return ExitConfig
 	}
-	user, role, ledger := c.Clients.EtcdUsername, "", dispatcher.DefaultLedgerPrefix
+	user, role, ledgerPrefix := c.Clients.EtcdUsername, "", ledger.DefaultPrefix
 	if user == "" {
 		user = "baton"
 	}
@@ -41,10 +41,10 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 	fs.StringVar(&c.Cfg.Election.Prefix, "election-prefix", c.Cfg.Election.Prefix, "queue elections' prefix "+c.bind("Election.Prefix", "election-prefix", envOf("Election.Prefix")))
 	fs.StringVar(&c.Cfg.ReconcilerElectionPrefix, "reconciler-election-prefix", c.Cfg.ReconcilerElectionPrefix,
 		"reconciler election's prefix "+c.bind("ReconcilerElectionPrefix", "reconciler-election-prefix", envOf("ReconcilerElectionPrefix")))
-	fs.StringVar(&ledger, "ledger-prefix", ledger, "the dispatch ledger's prefix (dispatcher.NewEtcdLedger's); empty: the workers keep no ledger in etcd")
+	fs.StringVar(&ledgerPrefix, "ledger-prefix", ledgerPrefix, "the dispatch ledger's prefix (ledger.Config.Prefix); empty: the workers keep no ledger in etcd")
 	fs.BoolVar(&legacy, "legacy-ledger", legacy, "also grant read (not write) on the dispatch ledger's layout before per-project keys "+
-		"(dispatcher.LegacyLedgerRange: records that name no project), which workers of this release read while upgrading from the one before; "+
-		"false once the workers run with dispatcher.ReadLegacyLedger(false)")
+		"(ledger.LegacyRange: records that name no project), which workers of this release read while upgrading from the one before; "+
+		"false once the workers run with ledger.Config.IgnoreLegacy")
 	fs.Func("extra-prefix", "an etcd prefix of the application's own keys the role also reads and writes (repeatable): the place for the keys "+
 		"the application writes itself, fenced by the run's term, such as an announce from a dispatcher run's start", func(p string) error {
 		if err := names.CheckPrefix(p, "", ""); err != nil {
@@ -88,7 +88,7 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 		fmt.Fprintf(stderr, "%s: %v: the role covers that project's keys only\n", prog, err)
 		return ExitConfig
 	}
-	printEtcdRole(stdout, role, append(c.Cfg.EtcdPrefixes(ledger), extra...), legacy, ledger)
+	printEtcdRole(stdout, role, append(c.Cfg.EtcdPrefixes(ledgerPrefix), extra...), legacy, ledgerPrefix)
 	if pwFile != "" {
 		fmt.Fprintf(stdout, "# the password is read from %s when the next line runs; etcdctl's arguments show it to ps meanwhile\n", pwFile)
 		fmt.Fprintf(stdout, "etcdctl user add %s --new-user-password=\"$(cat %s)\"\n", user, shellQuote(pwFile))
@@ -101,14 +101,14 @@ func EtcdACL(prog string, args []string, stdout, stderr io.Writer, ignore ...str
 }
 
 // printEtcdRole prints the commands that create role with read and write on prefixes and, with
-// legacy, read on the dispatch ledger's layout before per-project keys under ledger (none when "").
-func printEtcdRole(stdout io.Writer, role string, prefixes []string, legacy bool, ledger string) {
+// legacy, read on the dispatch ledger's layout before per-project keys under ledgerPrefix (none when "").
+func printEtcdRole(stdout io.Writer, role string, prefixes []string, legacy bool, ledgerPrefix string) {
 	fmt.Fprintf(stdout, "etcdctl role add %s\n", role)
 	for _, p := range prefixes {
 		fmt.Fprintf(stdout, "etcdctl role grant-permission %s readwrite %s --prefix=true\n", role, shellQuote(p))
 	}
-	if legacy && ledger != "" {
-		key, end := dispatcher.LegacyLedgerRange(ledger)
+	if legacy && ledgerPrefix != "" {
+		key, end := ledger.LegacyRange(ledgerPrefix)
 		fmt.Fprintf(stdout, "# read-only, until the workers no longer read the ledger's layout before per-project keys (-legacy-ledger=false then)\n")
 		fmt.Fprintf(stdout, "etcdctl role grant-permission %s read %s %s\n", role, shellQuote(key), shellQuote(end))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -24,7 +25,7 @@ import (
 // the request's identity fields, from which find computes the key with Request.Key and prints it:
 // pending (begun, its handler not known to have finished) or done, by which owner (server and token)
 // and in which dispatcher runs (the runs of the project whose owner memo has that token, among the
-// last -runs listed); or not begun. KEY must have a dispatch key's shape (dispatcher.IsKey), so that a
+// last -runs listed); or not begun. KEY must have a dispatch key's shape (ledger.IsDispatchKey), so that a
 // task ID given in its place is refused (exit 2) instead of read as a request never begun. Exit 0
 // when etcd answered, 1 when it did not; runs Temporal could not list are a warning.
 func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.Writer, ignore ...string) int {
@@ -49,11 +50,11 @@ func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.W
 		clientCfg.EtcdDialTimeout = timeout
 	}
 	etcd, err := fxmodule.NewEtcdClient(fxmodule.ClientParams{Config: clientCfg, Lifecycle: &lc})
-	var rec dispatcher.LedgerRecord
+	var rec ledger.Record
 	var found bool
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		rec, found, err = dispatcher.ReadLedgerRecord(cctx, etcd, prefix, c.Cfg.Project, key)
+		rec, found, err = ledger.ReadRecord(cctx, etcd, prefix, c.Cfg.Project, key)
 		cancel()
 	}
 	if err != nil {
@@ -70,11 +71,11 @@ func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.W
 	}
 	if asJSON {
 		out := struct {
-			Key     string                   `json:"key"`
-			Request *dispatcher.Request      `json:"request,omitempty"`
-			Found   bool                     `json:"found"`
-			Record  *dispatcher.LedgerRecord `json:"record,omitempty"`
-			Runs    []ledgerRun              `json:"runs,omitempty"`
+			Key     string              `json:"key"`
+			Request *dispatcher.Request `json:"request,omitempty"`
+			Found   bool                `json:"found"`
+			Record  *ledger.Record      `json:"record,omitempty"`
+			Runs    []ledgerRun         `json:"runs,omitempty"`
 		}{Key: key, Found: found, Runs: runs}
 		if find {
 			out.Request = &req
@@ -87,7 +88,7 @@ func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.W
 		return ExitOK
 	}
 	if !found {
-		fmt.Fprintf(stdout, "%s: not begun (no record under %s): not dispatched yet, or never accepted\n", key, dispatcher.LedgerRange(prefix, c.Cfg.Project))
+		fmt.Fprintf(stdout, "%s: not begun (no record under %s): not dispatched yet, or never accepted\n", key, ledger.Range(prefix, c.Cfg.Project))
 		return ExitOK
 	}
 	fmt.Fprintf(stdout, "%s: %s by %s (token %d), etcd revision %d\n", key, rec.State, rec.ServerID, rec.Token, rec.Revision)
@@ -112,7 +113,7 @@ type ledgerOptions struct {
 // parseLedger reads the environment and the flags of `prog ledger KEY` or `prog ledger find` and
 // validates them.
 func parseLedger(prog string, args []string, stdout io.Writer, ignore []string) (ledgerOptions, error) {
-	o := ledgerOptions{timeout: DefaultStatusTimeout, prefix: dispatcher.DefaultLedgerPrefix, maxRuns: 500}
+	o := ledgerOptions{timeout: DefaultStatusTimeout, prefix: ledger.DefaultPrefix, maxRuns: 500}
 	var err error
 	if o.Common, err = LoadCommon(ignore...); err != nil {
 		return o, err
@@ -125,7 +126,7 @@ func parseLedger(prog string, args []string, stdout io.Writer, ignore []string) 
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	o.AddFlags(fs)
 	fs.Var(Duration(&o.timeout), "timeout", "bound of the call to etcd")
-	fs.StringVar(&o.prefix, "ledger-prefix", o.prefix, "the dispatch ledger's etcd prefix (dispatcher.NewEtcdLedger's)")
+	fs.StringVar(&o.prefix, "ledger-prefix", o.prefix, "the dispatch ledger's etcd prefix (ledger.Config.Prefix)")
 	fs.BoolVar(&o.json, "json", false, "print JSON instead of a line")
 	fs.IntVar(&o.maxRuns, "runs", o.maxRuns, "dispatcher runs of the project listed, newest first, to find the record's (0: none)")
 	if o.find {
@@ -137,10 +138,10 @@ func parseLedger(prog string, args []string, stdout io.Writer, ignore []string) 
 			err = checkRequest(o.req)
 		}
 		o.key = o.req.Key()
-	} else if o.key, err = parseWithArg(fs, args, stdout, "KEY"); err == nil && !dispatcher.IsKey(o.key) {
+	} else if o.key, err = parseWithArg(fs, args, stdout, "KEY"); err == nil && !ledger.IsDispatchKey(o.key) {
 		err = fmt.Errorf("KEY must be a dispatch key, %d lowercase hex digits (dispatcher.Request.Key: the SHA-256 of the request's "+
 			"type, task ID, payload SHA-256 and parent), got %s; to find a request's key from those fields: "+
-			"%s ledger find -type T -id ID -payload-sha256 H [-parent P]", dispatcher.KeyLen, names.Quote(o.key), prog)
+			"%s ledger find -type T -id ID -payload-sha256 H [-parent P]", ledger.DispatchKeyLen, names.Quote(o.key), prog)
 	}
 	switch {
 	case err != nil:
@@ -161,7 +162,7 @@ func parseLedger(prog string, args []string, stdout io.Writer, ignore []string) 
 // dispatcher.Request.Validate's rules: each field is validated alone, beside fields known good, so
 // that the rules stay the dispatcher's and the error still names the flag.
 func checkRequest(r dispatcher.Request) error {
-	good := dispatcher.Request{Type: "t", TaskID: "t", PayloadSHA256: strings.Repeat("0", dispatcher.KeyLen)}
+	good := dispatcher.Request{Type: "t", TaskID: "t", PayloadSHA256: strings.Repeat("0", ledger.DispatchKeyLen)}
 	for _, f := range []struct {
 		flag string
 		set  func(*dispatcher.Request)

@@ -16,8 +16,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"golang.org/x/time/rate"
 
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/takeover"
 )
@@ -129,7 +129,7 @@ func Verify(ctx context.Context, prog string, args []string, stdout, stderr io.W
 
 func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) (verifyOptions, bool, error) {
 	o := verifyOptions{history: 50, settle: 3 * time.Second, rate: 20,
-		ledgerPrefix: dispatcher.DefaultLedgerPrefix, ledgerRevisions: 1_000_000, pendingMax: 10 * time.Minute}
+		ledgerPrefix: ledger.DefaultPrefix, ledgerRevisions: 1_000_000, pendingMax: 10 * time.Minute}
 	var err error
 	if o.Common, err = LoadCommon(ignore...); err != nil {
 		return o, false, err
@@ -143,7 +143,7 @@ func parseVerify(prog string, args []string, stdout io.Writer, ignore []string) 
 	fs.Var(Duration(&o.settle), "settle", "how long a state violation must hold to be reported (a handover takes milliseconds)")
 	fs.IntVar(&o.history, "history", o.history, "runs of each queue's dispatcher workflow read back, newest first")
 	fs.Float64Var(&o.rate, "rate", o.rate, "Temporal visibility and history calls per second, at most")
-	fs.StringVar(&o.ledgerPrefix, "ledger-prefix", o.ledgerPrefix, "the dispatch ledger's etcd prefix (dispatcher.NewEtcdLedger's); empty: no ledger checks")
+	fs.StringVar(&o.ledgerPrefix, "ledger-prefix", o.ledgerPrefix, "the dispatch ledger's etcd prefix (ledger.Config.Prefix); empty: no ledger checks")
 	fs.Int64Var(&o.ledgerRevisions, "ledger-revisions", o.ledgerRevisions, "etcd revisions of ledger history replayed for completions made twice; 0: all etcd keeps")
 	fs.Var(Duration(&o.pendingMax), "pending-max", "a ledger record pending (begun, not completed) longer is a violation")
 	fs.Var(Duration(&o.reconcilerMax), "reconciler-max", "the reconciler's last completed cycle must be more recent (3 × "+envOf("Reconciler.Interval")+")")

@@ -12,8 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/reconciler"
 )
 
@@ -89,7 +89,7 @@ func (j etcdJudge) reconciler(ctx context.Context) ([]violation, error) {
 // the revisions judged.
 func (j etcdJudge) doneTwice(ctx context.Context) (vs []violation, from, to int64, err error) {
 	cctx, cancel := context.WithTimeout(ctx, j.o.timeout)
-	resp, err := j.etcd.Get(cctx, dispatcher.LedgerRange(j.o.ledgerPrefix, j.o.Cfg.Project), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := j.etcd.Get(cctx, ledger.Range(j.o.ledgerPrefix, j.o.Cfg.Project), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("reading etcd's revision: %w", err)
@@ -101,7 +101,7 @@ func (j etcdJudge) doneTwice(ctx context.Context) (vs []violation, from, to int6
 	if j.sinceRev > 0 {
 		from = max(from, j.sinceRev+1)
 	}
-	w, err := dispatcher.NewLedgerWatchFrom(ctx, j.etcd, j.o.ledgerPrefix, j.o.Cfg.Project, from)
+	w, err := ledger.NewWatchFrom(ctx, j.etcd, j.o.ledgerPrefix, j.o.Cfg.Project, from)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -140,7 +140,7 @@ func replayBound(callTimeout time.Duration) time.Duration { return max(12*callTi
 func (j etcdJudge) pending(ctx context.Context) (vs []violation, unjudged string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, j.o.timeout)
 	defer cancel()
-	recs, _, _, err := dispatcher.ReadPendingLedger(cctx, j.etcd, j.o.ledgerPrefix, j.o.Cfg.Project)
+	recs, _, _, err := ledger.ReadPending(cctx, j.etcd, j.o.ledgerPrefix, j.o.Cfg.Project)
 	if err != nil || len(recs) == 0 {
 		return nil, "", err
 	}

@@ -8,9 +8,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -47,16 +47,16 @@ func Example_ownerContract() {
 	owner := takeover.Owner{Project: "billing", Queue: "orders", ServerID: "node-a", Token: term.Token(), ElectionKey: term.Key()}
 
 	write := func(value string) error {
-		resp, err := cli.Txn(ctx).If(dispatcher.OwnerCmp(owner)).Then(clientv3.OpPut("/app/orders/last", value)).Commit()
+		resp, err := cli.Txn(ctx).If(ledger.OwnerCmp(owner)).Then(clientv3.OpPut("/app/orders/last", value)).Commit()
 		if err != nil {
 			return err
 		}
 		if !resp.Succeeded {
-			return fmt.Errorf("%w: write of %s refused", dispatcher.ErrSuperseded, value)
+			return fmt.Errorf("%w: write of %s refused", ledger.ErrSuperseded, value)
 		}
 		return nil
 	}
-	fmt.Println("confirm:", dispatcher.ConfirmOwner(ctx, cli, owner))
+	fmt.Println("confirm:", ledger.ConfirmOwner(ctx, cli, owner))
 	fmt.Println("write:", write("first"))
 
 	// The term ends (here a resign; a crash or a partition ends it too) and a successor may win.
@@ -64,12 +64,12 @@ func Example_ownerContract() {
 		fmt.Println(err)
 		return
 	}
-	err = dispatcher.ConfirmOwner(ctx, cli, owner)
-	fmt.Println("superseded:", errors.Is(err, dispatcher.ErrSuperseded))
+	err = ledger.ConfirmOwner(ctx, cli, owner)
+	fmt.Println("superseded:", errors.Is(err, ledger.ErrSuperseded))
 	fmt.Println("write:", write("second"))
 	// Output:
 	// confirm: <nil>
 	// write: <nil>
 	// superseded: true
-	// write: dispatcher: owner superseded: write of second refused
+	// write: ledger: owner superseded: write of second refused
 }

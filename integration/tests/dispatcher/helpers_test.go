@@ -20,6 +20,7 @@ import (
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/servers/temporalx"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -74,9 +75,9 @@ func (e *env) ownerOf(t *testing.T, serverID string) (takeover.Owner, *election.
 }
 
 // ledger returns an etcd ledger under the test's prefix.
-func (e *env) ledger(t *testing.T) *dispatcher.EtcdLedger {
+func (e *env) ledger(t *testing.T) *ledger.Etcd {
 	t.Helper()
-	l, err := dispatcher.NewEtcdLedger(e.cli, ledgerPrefix, time.Hour)
+	l, err := ledger.New(e.cli, ledger.Config{Prefix: ledgerPrefix, Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +85,10 @@ func (e *env) ledger(t *testing.T) *dispatcher.EtcdLedger {
 }
 
 // records lists the ledger's records: key (without the prefix) -> value; the attempts' claims
-// (dispatcher.LedgerAttemptKey) are not records.
+// (ledger.AttemptKey) are not records.
 func (e *env) records(t *testing.T) map[string]string {
 	t.Helper()
-	out, _, err := dispatcher.ReadLedger(t.Context(), e.cli, ledgerPrefix, project)
+	out, _, err := ledger.Read(t.Context(), e.cli, ledgerPrefix, project)
 	if err != nil {
 		t.Fatal(err)
 	}

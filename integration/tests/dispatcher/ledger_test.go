@@ -19,6 +19,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/harness"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -35,10 +36,10 @@ func TestLedgerRefusesSupersededOwner(t *testing.T) {
 	}
 	b, _ := e.ownerOf(t, "node-b")
 
-	if _, err := l.Begin(t.Context(), "k-new", a); !errors.Is(err, dispatcher.ErrSuperseded) {
+	if _, err := l.Begin(t.Context(), "k-new", a); !errors.Is(err, ledger.ErrSuperseded) {
 		t.Fatalf("Begin by a superseded owner = %v, want ErrSuperseded", err)
 	}
-	if err := l.Complete(t.Context(), "k-pending", a); !errors.Is(err, dispatcher.ErrSuperseded) {
+	if err := l.Complete(t.Context(), "k-pending", a); !errors.Is(err, ledger.ErrSuperseded) {
 		t.Fatalf("Complete by a superseded owner = %v, want ErrSuperseded", err)
 	}
 	want := map[string]string{"k-pending": record("pending", a)}
@@ -65,17 +66,17 @@ func TestLedgerRecordStates(t *testing.T) {
 	o, _ := e.ownerOf(t, "node-a")
 	newer := takeover.Owner{ServerID: "node-z", Token: o.Token + 1000, ElectionKey: o.ElectionKey + "-newer"}
 	for k, v := range map[string]string{"done": record("done", newer), "newer": record("pending", newer)} {
-		if _, err := e.cli.Put(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, k), v); err != nil {
+		if _, err := e.cli.Put(t.Context(), ledger.Key(ledgerPrefix, project, k), v); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if done, err := l.Begin(t.Context(), "done", o); err != nil || !done {
 		t.Fatalf("Begin of a done key = %v, %v; want a duplicate", done, err)
 	}
-	if _, err := l.Begin(t.Context(), "newer", o); !errors.Is(err, dispatcher.ErrSuperseded) {
+	if _, err := l.Begin(t.Context(), "newer", o); !errors.Is(err, ledger.ErrSuperseded) {
 		t.Fatalf("Begin of a newer owner's pending key = %v, want ErrSuperseded", err)
 	}
-	if err := l.Complete(t.Context(), "newer", o); !errors.Is(err, dispatcher.ErrSuperseded) {
+	if err := l.Complete(t.Context(), "newer", o); !errors.Is(err, ledger.ErrSuperseded) {
 		t.Fatalf("Complete of a newer owner's pending key = %v, want ErrSuperseded", err)
 	}
 	for range 2 {
@@ -92,10 +93,10 @@ func TestLedgerRecordStates(t *testing.T) {
 	if got := e.records(t); !maps.Equal(got, want) {
 		t.Fatalf("records %v, want %v", got, want)
 	}
-	if _, err := e.cli.Put(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, "garbage"), "in-progress"); err != nil {
+	if _, err := e.cli.Put(t.Context(), ledger.Key(ledgerPrefix, project, "garbage"), "in-progress"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Begin(t.Context(), "garbage", o); !errors.Is(err, dispatcher.ErrBadRecord) {
+	if _, err := l.Begin(t.Context(), "garbage", o); !errors.Is(err, ledger.ErrBadRecord) {
 		t.Fatalf("Begin of an unreadable record = %v, want ErrBadRecord", err)
 	}
 }
@@ -112,17 +113,17 @@ func TestLedgerFailsClosedWithoutOwnerFields(t *testing.T) {
 		field string
 	}{{noKey, "election_key"}, {noToken, "token"}} {
 		_, err := l.Begin(t.Context(), "k", tc.owner)
-		if !errors.Is(err, dispatcher.ErrInvalidOwner) || !strings.Contains(err.Error(), tc.field) {
+		if !errors.Is(err, ledger.ErrInvalidOwner) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Begin = %v, want ErrInvalidOwner naming %s", err, tc.field)
 		}
-		if err := l.Complete(t.Context(), "k", tc.owner); !errors.Is(err, dispatcher.ErrInvalidOwner) {
+		if err := l.Complete(t.Context(), "k", tc.owner); !errors.Is(err, ledger.ErrInvalidOwner) {
 			t.Errorf("Complete = %v, want ErrInvalidOwner", err)
 		}
-		if err := dispatcher.ConfirmOwner(t.Context(), e.cli, tc.owner); !errors.Is(err, dispatcher.ErrInvalidOwner) {
+		if err := ledger.ConfirmOwner(t.Context(), e.cli, tc.owner); !errors.Is(err, ledger.ErrInvalidOwner) {
 			t.Errorf("ConfirmOwner = %v, want ErrInvalidOwner", err)
 		}
 		// An application's guarded write with such an owner is refused as well.
-		resp, err := e.cli.Txn(t.Context()).If(dispatcher.OwnerCmp(tc.owner)).Then(clientv3.OpPut("/app/x", "1")).Commit()
+		resp, err := e.cli.Txn(t.Context()).If(ledger.OwnerCmp(tc.owner)).Then(clientv3.OpPut("/app/x", "1")).Commit()
 		if err == nil && resp.Succeeded {
 			t.Errorf("a write guarded by OwnerCmp(%s missing) was applied", tc.field)
 		}
@@ -136,12 +137,12 @@ func TestLedgerFailsClosedWithoutOwnerFields(t *testing.T) {
 func TestConfirmOwner(t *testing.T) {
 	e := newEnv(t)
 	a, termA := e.ownerOf(t, "node-a")
-	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, a); err != nil {
+	if err := ledger.ConfirmOwner(t.Context(), e.cli, a); err != nil {
 		t.Fatalf("ConfirmOwner of the live owner = %v", err)
 	}
 	guardedPut := func(o takeover.Owner, k string) bool {
 		t.Helper()
-		resp, err := e.cli.Txn(t.Context()).If(dispatcher.OwnerCmp(o)).Then(clientv3.OpPut(k, o.ServerID)).Commit()
+		resp, err := e.cli.Txn(t.Context()).If(ledger.OwnerCmp(o)).Then(clientv3.OpPut(k, o.ServerID)).Commit()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,10 +155,10 @@ func TestConfirmOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := e.ownerOf(t, "node-b")
-	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, a); !errors.Is(err, dispatcher.ErrSuperseded) {
+	if err := ledger.ConfirmOwner(t.Context(), e.cli, a); !errors.Is(err, ledger.ErrSuperseded) {
 		t.Fatalf("ConfirmOwner of the superseded owner = %v, want ErrSuperseded", err)
 	}
-	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, b); err != nil {
+	if err := ledger.ConfirmOwner(t.Context(), e.cli, b); err != nil {
 		t.Fatalf("ConfirmOwner of the successor = %v", err)
 	}
 	if guardedPut(a, "/app/a2") || !guardedPut(b, "/app/b") {
@@ -167,7 +168,7 @@ func TestConfirmOwner(t *testing.T) {
 	if _, err := e.cli.Put(t.Context(), a.ElectionKey, "node-a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, a); !errors.Is(err, dispatcher.ErrSuperseded) {
+	if err := ledger.ConfirmOwner(t.Context(), e.cli, a); !errors.Is(err, ledger.ErrSuperseded) {
 		t.Fatalf("ConfirmOwner with the key re-created = %v, want ErrSuperseded", err)
 	}
 }
@@ -183,7 +184,7 @@ func TestLedgerRegrantsALostLease(t *testing.T) {
 	if _, err := l.Begin(t.Context(), "before", o); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := e.cli.Get(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, "before"))
+	resp, err := e.cli.Get(t.Context(), ledger.Key(ledgerPrefix, project, "before"))
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 		t.Fatalf("record before the loss: %v, %v", resp, err)
 	}
@@ -204,7 +205,7 @@ func TestLedgerRegrantsALostLease(t *testing.T) {
 			t.Errorf("record %s = %q, want done by node-a", k, recs[k])
 		}
 	}
-	got, err := e.cli.Get(t.Context(), dispatcher.LedgerKey(ledgerPrefix, project, "after-1"))
+	got, err := e.cli.Get(t.Context(), ledger.Key(ledgerPrefix, project, "after-1"))
 	if err != nil || len(got.Kvs) != 1 {
 		t.Fatalf("record after-1: %v, %v", got, err)
 	}
@@ -216,14 +217,14 @@ func TestLedgerRegrantsALostLease(t *testing.T) {
 	}
 }
 
-// A ledger whose writes keep failing says so in Check, naming ErrLedgerUnavailable, once the streak
-// is LedgerFailingAfter old; the first write that goes through clears it.
+// A ledger whose writes keep failing says so in Check, naming ledger.ErrUnavailable, once the streak
+// is ledger.FailingAfter old; the first write that goes through clears it.
 func TestLedgerCheckReportsFailingWrites(t *testing.T) {
 	e := newEnv(t)
 	o, _ := e.ownerOf(t, "node-a")
 	proxy := etcdx.NewTestProxy(t, e.etcd.MemberEndpoint(0))
 	cli := etcdx.Client(t, e.etcd, proxy.URL())
-	l, err := dispatcher.NewEtcdLedger(cli, ledgerPrefix, time.Hour)
+	l, err := ledger.New(cli, ledger.Config{Prefix: ledgerPrefix, Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestLedgerCheckReportsFailingWrites(t *testing.T) {
 		if _, err := l.Begin(ctx, "k2", o); err == nil {
 			return fmt.Errorf("Begin went through a blackholed proxy")
 		}
-		if err := l.Check(); !errors.Is(err, dispatcher.ErrLedgerUnavailable) {
+		if err := l.Check(); !errors.Is(err, ledger.ErrUnavailable) {
 			return fmt.Errorf("Check = %v", err)
 		}
 		return nil
@@ -313,7 +314,7 @@ func TestLedgerWritesAppliedTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	l, err := dispatcher.NewEtcdLedger(cli, ledgerPrefix, time.Hour)
+	l, err := ledger.New(cli, ledger.Config{Prefix: ledgerPrefix, Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +363,7 @@ func TestLedgerWritesAppliedTwice(t *testing.T) {
 
 	// The activity, attempt after attempt as Temporal retries it: a cut Begin fails an attempt
 	// before the handler, a cut Complete after it. The handler runs once either way.
-	for _, state := range []string{dispatcher.LedgerPending, dispatcher.LedgerDone} {
+	for _, state := range []string{ledger.Pending, ledger.Done} {
 		h := &handled{}
 		acts := &dispatcher.Activities{Ledger: l, Handler: h.handle}
 		req := request("cut-" + state)
@@ -401,7 +402,7 @@ func TestLedgerAttemptHoldsItsKey(t *testing.T) {
 	if err != nil || done {
 		t.Fatalf("BeginHolding = %v, %v", done, err)
 	}
-	claim := dispatcher.LedgerAttemptKey(ledgerPrefix, project, "held")
+	claim := ledger.AttemptKey(ledgerPrefix, project, "held")
 	resp, err := e.cli.Get(t.Context(), claim)
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 		t.Fatalf("claim %s: %v, %v; want one key on a lease", claim, resp, err)
@@ -410,14 +411,14 @@ func TestLedgerAttemptHoldsItsKey(t *testing.T) {
 	// A second attempt waits for the claim to go; one whose context ends first gets ErrAttemptInFlight.
 	short, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	if _, _, err := l.BeginHolding(short, "held", a); !errors.Is(err, dispatcher.ErrAttemptInFlight) {
+	if _, _, err := l.BeginHolding(short, "held", a); !errors.Is(err, ledger.ErrAttemptInFlight) {
 		t.Fatalf("a second attempt of the same owner = %v, want ErrAttemptInFlight", err)
 	}
 	if err := termA.Resign(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	b, termB := e.ownerOf(t, "node-b")
-	if _, err := l.Begin(t.Context(), "held", b); !errors.Is(err, dispatcher.ErrAttemptInFlight) {
+	if _, err := l.Begin(t.Context(), "held", b); !errors.Is(err, ledger.ErrAttemptInFlight) {
 		t.Fatalf("the successor's Begin while node-a's handler runs = %v, want ErrAttemptInFlight", err)
 	}
 	if got := e.records(t)["held"]; got != record("pending", a) {

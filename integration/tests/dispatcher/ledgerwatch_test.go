@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/ledger"
 )
 
 // A watch started before the puts sees every completion, twice for a key done twice, in order, and
@@ -19,19 +19,19 @@ func TestLedgerWatchSeesEveryCompletion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	prefix := fmt.Sprintf("/ledgerwatch-test/%d", time.Now().UnixNano())
-	if _, err := cli.Put(ctx, dispatcher.LedgerKey(prefix, project, "before"), "done w0 1"); err != nil {
+	if _, err := cli.Put(ctx, ledger.Key(prefix, project, "before"), "done w0 1"); err != nil {
 		t.Fatal(err)
 	}
-	w, err := dispatcher.NewLedgerWatch(ctx, cli, prefix, project)
+	w, err := ledger.NewWatch(ctx, cli, prefix, project)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer follow(ctx, w)()
 	var rev int64
 	for _, kv := range [][2]string{{"a", "pending w1 5"}, {"a", "done w1 5"}, {"b", "pending w1 5"}, {"d", "done w1 5"}, {"d", "done w2 9"}, {"x/c", "done w1 5"}} {
-		key := dispatcher.LedgerKey(prefix, project, kv[0])
+		key := ledger.Key(prefix, project, kv[0])
 		if kv[0] == "x/c" {
-			key = dispatcher.LedgerKey(prefix, project+"x", "c") // another project that starts like this one
+			key = ledger.Key(prefix, project+"x", "c") // another project that starts like this one
 		}
 		resp, err := cli.Put(ctx, key, kv[1])
 		if err != nil {
@@ -56,7 +56,7 @@ func TestLedgerWatchSeesEveryCompletion(t *testing.T) {
 	}
 }
 
-// NewLedgerWatchFrom replays the history etcd keeps: asked for revisions etcd compacted, it starts at
+// ledger.NewWatchFrom replays the history etcd keeps: asked for revisions etcd compacted, it starts at
 // the compaction (From says so) and sees every completion from there on, a key done twice included;
 // asked from a revision etcd keeps, it starts there.
 func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
@@ -66,7 +66,7 @@ func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
 	defer cancel()
 	prefix := fmt.Sprintf("/ledgerwatch-test/%d", time.Now().UnixNano())
 	put := func(k, v string) int64 {
-		resp, err := cli.Put(ctx, dispatcher.LedgerKey(prefix, project, k), v)
+		resp, err := cli.Put(ctx, ledger.Key(prefix, project, k), v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,8 +81,8 @@ func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
 	put("a", "done w1 5")
 	from := put("b", "done w1 5")
 	rev := put("b", "done w2 9")
-	replay := func(start int64) (*dispatcher.LedgerWatch, map[string][]dispatcher.LedgerCompletion) {
-		w, err := dispatcher.NewLedgerWatchFrom(ctx, cli, prefix, project, start)
+	replay := func(start int64) (*ledger.Watch, map[string][]ledger.Completion) {
+		w, err := ledger.NewWatchFrom(ctx, cli, prefix, project, start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestLedgerWatchFromReplaysWhatEtcdKeeps(t *testing.T) {
 }
 
 // follow runs w until the function it returns is called, which waits for it to return.
-func follow(ctx context.Context, w *dispatcher.LedgerWatch) (stop func()) {
+func follow(ctx context.Context, w *ledger.Watch) (stop func()) {
 	wctx, cancel := context.WithCancel(ctx)
 	ran := make(chan struct{})
 	go func() { w.Run(wctx); close(ran) }()

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -40,13 +41,13 @@ func ExampleProducer() {
 	defer temporal.Close()
 
 	// The worker side: the reference dispatcher, whose handler does the application's work.
-	ledger, err := dispatcher.NewEtcdLedger(etcd, "/example/ledger", time.Hour)
+	dl, err := ledger.New(etcd, ledger.Config{Prefix: "/example/ledger", Retention: time.Hour})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	w := worker.New(temporal, queue, dispatcher.WorkerOptions(worker.Options{}))
-	dispatcher.Register(w, &dispatcher.Activities{Ledger: ledger, History: temporal,
+	dispatcher.Register(w, &dispatcher.Activities{Ledger: dl, History: temporal,
 		Handler: func(_ context.Context, _ string, req dispatcher.Request, owner takeover.Owner) error {
 			fmt.Println("handled", req.TaskID, "by", owner.ServerID)
 			return nil

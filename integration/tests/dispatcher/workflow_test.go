@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/ledger"
 )
 
 // A run whose owner was superseded (a successor won while the run still runs) dispatches nothing:
@@ -23,7 +24,7 @@ func TestSupersededRunDispatchesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := e.ownerOf(t, "node-b")
-	if err := dispatcher.ConfirmOwner(t.Context(), e.cli, b); err != nil {
+	if err := ledger.ConfirmOwner(t.Context(), e.cli, b); err != nil {
 		t.Fatal(err)
 	}
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/harness"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -225,12 +226,12 @@ func (c *cluster) taskTimeouts(queue, runID string, since time.Time) map[enumspb
 
 // ledgerTimes follows the dispatch ledger (the demo workers' default prefix) from now on.
 type ledgerTimes struct {
-	watch *dispatcher.LedgerWatch
+	watch *ledger.Watch
 }
 
 // watchLedger starts a watch of the ledger that runs until the test ends.
 func (c *cluster) watchLedger(t *testing.T) *ledgerTimes {
-	w, err := dispatcher.NewLedgerWatch(t.Context(), c.etcd, dispatcher.DefaultLedgerPrefix, c.project())
+	w, err := ledger.NewWatch(t.Context(), c.etcd, ledger.DefaultPrefix, c.project())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/workerproc"
 	"github.com/baton-run/baton/internal/opscli"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -148,11 +149,11 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		t.Fatalf("baton drain of an unregistered worker: exit %d, %s", code, errOut)
 	}
 
-	// A record as the ledger writes it (dispatcher/doc.go: "<state> <server_id> <token>"), by the
+	// A record as the ledger writes it (ledger/doc.go: "<state> <server_id> <token>"), by the
 	// leader's term: ledger finds the run of that term, by the key or by the request's fields.
 	etcd := etcdx.Client(t, e.etcd)
 	req := dispatcher.Request{Type: "invoice", TaskID: "t-done", PayloadSHA256: strings.Repeat("ab", 32)}
-	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", p, req.Key()), fmt.Sprintf("done %s %d", leader, led.Token)); err != nil {
+	if _, err := etcd.Put(t.Context(), ledger.Key("", p, req.Key()), fmt.Sprintf("done %s %d", leader, led.Token)); err != nil {
 		t.Fatal(err)
 	}
 	type run struct {
@@ -161,7 +162,7 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 	var lr struct {
 		Key    string
 		Found  bool
-		Record dispatcher.LedgerRecord
+		Record ledger.Record
 		Runs   []run
 	}
 	for _, args := range [][]string{
@@ -169,7 +170,7 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		{"ledger", "find", "-json", "-type", req.Type, "-id", req.TaskID, "-payload-sha256", req.PayloadSHA256},
 	} {
 		out, errOut, code = e.baton(t, p, args...)
-		if code != 0 || json.Unmarshal([]byte(out), &lr) != nil || lr.Key != req.Key() || !lr.Found || lr.Record.State != dispatcher.LedgerDone ||
+		if code != 0 || json.Unmarshal([]byte(out), &lr) != nil || lr.Key != req.Key() || !lr.Found || lr.Record.State != ledger.Done ||
 			lr.Record.ServerID != leader || lr.Record.Token != led.Token ||
 			!slices.ContainsFunc(lr.Runs, func(r run) bool { return r.RunID == led.FirstRunID }) {
 			t.Fatalf("baton %q: exit %d, %s %s; want the record by %s at token %d in run %s", args, code, out, errOut, leader, led.Token, led.FirstRunID)
@@ -184,7 +185,7 @@ func TestBatonStatusDrainUndrainLedger(t *testing.T) {
 		t.Fatalf("baton ledger of a task ID: exit %d, %s %s", code, out, errOut)
 	}
 	bad := dispatcher.Request{Type: "invoice", TaskID: "t-bad", PayloadSHA256: strings.Repeat("ab", 32)}.Key()
-	if _, err := etcd.Put(t.Context(), dispatcher.LedgerKey("", p, bad), "garbage"); err != nil {
+	if _, err := etcd.Put(t.Context(), ledger.Key("", p, bad), "garbage"); err != nil {
 		t.Fatal(err)
 	}
 	if _, errOut, code := e.baton(t, p, "ledger", bad); code != 1 || !strings.Contains(errOut, bad) {
@@ -296,7 +297,7 @@ func TestEtcdRoleOfBatonACLIsEnough(t *testing.T) {
 		func() error { _, err := root.UserAdd(ctx, "baton", "baton-pw"); return err },
 		func() error { _, err := root.UserGrantRole(ctx, "baton", "baton"); return err },
 	}
-	for _, prefix := range cfg.EtcdPrefixes(dispatcher.DefaultLedgerPrefix) {
+	for _, prefix := range cfg.EtcdPrefixes(ledger.DefaultPrefix) {
 		steps = append(steps, func() error {
 			_, err := root.RoleGrantPermission(ctx, "baton", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(authpb.READWRITE))
 			return err
@@ -351,7 +352,7 @@ func TestEtcdRoleOfBatonACLIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	ledger, err := dispatcher.NewEtcdLedger(cli, "", 0)
+	dl, err := ledger.New(cli, ledger.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,10 +361,10 @@ func TestEtcdRoleOfBatonACLIsEnough(t *testing.T) {
 		t.Fatal("no term of q1")
 	}
 	owner := takeover.Owner{Project: p, Queue: "q1", ServerID: "w-acl", Token: term.Token(), ElectionKey: term.Key()}
-	if _, err := ledger.Begin(ctx, "k1", owner); err != nil {
+	if _, err := dl.Begin(ctx, "k1", owner); err != nil {
 		t.Fatalf("ledger Begin as the Baton user: %v", err)
 	}
-	if err := ledger.Complete(ctx, "k1", owner); err != nil {
+	if err := dl.Complete(ctx, "k1", owner); err != nil {
 		t.Fatalf("ledger Complete as the Baton user: %v", err)
 	}
 	if _, err := cli.Get(ctx, "/other/", clientv3.WithPrefix()); err == nil || !strings.Contains(err.Error(), "permission denied") {
@@ -609,14 +610,14 @@ func TestBatonVerifyLedgerAndReconciler(t *testing.T) {
 
 	// A key completed twice: two puts of its done record, as a ledger that lost its records and ran
 	// the handler again would leave.
-	twice := dispatcher.LedgerKey("", p, "planted-twice")
+	twice := ledger.Key("", p, "planted-twice")
 	for range 2 {
 		if _, err := cli.Put(t.Context(), twice, "done w1 7"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A record begun and left behind.
-	if _, err := cli.Put(t.Context(), dispatcher.LedgerKey("", p, "planted-pending"), "pending ghost 7"); err != nil {
+	if _, err := cli.Put(t.Context(), ledger.Key("", p, "planted-pending"), "pending ghost 7"); err != nil {
 		t.Fatal(err)
 	}
 	code, vs, out := verify("-pending-max", "2s", "-reconciler-max", "5s")

@@ -25,6 +25,7 @@ import (
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/harness"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/takeover"
 )
@@ -219,16 +220,16 @@ func TestOwnDispatcherWorkflowUnderLeaderChanges(t *testing.T) {
 	}
 	// The last Dispatch returned once its request was handled; the ledger's Complete of the others may
 	// still be in flight. What is not done within a minute is reported below, key by key.
-	ledger := etcdx.Client(t, e.etcd)
+	cli := etcdx.Client(t, e.etcd)
 	var recs map[string]string
 	_ = harness.Poll(t.Context(), time.Minute, 100*time.Millisecond, func() error {
-		r, _, err := dispatcher.ReadLedger(t.Context(), ledger, "", p)
+		r, _, err := ledger.Read(t.Context(), cli, "", p)
 		if err != nil {
 			return err
 		}
 		recs = r
 		for _, k := range keys {
-			if dispatcher.LedgerState(recs[k]) != dispatcher.LedgerDone {
+			if ledger.State(recs[k]) != ledger.Done {
 				return fmt.Errorf("%s: record %q", k, recs[k])
 			}
 		}
@@ -237,7 +238,7 @@ func TestOwnDispatcherWorkflowUnderLeaderChanges(t *testing.T) {
 	var lost []string
 	again := 0
 	for _, k := range keys {
-		if dispatcher.LedgerState(recs[k]) != dispatcher.LedgerDone || h.count(k) == 0 {
+		if ledger.State(recs[k]) != ledger.Done || h.count(k) == 0 {
 			lost = append(lost, fmt.Sprintf("%s (record %q, handled %d times)", k, recs[k], h.count(k)))
 		}
 		if h.count(k) > 1 {

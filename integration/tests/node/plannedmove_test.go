@@ -16,6 +16,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/etcdx"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -125,13 +126,13 @@ func TestPlannedMovesLetASlowHandlerFinish(t *testing.T) {
 
 			// Done in the ledger and no call running: no further call can begin (the ledger's Begin of a
 			// done key is refused), so the calls counted are all there will be.
-			ledger := etcdx.Client(t, e.etcd)
+			cli := etcdx.Client(t, e.etcd)
 			eventually(t, time.Minute, "the request done and no handler running", func() error {
-				rec, _, err := dispatcher.ReadLedgerRecord(t.Context(), ledger, "", p, req.Key())
+				rec, _, err := ledger.ReadRecord(t.Context(), cli, "", p, req.Key())
 				if err != nil {
 					return err
 				}
-				if rec.State != dispatcher.LedgerDone {
+				if rec.State != ledger.Done {
 					return fmt.Errorf("record %+v", rec)
 				}
 				if _, inFlight, _ := h.result(req.Key()); inFlight > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/faults"
 	"github.com/baton-run/baton/internal/opscli"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/takeover"
 )
@@ -55,9 +56,9 @@ func startWatched(t *testing.T) (*env, string, *baton.Node) {
 }
 
 // ledger is the etcd dispatch ledger on e's etcd.
-func (e *env) ledger(t *testing.T) *dispatcher.EtcdLedger {
+func (e *env) ledger(t *testing.T) *ledger.Etcd {
 	t.Helper()
-	l, err := dispatcher.NewEtcdLedger(etcdx.Client(t, e.etcd), "", time.Hour)
+	l, err := ledger.New(etcdx.Client(t, e.etcd), ledger.Config{Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/servers/redisx"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
@@ -73,8 +74,8 @@ func TestAProjectsCredentialsReachNoOtherProject(t *testing.T) {
 		"balance":      balance.Keys{ElectionPrefix: el}.Project(pb) + "x",
 		"reconciler":   reconciler.LastCycleKey(reconciler.DefaultElectionPrefix, pb),
 		"run log":      takeover.RunLogProject("", pb) + "orders",
-		"ledger":       dispatcher.LedgerKey("", pb, key),
-		"ledger claim": dispatcher.LedgerAttemptKey("", pb, key),
+		"ledger":       ledger.Key("", pb, key),
+		"ledger claim": ledger.AttemptKey("", pb, key),
 	} {
 		if _, err := cli.Get(ctx, k); err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("A reads B's %s key %s: %v, want permission denied", what, k, err)
@@ -116,12 +117,12 @@ func grantProject(t *testing.T, root *clientv3.Client, user string, cfg baton.Co
 	if _, err := root.RoleAdd(ctx, user); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range cfg.EtcdPrefixes(dispatcher.DefaultLedgerPrefix) {
+	for _, p := range cfg.EtcdPrefixes(ledger.DefaultPrefix) {
 		if _, err := root.RoleGrantPermission(ctx, user, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(authpb.READWRITE)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	key, end := dispatcher.LegacyLedgerRange(dispatcher.DefaultLedgerPrefix)
+	key, end := ledger.LegacyRange(ledger.DefaultPrefix)
 	if _, err := root.RoleGrantPermission(ctx, user, key, end, clientv3.PermissionType(authpb.READ)); err != nil {
 		t.Fatal(err)
 	}

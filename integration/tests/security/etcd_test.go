@@ -13,11 +13,11 @@ import (
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/servers/redisx"
 	"github.com/baton-run/baton/integration/servers/temporalx"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -106,7 +106,7 @@ func TestEtcdTLSAndAuthWithLeastPrivilege(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	ledger, err := dispatcher.NewEtcdLedger(cli, "", time.Hour)
+	dl, err := ledger.New(cli, ledger.Config{Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,10 +119,10 @@ func TestEtcdTLSAndAuthWithLeastPrivilege(t *testing.T) {
 	if err := converter.GetDefaultDataConverter().FromPayload(descB.GetWorkflowExecutionInfo().GetMemo().GetFields()[takeover.MemoKey], &owner); err != nil {
 		t.Fatalf("owner of B's run: %v", err)
 	}
-	if _, err := ledger.Begin(ctx, "k1", owner); err != nil {
+	if _, err := dl.Begin(ctx, "k1", owner); err != nil {
 		t.Fatalf("ledger Begin under /baton/dispatch/: %v", err)
 	}
-	if err := ledger.Complete(ctx, "k1", owner); err != nil {
+	if err := dl.Complete(ctx, "k1", owner); err != nil {
 		t.Fatalf("ledger Complete under /baton/dispatch/: %v", err)
 	}
 	if _, err := cli.Put(ctx, "/other/app/key", "x"); err == nil || !strings.Contains(err.Error(), "permission denied") {

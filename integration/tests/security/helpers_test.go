@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/baton-run/baton"
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
@@ -32,6 +31,7 @@ import (
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/servers/redisx"
 	"github.com/baton-run/baton/internal/testcerts"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
@@ -43,7 +43,7 @@ import (
 func batonPrefixes() []string {
 	const p = "any-project"
 	var out []string
-	for _, k := range (baton.Config{Project: p}).EtcdPrefixes(dispatcher.DefaultLedgerPrefix) {
+	for _, k := range (baton.Config{Project: p}).EtcdPrefixes(ledger.DefaultPrefix) {
 		out = append(out, strings.TrimSuffix(k, p+"/"))
 	}
 	return out
@@ -131,7 +131,7 @@ func (s *secureEtcd) setupAuth(t *testing.T) {
 		})
 	}
 	// The old ledger layout's read grant `baton acl etcd` prints while workers still read it.
-	legacyKey, legacyEnd := dispatcher.LegacyLedgerRange(dispatcher.DefaultLedgerPrefix)
+	legacyKey, legacyEnd := ledger.LegacyRange(ledger.DefaultPrefix)
 	steps = append(steps,
 		func() error {
 			_, err := cli.RoleGrantPermission(ctx, "baton", legacyKey, legacyEnd, clientv3.PermissionType(authpb.READ))

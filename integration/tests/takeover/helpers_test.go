@@ -18,6 +18,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/temporalx"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -102,13 +103,13 @@ func (h *handled) count(key string) int {
 // worker runs the reference dispatcher on queue with an etcd ledger.
 func (e *env) worker(t *testing.T, queue string) *handled {
 	t.Helper()
-	ledger, err := dispatcher.NewEtcdLedger(etcdx.Client(t, e.etcd), "", time.Hour)
+	dl, err := ledger.New(etcdx.Client(t, e.etcd), ledger.Config{Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &handled{calls: map[string]int{}}
 	w := worker.New(e.tc, takeover.DefaultTaskQueue(project, queue), worker.Options{})
-	dispatcher.Register(w, &dispatcher.Activities{Ledger: ledger, Handler: h.handle, History: e.tc})
+	dispatcher.Register(w, &dispatcher.Activities{Ledger: dl, Handler: h.handle, History: e.tc})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}

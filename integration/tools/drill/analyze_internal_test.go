@@ -8,8 +8,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/event"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -238,10 +238,10 @@ func TestAnalyzeContinuedAsNewMustStayWithTheOwner(t *testing.T) {
 // unfinished; one done record is handled.
 func TestLoadJudge(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	done := func(sec int, v string, rev int64) dispatcher.LedgerCompletion {
-		return dispatcher.LedgerCompletion{Seen: t0.Add(time.Duration(sec) * time.Second), Record: v, Rev: rev}
+	done := func(sec int, v string, rev int64) ledger.Completion {
+		return ledger.Completion{Seen: t0.Add(time.Duration(sec) * time.Second), Record: v, Rev: rev}
 	}
-	dones := map[string][]dispatcher.LedgerCompletion{"a": {done(1, "done w1 5", 10)}, "d": {done(1, "done w1 5", 11), done(2, "done w2 9", 20)}}
+	dones := map[string][]ledger.Completion{"a": {done(1, "done w1 5", 10)}, "d": {done(1, "done w1 5", 11), done(2, "done w2 9", 20)}}
 	touched := map[string]bool{"a": true, "b": true, "d": true, "p": true}
 	reqs := []acceptedReq{{key: "a", queue: "q0", sent: t0}, {key: "b", queue: "q0", sent: t0}, {key: "c", queue: "q1", sent: t0},
 		{key: "d", queue: "q1", sent: t0}}

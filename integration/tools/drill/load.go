@@ -15,17 +15,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
-	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/servers/workerproc"
 	"github.com/baton-run/baton/integration/tools/benchreport"
+	"github.com/baton-run/baton/ledger"
 )
 
 // The load phase (Config.LoadRate > 0): while the faults run, `demo-worker load -mode=signal`
 // sends distinct dispatch requests to the dispatcher of each loaded queue with SignalWorkflow, a
 // fire-and-forget producer that retries a failed send until Temporal accepts it, and lists what
 // Temporal accepted (-accepted-out). The drill watches the dispatch ledger from before the first
-// send (dispatcher.LedgerWatch) and judges every accepted request from etcd's records, not from the
+// send (ledger.Watch) and judges every accepted request from etcd's records, not from the
 // producer's or the workers' word: handled (done once the ledger has settled, LoadSettle after the
 // last send), lost (never done), double (done more than once), and any record of the load still
 // pending at the end (a run terminated mid-dispatch left it, and no successor finished it).
@@ -76,7 +76,7 @@ type loadPhase struct {
 	proc     *workerproc.Proc
 	keysPath string
 	queues   []string
-	watch    *dispatcher.LedgerWatch
+	watch    *ledger.Watch
 }
 
 // startLoad starts the ledger watch and the producer, and waits for the producer's first summary
@@ -88,7 +88,7 @@ func (d *Drill) startLoad(ctx context.Context) error {
 	}
 	l := &loadPhase{queues: d.queues[:n], keysPath: filepath.Join(d.dir, "load-accepted.txt")}
 	var err error
-	if l.watch, err = dispatcher.NewLedgerWatch(ctx, d.ec, dispatcher.DefaultLedgerPrefix, d.cfg.Project); err != nil {
+	if l.watch, err = ledger.NewWatch(ctx, d.ec, ledger.DefaultPrefix, d.cfg.Project); err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
 	d.load = l
@@ -181,13 +181,13 @@ func (d *Drill) endLoad(ctx context.Context) {
 			return err
 		}
 		for _, r := range reqs {
-			if states[r.key].State != dispatcher.LedgerDone {
+			if states[r.key].State != ledger.Done {
 				return errors.New("an accepted request is not done")
 			}
 		}
 		// Every pending record, the watch's or not yet: a settled ledger has none of the load's.
 		for _, rec := range states {
-			if rec.State == dispatcher.LedgerPending {
+			if rec.State == ledger.Pending {
 				return errors.New("a record is pending")
 			}
 		}
@@ -232,13 +232,13 @@ func (d *Drill) endLoad(ctx context.Context) {
 // judge fills st from the ledger's records at the end (states) and the puts the watch saw, and
 // returns the evidence of each lost request, request completed twice and record of the load left
 // pending.
-func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerRecord, dones map[string][]dispatcher.LedgerCompletion,
+func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerRecord, dones map[string][]ledger.Completion,
 	touched map[string]bool) (lost, double, pending []string) {
 	short := func(k string) string { return k[:min(12, len(k))] }
 	var lat []time.Duration
 	for _, r := range reqs {
 		rec := states[r.key]
-		if rec.State == dispatcher.LedgerDone {
+		if rec.State == ledger.Done {
 			st.Handled++
 		} else {
 			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", short(r.key), r.queue, r.sent.Format(tsFormat), cmp.Or(rec.Raw, "no record")))
@@ -257,7 +257,7 @@ func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerRecord, do
 		}
 	}
 	for k, rec := range states {
-		if rec.State == dispatcher.LedgerPending && touched[k] {
+		if rec.State == ledger.Pending && touched[k] {
 			pending = append(pending, fmt.Sprintf("%s: %s", short(k), rec.Raw))
 		}
 	}
@@ -294,13 +294,13 @@ type ledgerRecord struct{ State, Raw string }
 func readLedger(ctx context.Context, cli *clientv3.Client, project string) (map[string]ledgerRecord, int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	raw, rev, err := dispatcher.ReadLedger(rctx, cli, dispatcher.DefaultLedgerPrefix, project)
+	raw, rev, err := ledger.Read(rctx, cli, ledger.DefaultPrefix, project)
 	if err != nil {
 		return nil, 0, err
 	}
 	out := make(map[string]ledgerRecord, len(raw))
 	for k, v := range raw {
-		out[k] = ledgerRecord{State: dispatcher.LedgerState(v), Raw: v}
+		out[k] = ledgerRecord{State: ledger.State(v), Raw: v}
 	}
 	return out, rev, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/servers/workerproc"
 	"github.com/baton-run/baton/integration/tools/benchreport"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -79,7 +80,7 @@ func benchCrashStall(ctx context.Context, s *servers, _ options) ([]benchreport.
 			return nil, err
 		}
 	}
-	watch, err := dispatcher.NewLedgerWatch(ctx, s.etcd, dispatcher.DefaultLedgerPrefix, crashStallProject)
+	watch, err := ledger.NewWatch(ctx, s.etcd, ledger.DefaultPrefix, crashStallProject)
 	if err != nil {
 		return nil, err
 	}
@@ -292,10 +293,10 @@ func streamsOf(qs []queueStream) []*sentReq {
 
 // settleLedger waits, up to crashStallSettle, until the ledger watch has seen a done record of every
 // accepted request, and returns the completions it saw.
-func settleLedger(ctx context.Context, cli *clientv3.Client, watch *dispatcher.LedgerWatch, reqs []*sentReq) (map[string][]dispatcher.LedgerCompletion, error) {
-	var dones map[string][]dispatcher.LedgerCompletion
+func settleLedger(ctx context.Context, cli *clientv3.Client, watch *ledger.Watch, reqs []*sentReq) (map[string][]ledger.Completion, error) {
+	var dones map[string][]ledger.Completion
 	for deadline := time.Now().Add(crashStallSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
-		now, err := cli.Get(ctx, dispatcher.LedgerRange(dispatcher.DefaultLedgerPrefix, crashStallProject), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		now, err := cli.Get(ctx, ledger.Range(ledger.DefaultPrefix, crashStallProject), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return nil, err
 		}
@@ -321,7 +322,7 @@ func settleLedger(ctx context.Context, cli *clientv3.Client, watch *dispatcher.L
 // crashStallFigures are send -> handled of every request sent across the crashes, of those a
 // non-leader's and a leader's crash may have delayed (sent to one of its queues after it and before
 // the next round), beside the stream at rest; and the accepted requests never handled.
-func crashStallFigures(rest, chaos []queueStream, rounds []crashRound, dones map[string][]dispatcher.LedgerCompletion) []benchreport.Figure {
+func crashStallFigures(rest, chaos []queueStream, rounds []crashRound, dones map[string][]ledger.Completion) []benchreport.Figure {
 	latency := func(r *sentReq) (float64, bool) {
 		if c := dones[r.key]; r.accepted && len(c) > 0 {
 			return benchreport.Ms(c[0].Seen.Sub(r.sent)), true

@@ -22,6 +22,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/tools/benchreport"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -190,14 +191,14 @@ type dispatchRun struct {
 	producer     *dispatcher.Producer
 	// ledgerWatch reads the ledger's done puts from etcd's history once the loads are over, so that
 	// no watch competes with them for the CPU.
-	ledgerWatch *dispatcher.LedgerWatch
+	ledgerWatch *ledger.Watch
 
 	restBaton, restNaive                             []*sentReq
 	chaosDispatch, chaosSignal, chaosNaive, chaosOwn []*sentReq
 	takeovers                                        int
 	restart                                          time.Duration // the Temporal server's, halfway through the takeovers
 	tputSignal, tputUpdate, tputNaive                float64
-	dones                                            map[string][]dispatcher.LedgerCompletion
+	dones                                            map[string][]ledger.Completion
 }
 
 func (d *dispatchRun) stopWorkers() {
@@ -219,11 +220,11 @@ func (d *dispatchRun) startWorker(taskQueue string, register func(worker.Worker)
 // start runs the dispatchers' workers, takes every Baton queue over and starts the naive runs.
 func (d *dispatchRun) start() error {
 	ctx, etcd := d.ctx, d.s.etcd
-	ledger, err := dispatcher.NewEtcdLedger(etcd, dispatchLedger, time.Hour)
+	dl, err := ledger.New(etcd, ledger.Config{Prefix: dispatchLedger, Retention: time.Hour})
 	if err != nil {
 		return err
 	}
-	acts := &dispatcher.Activities{Ledger: ledger, History: d.tc,
+	acts := &dispatcher.Activities{Ledger: dl, History: d.tc,
 		Handler: func(_ context.Context, key string, _ dispatcher.Request, _ takeover.Owner) error {
 			d.baton.handle(key)
 			return nil
@@ -275,7 +276,7 @@ func (d *dispatchRun) start() error {
 	if d.producer, err = dispatcher.NewProducer(d.tc, dispatcher.ProducerConfig{}); err != nil {
 		return err
 	}
-	d.ledgerWatch, err = dispatcher.NewLedgerWatch(ctx, etcd, dispatchLedger, benchProject)
+	d.ledgerWatch, err = ledger.NewWatch(ctx, etcd, dispatchLedger, benchProject)
 	return err
 }
 
@@ -433,7 +434,7 @@ func (d *dispatchRun) settle() error {
 	ctx := d.ctx
 	chaosBaton := d.chaosBaton()
 	for deadline := time.Now().Add(dispatchSettle); ; sleepCtx(ctx, 200*time.Millisecond) {
-		now, err := d.s.etcd.Get(ctx, dispatcher.LedgerRange(dispatchLedger, benchProject), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		now, err := d.s.etcd.Get(ctx, ledger.Range(dispatchLedger, benchProject), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return err
 		}

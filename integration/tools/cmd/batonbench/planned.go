@@ -11,6 +11,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/tools/benchreport"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -29,7 +30,7 @@ const (
 // as before), which leaves the dispatches in the handlers to the successor.
 func benchPlanned(ctx context.Context, s *servers, _ options) ([]benchreport.Figure, error) {
 	tc := s.tc
-	ledger, err := dispatcher.NewEtcdLedger(s.etcd, plannedLedger, time.Hour)
+	dl, err := ledger.New(s.etcd, ledger.Config{Prefix: plannedLedger, Retention: time.Hour})
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,7 @@ func benchPlanned(ctx context.Context, s *servers, _ options) ([]benchreport.Fig
 	}()
 	for _, q := range qs {
 		log := logs[q.name]
-		acts := &dispatcher.Activities{Ledger: ledger, History: tc,
+		acts := &dispatcher.Activities{Ledger: dl, History: tc,
 			Handler: func(ctx context.Context, key string, _ dispatcher.Request, _ takeover.Owner) error {
 				if !sleepCtx(ctx, plannedHandler) {
 					return ctx.Err()

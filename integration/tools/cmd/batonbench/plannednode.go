@@ -15,6 +15,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/tools/benchreport"
+	"github.com/baton-run/baton/ledger"
 )
 
 // The planned moves of Nodes section: two real baton.Nodes serve one queue, the first leads, and the
@@ -67,7 +68,7 @@ func nodeMoves() []nodeMove {
 // benchPlannedNodes runs, for each handler duration, the four moves and a same-run baseline (the
 // same requests on a queue of its own, with no move) at once, each case on a project of its own.
 func benchPlannedNodes(ctx context.Context, s *servers, _ options) (_ []benchreport.Figure, err error) {
-	ledger, err := dispatcher.NewEtcdLedger(s.etcd, nodeMoveLedger, time.Hour)
+	dl, err := ledger.New(s.etcd, ledger.Config{Prefix: nodeMoveLedger, Retention: time.Hour})
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +95,7 @@ func benchPlannedNodes(ctx context.Context, s *servers, _ options) (_ []benchrep
 	for _, d := range nodeMoveHandlers {
 		cases := make([]*moveCase, len(moves)+1) // the last: the baseline, no move
 		for i := range cases {
-			c := &moveCase{s: s, ledger: ledger, producer: producer, handler: d, calls: newCallLog(d), stalls: map[string]time.Duration{}}
+			c := &moveCase{s: s, ledger: dl, producer: producer, handler: d, calls: newCallLog(d), stalls: map[string]time.Duration{}}
 			if i < len(moves) {
 				c.move = moves[i]
 			} else {

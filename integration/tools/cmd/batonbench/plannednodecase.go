@@ -19,6 +19,7 @@ import (
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/harness"
+	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/registry"
 	"github.com/baton-run/baton/takeover"
 )
@@ -27,7 +28,7 @@ import (
 // once (or, for the baseline, not) while requests arrive.
 type moveCase struct {
 	s        *servers
-	ledger   *dispatcher.EtcdLedger
+	ledger   *ledger.Etcd
 	producer *dispatcher.Producer
 	move     nodeMove // move.move nil: the baseline
 	handler  time.Duration
@@ -317,11 +318,11 @@ func (c *moveCase) settle(ctx context.Context) error {
 func (c *moveCase) ledgerDone(ctx context.Context) (done map[string]bool, pending int, err error) {
 	done = map[string]bool{}
 	for _, r := range c.sent {
-		rec, found, err := dispatcher.ReadLedgerRecord(ctx, c.s.etcd, nodeMoveLedger, c.project, r.key)
+		rec, found, err := ledger.ReadRecord(ctx, c.s.etcd, nodeMoveLedger, c.project, r.key)
 		if err != nil {
 			return nil, 0, err
 		}
-		done[r.key] = found && rec.State == dispatcher.LedgerDone
+		done[r.key] = found && rec.State == ledger.Done
 		if found && !done[r.key] {
 			pending++
 		}

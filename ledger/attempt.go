@@ -1,4 +1,4 @@
-package dispatcher
+package ledger
 
 import (
 	"context"
@@ -13,35 +13,22 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// HoldingLedger is a Ledger that also holds a key for the attempt that began it, until the attempt
-// ends, so that no other attempt (a successor's after a planned move whose quiesce ran out, or a retry
-// of the same activity) begins the key while a handler for it still runs: a handler never runs
-// concurrently with itself. The Dispatch activity uses it when its Ledger has it.
-type HoldingLedger interface {
-	Ledger
-	// BeginHolding is Begin that, when the key is not done, also claims it for this attempt; release
-	// gives the claim up, and must be called once the handler and Complete are over (it is a no-op
-	// when the key was done or err is set). A claim whose process dies lapses on its own.
-	BeginHolding(ctx context.Context, key string, owner takeover.Owner) (done bool, release func(), err error)
-}
-
-var _ HoldingLedger = (*EtcdLedger)(nil)
-
-// LedgerAttemptTTL is the TTL of an attempt's claim on its key (LedgerAttemptKey): the claim is kept
+// AttemptTTL is the TTL of an attempt's claim on its key (AttemptKey): the claim is kept
 // alive every third of it while the handler runs and revoked when it returns, so it lapses this long
 // after its process died or lost etcd. Shorter than election.DefaultConfig's TTL, so that a crashed
 // owner's claims are gone before its successor can win; a successor of a live owner whose quiesce
 // ran out waits for the handler to return instead. Only a process cut from etcd for longer than this
 // while its handler runs can see a successor begin the key beside it.
-const LedgerAttemptTTL = 5 * time.Second
+const AttemptTTL = 5 * time.Second
 
-// BeginHolding implements HoldingLedger: the claim is LedgerAttemptKey on a lease of its own
-// (LedgerAttemptTTL), written in the same transaction that records the key pending. While another
+// BeginHolding begins key as Begin does and, when the key is not done, also claims it for this
+// attempt until release is called (dispatcher.HoldingLedger): the claim is AttemptKey on a lease of
+// its own (AttemptTTL), written in the same transaction that records the key pending. While another
 // attempt holds the key, it waits for that claim to go (the handler returned, or its process is
 // gone) and begins then, instead of failing the attempt: a successor's attempt behind a planned
 // move's slow handler starts the moment that handler returns, without a retry's backoff and without
 // reading as a failing dispatch. It returns ErrAttemptInFlight only when ctx ends first.
-func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
+func (l *Etcd) BeginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
 	if err := ValidateOwner(owner); err != nil {
 		return false, noRelease, err
 	}
@@ -57,14 +44,14 @@ func (l *EtcdLedger) BeginHolding(ctx context.Context, key string, owner takeove
 }
 
 // beginHolding is one try of BeginHolding.
-func (l *EtcdLedger) beginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
-	grant, err := l.client.Grant(ctx, int64(LedgerAttemptTTL/time.Second))
+func (l *Etcd) beginHolding(ctx context.Context, key string, owner takeover.Owner) (bool, func(), error) {
+	grant, err := l.client.Grant(ctx, int64(AttemptTTL/time.Second))
 	if err != nil {
-		err = fmt.Errorf("dispatcher: ledger attempt lease: %w", err)
+		err = fmt.Errorf("ledger: attempt lease: %w", err)
 		l.noteWrite(err)
 		return false, noRelease, err
 	}
-	a := &heldAttempt{client: l.client, lease: grant.ID, clk: l.clk(), stop: make(chan struct{})}
+	a := &heldAttempt{client: l.client, lease: grant.ID, clk: l.clock, stop: make(chan struct{})}
 	done, err := l.begin(ctx, key, owner, grant.ID)
 	if err != nil || done {
 		a.revoke(ctx)
@@ -80,8 +67,8 @@ func (l *EtcdLedger) beginHolding(ctx context.Context, key string, owner takeove
 
 // waitReleased returns once key has no attempt's claim (it was revoked, or lapsed with its lease),
 // or with ctx's error.
-func (l *EtcdLedger) waitReleased(ctx context.Context, project, key string) error {
-	k := LedgerAttemptKey(l.prefix, project, key)
+func (l *Etcd) waitReleased(ctx context.Context, project, key string) error {
+	k := AttemptKey(l.prefix, project, key)
 	resp, err := l.client.Get(ctx, k)
 	if err != nil {
 		return err
@@ -104,7 +91,7 @@ func (l *EtcdLedger) waitReleased(ctx context.Context, project, key string) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return errors.New("dispatcher: the watch on the attempt's claim ended")
+	return errors.New("ledger: the watch on the attempt's claim ended")
 }
 
 // noRelease is the release of a Begin that holds nothing.
@@ -120,9 +107,9 @@ type heldAttempt struct {
 }
 
 // keepAlive renews the lease every third of its TTL until stop; a renewal that fails is tried again
-// at the next tick, and the claim lapses if none goes through for LedgerAttemptTTL.
+// at the next tick, and the claim lapses if none goes through for AttemptTTL.
 func (a *heldAttempt) keepAlive(ctx context.Context) {
-	tick := a.clk.NewTicker(LedgerAttemptTTL / 3)
+	tick := a.clk.NewTicker(AttemptTTL / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -130,7 +117,7 @@ func (a *heldAttempt) keepAlive(ctx context.Context) {
 			return
 		case <-tick.C():
 		}
-		kctx, cancel := context.WithTimeout(ctx, LedgerAttemptTTL/3)
+		kctx, cancel := context.WithTimeout(ctx, AttemptTTL/3)
 		_, _ = a.client.KeepAliveOnce(kctx, a.lease)
 		cancel()
 	}
@@ -139,7 +126,7 @@ func (a *heldAttempt) keepAlive(ctx context.Context) {
 // revoke ends the claim at once, even when the attempt's context has ended (the handler may outlive
 // it); if etcd cannot be reached, the claim lapses with its TTL.
 func (a *heldAttempt) revoke(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LedgerAttemptTTL)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), AttemptTTL)
 	defer cancel()
 	_, _ = a.client.Revoke(rctx, a.lease)
 }

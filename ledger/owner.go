@@ -1,4 +1,4 @@
-package dispatcher
+package ledger
 
 import (
 	"context"
@@ -27,9 +27,9 @@ func ValidateOwner(owner takeover.Owner) error {
 // with create revision Token. Put it in the If of every etcd transaction whose writes must be refused
 // once the owner is superseded:
 //
-//	resp, err := kv.Txn(ctx).If(dispatcher.OwnerCmp(owner)).Then(clientv3.OpPut(k, v)).Commit()
+//	resp, err := kv.Txn(ctx).If(ledger.OwnerCmp(owner)).Then(clientv3.OpPut(k, v)).Commit()
 //	if err == nil && !resp.Succeeded {
-//		err = dispatcher.ErrSuperseded // nothing was written
+//		err = ledger.ErrSuperseded // nothing was written
 //	}
 //
 // For an owner ValidateOwner rejects, the comparison never holds (no key has a negative create
@@ -52,7 +52,7 @@ func ConfirmOwner(ctx context.Context, kv clientv3.KV, owner takeover.Owner) err
 	}
 	resp, err := kv.Txn(ctx).If(OwnerCmp(owner)).Commit()
 	if err != nil {
-		return fmt.Errorf("dispatcher: confirm owner %s (token %d): %w", owner.ServerID, owner.Token, err)
+		return fmt.Errorf("ledger: confirm owner %s (token %d): %w", owner.ServerID, owner.Token, err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)

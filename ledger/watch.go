@@ -1,4 +1,4 @@
-package dispatcher
+package ledger
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 	"github.com/baton-run/baton/clock"
 )
 
-// LedgerWatch follows the dispatch ledger's history in etcd from a revision on: every key put, and
+// Watch follows the dispatch ledger's history in etcd from a revision on: every key put, and
 // every completion. The ledger writes a done record only in a transaction fenced by its owner and
 // never rewrites one, so each put of a done record in etcd's history is one completion of that
 // dispatch: a key with two completions was handled to the end twice. This is the one replay of the
 // ledger; tools that judge it (a load run, a drill, a benchmark) read etcd's records through it, not
 // any process's word. etcd resumes the watch on another member when one fails.
-type LedgerWatch struct {
+type Watch struct {
 	cli    *clientv3.Client
 	prefix string // with the trailing slash
 	from   int64
@@ -30,37 +30,37 @@ type LedgerWatch struct {
 	mu          sync.Mutex
 	rev         int64 // every put up to this revision has been seen
 	err         error // the watch failed: a completion may have gone unseen
-	completions map[string][]LedgerCompletion
+	completions map[string][]Completion
 	touched     map[string]bool
 }
 
-// LedgerCompletion is one completion of a dispatch: a put of its done record.
-type LedgerCompletion struct {
+// Completion is one completion of a dispatch: a put of its done record.
+type Completion struct {
 	Seen   time.Time // when the watch saw it
 	Record string    // the record, "done <server_id> <token>"
 	Rev    int64     // its etcd revision
 }
 
-// NewLedgerWatch reads the current revision of project's ledger under prefix (default
-// DefaultLedgerPrefix); Run then follows every change after it. It follows the project's range
-// (LedgerRange) only: workers of this release write nothing else, so a completion under the layout
+// NewWatch reads the current revision of project's ledger under prefix (default
+// DefaultPrefix); Run then follows every change after it. It follows the project's range
+// (Range) only: workers of this release write nothing else, so a completion under the layout
 // before per-project keys is one by a worker of the previous release.
-func NewLedgerWatch(ctx context.Context, c *clientv3.Client, prefix, project string) (*LedgerWatch, error) {
-	prefix = LedgerRange(prefix, project)
+func NewWatch(ctx context.Context, c *clientv3.Client, prefix, project string) (*Watch, error) {
+	prefix = Range(prefix, project)
 	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return nil, fmt.Errorf("dispatcher: reading the ledger's revision: %w", err)
+		return nil, fmt.Errorf("ledger: reading the ledger's revision: %w", err)
 	}
-	return &LedgerWatch{cli: c, prefix: prefix, from: resp.Header.Revision + 1, rev: resp.Header.Revision,
-		completions: map[string][]LedgerCompletion{}, touched: map[string]bool{}}, nil
+	return &Watch{cli: c, prefix: prefix, from: resp.Header.Revision + 1, rev: resp.Header.Revision,
+		completions: map[string][]Completion{}, touched: map[string]bool{}}, nil
 }
 
-// NewLedgerWatchFrom is NewLedgerWatch replaying the ledger's history from revision from on, or,
+// NewWatchFrom is NewWatch replaying the ledger's history from revision from on, or,
 // when etcd compacted it (or from is 0), from the oldest revision etcd keeps (From says which).
 // Replaying is how a check judges completions made before it started: `baton verify` replays the
 // history etcd keeps.
-func NewLedgerWatchFrom(ctx context.Context, c *clientv3.Client, prefix, project string, from int64) (*LedgerWatch, error) {
-	w, err := NewLedgerWatch(ctx, c, prefix, project)
+func NewWatchFrom(ctx context.Context, c *clientv3.Client, prefix, project string, from int64) (*Watch, error) {
+	w, err := NewWatch(ctx, c, prefix, project)
 	if err != nil {
 		return nil, err
 	}
@@ -69,14 +69,14 @@ func NewLedgerWatchFrom(ctx context.Context, c *clientv3.Client, prefix, project
 }
 
 // From returns the first revision the watch follows: every put from there on is seen.
-func (w *LedgerWatch) From() int64 {
+func (w *Watch) From() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.from
 }
 
 // Run follows the ledger until ctx ends.
-func (w *LedgerWatch) Run(ctx context.Context) {
+func (w *Watch) Run(ctx context.Context) {
 	for from := w.From(); ; {
 		compacted := w.follow(ctx, from)
 		if compacted == 0 || ctx.Err() != nil {
@@ -90,7 +90,7 @@ func (w *LedgerWatch) Run(ctx context.Context) {
 
 // follow watches from rev until ctx ends or the watch fails; it returns the compaction revision when
 // the history asked for is gone and the watch may start at the oldest one, 0 otherwise.
-func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) {
+func (w *Watch) follow(ctx context.Context, from int64) (compacted int64) {
 	ctx, cancel := context.WithCancel(ctx) // a watch given up on is closed
 	defer cancel()
 	ch := w.cli.Watch(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
@@ -103,7 +103,7 @@ func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) 
 		}
 		if err := wr.Err(); err != nil {
 			if w.err == nil && ctx.Err() == nil {
-				w.err = fmt.Errorf("dispatcher: following the ledger from revision %d: %w", w.from, err)
+				w.err = fmt.Errorf("ledger: following the ledger from revision %d: %w", w.from, err)
 			}
 			w.mu.Unlock()
 			continue
@@ -117,8 +117,8 @@ func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) 
 				continue // an attempt's claim
 			}
 			w.touched[k] = true
-			if LedgerState(string(ev.Kv.Value)) == LedgerDone {
-				w.completions[k] = append(w.completions[k], LedgerCompletion{Seen: now, Record: string(ev.Kv.Value), Rev: ev.Kv.ModRevision})
+			if State(string(ev.Kv.Value)) == Done {
+				w.completions[k] = append(w.completions[k], Completion{Seen: now, Record: string(ev.Kv.Value), Rev: ev.Kv.ModRevision})
 			}
 		}
 		if n := len(wr.Events); n > 0 {
@@ -135,7 +135,7 @@ func (w *LedgerWatch) follow(ctx context.Context, from int64) (compacted int64) 
 // WaitFor waits until the watch has seen every put up to rev, the watch failed (its error: a
 // completion may have gone unseen), or ctx ends. etcd sends a progress notification only once a watch
 // has caught up, so one is asked for every 100 ms until then.
-func (w *LedgerWatch) WaitFor(ctx context.Context, rev int64) error {
+func (w *Watch) WaitFor(ctx context.Context, rev int64) error {
 	tick := w.clk().NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -151,7 +151,7 @@ func (w *LedgerWatch) WaitFor(ctx context.Context, rev int64) error {
 		_ = w.cli.RequestProgress(ctx) // a failure is retried at the next tick
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("dispatcher: the ledger watch saw revision %d, not %d: %w", seen, rev, ctx.Err())
+			return fmt.Errorf("ledger: the ledger watch saw revision %d, not %d: %w", seen, rev, ctx.Err())
 		case <-tick.C():
 		}
 	}
@@ -159,7 +159,7 @@ func (w *LedgerWatch) WaitFor(ctx context.Context, rev int64) error {
 
 // Seen returns copies of what the watch has seen: each key's completions, oldest first, and every key
 // put.
-func (w *LedgerWatch) Seen() (completions map[string][]LedgerCompletion, touched map[string]bool) {
+func (w *Watch) Seen() (completions map[string][]Completion, touched map[string]bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.completions), maps.Clone(w.touched) // a later append does not reach a cloned slice's length

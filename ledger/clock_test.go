@@ -1,4 +1,4 @@
-package dispatcher
+package ledger
 
 import (
 	"errors"
@@ -8,20 +8,19 @@ import (
 	"github.com/baton-run/baton/clock"
 )
 
-// The ledger ages a failing streak on its clock: Check turns red exactly LedgerFailingAfter after the
+// The ledger ages a failing streak on its clock: Check turns red exactly FailingAfter after the
 // first failure, by the fake clock, however long the test itself takes.
 func TestLedgerFailingStreakOnItsClock(t *testing.T) {
 	fake := clock.NewFake(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
-	l := &EtcdLedger{prefix: DefaultLedgerPrefix}
-	l.SetClock(fake)
+	l := &Etcd{prefix: DefaultPrefix, clock: fake}
 	l.noteWrite(errors.New("etcd unreachable"))
-	fake.Advance(LedgerFailingAfter - 1)
+	fake.Advance(FailingAfter - 1)
 	if err := l.Check(); err != nil {
-		t.Fatalf("failing for less than LedgerFailingAfter: Check() = %v", err)
+		t.Fatalf("failing for less than FailingAfter: Check() = %v", err)
 	}
 	fake.Advance(1)
-	if err := l.Check(); !errors.Is(err, ErrLedgerUnavailable) {
-		t.Fatalf("failing for LedgerFailingAfter: Check() = %v, want ErrLedgerUnavailable", err)
+	if err := l.Check(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("failing for FailingAfter: Check() = %v, want ErrUnavailable", err)
 	}
 	l.noteWrite(nil)
 	if err := l.Check(); err != nil {

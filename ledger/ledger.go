@@ -1,4 +1,4 @@
-package dispatcher
+package ledger
 
 import (
 	"cmp"
@@ -19,13 +19,10 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// DefaultLedgerPrefix is the etcd prefix of the ledger's records unless NewEtcdLedger is given one.
-const DefaultLedgerPrefix = "/baton/dispatch"
-
-// The states of a ledger record (LedgerState reads one from a record's text).
+// The states of a ledger record (State reads one from a record's text).
 const (
-	LedgerPending = "pending"
-	LedgerDone    = "done"
+	Pending = "pending"
+	Done    = "done"
 )
 
 // ledgerRounds bounds the read-and-compare rounds of one Begin or Complete. A round is lost only
@@ -33,17 +30,17 @@ const (
 // owner's record was taken over); more than a few in a row means something rewrites the record.
 const ledgerRounds = 4
 
-// EtcdLedger keeps dispatch keys in etcd under a prefix, each project's in a range of its own
-// (LedgerRange), each for a retention period (records share a lease, rotated every half retention,
-// so a record lives between half and the full period). Every write is guarded by the owner's
-// exact-match lease (OwnerCmp); see the package doc for the layout.
-type EtcdLedger struct {
+// Etcd keeps dispatch keys in etcd under a prefix, each project's in a range of its own (Range), each
+// for a retention period (records share a lease, rotated every half retention, so a record lives
+// between half and the full period). Every write is guarded by the owner's exact-match lease
+// (OwnerCmp); see the package doc for the layout.
+type Etcd struct {
 	client    *clientv3.Client
 	prefix    string
 	retention time.Duration
-	clock     clock.Clock // nil: the real clock (SetClock)
-	// legacy: Begin also reads the record a release before per-project keys wrote
-	// (LegacyLedgerKey), so that a request done under the old layout stays a duplicate.
+	clock     clock.Clock
+	// legacy: Begin also reads the record a release before per-project keys wrote (LegacyKey), so
+	// that a request done under the old layout stays a duplicate (Config.IgnoreLegacy).
 	legacy bool
 
 	mu      sync.Mutex
@@ -55,95 +52,71 @@ type EtcdLedger struct {
 	failure error
 }
 
-var _ Ledger = (*EtcdLedger)(nil)
-
-// LedgerOption tunes an EtcdLedger.
-type LedgerOption func(*EtcdLedger)
-
-// ReadLegacyLedger says whether Begin also consults, for a dispatch key (IsKey), the record of the layout before per-project
-// keys (LegacyLedgerKey) when the project's own has none. Default true in this release, so that a
-// request completed by a worker of the previous release stays a duplicate across the upgrade; it
-// needs read access to LegacyLedgerRange (`baton acl etcd` grants it unless -legacy-ledger=false).
-// Turn it off once the previous release's records have expired (the ledger's retention after the
-// last worker of that release stopped). The next release removes the old layout's reading.
-func ReadLegacyLedger(on bool) LedgerOption { return func(l *EtcdLedger) { l.legacy = on } }
-
-// NewEtcdLedger returns a ledger under prefix (default DefaultLedgerPrefix) keeping records for
-// retention (default 24h, at least 1 minute).
-func NewEtcdLedger(c *clientv3.Client, prefix string, retention time.Duration, opts ...LedgerOption) (*EtcdLedger, error) {
+// New returns a ledger on c configured by cfg (zero fields: their defaults). It fails with an error
+// wrapping ErrInvalidConfig, naming the field and the rule, when cfg breaks one.
+func New(c *clientv3.Client, cfg Config) (*Etcd, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if c == nil {
-		return nil, fmt.Errorf("dispatcher: ledger client must not be nil")
+		return nil, errors.New("ledger: the etcd client must not be nil")
 	}
-	if prefix == "" {
-		prefix = DefaultLedgerPrefix
-	}
-	if strings.HasSuffix(prefix, "/") {
-		return nil, fmt.Errorf("dispatcher: ledger prefix must not end with '/', got %q", prefix)
-	}
-	if retention == 0 {
-		retention = 24 * time.Hour
-	}
-	if retention < time.Minute {
-		return nil, fmt.Errorf("dispatcher: ledger retention must be at least 1m, got %v", retention)
-	}
-	l := &EtcdLedger{client: c, prefix: prefix, retention: retention, legacy: true}
-	for _, o := range opts {
-		o(l)
-	}
-	return l, nil
+	cfg = cfg.withDefaults()
+	return &Etcd{client: c, prefix: cfg.Prefix, retention: cfg.Retention, clock: cfg.Clock, legacy: !cfg.IgnoreLegacy}, nil
 }
 
-// runLog reads the takeovers' run log with the ledger's client (Activities.RunLog's default).
-func (l *EtcdLedger) runLog() RunLogReader {
+// RunLog reads the takeovers' run log (takeover.RunLog) with the ledger's client: the dispatcher's
+// carry-over reads it there unless told otherwise (dispatcher.Activities.RunLog).
+func (l *Etcd) RunLog() *takeover.EtcdRunLog {
 	// The prefix only shapes Record's keys; a reader is given each range whole.
 	rl, err := takeover.NewEtcdRunLog(l.client, "")
 	if err != nil {
-		return nil // l.client is never nil (NewEtcdLedger)
+		return nil // l.client is never nil (New)
 	}
 	return rl
 }
 
-// LedgerKey returns the etcd key of project's record of dispatchKey under prefix
-// (DefaultLedgerPrefix when empty): <prefix>/p/<project>/<dispatch key>, holding
-// "<state> <server_id> <token>". This is the ledger's one key layout; LedgerRange is the range of
+// Key returns the etcd key of project's record of dispatchKey under prefix
+// (DefaultPrefix when empty): <prefix>/p/<project>/<dispatch key>, holding
+// "<state> <server_id> <token>". This is the ledger's one key layout; Range is the range of
 // the project's records.
-func LedgerKey(prefix, project, dispatchKey string) string {
-	return LedgerRange(prefix, project) + dispatchKey
+func Key(prefix, project, dispatchKey string) string {
+	return Range(prefix, project) + dispatchKey
 }
 
-// LedgerRange returns the range every record of project under prefix (DefaultLedgerPrefix when
+// Range returns the range every record of project under prefix (DefaultPrefix when
 // empty) starts with: <prefix>/p/<project>/. A name never contains '/', so no project's range
 // contains another's, and a role granted this range reaches one project's records. The attempts'
-// claims (LedgerAttemptKey) lie in it too, so that one grant of the range covers the project's
+// claims (AttemptKey) lie in it too, so that one grant of the range covers the project's
 // ledger; readers of records skip them.
-func LedgerRange(prefix, project string) string {
-	return cmp.Or(prefix, DefaultLedgerPrefix) + projectDir + project + "/"
+func Range(prefix, project string) string {
+	return cmp.Or(prefix, DefaultPrefix) + projectDir + project + "/"
 }
 
-// projectDir separates the projects' ranges from the layout before them (LegacyLedgerKey), whose
+// projectDir separates the projects' ranges from the layout before them (LegacyKey), whose
 // keys after the prefix are hexadecimal dispatch keys and attempt/: 'p' sorts after every one of them.
 const projectDir = "/p/"
 
-// LedgerAttemptKey returns the etcd key that a running attempt of project's dispatchKey holds while
-// its handler runs (EtcdLedger.BeginHolding): <prefix>/p/<project>/attempt/<dispatch key>, holding
-// "<server_id> <token>" on the attempt's own lease (LedgerAttemptTTL), so that it goes when the
+// AttemptKey returns the etcd key that a running attempt of project's dispatchKey holds while
+// its handler runs (Etcd.BeginHolding): <prefix>/p/<project>/attempt/<dispatch key>, holding
+// "<server_id> <token>" on the attempt's own lease (AttemptTTL), so that it goes when the
 // attempt ends or its process dies. No other attempt begins the key while it exists.
-func LedgerAttemptKey(prefix, project, dispatchKey string) string {
-	return LedgerRange(prefix, project) + attemptDir + dispatchKey
+func AttemptKey(prefix, project, dispatchKey string) string {
+	return Range(prefix, project) + attemptDir + dispatchKey
 }
 
-// LegacyLedgerKey returns the key the releases before per-project keys gave dispatchKey's record:
-// <prefix>/<dispatch key>, one range for every project. This release reads it (ReadLegacyLedger)
+// LegacyKey returns the key the releases before per-project keys gave dispatchKey's record:
+// <prefix>/<dispatch key>, one range for every project. This release reads it (unless Config.IgnoreLegacy)
 // and never writes it; the next release stops reading it.
-func LegacyLedgerKey(prefix, dispatchKey string) string {
-	return cmp.Or(prefix, DefaultLedgerPrefix) + "/" + dispatchKey
+func LegacyKey(prefix, dispatchKey string) string {
+	return cmp.Or(prefix, DefaultPrefix) + "/" + dispatchKey
 }
 
-// LegacyLedgerRange returns the range [key, end) of every record of the layout before per-project
-// keys: the dispatch keys are lowercase hexadecimal (IsKey), so [<prefix>/0, <prefix>/g). No
-// project's range (LedgerRange) lies in it, so a read grant of it reveals no project's records.
-func LegacyLedgerRange(prefix string) (key, end string) {
-	p := cmp.Or(prefix, DefaultLedgerPrefix) + "/"
+// LegacyRange returns the range [key, end) of every record of the layout before per-project
+// keys: the dispatch keys are lowercase hexadecimal (IsDispatchKey), so [<prefix>/0, <prefix>/g). No
+// project's range (Range) lies in it, so a read grant of it reveals no project's records.
+func LegacyRange(prefix string) (key, end string) {
+	p := cmp.Or(prefix, DefaultPrefix) + "/"
 	return p + "0", p + "g"
 }
 
@@ -156,7 +129,7 @@ const attemptDir = "attempt/"
 func isRecordKey(k string) bool { return !strings.Contains(k, "/") }
 
 // dropLease forgets lease when it is still the current one, so the next write grants a new lease.
-func (l *EtcdLedger) dropLease(lease clientv3.LeaseID) {
+func (l *Etcd) dropLease(lease clientv3.LeaseID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lease == lease {
@@ -164,13 +137,13 @@ func (l *EtcdLedger) dropLease(lease clientv3.LeaseID) {
 	}
 }
 
-// LedgerFailingAfter is how long the ledger's writes may fail before Check reports it: one failed
+// FailingAfter is how long the ledger's writes may fail before Check reports it: one failed
 // attempt is retried by its activity, a streak this long means no dispatch can complete.
-const LedgerFailingAfter = 5 * time.Second
+const FailingAfter = 5 * time.Second
 
 // noteWrite records the outcome of a write for Check. Refusals that concern one owner or one record
 // (ErrSuperseded, ErrBadRecord) say nothing about the ledger and are not counted.
-func (l *EtcdLedger) noteWrite(err error) {
+func (l *Etcd) noteWrite(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -180,37 +153,37 @@ func (l *EtcdLedger) noteWrite(err error) {
 		errors.Is(err, context.Canceled):
 	default:
 		if l.failing.IsZero() {
-			l.failing = l.clk().Now()
+			l.failing = l.clock.Now()
 		}
 		l.failure = err
 	}
 }
 
-// Check is the ledger's readiness: it fails, wrapping ErrLedgerUnavailable, while its writes have
-// been failing for LedgerFailingAfter (etcd unreachable from this process, a role without write
+// Check is the ledger's readiness: it fails, wrapping ErrUnavailable, while its writes have
+// been failing for FailingAfter (etcd unreachable from this process, a role without write
 // permission on the prefix): no dispatch can complete on this worker meanwhile. A write that goes
 // through clears it. Add it to the process's readiness (baton.Node.AddReadinessCheck).
-func (l *EtcdLedger) Check() error {
+func (l *Etcd) Check() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.failure == nil || l.clk().Now().Sub(l.failing) < LedgerFailingAfter {
+	if l.failure == nil || l.clock.Now().Sub(l.failing) < FailingAfter {
 		return nil
 	}
-	return fmt.Errorf("%w: writes under %s failing for %v: %w", ErrLedgerUnavailable, l.prefix,
-		l.clk().Now().Sub(l.failing).Round(time.Millisecond), l.failure)
+	return fmt.Errorf("%w: writes under %s failing for %v: %w", ErrUnavailable, l.prefix,
+		l.clock.Now().Sub(l.failing).Round(time.Millisecond), l.failure)
 }
 
-func (l *EtcdLedger) currentLease(ctx context.Context) (clientv3.LeaseID, error) {
+func (l *Etcd) currentLease(ctx context.Context) (clientv3.LeaseID, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lease != 0 && l.clk().Now().Sub(l.granted) < l.retention/2 {
+	if l.lease != 0 && l.clock.Now().Sub(l.granted) < l.retention/2 {
 		return l.lease, nil
 	}
 	resp, err := l.client.Grant(ctx, int64(l.retention/time.Second))
 	if err != nil {
 		return 0, err
 	}
-	l.lease, l.granted = resp.ID, l.clk().Now()
+	l.lease, l.granted = resp.ID, l.clock.Now()
 	return l.lease, nil
 }
 
@@ -220,28 +193,28 @@ func (l *EtcdLedger) currentLease(ctx context.Context) (clientv3.LeaseID, error)
 // attempt) is kept; one of a newer token is refused with ErrSuperseded, as is every write once
 // owner's term has ended. While another attempt holds the key (BeginHolding), Begin is refused with
 // ErrAttemptInFlight, which a retry outlasts.
-func (l *EtcdLedger) Begin(ctx context.Context, key string, owner takeover.Owner) (bool, error) {
+func (l *Etcd) Begin(ctx context.Context, key string, owner takeover.Owner) (bool, error) {
 	return l.begin(ctx, key, owner, 0)
 }
 
 // begin is Begin; with an attempt lease, the same transaction that records the key pending also
-// writes the attempt's claim (LedgerAttemptKey) on that lease. With legacy reads, the transaction
-// also compares the old layout's record (LegacyLedgerKey): absent, or unchanged since it was read
+// writes the attempt's claim (AttemptKey) on that lease. With legacy reads, the transaction
+// also compares the old layout's record (LegacyKey): absent, or unchanged since it was read
 // and found not to decide the key.
-func (l *EtcdLedger) begin(ctx context.Context, key string, owner takeover.Owner, attempt clientv3.LeaseID) (bool, error) {
+func (l *Etcd) begin(ctx context.Context, key string, owner takeover.Owner, attempt clientv3.LeaseID) (bool, error) {
 	if err := ValidateOwner(owner); err != nil {
 		return false, err
 	}
-	k := LedgerKey(l.prefix, owner.Project, key)
-	claim := &attemptClaim{key: LedgerAttemptKey(l.prefix, owner.Project, key), value: fmt.Sprintf("%s %d", owner.ServerID, owner.Token), lease: attempt}
+	k := Key(l.prefix, owner.Project, key)
+	claim := &attemptClaim{key: AttemptKey(l.prefix, owner.Project, key), value: fmt.Sprintf("%s %d", owner.ServerID, owner.Token), lease: attempt}
 	var legacy *legacyRecord
-	if l.legacy && IsKey(key) { // the old layout's records are of dispatch keys (LegacyLedgerRange)
-		lk := LegacyLedgerKey(l.prefix, key)
+	if l.legacy && IsDispatchKey(key) { // the old layout's records are of dispatch keys (LegacyRange)
+		lk := LegacyKey(l.prefix, key)
 		legacy = &legacyRecord{key: lk, cmp: clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
 	}
 	expect := clientv3.Compare(clientv3.ModRevision(k), "=", 0) // the common case: a new key
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerPending, owner, claim, legacy)
+		ok, rec, err := l.guardedPut(ctx, k, expect, Pending, owner, claim, legacy)
 		if err != nil || ok {
 			return false, err
 		}
@@ -251,11 +224,11 @@ func (l *EtcdLedger) begin(ctx context.Context, key string, owner takeover.Owner
 			}
 		}
 		switch {
-		case rec.exists && rec.state == LedgerDone:
+		case rec.exists && rec.state == Done:
 			return true, nil
 		case claim.heldBy != "":
 			return false, fmt.Errorf("%w: dispatch key %s is being handled by %s; it is begun again once that attempt ends or its process is gone (within %v)",
-				ErrAttemptInFlight, key, claim.heldBy, LedgerAttemptTTL)
+				ErrAttemptInFlight, key, claim.heldBy, AttemptTTL)
 		case !rec.exists:
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", 0) // it expired in between
 		case rec.token == owner.Token && attempt == 0:
@@ -269,7 +242,7 @@ func (l *EtcdLedger) begin(ctx context.Context, key string, owner takeover.Owner
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", rec.modRevision)
 		}
 	}
-	return false, fmt.Errorf("dispatcher: ledger record %s changed under %d attempts to begin it", k, ledgerRounds)
+	return false, fmt.Errorf("ledger: record %s changed under %d attempts to begin it", k, ledgerRounds)
 }
 
 // legacyRecord is the record of a key in the layout before per-project keys, as a Begin compares
@@ -289,7 +262,7 @@ func (lr *legacyRecord) decide(key string, owner takeover.Owner) (done bool, err
 	case !lr.rec.exists:
 		lr.cmp = clientv3.Compare(clientv3.CreateRevision(lr.key), "=", 0)
 		return false, nil
-	case lr.rec.state == LedgerDone:
+	case lr.rec.state == Done:
 		return true, nil
 	case lr.rec.token > owner.Token:
 		return false, fmt.Errorf("%w: dispatch key %s is pending for %s at token %d (%s), newer than %d",
@@ -311,21 +284,21 @@ type attemptClaim struct {
 // record that expired while the handler ran is written again as done, so a resend stays a
 // duplicate. A newer token's record, or an ended term, gets ErrSuperseded and leaves the record
 // pending for the successor, which dispatches again (at-least-once between Begin and Complete).
-func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Owner) error {
+func (l *Etcd) Complete(ctx context.Context, key string, owner takeover.Owner) error {
 	if err := ValidateOwner(owner); err != nil {
 		return err
 	}
-	k := LedgerKey(l.prefix, owner.Project, key)
-	expect := clientv3.Compare(clientv3.Value(k), "=", encodeRecord(LedgerPending, owner))
+	k := Key(l.prefix, owner.Project, key)
+	expect := clientv3.Compare(clientv3.Value(k), "=", encodeRecord(Pending, owner))
 	for range ledgerRounds {
-		ok, rec, err := l.guardedPut(ctx, k, expect, LedgerDone, owner, nil, nil)
+		ok, rec, err := l.guardedPut(ctx, k, expect, Done, owner, nil, nil)
 		if err != nil || ok {
 			return err
 		}
 		switch {
 		case !rec.exists:
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", 0)
-		case rec.state == LedgerDone:
+		case rec.state == Done:
 			return nil
 		case rec.token > owner.Token:
 			return fmt.Errorf("%w: dispatch key %s is pending for %s at token %d, newer than %d",
@@ -334,7 +307,7 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 			expect = clientv3.Compare(clientv3.ModRevision(k), "=", rec.modRevision)
 		}
 	}
-	return fmt.Errorf("dispatcher: ledger record %s changed under %d attempts to complete it", k, ledgerRounds)
+	return fmt.Errorf("ledger: record %s changed under %d attempts to complete it", k, ledgerRounds)
 }
 
 // guardedPut writes state for owner at k if owner's term holds and expect holds, and, with a claim,
@@ -345,14 +318,14 @@ func (l *EtcdLedger) Complete(ctx context.Context, key string, owner takeover.Ow
 // A lease that etcd no longer knows (a restore from an older snapshot, a move to a new cluster, a
 // revoke) is replaced at once by a new one, and the write is sent again: retrying with the lost lease
 // would fail until the ledger rotated it, half a retention later.
-func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner,
+func (l *Etcd) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, state string, owner takeover.Owner,
 	claim *attemptClaim, legacy *legacyRecord) (ok bool, rec record, err error) {
 	defer func() { l.noteWrite(err) }()
 	var resp *clientv3.TxnResponse
 	for regranted := false; ; regranted = true {
 		var lease clientv3.LeaseID
 		if lease, err = l.currentLease(ctx); err != nil {
-			return false, record{}, fmt.Errorf("dispatcher: ledger lease: %w", err)
+			return false, record{}, fmt.Errorf("ledger: lease: %w", err)
 		}
 		cmps := []clientv3.Cmp{OwnerCmp(owner), expect}
 		then := []clientv3.Op{clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))}
@@ -374,7 +347,7 @@ func (l *EtcdLedger) guardedPut(ctx context.Context, k string, expect clientv3.C
 			continue
 		}
 		if err != nil {
-			return false, record{}, fmt.Errorf("dispatcher: ledger %s: %w", k, err)
+			return false, record{}, fmt.Errorf("ledger: %s: %w", k, err)
 		}
 		break
 	}
@@ -425,8 +398,8 @@ func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
 		return record{}, fmt.Errorf("%w: %s = %q, want \"<state> <server_id> <token>\"", ErrBadRecord, k, v)
 	}
 	rec := record{exists: true, state: v[:first], serverID: v[first+1 : last], modRevision: kvs[0].ModRevision}
-	if rec.state != LedgerPending && rec.state != LedgerDone {
-		return record{}, fmt.Errorf("%w: %s = %q, state must be %s or %s", ErrBadRecord, k, v, LedgerPending, LedgerDone)
+	if rec.state != Pending && rec.state != Done {
+		return record{}, fmt.Errorf("%w: %s = %q, state must be %s or %s", ErrBadRecord, k, v, Pending, Done)
 	}
 	tok, err := strconv.ParseInt(v[last+1:], 10, 64)
 	if err != nil {
@@ -436,13 +409,13 @@ func decodeRecord(k string, kvs []*mvccpb.KeyValue) (record, error) {
 	return rec, nil
 }
 
-// ReadLedger reads every record of project under prefix (DefaultLedgerPrefix when empty) at one
+// Read reads every record of project under prefix (DefaultPrefix when empty) at one
 // revision, a page at a time, and returns them by dispatch key, each as stored ("<state> <server_id>
-// <token>"; LedgerState gives its state), with that revision. Records of the layout before
-// per-project keys (LegacyLedgerRange) that the project has none of its own for are included: they
+// <token>"; State gives its state), with that revision. Records of the layout before
+// per-project keys (LegacyRange) that the project has none of its own for are included: they
 // name no project, so every project's reading shows them until the next release. It is for tools
 // that judge the ledger from etcd's records rather than a worker's word: `demo-worker load`, drills.
-func ReadLedger(ctx context.Context, c *clientv3.Client, prefix, project string) (map[string]string, int64, error) {
+func Read(ctx context.Context, c *clientv3.Client, prefix, project string) (map[string]string, int64, error) {
 	out := map[string]string{}
 	rev, err := scanLedger(ctx, c, prefix, project, func(key string, kv *mvccpb.KeyValue) { out[key] = string(kv.Value) })
 	if err != nil {
@@ -451,20 +424,20 @@ func ReadLedger(ctx context.Context, c *clientv3.Client, prefix, project string)
 	return out, rev, nil
 }
 
-// ReadPendingLedger reads every pending record of project under prefix (DefaultLedgerPrefix when
-// empty), the old layout's as ReadLedger does, at one revision, a page at a time: by dispatch key,
+// ReadPending reads every pending record of project under prefix (DefaultPrefix when
+// empty), the old layout's as Read does, at one revision, a page at a time: by dispatch key,
 // with the revision that wrote each. Records that are not ledger records are counted in malformed,
 // not returned. It is how a check finds requests begun and never finished (`baton verify` dates
 // them by revision).
-func ReadPendingLedger(ctx context.Context, c *clientv3.Client, prefix, project string) (pending map[string]LedgerRecord, malformed int, rev int64, err error) {
-	pending = map[string]LedgerRecord{}
+func ReadPending(ctx context.Context, c *clientv3.Client, prefix, project string) (pending map[string]Record, malformed int, rev int64, err error) {
+	pending = map[string]Record{}
 	rev, err = scanLedger(ctx, c, prefix, project, func(key string, kv *mvccpb.KeyValue) {
 		r, err := decodeRecord(string(kv.Key), []*mvccpb.KeyValue{kv})
 		switch {
 		case err != nil:
 			malformed++
-		case r.state == LedgerPending:
-			pending[key] = LedgerRecord{State: r.state, ServerID: r.serverID, Token: r.token, Revision: r.modRevision}
+		case r.state == Pending:
+			pending[key] = Record{State: r.state, ServerID: r.serverID, Token: r.token, Revision: r.modRevision}
 		}
 	})
 	if err != nil {
@@ -476,7 +449,7 @@ func ReadPendingLedger(ctx context.Context, c *clientv3.Client, prefix, project 
 // scanLedger calls fn with every record of project, by dispatch key, then with the old layout's
 // records of the keys the project has none for, all read at one revision, and returns it.
 func scanLedger(ctx context.Context, c *clientv3.Client, prefix, project string, fn func(key string, kv *mvccpb.KeyValue)) (int64, error) {
-	own := LedgerRange(prefix, project)
+	own := Range(prefix, project)
 	seen := map[string]bool{}
 	rev, err := scanRange(ctx, c, own, clientv3.GetPrefixRangeEnd(own), own, 0, func(k string, kv *mvccpb.KeyValue) {
 		seen[k] = true
@@ -485,8 +458,8 @@ func scanLedger(ctx context.Context, c *clientv3.Client, prefix, project string,
 	if err != nil {
 		return 0, err
 	}
-	start, end := LegacyLedgerRange(prefix)
-	_, err = scanRange(ctx, c, start, end, LegacyLedgerKey(prefix, ""), rev, func(k string, kv *mvccpb.KeyValue) {
+	start, end := LegacyRange(prefix)
+	_, err = scanRange(ctx, c, start, end, LegacyKey(prefix, ""), rev, func(k string, kv *mvccpb.KeyValue) {
 		if !seen[k] {
 			fn(k, kv)
 		}
@@ -521,16 +494,16 @@ func scanRange(ctx context.Context, c *clientv3.Client, start, end, cut string, 
 	}
 }
 
-// LedgerState returns the state of a record as ReadLedger returns it: LedgerPending or LedgerDone
+// State returns the state of a record as Read returns it: Pending or Done
 // for a well-formed one.
-func LedgerState(record string) string {
+func State(record string) string {
 	state, _, _ := strings.Cut(record, " ")
 	return state
 }
 
-// LedgerRecord is one dispatch request's record, as an operator reads it back.
-type LedgerRecord struct {
-	// State is LedgerPending (begun, its handler not known to have finished) or LedgerDone.
+// Record is one dispatch request's record, as an operator reads it back.
+type Record struct {
+	// State is Pending (begun, its handler not known to have finished) or Done.
 	State string `json:"state"`
 	// ServerID and Token are the owner that wrote the record: its server and term.
 	ServerID string `json:"server_id"`
@@ -539,22 +512,22 @@ type LedgerRecord struct {
 	Revision int64 `json:"revision"`
 }
 
-// ReadLedgerRecord reads project's record of dispatchKey under prefix (DefaultLedgerPrefix when
+// ReadRecord reads project's record of dispatchKey under prefix (DefaultPrefix when
 // empty), or, when the project has none, the record of the layout before per-project keys
-// (LegacyLedgerKey), both at one revision; found is false when neither exists: the request was never
+// (LegacyKey), both at one revision; found is false when neither exists: the request was never
 // begun (not yet dispatched, or never accepted). A record that is not one fails with ErrBadRecord.
-func ReadLedgerRecord(ctx context.Context, c *clientv3.Client, prefix, project, dispatchKey string) (rec LedgerRecord, found bool, err error) {
-	k, lk := LedgerKey(prefix, project, dispatchKey), LegacyLedgerKey(prefix, dispatchKey)
+func ReadRecord(ctx context.Context, c *clientv3.Client, prefix, project, dispatchKey string) (rec Record, found bool, err error) {
+	k, lk := Key(prefix, project, dispatchKey), LegacyKey(prefix, dispatchKey)
 	resp, err := c.Txn(ctx).Then(clientv3.OpGet(k), clientv3.OpGet(lk)).Commit()
 	if err != nil {
-		return LedgerRecord{}, false, err
+		return Record{}, false, err
 	}
 	r, err := decodeRecord(k, resp.Responses[0].GetResponseRange().GetKvs())
 	if err == nil && !r.exists {
 		r, err = decodeRecord(lk, resp.Responses[1].GetResponseRange().GetKvs())
 	}
 	if err != nil || !r.exists {
-		return LedgerRecord{}, false, err
+		return Record{}, false, err
 	}
-	return LedgerRecord{State: r.state, ServerID: r.serverID, Token: r.token, Revision: r.modRevision}, true, nil
+	return Record{State: r.state, ServerID: r.serverID, Token: r.token, Revision: r.modRevision}, true, nil
 }
