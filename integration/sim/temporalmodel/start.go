@@ -26,8 +26,8 @@ type StartRequest struct {
 // StartResponse is the service's answer to a start.
 type StartResponse struct {
 	RunID string
-	// Started is false when the answer names a run that was already there (USE_EXISTING, a signal,
-	// or a retry of the same request).
+	// Started is false when the answer names a run that was already there (USE_EXISTING, a
+	// signal); a retry of the request that started the current run answers true, as the first time.
 	Started bool
 }
 
@@ -45,8 +45,9 @@ func (m *Model) Start(req StartRequest) (StartResponse, error) {
 	defer m.mu.Unlock()
 	cur := m.latest(req.WorkflowID)
 	if cur != nil && req.RequestID != "" && cur.RequestID == req.RequestID {
-		// A retry (or a duplicate delivery) of the request that started the current run.
-		return StartResponse{RunID: cur.RunID}, nil
+		// A retry (or a duplicate delivery) of the request that started the current run, open or
+		// closed: the server answers as it did the first time (Started, the same run).
+		return StartResponse{RunID: cur.RunID, Started: true}, nil
 	}
 	if cur != nil && cur.Open() {
 		switch {
