@@ -1,0 +1,277 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/baton-run/baton/integration/sim/temporalmodel"
+	"github.com/baton-run/baton/takeover"
+)
+
+// plan is a schedule drawn from its seed: terms with increasing tokens handed from process to
+// process, the faults, out-of-band closes, the heal and the checks.
+type plan struct {
+	procs  int
+	terms  []plannedTerm
+	rates  faultRates
+	pauseP float64
+	oob    []plannedClose
+	heal   time.Duration
+}
+
+type plannedTerm struct {
+	proc  int
+	token int64
+	at    time.Duration
+	// lag is how long after etcd granted the next term this term's process goes on believing it
+	// holds (a stalled process); Confirm tells it the truth meanwhile.
+	lag time.Duration
+}
+
+type plannedClose struct {
+	at     time.Duration
+	action string // terminate, cancel, complete, fail, can
+}
+
+func drawPlan(seed uint64) plan {
+	r := stream(seed, "plan")
+	p := plan{procs: 2 + r.IntN(3), rates: drawRates(stream(seed, "rates"))}
+	if r.IntN(2) == 0 {
+		p.pauseP = 0.1 + 0.4*r.Float64()
+	}
+	n := 2 + r.IntN(4)
+	at, token := time.Duration(0), int64(100)
+	// jitter keeps the world's own events off the instants of the processes' timers.
+	jitter := func() time.Duration { return time.Duration(r.Int64N(int64(time.Millisecond))) }
+	for i := range n {
+		pt := plannedTerm{proc: (i + r.IntN(p.procs-1)) % p.procs, token: token, at: at + jitter()}
+		if i > 0 && pt.proc == p.terms[i-1].proc {
+			pt.proc = (pt.proc + 1) % p.procs
+		}
+		if r.IntN(3) == 0 {
+			pt.lag = time.Duration(r.Int64N(int64(6 * time.Second)))
+		}
+		p.terms = append(p.terms, pt)
+		at += time.Duration(200+r.IntN(20000)) * time.Millisecond
+		token += 1 + int64(r.IntN(20))
+	}
+	last := p.terms[n-1].at
+	actions := []string{"terminate", "cancel", "complete", "fail", "can", "can"}
+	for range r.IntN(4) {
+		p.oob = append(p.oob, plannedClose{at: time.Duration(r.Int64N(int64(last+10*time.Second))) + jitter(),
+			action: actions[r.IntN(len(actions))]})
+	}
+	sort.Slice(p.oob, func(i, j int) bool { return p.oob[i].at < p.oob[j].at })
+	p.heal = last + 15*time.Second + jitter()
+	return p
+}
+
+// The checks after the heal: by then every delayed request has landed and the last owner has had
+// time to replace what the faults left; the second check proves the state stays.
+const (
+	firstCheck  = 60 * time.Second
+	secondCheck = 90 * time.Second
+)
+
+// takeoverSchedule runs one seed's schedule with real takeover.Managers over the model. Call it
+// inside a synctest bubble.
+func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
+	w := newWorld(seed)
+	p := drawPlan(seed)
+	w.logf("world", "plan: %d processes, terms %v, faults %+v, pauses %.2f, out-of-band %v, heal at %v",
+		p.procs, p.terms, p.rates, p.pauseP, p.oob, p.heal)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	terms := make([]*term, len(p.terms))
+	events := w.events(p)
+	for _, ev := range events {
+		time.Sleep(ev.at - time.Since(w.start))
+		// Whatever else woke at this instant runs to a stop before the world acts, and what the
+		// world's act wakes runs to a stop after it: the trace does not depend on the Go scheduler.
+		synctest.Wait()
+		switch {
+		case ev.term >= 0:
+			terms[ev.term] = w.grant(ctx, t, p, ev.term, terms, &wg, verbose)
+		case ev.close != "":
+			w.closeOutOfBand(ev.close)
+		case ev.name == "heal":
+			w.mu.Lock()
+			w.healed = true
+			w.mu.Unlock()
+			w.logf("world", "healed: faults off")
+		default:
+			w.checkOwner(terms[len(terms)-1], ev.name)
+		}
+		synctest.Wait()
+	}
+	cancel()
+	for _, tm := range terms {
+		tm.cancel(errTermEnded)
+	}
+	wg.Wait()
+	// Let every request still in the network land (its checks still count).
+	time.Sleep(2*p.rates.maxDelay + time.Second)
+	return w.outcome()
+}
+
+type event struct {
+	at    time.Duration
+	term  int
+	close string
+	name  string
+}
+
+func (w *world) events(p plan) []event {
+	var evs []event
+	for i, pt := range p.terms {
+		evs = append(evs, event{at: pt.at, term: i})
+	}
+	for _, c := range p.oob {
+		if c.at < p.heal {
+			evs = append(evs, event{at: c.at, term: -1, close: c.action})
+		}
+	}
+	evs = append(evs, event{at: p.heal, term: -1, name: "heal"},
+		event{at: p.heal + firstCheck, term: -1, name: "first check"},
+		event{at: p.heal + secondCheck, term: -1, name: "second check"})
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	return evs
+}
+
+// grant hands the queue to term i: the previous term's process is told first (or, with a lag, later:
+// etcd moves on regardless), then etcd holds the new token, then the new owner's loop starts.
+func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []*term, wg *sync.WaitGroup, verbose bool) *term {
+	pt := p.terms[i]
+	if i > 0 {
+		prev := terms[i-1]
+		if lag := p.terms[i-1].lag; lag > 0 {
+			time.AfterFunc(lag, func() { prev.cancel(errTermEnded) })
+		} else {
+			prev.cancel(errTermEnded)
+			// The process that lost its term reacts before etcd grants the next one.
+			synctest.Wait()
+		}
+	}
+	tctx, tcancel := context.WithCancelCause(ctx)
+	tm := &term{w: w, proc: pt.proc, token: pt.token, started: time.Now(), ctx: tctx, cancel: tcancel,
+		pauses: stream(w.seed, fmt.Sprintf("pause/%d", pt.token)), pauseP: p.pauseP}
+	w.mu.Lock()
+	w.holder = pt.token
+	w.mu.Unlock()
+	w.logf(tm.who(), "term granted (lag when it ends: %v)", pt.lag)
+	log := zap.NewNop()
+	if verbose {
+		log = zaptest.NewLogger(t).Named(tm.who())
+	}
+	cli := temporalmodel.NewClient(w.model, tm.who(), w.sender(tm.who(), tm.token, stream(w.seed, "net/"+tm.who()), p.rates))
+	mgr, err := takeover.New(cli, takeover.Config{Clock: newBubbleClock(w.seed, "jitter/"+tm.who()), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.own(tm, mgr)
+	}()
+	return tm
+}
+
+// own is the owner's loop for one term, as a Node runs it: take over, watch, follow
+// continue-as-new, replace a run that closed, until the term ends.
+func (w *world) own(tm *term, mgr *takeover.Manager) {
+	run, ok := w.take(tm, mgr.Take)
+	for ok {
+		w.mu.Lock()
+		w.runs[tm.token] = run.RunID
+		w.mu.Unlock()
+		next, err := mgr.Watch(tm.ctx, tm, run)
+		switch {
+		case tm.ctx.Err() != nil:
+			return
+		case err == nil:
+			w.logf(tm.who(), "watch: chain continued as %s", short(next.RunID))
+			run = next
+		case errors.Is(err, takeover.ErrRunClosed):
+			w.logf(tm.who(), "watch: %v; replacing", err)
+			run, ok = w.take(tm, mgr.Replace)
+		default:
+			w.logf(tm.who(), "watch ended: %v", err)
+			return
+		}
+	}
+}
+
+func (w *world) take(tm *term, f func(context.Context, takeover.Term) (takeover.Run, error)) (takeover.Run, bool) {
+	for {
+		run, err := f(tm.ctx, tm)
+		if err == nil {
+			w.logf(tm.who(), "took over: run %s (path %s, %d attempts)", short(run.RunID), run.Path, run.Attempts)
+			if tm.ctx.Err() != nil {
+				w.violate(tm.who(), "the takeover reported run %s for a term that had ended", short(run.RunID))
+			}
+			return run, true
+		}
+		w.logf(tm.who(), "takeover failed: %v", err)
+		if errors.Is(err, takeover.ErrPermanent) {
+			w.violate(tm.who(), "a permanent takeover failure in a world without one: %v", err)
+			return run, false
+		}
+		if tm.ctx.Err() != nil || errors.Is(err, takeover.ErrSuperseded) {
+			return run, false
+		}
+		select {
+		case <-tm.ctx.Done():
+			return run, false
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// closeOutOfBand is an operator's (or the workflow's own) close of the open run.
+func (w *world) closeOutOfBand(action string) {
+	var runID string
+	var err error
+	switch action {
+	case "terminate":
+		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, "operator")
+	case "cancel":
+		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, "")
+	case "complete":
+		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, "")
+	case "fail":
+		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, "workflow failed")
+	case "can":
+		runID = w.model.ContinueAsNew(w.wfID)
+	}
+	w.logf("world", "out-of-band %s: run %s %v", action, short(runID), err)
+}
+
+// checkOwner holds the liveness invariant after the heal: the open run is the last owner's, the
+// one its loop follows, with the owner's token in its memo.
+func (w *world) checkOwner(last *term, name string) {
+	open, ok := w.model.Open(w.wfID)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	following := w.runs[last.token]
+	switch {
+	case !ok:
+		w.violateLocked("world", "%s: no open run; the owner (token %d) follows %s", name, last.token, short(following))
+	case open.RunID != following:
+		w.violateLocked("world", "%s: open run %s (token %d) is not the one the owner (token %d) follows, %s",
+			name, short(open.RunID), w.tokenOf(open), last.token, short(following))
+	case w.tokenOf(open) != last.token:
+		w.violateLocked("world", "%s: open run %s carries token %d, the owner's is %d", name, short(open.RunID), w.tokenOf(open), last.token)
+	default:
+		w.logLocked("world", "%s: run %s is the owner's (token %d)", name, short(open.RunID), last.token)
+	}
+}
