@@ -349,6 +349,9 @@ func (t *term) Check() error {
 }
 
 func (t *term) Confirm(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	t.w.mu.Lock()
 	holder := t.w.holder
 	t.w.mu.Unlock()
@@ -360,10 +363,10 @@ func (t *term) Confirm(ctx context.Context) error {
 	d := time.Duration(t.pauses.Int64N(int64(3 * time.Second)))
 	t.mu.Unlock()
 	if pause {
-		// The process stalls after etcd answered: what it confirmed may be stale when it resumes.
+		// The process stalls after etcd answered: the answer it returns may be stale when it resumes.
 		time.Sleep(d)
 	}
-	return ctx.Err()
+	return nil
 }
 
 var _ takeover.Term = (*term)(nil)
