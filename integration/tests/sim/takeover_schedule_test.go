@@ -36,6 +36,9 @@ type plannedTerm struct {
 	// lag is how long after etcd granted the next term this term's process goes on believing it
 	// holds (a stalled process); Confirm tells it the truth meanwhile.
 	lag time.Duration
+	// graceful: the term ends with a step-down (its loop stopped, its own chain terminated by
+	// FirstExecutionRunId while the term holds), not a loss.
+	graceful bool
 }
 
 type plannedClose struct {
@@ -58,8 +61,11 @@ func drawPlan(seed uint64) plan {
 		if i > 0 && pt.proc == p.terms[i-1].proc {
 			pt.proc = (pt.proc + 1) % p.procs
 		}
-		if r.IntN(3) == 0 {
+		switch r.IntN(3) {
+		case 0:
 			pt.lag = time.Duration(r.Int64N(int64(6 * time.Second)))
+		case 1:
+			pt.graceful = true
 		}
 		p.terms = append(p.terms, pt)
 		at += time.Duration(200+r.IntN(20000)) * time.Millisecond
@@ -154,6 +160,9 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 	pt := p.terms[i]
 	if i > 0 {
 		prev := terms[i-1]
+		if p.terms[i-1].graceful {
+			w.stepDown(prev)
+		}
 		if lag := p.terms[i-1].lag; lag > 0 {
 			time.AfterFunc(lag, func() { prev.cancel(errTermEnded) })
 		} else {
@@ -168,7 +177,7 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 	w.mu.Lock()
 	w.holder = pt.token
 	w.mu.Unlock()
-	w.logf(tm.who(), "term granted (lag when it ends: %v)", pt.lag)
+	w.logf(tm.who(), "term granted (lag when it ends: %v, graceful: %v)", pt.lag, pt.graceful)
 	log := zap.NewNop()
 	if verbose {
 		log = zaptest.NewLogger(t).Named(tm.who())
@@ -178,9 +187,12 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 	if err != nil {
 		t.Fatal(err)
 	}
+	tm.mgr, tm.done = mgr, make(chan struct{})
+	tm.loop, tm.stopLoop = context.WithCancel(tctx)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer close(tm.done)
 		w.own(tm, mgr)
 	}()
 	return tm
@@ -192,11 +204,11 @@ func (w *world) own(tm *term, mgr *takeover.Manager) {
 	run, ok := w.take(tm, mgr.Take)
 	for ok {
 		w.mu.Lock()
-		w.runs[tm.token] = run.RunID
+		w.runs[tm.token] = run
 		w.mu.Unlock()
-		next, err := mgr.Watch(tm.ctx, tm, run)
+		next, err := mgr.Watch(tm.loop, tm, run)
 		switch {
-		case tm.ctx.Err() != nil:
+		case tm.loop.Err() != nil:
 			return
 		case err == nil:
 			w.logf(tm.who(), "watch: chain continued as %s", short(next.RunID))
@@ -213,7 +225,7 @@ func (w *world) own(tm *term, mgr *takeover.Manager) {
 
 func (w *world) take(tm *term, f func(context.Context, takeover.Term) (takeover.Run, error)) (takeover.Run, bool) {
 	for {
-		run, err := f(tm.ctx, tm)
+		run, err := f(tm.loop, tm)
 		if err == nil {
 			w.logf(tm.who(), "took over: run %s (path %s, %d attempts)", short(run.RunID), run.Path, run.Attempts)
 			if tm.ctx.Err() != nil {
@@ -226,11 +238,11 @@ func (w *world) take(tm *term, f func(context.Context, takeover.Term) (takeover.
 			w.violate(tm.who(), "a permanent takeover failure in a world without one: %v", err)
 			return run, false
 		}
-		if tm.ctx.Err() != nil || errors.Is(err, takeover.ErrSuperseded) {
+		if tm.loop.Err() != nil || errors.Is(err, takeover.ErrSuperseded) {
 			return run, false
 		}
 		select {
-		case <-tm.ctx.Done():
+		case <-tm.loop.Done():
 			return run, false
 		case <-time.After(time.Second):
 		}
@@ -262,7 +274,7 @@ func (w *world) checkOwner(last *term, name string) {
 	open, ok := w.model.Open(w.wfID)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	following := w.runs[last.token]
+	following := w.runs[last.token].RunID
 	switch {
 	case !ok:
 		w.violateLocked("world", "%s: no open run; the owner (token %d) follows %s", name, last.token, short(following))
@@ -274,4 +286,23 @@ func (w *world) checkOwner(last *term, name string) {
 	default:
 		w.logLocked("world", "%s: run %s is the owner's (token %d)", name, short(open.RunID), last.token)
 	}
+}
+
+// stepDown is a graceful end of tm, as a Node's stop makes it: the owner loop is stopped and waited
+// for, then the term, still held, terminates its own chain (Manager.StepDown, by FirstExecutionRunId).
+// The term's hand-over budget bounds it; a request still in the network lands when it lands.
+func (w *world) stepDown(tm *term) {
+	tm.stopLoop()
+	<-tm.done
+	w.mu.Lock()
+	run, ok := w.runs[tm.token]
+	w.mu.Unlock()
+	if !ok {
+		w.logf(tm.who(), "step-down: no run taken over")
+		return
+	}
+	ctx, cancel := context.WithTimeout(tm.ctx, 10*time.Second)
+	defer cancel()
+	err := tm.mgr.StepDown(ctx, tm, run)
+	w.logf(tm.who(), "step-down of chain %s (current run %s): %v", short(run.FirstRunID), short(run.RunID), err)
 }

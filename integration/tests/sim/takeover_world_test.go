@@ -63,9 +63,10 @@ const (
 	probeAlreadyStarted = "AlreadyStarted"
 	probeWrongRun       = "terminate refused as the wrong run"
 	probeLostResponse   = "lost response whose effect applied"
+	probeChainRefused   = "terminate by chain refused: the current run is another chain's"
 )
 
-var allProbes = []string{probeLateStart, probeAlreadyStarted, probeWrongRun, probeLostResponse}
+var allProbes = []string{probeLateStart, probeAlreadyStarted, probeWrongRun, probeLostResponse, probeChainRefused}
 
 // outcome is what one schedule reports to its batch.
 type outcome struct {
@@ -91,12 +92,12 @@ type world struct {
 	trace      []string
 	violations []string
 	probes     map[string]int
-	runs       map[int64]string // the run each term's owner loop follows, by token
+	runs       map[int64]takeover.Run // the run each term's owner loop follows, by token
 }
 
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, start: time.Now(), dc: converter.GetDefaultDataConverter(),
-		probes: map[string]int{}, runs: map[int64]string{}}
+		probes: map[string]int{}, runs: map[int64]takeover.Run{}}
 	w.model = temporalmodel.New(temporalmodel.Options{Clock: newBubbleClock(seed, "model")})
 	id, err := takeover.WorkflowID("sim", "q")
 	if err != nil {
@@ -294,6 +295,9 @@ func (w *world) apply(who string, token int64, req temporalmodel.Request, lost, 
 	var nf *serviceerror.NotFound
 	if req.Verb == temporalmodel.VerbTerminate && errors.As(err, &nf) && wasOpen {
 		w.probes[probeWrongRun]++
+		if req.Terminate.FirstRunID != "" && before.FirstRunID != req.Terminate.FirstRunID {
+			w.probes[probeChainRefused]++
+		}
 	}
 	if lost && (closed || started) {
 		w.probes[probeLostResponse]++
@@ -328,6 +332,12 @@ type term struct {
 	pauses  *rand.Rand
 	pauseP  float64
 	mu      sync.Mutex
+	// The owner loop runs on loop, which a graceful step-down stops (as a Node stops its loops)
+	// before the term ends; done is closed when the loop has returned.
+	mgr      *takeover.Manager
+	loop     context.Context
+	stopLoop context.CancelFunc
+	done     chan struct{}
 }
 
 var errTermEnded = errors.New("sim: term ended")
