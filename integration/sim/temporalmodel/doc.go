@@ -15,6 +15,8 @@
 //     open run is terminated, whatever it is, and a new one starts); reuse policies ALLOW_DUPLICATE,
 //     ALLOW_DUPLICATE_FAILED_ONLY and REJECT_DUPLICATE against the latest closed run; a start whose
 //     request ID is the latest run's is a retry and answers with that run (a duplicate delivery);
+//     signal-with-start signals an open run (USE_EXISTING), refuses FAIL, and otherwise starts a
+//     run, its request ID deduping only the signal;
 //   - terminate (terminate.go): by workflow ID and run ID, by the current run (no run ID), or by
 //     FirstExecutionRunId (the run ID is then ignored): a closed run answers NotFound "workflow
 //     execution already completed", a current run of another chain NotFound "workflow execution

@@ -39,6 +39,8 @@ type Run struct {
 	Reason string
 	// NextRunID is the run this one continued as (continue-as-new), or "".
 	NextRunID string
+	// Signals counts the signals of signal-with-start the run received.
+	Signals int
 	// closed is closed when the run closes; long polls wait on it.
 	closed chan struct{}
 }

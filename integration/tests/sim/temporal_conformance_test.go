@@ -24,7 +24,7 @@ import (
 // op is one step of a conformance script. Runs are named by alias ("r1", "r2", ...: the order in
 // which the script first saw them), so one script addresses the model's runs and the server's alike.
 type op struct {
-	verb string // start, retry, terminate, describe, oob
+	verb string // start, retry, signalstart, signalretry, terminate, describe, oob
 	// start
 	conflict enumspb.WorkflowIdConflictPolicy
 	reuse    enumspb.WorkflowIdReusePolicy
@@ -38,7 +38,7 @@ type op struct {
 
 func (o op) String() string {
 	switch o.verb {
-	case "start", "retry":
+	case "start", "retry", "signalstart", "signalretry":
 		return fmt.Sprintf("%s(conflict=%v reuse=%v token=%d)", o.verb, o.conflict, o.reuse, o.token)
 	case "oob":
 		return "out-of-band " + o.action
@@ -58,7 +58,13 @@ func script(seed uint64, n int) []op {
 	ops := []op{{verb: "start", conflict: conflicts[0], reuse: reuses[0], token: 1}}
 	for i := 1; i < n; i++ {
 		var o op
-		switch k := r.IntN(10); {
+		switch k := r.IntN(11); {
+		case k == 10:
+			// Signal-with-start: the server takes only USE_EXISTING (or none); a refused one is compared too.
+			o = op{verb: "signalstart", conflict: conflicts[r.IntN(3)], reuse: reuses[0], token: int64(i + 1)}
+			if r.IntN(2) == 0 {
+				o.conflict = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
+			}
 		case k < 3:
 			o = op{verb: "start", conflict: conflicts[r.IntN(3)], token: int64(i + 1)}
 			// Mostly ALLOW_DUPLICATE (Baton's), else a reuse that refuses.
@@ -67,6 +73,9 @@ func script(seed uint64, n int) []op {
 			}
 		case k < 4:
 			o = op{verb: "retry", conflict: conflicts[r.IntN(3)], reuse: reuses[0]}
+			if r.IntN(3) == 0 {
+				o.verb = "signalretry" // the last request ID again, as a signal-with-start
+			}
 		case k < 6:
 			o = op{verb: "terminate", by: bys[r.IntN(4)], alias: r.IntN(1000)}
 		case k < 8:
@@ -152,9 +161,9 @@ func (p *player) target(o op) (string, string) {
 
 func (p *player) step(ctx context.Context, o op) (string, error) {
 	switch o.verb {
-	case "start", "retry":
+	case "start", "retry", "signalstart", "signalretry":
 		reqID := p.lastReqID
-		if o.verb == "start" || reqID == "" {
+		if (o.verb != "retry" && o.verb != "signalretry") || reqID == "" {
 			p.reqs++
 			reqID = fmt.Sprintf("%s-req-%d", p.id, p.reqs)
 		}
@@ -164,8 +173,12 @@ func (p *player) step(ctx context.Context, o op) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		resp, err := p.svc.start(ctx, temporalmodel.StartRequest{WorkflowID: p.id, RequestID: reqID, WorkflowType: conformanceWorkflow,
-			Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{takeover.MemoKey: pl}}, Reuse: o.reuse, Conflict: o.conflict})
+		req := temporalmodel.StartRequest{WorkflowID: p.id, RequestID: reqID, WorkflowType: conformanceWorkflow,
+			Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{takeover.MemoKey: pl}}, Reuse: o.reuse, Conflict: o.conflict}
+		if o.verb == "signalstart" || o.verb == "signalretry" {
+			req.Signal = "sim.nudge"
+		}
+		resp, err := p.svc.start(ctx, req)
 		if err != nil {
 			return p.errName(err), nil
 		}

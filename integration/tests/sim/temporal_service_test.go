@@ -95,6 +95,15 @@ type realService struct {
 }
 
 func (s realService) start(ctx context.Context, req temporalmodel.StartRequest) (temporalmodel.StartResponse, error) {
+	if req.Signal != "" {
+		resp, err := s.c.WorkflowService().SignalWithStartWorkflowExecution(ctx, &workflowservice.SignalWithStartWorkflowExecutionRequest{
+			Namespace: s.namespace, WorkflowId: req.WorkflowID, RequestId: req.RequestID,
+			WorkflowType: &commonpb.WorkflowType{Name: conformanceWorkflow},
+			TaskQueue:    &taskqueuepb.TaskQueue{Name: s.taskQueue}, Memo: req.Memo, SignalName: req.Signal,
+			WorkflowIdReusePolicy: req.Reuse, WorkflowIdConflictPolicy: req.Conflict,
+		})
+		return temporalmodel.StartResponse{RunID: resp.GetRunId(), Started: resp.GetStarted()}, err
+	}
 	resp, err := s.c.WorkflowService().StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
 		Namespace: s.namespace, WorkflowId: req.WorkflowID, RequestId: req.RequestID,
 		WorkflowType: &commonpb.WorkflowType{Name: conformanceWorkflow},
@@ -119,14 +128,14 @@ func (s realService) describe(ctx context.Context, id, runID string) (*workflows
 
 func (s realService) closeEvent(ctx context.Context, id, runID string) (enumspb.EventType, string, error) {
 	it := s.c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
-	for it.HasNext() {
-		ev, err := it.Next()
-		if err != nil {
-			return 0, "", err
-		}
-		return ev.GetEventType(), nextRunOf(ev), nil
+	if !it.HasNext() {
+		return 0, "", nil
 	}
-	return 0, "", nil
+	ev, err := it.Next()
+	if err != nil {
+		return 0, "", err
+	}
+	return ev.GetEventType(), nextRunOf(ev), nil
 }
 
 func (s realService) outOfBand(ctx context.Context, id, runID, action string) error {
