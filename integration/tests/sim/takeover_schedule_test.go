@@ -27,6 +27,8 @@ type plan struct {
 	pauseP float64
 	oob    []plannedClose
 	heal   time.Duration
+	// mode is the fleet's start mode: a seed in four runs signal-with-start.
+	mode takeover.StartMode
 }
 
 type plannedTerm struct {
@@ -51,6 +53,9 @@ func drawPlan(seed uint64) plan {
 	p := plan{procs: 2 + r.IntN(3), rates: drawRates(stream(seed, "rates"))}
 	if r.IntN(2) == 0 {
 		p.pauseP = 0.1 + 0.4*r.Float64()
+	}
+	if r.IntN(4) == 0 {
+		p.mode = takeover.StartSignalWithStart
 	}
 	n := 2 + r.IntN(4)
 	at, token := time.Duration(0), int64(100)
@@ -94,8 +99,8 @@ const (
 func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
 	w := newWorld(seed)
 	p := drawPlan(seed)
-	w.logf("world", "plan: %d processes, terms %v, faults %+v, pauses %.2f, out-of-band %v, heal at %v",
-		p.procs, p.terms, p.rates, p.pauseP, p.oob, p.heal)
+	w.logf("world", "plan: %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, out-of-band %v, heal at %v",
+		p.procs, p.mode, p.terms, p.rates, p.pauseP, p.oob, p.heal)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	terms := make([]*term, len(p.terms))
@@ -183,7 +188,7 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 		log = zaptest.NewLogger(t).Named(tm.who())
 	}
 	cli := temporalmodel.NewClient(w.model, tm.who(), w.sender(tm.who(), tm.token, stream(w.seed, "net/"+tm.who()), p.rates))
-	mgr, err := takeover.New(cli, takeover.Config{Clock: newBubbleClock(w.seed, "jitter/"+tm.who()), Logger: log})
+	mgr, err := takeover.New(cli, takeover.Config{Clock: newBubbleClock(w.seed, "jitter/"+tm.who()), Logger: log, Mode: p.mode})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,6 +246,9 @@ func (w *world) checkSent(who string, req temporalmodel.Request) {
 func describeReq(req temporalmodel.Request) string {
 	switch req.Verb {
 	case temporalmodel.VerbStart:
+		if req.Start.Signal != "" {
+			return fmt.Sprintf("signal-with-start(req %s, conflict %v)", req.Start.RequestID, req.Start.Conflict)
+		}
 		return fmt.Sprintf("start(req %s, conflict %v)", req.Start.RequestID, req.Start.Conflict)
 	case temporalmodel.VerbTerminate:
 		return fmt.Sprintf("terminate(run %q, chain %q)", short(req.Terminate.RunID), short(req.Terminate.FirstRunID))
