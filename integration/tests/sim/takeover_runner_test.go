@@ -3,6 +3,7 @@ package sim_test
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,6 +126,14 @@ func batch(t *testing.T, name string, run schedule) {
 	if env.replay {
 		o := runOnce(t, run, env.seed, testing.Verbose())
 		t.Logf("seed %#x timeline:\n%s", env.seed, strings.Join(o.trace, "\n"))
+		lanes := make([]string, 0, len(o.lanes))
+		for lane := range o.lanes {
+			lanes = append(lanes, lane)
+		}
+		sort.Strings(lanes)
+		for _, lane := range lanes {
+			t.Logf("seed %#x, %s alone:\n%s", env.seed, lane, strings.Join(o.lanes[lane], "\n"))
+		}
 		for _, v := range o.violations {
 			t.Errorf("seed %#x: %s", env.seed, v)
 		}

@@ -74,8 +74,10 @@ type outcome struct {
 	violations []string
 	probes     map[string]int
 	trace      []string
-	hash       [32]byte
-	simulated  time.Duration
+	// lanes is the trace split by process ("p1", "world"): the per-process timeline of a replay.
+	lanes     map[string][]string
+	hash      [32]byte
+	simulated time.Duration
 }
 
 // world is one schedule: the model, the etcd holder of the queue's term, the trace, the checks.
@@ -90,6 +92,7 @@ type world struct {
 	holder     int64 // the token etcd holds for the queue (0: none)
 	healed     bool
 	trace      []string
+	lanes      map[string][]string
 	violations []string
 	probes     map[string]int
 	runs       map[int64]takeover.Run // the run each term's owner loop follows, by token
@@ -97,7 +100,7 @@ type world struct {
 
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, start: time.Now(), dc: converter.GetDefaultDataConverter(),
-		probes: map[string]int{}, runs: map[int64]takeover.Run{}}
+		probes: map[string]int{}, lanes: map[string][]string{}, runs: map[int64]takeover.Run{}}
 	w.model = temporalmodel.New(temporalmodel.Options{Clock: newBubbleClock(seed, "model")})
 	id, err := takeover.WorkflowID("sim", "q")
 	if err != nil {
@@ -116,7 +119,11 @@ func (w *world) logf(who, format string, args ...any) {
 }
 
 func (w *world) logLocked(who, format string, args ...any) {
-	w.trace = append(w.trace, fmt.Sprintf("%12.6fs %-9s %s", time.Since(w.start).Seconds(), who, fmt.Sprintf(format, args...)))
+	line := fmt.Sprintf("%12.6fs %-9s %s", time.Since(w.start).Seconds(), who, fmt.Sprintf(format, args...))
+	w.trace = append(w.trace, line)
+	// A term's label is "p<process>/t<token>": its process's lane holds every term it had.
+	lane, _, _ := strings.Cut(who, "/")
+	w.lanes[lane] = append(w.lanes[lane], line)
 }
 
 func (w *world) violate(who, format string, args ...any) {
@@ -134,7 +141,7 @@ func (w *world) violateLocked(who, format string, args ...any) {
 func (w *world) outcome() outcome {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	o := outcome{seed: w.seed, violations: w.violations, probes: w.probes, trace: w.trace,
+	o := outcome{seed: w.seed, violations: w.violations, probes: w.probes, trace: w.trace, lanes: w.lanes,
 		simulated: time.Since(w.start)}
 	o.hash = sha256.Sum256([]byte(strings.Join(w.trace, "\n")))
 	return o
