@@ -25,8 +25,10 @@ type plan struct {
 	terms  []plannedTerm
 	rates  faultRates
 	pauseP float64
-	oob    []plannedClose
-	heal   time.Duration
+	// unavailP: how often etcd does not answer a term's Confirm before the heal.
+	unavailP float64
+	oob      []plannedClose
+	heal     time.Duration
 	// mode is the fleet's start mode: a seed in four runs signal-with-start.
 	mode takeover.StartMode
 }
@@ -56,6 +58,9 @@ func drawPlan(seed uint64) plan {
 	}
 	if r.IntN(4) == 0 {
 		p.mode = takeover.StartSignalWithStart
+	}
+	if r.IntN(2) == 0 {
+		p.unavailP = 0.05 + 0.25*r.Float64()
 	}
 	n := 2 + r.IntN(4)
 	at, token := time.Duration(0), int64(100)
@@ -99,8 +104,8 @@ const (
 func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
 	w := newWorld(seed)
 	p := drawPlan(seed)
-	w.logf("world", "plan: %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, out-of-band %v, heal at %v",
-		p.procs, p.mode, p.terms, p.rates, p.pauseP, p.oob, p.heal)
+	w.logf("world", "plan: %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, etcd unavailable %.2f, out-of-band %v, heal at %v",
+		p.procs, p.mode, p.terms, p.rates, p.pauseP, p.unavailP, p.oob, p.heal)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	terms := make([]*term, len(p.terms))
@@ -178,7 +183,7 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 	}
 	tctx, tcancel := context.WithCancelCause(ctx)
 	tm := &term{w: w, proc: pt.proc, token: pt.token, started: time.Now(), ctx: tctx, cancel: tcancel,
-		pauses: stream(w.seed, fmt.Sprintf("pause/%d", pt.token)), pauseP: p.pauseP}
+		pauses: stream(w.seed, fmt.Sprintf("pause/%d", pt.token)), pauseP: p.pauseP, unavailP: p.unavailP}
 	w.mu.Lock()
 	w.holder = pt.token
 	w.mu.Unlock()

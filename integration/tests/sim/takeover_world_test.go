@@ -341,7 +341,9 @@ type term struct {
 	cancel  context.CancelCauseFunc
 	pauses  *rand.Rand
 	pauseP  float64
-	mu      sync.Mutex
+	// unavailP is how often etcd does not answer a Confirm before the heal.
+	unavailP float64
+	mu       sync.Mutex
 	// The owner loop runs on loop, which a graceful step-down stops (as a Node stops its loops)
 	// before the term ends; done is closed when the loop has returned.
 	mgr      *takeover.Manager
@@ -350,7 +352,10 @@ type term struct {
 	done     chan struct{}
 }
 
-var errTermEnded = errors.New("sim: term ended")
+var (
+	errTermEnded       = errors.New("sim: term ended")
+	errEtcdUnavailable = errors.New("sim: etcd did not answer")
+)
 
 func (t *term) Project() string          { return "sim" }
 func (t *term) Queue() string            { return "q" }
@@ -372,9 +377,16 @@ func (t *term) Confirm(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	t.mu.Lock()
+	unavailable := t.pauses.Float64() < t.unavailP
+	t.mu.Unlock()
 	t.w.mu.Lock()
-	holder := t.w.holder
+	holder, healed := t.w.holder, t.w.healed
 	t.w.mu.Unlock()
+	if unavailable && !healed {
+		// etcd did not answer: neither superseded nor confirmed (the takeover keeps a run it started).
+		return errEtcdUnavailable
+	}
 	if holder != t.token {
 		return fmt.Errorf("%w: etcd holds token %d", election.ErrNotLeader, holder)
 	}
