@@ -32,6 +32,12 @@
 // the network's, which the simulator puts in front of it (a lost response after the effect is the
 // model applying a request whose answer the caller never sees).
 //
+// Not modelled, because the takeover does not use them: visibility (ListWorkflow, whose lag the
+// reconciler and the carry-over would need), workflow tasks and their timeouts, signal delivery
+// beyond a count, Update handlers other than an instant completion, and the history beyond the
+// close event. UpdateWorkflow is the one answer the conformance test does not compare with the
+// server yet.
+//
 // Options.TerminateIgnoresRunID plants a bug (terminate reaches the current run whatever run ID it
 // names) for the conformance test to prove that it catches a model that drifted.
 package temporalmodel

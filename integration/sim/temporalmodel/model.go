@@ -16,8 +16,6 @@ import (
 type Options struct {
 	// Clock stamps start and close times. Default: clock.Real() (the bubble's time under synctest).
 	Clock clock.Clock
-	// Namespace is reported nowhere but kept for the conformance script. Default "default".
-	Namespace string
 	// TerminateIgnoresRunID is a planted bug: terminate ends the current run whatever run ID the
 	// request names. Only the conformance test's proof of power sets it.
 	TerminateIgnoresRunID bool
@@ -61,9 +59,6 @@ type Model struct {
 func New(opts Options) *Model {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real()
-	}
-	if opts.Namespace == "" {
-		opts.Namespace = "default"
 	}
 	return &Model{opts: opts, runs: map[string][]*Run{}}
 }
