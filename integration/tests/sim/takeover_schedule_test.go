@@ -18,10 +18,12 @@ import (
 	"github.com/baton-run/baton/takeover"
 )
 
-// plan is a schedule drawn from its seed: terms with increasing tokens handed from process to
-// process, the faults, out-of-band closes, the heal and the checks.
+// plan is a schedule drawn from its seed: for each of 1-3 queues, terms handed from process to
+// process (tokens increase across all queues, as etcd revisions do), the faults, out-of-band closes,
+// the heal and the checks.
 type plan struct {
 	procs  int
+	queues int
 	terms  []plannedTerm
 	rates  faultRates
 	pauseP float64
@@ -35,6 +37,9 @@ type plan struct {
 
 type plannedTerm struct {
 	proc  int
+	queue int
+	// prev is the index of the queue's previous term, or -1.
+	prev  int
 	token int64
 	at    time.Duration
 	// lag is how long after etcd granted the next term this term's process goes on believing it
@@ -46,6 +51,7 @@ type plannedTerm struct {
 }
 
 type plannedClose struct {
+	queue  int
 	at     time.Duration
 	action string // terminate, cancel, complete, fail, can
 }
@@ -62,29 +68,40 @@ func drawPlan(seed uint64) plan {
 	if r.IntN(2) == 0 {
 		p.unavailP = 0.05 + 0.25*r.Float64()
 	}
-	n := 2 + r.IntN(4)
-	at, token := time.Duration(0), int64(100)
+	p.queues = 1 + r.IntN(3)
 	// jitter keeps the world's own events off the instants of the processes' timers.
 	jitter := func() time.Duration { return time.Duration(r.Int64N(int64(time.Millisecond))) }
-	for i := range n {
-		pt := plannedTerm{proc: (i + r.IntN(p.procs-1)) % p.procs, token: token, at: at + jitter()}
-		if i > 0 && pt.proc == p.terms[i-1].proc {
-			pt.proc = (pt.proc + 1) % p.procs
+	for q := range p.queues {
+		at := time.Duration(0)
+		for range 2 + r.IntN(4) {
+			pt := plannedTerm{proc: r.IntN(p.procs), queue: q, at: at + jitter()}
+			switch r.IntN(3) {
+			case 0:
+				pt.lag = time.Duration(r.Int64N(int64(6 * time.Second)))
+			case 1:
+				pt.graceful = true
+			}
+			p.terms = append(p.terms, pt)
+			at += time.Duration(200+r.IntN(20000)) * time.Millisecond
 		}
-		switch r.IntN(3) {
-		case 0:
-			pt.lag = time.Duration(r.Int64N(int64(6 * time.Second)))
-		case 1:
-			pt.graceful = true
-		}
-		p.terms = append(p.terms, pt)
-		at += time.Duration(200+r.IntN(20000)) * time.Millisecond
-		token += 1 + int64(r.IntN(20))
 	}
-	last := p.terms[n-1].at
+	sort.SliceStable(p.terms, func(i, j int) bool { return p.terms[i].at < p.terms[j].at })
+	last, token, prev := time.Duration(0), int64(100), map[int]int{}
+	for i := range p.terms {
+		pt := &p.terms[i]
+		pt.token, pt.prev = token, -1
+		token += 1 + int64(r.IntN(20))
+		if j, ok := prev[pt.queue]; ok {
+			pt.prev = j
+			if pt.proc == p.terms[j].proc {
+				pt.proc = (pt.proc + 1) % p.procs // a queue changes process with each term
+			}
+		}
+		prev[pt.queue], last = i, max(last, pt.at)
+	}
 	actions := []string{"terminate", "cancel", "complete", "fail", "can", "can"}
 	for range r.IntN(4) {
-		p.oob = append(p.oob, plannedClose{at: time.Duration(r.Int64N(int64(last+10*time.Second))) + jitter(),
+		p.oob = append(p.oob, plannedClose{queue: r.IntN(p.queues), at: time.Duration(r.Int64N(int64(last+10*time.Second))) + jitter(),
 			action: actions[r.IntN(len(actions))]})
 	}
 	sort.Slice(p.oob, func(i, j int) bool { return p.oob[i].at < p.oob[j].at })
@@ -102,10 +119,10 @@ const (
 // takeoverSchedule runs one seed's schedule with real takeover.Managers over the model. Call it
 // inside a synctest bubble.
 func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
-	w := newWorld(seed)
 	p := drawPlan(seed)
-	w.logf("world", "plan: %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, etcd unavailable %.2f, out-of-band %v, heal at %v",
-		p.procs, p.mode, p.terms, p.rates, p.pauseP, p.unavailP, p.oob, p.heal)
+	w := newWorld(seed, p.queues)
+	w.logf("world", "plan: %d queues, %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, etcd unavailable %.2f, out-of-band %v, heal at %v",
+		p.queues, p.procs, p.mode, p.terms, p.rates, p.pauseP, p.unavailP, p.oob, p.heal)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	terms := make([]*term, len(p.terms))
@@ -119,14 +136,16 @@ func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
 		case ev.term >= 0:
 			terms[ev.term] = w.grant(ctx, t, p, ev.term, terms, &wg, verbose)
 		case ev.close != "":
-			w.closeOutOfBand(ev.close)
+			w.closeOutOfBand(ev.queue, ev.close)
 		case ev.name == "heal":
 			w.mu.Lock()
 			w.healed = true
 			w.mu.Unlock()
 			w.logf("world", "healed: faults off")
 		default:
-			w.checkOwner(terms[len(terms)-1], ev.name)
+			for q := range p.queues {
+				w.checkOwner(lastOf(p, terms, q), ev.name)
+			}
 		}
 		synctest.Wait()
 	}
@@ -143,8 +162,20 @@ func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
 type event struct {
 	at    time.Duration
 	term  int
+	queue int
 	close string
 	name  string
+}
+
+// lastOf is queue q's last term.
+func lastOf(p plan, terms []*term, q int) *term {
+	var last *term
+	for i, pt := range p.terms {
+		if pt.queue == q {
+			last = terms[i]
+		}
+	}
+	return last
 }
 
 func (w *world) events(p plan) []event {
@@ -154,7 +185,7 @@ func (w *world) events(p plan) []event {
 	}
 	for _, c := range p.oob {
 		if c.at < p.heal {
-			evs = append(evs, event{at: c.at, term: -1, close: c.action})
+			evs = append(evs, event{at: c.at, term: -1, queue: c.queue, close: c.action})
 		}
 	}
 	evs = append(evs, event{at: p.heal, term: -1, name: "heal"},
@@ -164,16 +195,17 @@ func (w *world) events(p plan) []event {
 	return evs
 }
 
-// grant hands the queue to term i: the previous term's process is told first (or, with a lag, later:
-// etcd moves on regardless), then etcd holds the new token, then the new owner's loop starts.
+// grant hands term i's queue to it: the queue's previous term's process is told first (or, with a
+// lag, later: etcd moves on regardless), then etcd holds the new token, then the new owner's loop
+// starts.
 func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []*term, wg *sync.WaitGroup, verbose bool) *term {
 	pt := p.terms[i]
-	if i > 0 {
-		prev := terms[i-1]
-		if p.terms[i-1].graceful {
+	if pt.prev >= 0 {
+		prev := terms[pt.prev]
+		if p.terms[pt.prev].graceful {
 			w.stepDown(prev)
 		}
-		if lag := p.terms[i-1].lag; lag > 0 {
+		if lag := p.terms[pt.prev].lag; lag > 0 {
 			time.AfterFunc(lag, func() { prev.cancel(errTermEnded) })
 		} else {
 			prev.cancel(errTermEnded)
@@ -182,12 +214,12 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 		}
 	}
 	tctx, tcancel := context.WithCancelCause(ctx)
-	tm := &term{w: w, proc: pt.proc, token: pt.token, started: time.Now(), ctx: tctx, cancel: tcancel,
+	tm := &term{w: w, proc: pt.proc, queue: pt.queue, token: pt.token, started: time.Now(), ctx: tctx, cancel: tcancel,
 		pauses: stream(w.seed, fmt.Sprintf("pause/%d", pt.token)), pauseP: p.pauseP, unavailP: p.unavailP}
 	w.mu.Lock()
-	w.holder = pt.token
+	w.holder[pt.queue] = pt.token
 	w.mu.Unlock()
-	w.logf(tm.who(), "term granted (lag when it ends: %v, graceful: %v)", pt.lag, pt.graceful)
+	w.logf(tm.who(), "term of queue %s granted (lag when it ends: %v, graceful: %v)", tm.Queue(), pt.lag, pt.graceful)
 	log := zap.NewNop()
 	if verbose {
 		log = zaptest.NewLogger(t).Named(tm.who())
@@ -260,28 +292,29 @@ func (w *world) take(tm *term, f func(context.Context, takeover.Term) (takeover.
 }
 
 // closeOutOfBand is an operator's (or the workflow's own) close of the open run.
-func (w *world) closeOutOfBand(action string) {
+func (w *world) closeOutOfBand(q int, action string) {
 	var runID string
 	var err error
+	id := w.wfIDs[q]
 	switch action {
 	case "terminate":
-		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, "operator")
+		runID, err = w.model.Close(id, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, "operator")
 	case "cancel":
-		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, "")
+		runID, err = w.model.Close(id, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, "")
 	case "complete":
-		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, "")
+		runID, err = w.model.Close(id, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, "")
 	case "fail":
-		runID, err = w.model.Close(w.wfID, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, "workflow failed")
+		runID, err = w.model.Close(id, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, "workflow failed")
 	case "can":
-		runID = w.model.ContinueAsNew(w.wfID)
+		runID = w.model.ContinueAsNew(id)
 	}
-	w.logf("world", "out-of-band %s: run %s %v", action, short(runID), err)
+	w.logf("world", "out-of-band %s of %s: run %s %v", action, id, short(runID), err)
 }
 
 // checkOwner holds the liveness invariant after the heal: the open run is the last owner's, the
 // one its loop follows, with the owner's token in its memo.
 func (w *world) checkOwner(last *term, name string) {
-	open, ok := w.model.Open(w.wfID)
+	open, ok := w.model.Open(w.wfIDs[last.queue])
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	following := w.runs[last.token].RunID

@@ -85,11 +85,12 @@ type world struct {
 	seed  uint64
 	start time.Time
 	model *temporalmodel.Model
-	wfID  string
+	wfIDs []string       // by queue
+	queue map[string]int // queue by workflow ID
 	dc    converter.DataConverter
 
 	mu         sync.Mutex
-	holder     int64 // the token etcd holds for the queue (0: none)
+	holder     map[int]int64 // the token etcd holds for each queue (none: 0)
 	healed     bool
 	trace      []string
 	lanes      map[string][]string
@@ -98,15 +99,19 @@ type world struct {
 	runs       map[int64]takeover.Run // the run each term's owner loop follows, by token
 }
 
-func newWorld(seed uint64) *world {
-	w := &world{seed: seed, start: time.Now(), dc: converter.GetDefaultDataConverter(),
+func newWorld(seed uint64, queues int) *world {
+	w := &world{seed: seed, start: time.Now(), dc: converter.GetDefaultDataConverter(), holder: map[int]int64{},
+		queue:  map[string]int{},
 		probes: map[string]int{}, lanes: map[string][]string{}, runs: map[int64]takeover.Run{}}
 	w.model = temporalmodel.New(temporalmodel.Options{Clock: newBubbleClock(seed, "model")})
-	id, err := takeover.WorkflowID("sim", "q")
-	if err != nil {
-		panic(err)
+	for q := range queues {
+		id, err := takeover.WorkflowID("sim", queueName(q))
+		if err != nil {
+			panic(err)
+		}
+		w.wfIDs = append(w.wfIDs, id)
+		w.queue[id] = q
 	}
-	w.wfID = id
 	return w
 }
 
@@ -278,9 +283,10 @@ func short(runID string) string {
 func (w *world) apply(who string, token int64, req temporalmodel.Request, lost, dup bool) (any, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	before, wasOpen := w.model.Open(w.wfID)
+	id := workflowOf(req)
+	before, wasOpen := w.model.Open(id)
 	v, err := w.model.Apply(req)
-	after, isOpen := w.model.Open(w.wfID)
+	after, isOpen := w.model.Open(id)
 	tag := ""
 	if dup {
 		tag = " (duplicate)"
@@ -296,7 +302,7 @@ func (w *world) apply(who string, token int64, req temporalmodel.Request, lost, 
 			w.violateLocked(who, "run %s of token %d closed by a %s of token %d", short(before.RunID), owner, req.Verb, token)
 		}
 	}
-	if started && !wasOpen && token < w.holder {
+	if started && !wasOpen && token < w.holder[w.queue[id]] {
 		w.probes[probeLateStart]++
 	}
 	if temporalmodel.AsAlreadyStarted(err) != nil {
@@ -335,6 +341,7 @@ func answer(v any, err error) string {
 type term struct {
 	w       *world
 	proc    int
+	queue   int
 	token   int64
 	started time.Time
 	ctx     context.Context
@@ -358,7 +365,7 @@ var (
 )
 
 func (t *term) Project() string          { return "sim" }
-func (t *term) Queue() string            { return "q" }
+func (t *term) Queue() string            { return queueName(t.queue) }
 func (t *term) LeaderID() string         { return fmt.Sprintf("p%d", t.proc) }
 func (t *term) Key() string              { return fmt.Sprintf("/baton/election/sim/q/%x", t.token) }
 func (t *term) Token() int64             { return t.token }
@@ -381,7 +388,7 @@ func (t *term) Confirm(ctx context.Context) error {
 	unavailable := t.pauses.Float64() < t.unavailP
 	t.mu.Unlock()
 	t.w.mu.Lock()
-	holder, healed := t.w.holder, t.w.healed
+	holder, healed := t.w.holder[t.queue], t.w.healed
 	t.w.mu.Unlock()
 	if unavailable && !healed {
 		// etcd did not answer: neither superseded nor confirmed (the takeover keeps a run it started).
@@ -415,4 +422,21 @@ func sortedProbes(p map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, p[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+func queueName(q int) string { return fmt.Sprintf("q%d", q) }
+
+// workflowOf is the workflow ID a request addresses.
+func workflowOf(req temporalmodel.Request) string {
+	switch req.Verb {
+	case temporalmodel.VerbStart:
+		return req.Start.WorkflowID
+	case temporalmodel.VerbTerminate:
+		return req.Terminate.WorkflowID
+	case temporalmodel.VerbDescribe:
+		return req.Describe[0]
+	case temporalmodel.VerbUpdate:
+		return req.Update.WorkflowID
+	}
+	return ""
 }
