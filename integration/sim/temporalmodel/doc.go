@@ -1,0 +1,43 @@
+// Package temporalmodel is an in-memory model of the part of the Temporal service that Baton's
+// takeover reaches, for the deterministic simulator (issue #42). It satisfies takeover.Client, so
+// the real takeover.Manager runs against it inside a testing/synctest bubble.
+//
+// # What it models
+//
+// Per workflow ID an ordered list of runs: status, start and close time, the memo exactly as the
+// SDK encodes it (so takeover.DecodeOwner reads the Owner), the start request ID and the chain's
+// first run (FirstExecutionRunId). At most one run of an ID is open. The answers follow Temporal
+// v1.32's history service, and integration/tests/sim's TestConformanceTemporal... compares them with
+// the real server's, field by field:
+//
+//   - start (start.go): WorkflowIDConflictPolicy FAIL (serviceerror.WorkflowExecutionAlreadyStarted
+//     naming the open run), USE_EXISTING (the open run's ID, no new run), TERMINATE_EXISTING (the
+//     open run is terminated, whatever it is, and a new one starts); reuse policies ALLOW_DUPLICATE,
+//     ALLOW_DUPLICATE_FAILED_ONLY and REJECT_DUPLICATE against the latest closed run; a start whose
+//     request ID is the latest run's is a retry and answers with that run (a duplicate delivery);
+//     signal-with-start signals an open run (USE_EXISTING), refuses FAIL, and otherwise starts a
+//     run, its request ID deduping only the signal;
+//   - terminate (terminate.go): by workflow ID and run ID, by the current run (no run ID), or by
+//     FirstExecutionRunId (the run ID is then ignored): a closed run answers NotFound "workflow
+//     execution already completed", a current run of another chain NotFound "workflow execution
+//     not found", an unknown run or ID NotFound;
+//   - describe (describe.go) and the close event of a run's history, long-polled (history.go);
+//   - out-of-band closes (close.go): an operator's terminate or cancel, a workflow that completes or
+//     fails, and continue-as-new (a new run of the same chain);
+//   - UpdateWorkflow (update.go): the open run completes the update at once, as a dispatcher with
+//     no work in flight does.
+//
+// Every error is the SDK's serviceerror type, so Baton's classification runs as it does against a
+// server. The model is a state machine and nothing else: delays, loss, duplicates and reordering are
+// the network's, which the simulator puts in front of it (a lost response after the effect is the
+// model applying a request whose answer the caller never sees).
+//
+// Not modelled, because the takeover does not use them: visibility (ListWorkflow, whose lag the
+// reconciler and the carry-over would need), workflow tasks and their timeouts, signal delivery
+// beyond a count, Update handlers other than an instant completion, and the history beyond the
+// close event. UpdateWorkflow is the one answer the conformance test does not compare with the
+// server yet.
+//
+// Options.TerminateIgnoresRunID plants a bug (terminate reaches the current run whatever run ID it
+// names) for the conformance test to prove that it catches a model that drifted.
+package temporalmodel

@@ -1,0 +1,14 @@
+package sim_test
+
+import "testing"
+
+// TestSimTakeover runs micro-schedules: 2-4 processes take one queue over from each other with
+// increasing fencing tokens, real takeover.Managers against the Temporal model, with seeded faults on
+// every request (delay and so reordering, loss before and after the effect, duplicates), stalled
+// processes that believe in an ended term, and out-of-band closes and continue-as-new of the open
+// run. Invariants at every step: every terminate names its run; no run is closed by a request of a
+// lower token than its owner's; a takeover never reports success for an ended term; after the heal
+// the open run is the last owner's, and stays so.
+func TestSimTakeover(t *testing.T) {
+	batch(t, "TestSimTakeover", takeoverSchedule)
+}
