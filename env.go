@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/configerr"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/takeover"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // Common is the configuration every operator command shares: the Baton settings and how to reach

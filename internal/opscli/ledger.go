@@ -15,7 +15,7 @@ import (
 
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/takeover"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/registry"
 )
 
