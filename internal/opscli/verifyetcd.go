@@ -13,7 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/dispatcher"
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/reconciler"
 )
 
@@ -246,7 +245,7 @@ func (v *verdict) etcdChecks(ctx context.Context, o verifyOptions, lc *Hooks) {
 	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > o.timeout {
 		clientCfg.EtcdDialTimeout = o.timeout
 	}
-	etcd, err := fxmodule.NewEtcdClient(fxmodule.ClientParams{Config: clientCfg, Lifecycle: lc})
+	etcd, err := lc.Etcd(ctx, clientCfg)
 	if err != nil {
 		v.Unjudged = append(v.Unjudged, fmt.Sprintf("etcd: %v", err))
 		return
