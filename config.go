@@ -21,7 +21,7 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"

@@ -9,7 +9,9 @@
 // reconciler election and removes what crashed owners left behind (package reconciler). Stop
 // resigns every term first, so a rolling restart hands each queue over in milliseconds.
 //
-// Applications built with Uber Fx use package fxmodule; everyone else:
+// Package clients builds the etcd, Temporal and Redis clients from a Config or the BATON_* variables
+// for applications that have none of their own. Applications built with Uber Fx use package
+// fxmodule; everyone else:
 //
 //	node, err := baton.New(baton.Config{Project: "billing", Queues: []string{"orders"}, Logger: logger},
 //		etcdClient, temporalClient, redisClient)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/configerr"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -18,7 +18,7 @@ import (
 const EnvPrefix = "BATON_"
 
 // ClientEnvPrefixes returns the namespaces of the BATON_* variables that say how to reach the
-// servers: fxmodule.LoadClientEnv reads them, and refuses unknown ones. LoadEnv leaves them alone, and
+// servers: clients.LoadEnv reads them, and refuses unknown ones. LoadEnv leaves them alone, and
 // the dev stack's own (BATON_DEVSTACK_*) too, so that one environment, or the dev stack's env file,
 // serves both loaders.
 func ClientEnvPrefixes() []string {

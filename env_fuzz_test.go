@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // FuzzLoadEnv sets two of LoadEnv's variables (picked by index) to arbitrary values, plus one more

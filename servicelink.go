@@ -19,12 +19,12 @@ var serviceLinkName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*_(SERVICE_HOST|SERVICE
 
 // IsServiceLinkEnv reports whether name has the shape of a variable the kubelet injects for a
 // Kubernetes Service (<SERVICE>_SERVICE_HOST, <SERVICE>_SERVICE_PORT[_<PORT NAME>], <SERVICE>_PORT,
-// <SERVICE>_PORT_<n>_<TCP|UDP|SCTP>[_PROTO|_PORT|_ADDR]). LoadEnv and fxmodule.LoadClientEnv ignore
+// <SERVICE>_PORT_<n>_<TCP|UDP|SCTP>[_PROTO|_PORT|_ADDR]). LoadEnv and clients.LoadEnv ignore
 // the BATON_* names of this shape instead of refusing them as unknown; no setting of Baton's has it.
 func IsServiceLinkEnv(name string) bool { return serviceLinkName.MatchString(name) }
 
 // ServiceLinkEnv returns, sorted and without repeats, the BATON_* names in environ (KEY=VALUE
-// entries, as os.Environ gives them) that LoadEnv and fxmodule.LoadClientEnv ignore as Kubernetes
+// entries, as os.Environ gives them) that LoadEnv and clients.LoadEnv ignore as Kubernetes
 // service links (IsServiceLinkEnv), for the caller to log once: they say that a pod's manifest lacks
 // enableServiceLinks: false. Values are not returned.
 func ServiceLinkEnv(environ []string) []string {

@@ -43,7 +43,7 @@ func TestIsServiceLinkEnv(t *testing.T) {
 	}
 }
 
-// No variable of LoadEnv's has the shape it ignores (fxmodule checks its own the same way).
+// No variable of LoadEnv's has the shape it ignores (clients checks its own the same way).
 func TestNoSettingHasTheServiceLinkShape(t *testing.T) {
 	for _, v := range EnvVars() {
 		if IsServiceLinkEnv(v[0]) {

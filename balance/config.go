@@ -13,7 +13,7 @@ import (
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // ErrInvalidConfig wraps every configuration error; the message names the field and the rule.

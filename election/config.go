@@ -9,7 +9,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // MinTTL is etcd's minimum lease TTL; a shorter lease would be extended by the server anyway, which

@@ -3,6 +3,7 @@ package fxmodule
 import (
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,12 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 )
 
 // countingConverter is a data converter the test can recognise and see used.
@@ -90,10 +96,10 @@ func TestNodeTakesTheAppsDataConverter(t *testing.T) {
 // The Temporal client of Clients encodes with the app's converter too, so that the memos Baton writes
 // and reads go through one converter.
 func TestTemporalClientUsesTheAppsDataConverter(t *testing.T) {
-	f := startFrontend(t, nil)
+	addr := startFrontend(t)
 	dc := newCountingConverter()
 	lc := fxtest.NewLifecycle(t)
-	tc, err := NewTemporalClient(ClientParams{Config: ClientConfig{EtcdEndpoints: []string{"e:2379"}, TemporalAddress: f.addr},
+	tc, err := NewTemporalClient(ClientParams{Config: clients.Config{EtcdEndpoints: []string{"e:2379"}, TemporalAddress: addr},
 		DataConverter: dc, Lifecycle: lc})
 	if err != nil {
 		t.Fatal(err)
@@ -112,4 +118,32 @@ func TestTemporalClientUsesTheAppsDataConverter(t *testing.T) {
 	if n := dc.encoded.Load(); n < 2 {
 		t.Fatalf("the app's converter encoded %d payload(s), want the input and the memo", n)
 	}
+}
+
+// startFrontend serves the smallest stand-in for Temporal's frontend the SDK connects to (health
+// and system info); every other call is refused as unimplemented. The clients package tests what
+// the client sends over TLS against a fuller one.
+func startFrontend(t *testing.T) (addr string) {
+	t.Helper()
+	srv := grpc.NewServer()
+	workflowservice.RegisterWorkflowServiceServer(srv, frontend{})
+	hs := health.NewServer()
+	hs.SetServingStatus(workflowservice.WorkflowService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	return l.Addr().String()
+}
+
+type frontend struct {
+	workflowservice.UnimplementedWorkflowServiceServer
+}
+
+func (frontend) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
+	return &workflowservice.GetSystemInfoResponse{}, nil
 }

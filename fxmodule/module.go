@@ -3,7 +3,8 @@
 // The application provides its etcd client (*clientv3.Client), Temporal client (client.Client), Redis
 // client (redis.UniversalClient) and a baton.Config; a *zap.Logger, a metric.MeterProvider and a
 // converter.DataConverter are used when provided. Applications without clients of their own add
-// Clients and supply a ClientConfig.
+// Clients and supply a clients.Config (package clients builds the clients; clients.LoadEnv reads it
+// from the BATON_* variables).
 //
 // An application whose Temporal client has a data converter of its own (a codec that encrypts or
 // compresses payloads) provides that converter too: Baton reads and writes each dispatcher run's

@@ -10,7 +10,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // Config tunes a Writer. The zero value of every field means its documented default.

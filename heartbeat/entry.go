@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/takeover"
 )
 

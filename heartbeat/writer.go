@@ -15,7 +15,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/takeover"
 )
 

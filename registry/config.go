@@ -11,7 +11,7 @@ import (
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // DefaultPrefix is the default key prefix of the registry.
@@ -19,7 +19,7 @@ const DefaultPrefix = "baton:registry:"
 
 // Config tunes a Registry. The zero value of every field means its documented default.
 type Config struct {
-	// Project whose workers this registry holds. Required; a valid name (see internal/names) without
+	// Project whose workers this registry holds. Required; a valid name (see package names) without
 	// '{' or '}', since it is the Redis Cluster hash tag of every key of the project.
 	Project string
 	// Prefix of every key. Default "baton:registry:". Not empty, at most 200 bytes, without white

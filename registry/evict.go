@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // Term is what Evict needs of the queue leader's election term; *election.Term satisfies it.

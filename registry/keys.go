@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // keys builds the key layout of one project. Every key starts with <Prefix>{<project>}: the braces

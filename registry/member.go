@@ -12,7 +12,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/configerr"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // Load is what a worker reports of its own work on one queue (MemberConfig.Load): the registry

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/baton-run/baton/configerr"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // Bounds of a Registration. They keep a record (read by every List and Get) small and printable.

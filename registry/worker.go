@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // Status is a worker's lifecycle state.

@@ -34,7 +34,7 @@ targets=(
 	"./heartbeat         FuzzDecode"
 	"./registry          FuzzDecodeWorker"
 	".                   FuzzLoadEnv"
-	"./fxmodule          FuzzLoadClientEnv"
+	"./clients           FuzzLoadEnv"
 )
 
 module=$("$GO" list -m)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // MaxIDLength is the longest dispatcher workflow ID WorkflowID returns, in bytes (Temporal's

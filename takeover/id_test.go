@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 func TestWorkflowID(t *testing.T) {

@@ -1,5 +1,5 @@
 // Command baton is the operator's command for a Baton deployment. It is configured like a worker
-// (the BATON_* variables of baton.EnvVars and fxmodule.ClientEnvVars: endpoints, TLS files,
+// (the BATON_* variables of baton.EnvVars and clients.EnvVars: endpoints, TLS files,
 // credentials), then flags; secrets come only from the environment or -*-file flags. It reads etcd,
 // Temporal and Redis directly, so it works with every worker down, and changes nothing unless a
 // subcommand says so.

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/dispatcher"
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/internal/opscli"
 	"github.com/baton-run/baton/ledger"
 )
@@ -179,7 +179,7 @@ func helpOutputs(t *testing.T) map[string]string {
 	return out
 }
 
-// Every BATON_* variable a command's help names is one baton.EnvVars or fxmodule.ClientEnvVars
+// Every BATON_* variable a command's help names is one baton.EnvVars or clients.EnvVars
 // knows: help cannot send an operator to a variable nothing reads.
 func TestHelpNamesOnlyKnownVariables(t *testing.T) {
 	env(t, nil)
@@ -187,7 +187,7 @@ func TestHelpNamesOnlyKnownVariables(t *testing.T) {
 	for _, v := range baton.EnvVars() {
 		known[v[0]] = true
 	}
-	for _, v := range fxmodule.ClientEnvVars() {
+	for _, v := range clients.EnvVars() {
 		known[v] = true
 	}
 	seen := 0
@@ -195,7 +195,7 @@ func TestHelpNamesOnlyKnownVariables(t *testing.T) {
 		for _, name := range regexp.MustCompile(`BATON_[A-Z0-9_]*[A-Z0-9]`).FindAllString(help, -1) {
 			seen++
 			if !known[name] {
-				t.Errorf("baton %s -h names %s, which neither baton.EnvVars nor fxmodule.ClientEnvVars lists", cmd, name)
+				t.Errorf("baton %s -h names %s, which neither baton.EnvVars nor clients.EnvVars lists", cmd, name)
 			}
 		}
 	}

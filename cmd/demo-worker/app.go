@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/fxmodule"
@@ -161,11 +162,11 @@ func logStartup(log *zap.Logger, o runOptions, effective baton.Config) {
 		zap.String("etcd_username", cl.EtcdUsername),
 		zap.Bool("etcd_password_set", cl.EtcdPassword != ""),
 		zap.Bool("etcd_tls", tlsOn(cl.EtcdTLS)),
-		zap.String("temporal_address", orDefault(cl.TemporalAddress, "localhost:7233")),
-		zap.String("temporal_namespace", orDefault(cl.TemporalNamespace, "default")),
+		zap.String("temporal_address", orDefault(cl.TemporalAddress, clients.DefaultTemporalAddress)),
+		zap.String("temporal_namespace", orDefault(cl.TemporalNamespace, clients.DefaultTemporalNamespace)),
 		zap.Bool("temporal_api_key_set", cl.TemporalAPIKey != ""),
 		zap.Bool("temporal_tls", tlsOn(cl.TemporalTLS) || (cl.TemporalAPIKey != "" && !cl.TemporalTLSDisabled)),
-		zap.String("redis_addr", orDefault(cl.RedisAddr, "localhost:6379")),
+		zap.String("redis_addr", orDefault(cl.RedisAddr, clients.DefaultRedisAddr)),
 		zap.String("redis_username", cl.RedisUsername),
 		zap.Bool("redis_password_set", cl.RedisPassword != ""),
 		zap.Bool("redis_tls", tlsOn(cl.RedisTLS)),
@@ -179,7 +180,7 @@ func logStartup(log *zap.Logger, o runOptions, effective baton.Config) {
 	)
 }
 
-func tlsOn(t fxmodule.TLSFiles) bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
+func tlsOn(t clients.TLSFiles) bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
 
 func orDefault(v, def string) string {
 	if v == "" {

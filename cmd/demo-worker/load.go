@@ -25,7 +25,6 @@ import (
 
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/dispatcher"
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/internal/opscli"
 	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
@@ -275,15 +274,14 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "demo-worker load: -metrics-addr: %v\n", err)
 		return exitStartError
 	}
-	params := fxmodule.ClientParams{Config: o.Clients, Lifecycle: &lc}
-	tc, err := fxmodule.NewTemporalClient(params)
+	tc, err := lc.Temporal(o.Clients)
 	if err != nil {
 		fmt.Fprintf(stderr, "demo-worker load: temporal: %v\n", err)
 		return exitStartError
 	}
 	var ledger *ledgerReader
 	if len(o.Clients.EtcdEndpoints) > 0 {
-		etcd, err := fxmodule.NewEtcdClient(params)
+		etcd, err := lc.Etcd(ctx, o.Clients)
 		if err != nil {
 			fmt.Fprintf(stderr, "demo-worker load: etcd: %v\n", err)
 			return exitStartError

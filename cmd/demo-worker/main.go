@@ -5,7 +5,7 @@
 // # demo-worker run (the default)
 //
 // Configuration comes from the environment first (the BATON_* variables of baton.EnvVars and
-// fxmodule.ClientEnvVars, plus this command's own, listed by package contract: BATON_HTTP_ADDR,
+// clients.EnvVars, plus this command's own, listed by package contract: BATON_HTTP_ADDR,
 // BATON_LOG_LEVEL, BATON_EVENTS, BATON_SHUTDOWN_TIMEOUT, BATON_START_TIMEOUT and the BATON_POD_*
 // settings), then flags override it (see -h). Passwords and API keys are
 // read only from BATON_ETCD_PASSWORD, BATON_REDIS_PASSWORD, BATON_TEMPORAL_API_KEY or the

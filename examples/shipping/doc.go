@@ -9,7 +9,7 @@
 //   - app.go: the Fx wiring -- the start hook that gives each run its Input, a leadership listener,
 //     Baton's metrics exported to Prometheus, health checks (the dispatch ledger's included), and the
 //     Temporal workers with the dispatch activities (the etcd ledger and the app's Handler);
-//   - cmd/shipping: main, reading the clients from BATON_* variables (fxmodule.LoadClientEnv).
+//   - cmd/shipping: main, reading the clients from BATON_* variables (clients.LoadEnv).
 //
 // It serves /metrics (Prometheus, baton_* series), /healthz and /readyz (the Node's liveness and
 // readiness), and /leading (the queues this process leads, as its listener heard them).

@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/configerr"
-	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 )
 
 // Common is the configuration every operator command shares: the Baton settings and how to reach
-// the servers, from the environment (baton.LoadEnv, fxmodule.LoadClientEnv), then flags.
+// the servers, from the environment (baton.LoadEnv, clients.LoadEnv), then flags.
 type Common struct {
 	Cfg     baton.Config
-	Clients fxmodule.ClientConfig
+	Clients clients.Config
 	// secret files given by flag; read after parsing so that a flag order does not matter.
 	etcdPasswordFile, redisPasswordFile, temporalAPIKeyFile string
 	// settings names the flag and the variable of each configuration field a flag sets (bind), by the
@@ -48,10 +48,10 @@ var ErrHelp = flag.ErrHelp
 func LoadCommon(ignore ...string) (Common, error) {
 	var c Common
 	var err error
-	if c.Cfg, err = baton.LoadEnv(baton.Config{}, append(fxmodule.ClientEnvVars(), ignore...)...); err != nil {
+	if c.Cfg, err = baton.LoadEnv(baton.Config{}, append(clients.EnvVars(), ignore...)...); err != nil {
 		return c, err
 	}
-	if c.Clients, err = fxmodule.LoadClientEnv(fxmodule.ClientConfig{}); err != nil {
+	if c.Clients, err = clients.LoadEnv(clients.Config{}); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -69,15 +69,15 @@ func (c *Common) AddFlags(fs *flag.FlagSet) {
 	c.tlsFlags(fs, "etcd", &c.Clients.EtcdTLS)
 
 	fs.StringVar(&c.Clients.TemporalAddress, "temporal-address", c.Clients.TemporalAddress,
-		"Temporal frontend host:port ("+c.bindEnv("TemporalAddress", "temporal-address", "BATON_TEMPORAL_ADDRESS")+"; default localhost:7233)")
+		"Temporal frontend host:port ("+c.bindEnv("TemporalAddress", "temporal-address", "BATON_TEMPORAL_ADDRESS")+"; default "+clients.DefaultTemporalAddress+")")
 	fs.StringVar(&c.Clients.TemporalNamespace, "temporal-namespace", c.Clients.TemporalNamespace,
-		"Temporal namespace ("+c.bindEnv("TemporalNamespace", "temporal-namespace", "BATON_TEMPORAL_NAMESPACE")+"; default default)")
+		"Temporal namespace ("+c.bindEnv("TemporalNamespace", "temporal-namespace", "BATON_TEMPORAL_NAMESPACE")+"; default "+clients.DefaultTemporalNamespace+")")
 	fs.StringVar(&c.temporalAPIKeyFile, "temporal-api-key-file", "", "file holding the Temporal API key (or "+c.bindEnv("TemporalAPIKey", "temporal-api-key-file", "BATON_TEMPORAL_API_KEY")+")")
 	c.tlsFlags(fs, "temporal", &c.Clients.TemporalTLS)
 	fs.BoolVar(&c.Clients.TemporalTLSDisabled, "temporal-tls-disabled", c.Clients.TemporalTLSDisabled,
 		"no TLS to Temporal even with an API key, for a TLS-terminating proxy on this host "+c.bind("TemporalTLSDisabled", "temporal-tls-disabled", "BATON_TEMPORAL_TLS_DISABLED"))
 
-	fs.StringVar(&c.Clients.RedisAddr, "redis-addr", c.Clients.RedisAddr, "Redis host:port ("+c.bindEnv("RedisAddr", "redis-addr", "BATON_REDIS_ADDR")+"; default localhost:6379)")
+	fs.StringVar(&c.Clients.RedisAddr, "redis-addr", c.Clients.RedisAddr, "Redis host:port ("+c.bindEnv("RedisAddr", "redis-addr", "BATON_REDIS_ADDR")+"; default "+clients.DefaultRedisAddr+")")
 	fs.StringVar(&c.Clients.RedisUsername, "redis-username", c.Clients.RedisUsername, "Redis ACL user "+c.bind("RedisUsername", "redis-username", "BATON_REDIS_USERNAME"))
 	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password (or "+c.bindEnv("RedisPassword", "redis-password-file", "BATON_REDIS_PASSWORD")+")")
 	c.tlsFlags(fs, "redis", &c.Clients.RedisTLS)
@@ -109,7 +109,7 @@ func envOf(field string) string {
 }
 
 // Explain restates a configuration error (a *configerr.Error, from baton.Config.Validate or
-// fxmodule.ClientConfig.Validate) in the words of the command line: the flag and the variable that
+// clients.Config.Validate) in the words of the command line: the flag and the variable that
 // set the field it names, then the rule, for example "-etcd-endpoints (BATON_ETCD_ENDPOINTS) must
 // name at least one endpoint". A field no flag sets is named by its variable (baton.EnvVars). The
 // error still matches the original with errors.Is and errors.As.
@@ -168,7 +168,7 @@ type flagError struct {
 func (e *flagError) Error() string { return e.name + " " + e.rule }
 func (e *flagError) Unwrap() error { return e.err }
 
-func (c *Common) tlsFlags(fs *flag.FlagSet, name string, t *fxmodule.TLSFiles) {
+func (c *Common) tlsFlags(fs *flag.FlagSet, name string, t *clients.TLSFiles) {
 	env := "BATON_" + strings.ToUpper(name)
 	field := strings.ToUpper(name[:1]) + name[1:] + "TLS" // EtcdTLS, TemporalTLS, RedisTLS
 	c.bindEnv(field, name+"-ca-file, -"+name+"-cert-file, -"+name+"-key-file", env+"_CA_FILE, "+env+"_CERT_FILE, "+env+"_KEY_FILE")

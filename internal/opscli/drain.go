@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/registry"
 )
 
@@ -41,8 +40,7 @@ func Drain(ctx context.Context, prog string, undrain bool, args []string, stdout
 	}
 	var lc Hooks
 	defer func() { lc.Stop(ctx, timeout) }()
-	params := fxmodule.ClientParams{Config: c.Clients, Lifecycle: &lc}
-	rdb, err := fxmodule.NewRedisClient(params)
+	rdb, err := lc.Redis(c.Clients)
 	var reg *registry.Registry
 	if err == nil {
 		regCfg := c.Cfg.Registry
@@ -51,7 +49,7 @@ func Drain(ctx context.Context, prog string, undrain bool, args []string, stdout
 	}
 	var etcd *clientv3.Client
 	if err == nil && wait {
-		etcd, err = fxmodule.NewEtcdClient(params)
+		etcd, err = lc.Etcd(ctx, c.Clients)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", prog, verb, err)

@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/baton-run/baton/internal/names"
 	"github.com/baton-run/baton/ledger"
+	"github.com/baton-run/baton/names"
 )
 
 // DefaultNewPasswordEnv is the environment variable the printed `etcdctl user add` reads the new

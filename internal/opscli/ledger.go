@@ -14,9 +14,8 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 
 	"github.com/baton-run/baton/dispatcher"
-	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/internal/names"
 	"github.com/baton-run/baton/ledger"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -49,7 +48,7 @@ func Ledger(ctx context.Context, prog string, args []string, stdout, stderr io.W
 	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > timeout {
 		clientCfg.EtcdDialTimeout = timeout
 	}
-	etcd, err := fxmodule.NewEtcdClient(fxmodule.ClientParams{Config: clientCfg, Lifecycle: &lc})
+	etcd, err := lc.Etcd(ctx, clientCfg)
 	var rec ledger.Record
 	var found bool
 	if err == nil {
@@ -195,7 +194,7 @@ func runsOfToken(ctx context.Context, c Common, lc *Hooks, timeout time.Duration
 	if c.Cfg.Project == "" {
 		return nil, errors.New("no project (BATON_PROJECT or -project) to list the runs of")
 	}
-	tc, err := fxmodule.NewTemporalClient(fxmodule.ClientParams{Config: c.Clients, Lifecycle: lc})
+	tc, err := lc.Temporal(c.Clients)
 	if err != nil {
 		return nil, err
 	}

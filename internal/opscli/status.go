@@ -19,7 +19,6 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/progress"
@@ -57,8 +56,8 @@ func Status(ctx context.Context, prog string, args []string, stdout, stderr io.W
 	return ExitOK
 }
 
-// Hooks is the smallest fx.Lifecycle: it collects the stop hooks of fxmodule's client constructors,
-// so that a command builds its clients exactly as the worker does, without an Fx app.
+// Hooks is the smallest fx.Lifecycle: it collects the stop hooks of what a command opens (its clients,
+// a metrics server) and runs them when the command ends.
 type Hooks []fx.Hook
 
 // Append keeps x for Stop.
@@ -127,16 +126,15 @@ func collectStatus(ctx context.Context, o statusOptions) report {
 	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > o.timeout {
 		clientCfg.EtcdDialTimeout = o.timeout // bounds the authentication of an etcd user
 	}
-	params := fxmodule.ClientParams{Config: clientCfg, Lifecycle: &lc}
-	etcd, err := fxmodule.NewEtcdClient(params)
+	etcd, err := lc.Etcd(ctx, clientCfg)
 	if err != nil {
 		etcdSrc.fail(err)
 	}
-	tc, err := fxmodule.NewTemporalClient(params)
+	tc, err := lc.Temporal(clientCfg)
 	if err != nil {
 		temporalSrc.fail(err)
 	}
-	rdb, err := fxmodule.NewRedisClient(params)
+	rdb, err := lc.Redis(clientCfg)
 	if err != nil {
 		redisSrc.fail(err)
 	}

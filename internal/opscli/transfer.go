@@ -13,8 +13,7 @@ import (
 
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/fxmodule"
-	"github.com/baton-run/baton/internal/names"
+	"github.com/baton-run/baton/names"
 	"github.com/baton-run/baton/registry"
 )
 
@@ -42,8 +41,7 @@ func Transfer(ctx context.Context, prog string, args []string, stdout, stderr io
 	defer cancel()
 	var lc Hooks
 	defer func() { lc.Stop(ctx, DefaultStatusTimeout) }()
-	params := fxmodule.ClientParams{Config: c.Clients, Lifecycle: &lc}
-	etcd, err := fxmodule.NewEtcdClient(params)
+	etcd, err := lc.Etcd(ctx, c.Clients)
 	if err != nil {
 		return fail(ExitUnclean, "%v", err)
 	}
@@ -57,7 +55,7 @@ func Transfer(ctx context.Context, prog string, args []string, stdout, stderr io
 	}
 	leader := line[0]
 	online := func() []string { return nil }
-	if rdb, err := fxmodule.NewRedisClient(params); err == nil {
+	if rdb, err := lc.Redis(c.Clients); err == nil {
 		regCfg := c.Cfg.Registry
 		regCfg.Project = project
 		if reg, err := registry.New(rdb, regCfg); err == nil {

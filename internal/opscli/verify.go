@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"golang.org/x/time/rate"
 
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/takeover"
@@ -197,7 +196,7 @@ func verify(ctx context.Context, o verifyOptions) verdict {
 	var lc Hooks
 	defer func() { lc.Stop(ctx, o.timeout) }()
 	v.etcdChecks(ctx, o, &lc)
-	tc, err := fxmodule.NewTemporalClient(fxmodule.ClientParams{Config: o.Clients, Lifecycle: &lc})
+	tc, err := lc.Temporal(o.Clients)
 	if err != nil {
 		v.Unjudged = append(v.Unjudged, fmt.Sprintf("temporal: %v", err))
 		return v

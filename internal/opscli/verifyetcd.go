@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/reconciler"
 )
@@ -246,7 +245,7 @@ func (v *verdict) etcdChecks(ctx context.Context, o verifyOptions, lc *Hooks) {
 	if clientCfg.EtcdDialTimeout == 0 || clientCfg.EtcdDialTimeout > o.timeout {
 		clientCfg.EtcdDialTimeout = o.timeout
 	}
-	etcd, err := fxmodule.NewEtcdClient(fxmodule.ClientParams{Config: clientCfg, Lifecycle: lc})
+	etcd, err := lc.Etcd(ctx, clientCfg)
 	if err != nil {
 		v.Unjudged = append(v.Unjudged, fmt.Sprintf("etcd: %v", err))
 		return

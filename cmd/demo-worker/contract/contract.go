@@ -12,7 +12,7 @@ import (
 	"github.com/baton-run/baton"
 )
 
-// The demo worker's own environment variables, beyond baton.EnvVars and fxmodule.ClientEnvVars.
+// The demo worker's own environment variables, beyond baton.EnvVars and clients.EnvVars.
 // Each has a flag too (demo-worker run -h).
 const (
 	EnvHTTPAddr        = "BATON_HTTP_ADDR"

@@ -13,7 +13,7 @@
 //     the PodMonitor scrapes that port at contract.PathMetrics;
 //   - service-links: enableServiceLinks is false;
 //   - pdb: a PodDisruptionBudget selects the workers' pods;
-//   - env: every BATON_* variable is one the worker knows (baton.EnvVars, fxmodule.ClientEnvVars,
+//   - env: every BATON_* variable is one the worker knows (baton.EnvVars, clients.EnvVars,
 //     contract.Env) and the configuration loads and checks as the worker would;
 //   - images: every image is pinned (a digest, or a tag other than latest);
 //   - version: the pods' app.kubernetes.io/version label, which BATON_VERSION reads, is the

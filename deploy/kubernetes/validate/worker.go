@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/cmd/demo-worker/contract"
-	"github.com/baton-run/baton/fxmodule"
 )
 
 // worker is a container that sets BATON_* variables: a Baton worker, with the environment it gets.
@@ -123,7 +123,7 @@ func findConfigMap(o *Objects, namespace, name string) *corev1.ConfigMap {
 // (baton.LoadEnv, Config.Check), from the values the manifest holds; a value it cannot know (from a
 // Secret or the pod's own fields) is left to the worker.
 func (w *worker) loadConfig() {
-	known := slices.Concat(fxmodule.ClientEnvVars(), contract.Env())
+	known := slices.Concat(clients.EnvVars(), contract.Env())
 	for _, v := range baton.EnvVars() {
 		known = append(known, v[0])
 	}
@@ -131,13 +131,13 @@ func (w *worker) loadConfig() {
 	for _, name := range slices.Sorted(maps.Keys(w.env)) {
 		v := w.env[name]
 		if strings.HasPrefix(name, baton.EnvPrefix) && !slices.Contains(known, name) {
-			w.envError("%s is not a variable of the worker (baton.EnvVars, fxmodule.ClientEnvVars, cmd/demo-worker/contract.Env)", name)
+			w.envError("%s is not a variable of the worker (baton.EnvVars, clients.EnvVars, cmd/demo-worker/contract.Env)", name)
 		}
 		if v.known {
 			environ = append(environ, name+"="+v.value)
 		}
 	}
-	cfg, err := baton.LoadEnvFrom(baton.Config{}, environ, slices.Concat(fxmodule.ClientEnvVars(), contract.Env())...)
+	cfg, err := baton.LoadEnvFrom(baton.Config{}, environ, slices.Concat(clients.EnvVars(), contract.Env())...)
 	if err != nil {
 		w.envError("the worker would refuse its environment: %v", err)
 		return

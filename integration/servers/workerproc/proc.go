@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/servers/harness"
 )
 
@@ -58,7 +58,7 @@ func BuildT(t testing.TB) string {
 // or should not inherit: only the client settings (endpoints, credentials, TLS files) are kept, and
 // a starter's own variables, appended after them, win (the last value of a key wins).
 func Environ() []string {
-	keep := fxmodule.ClientEnvVars()
+	keep := clients.EnvVars()
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
 		return strings.HasPrefix(k, "BATON_") && !slices.Contains(keep, k)

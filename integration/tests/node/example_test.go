@@ -8,6 +8,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/redisx"
@@ -92,7 +93,7 @@ func ExampleModule() {
 		fx.NopLogger,
 		fx.Supply(
 			baton.Config{Project: project(), Queues: []string{"orders", "refunds"}},
-			fxmodule.ClientConfig{EtcdEndpoints: cluster.Endpoints(), TemporalAddress: temporalServer.HostPort(),
+			clients.Config{EtcdEndpoints: cluster.Endpoints(), TemporalAddress: temporalServer.HostPort(),
 				TemporalNamespace: temporalServer.Namespace(), RedisAddr: rs.Addr(), RedisPassword: rs.Password()},
 		),
 		fxmodule.Clients,

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/servers/etcdx"
@@ -39,7 +40,7 @@ func TestFxClientsOnRedisCluster(t *testing.T) {
 	}
 	// A project's heartbeat keys share its hash tag, so they live on one master by design.
 	queues := []string{"q0", "q1", "q2"}
-	clients := fxmodule.ClientConfig{EtcdEndpoints: etcd.Endpoints(), TemporalAddress: temporalServer.HostPort(),
+	clientCfg := clients.Config{EtcdEndpoints: etcd.Endpoints(), TemporalAddress: temporalServer.HostPort(),
 		TemporalNamespace: temporalServer.Namespace(),
 		// One seed: the client learns the other masters from it.
 		RedisClusterAddrs: cl.Addrs()[:1], RedisPassword: cl.ClientOptions().Password}
@@ -49,7 +50,7 @@ func TestFxClientsOnRedisCluster(t *testing.T) {
 		rdb  redis.UniversalClient
 	)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named("node-a")
-	app := fxtest.New(t, fx.NopLogger, fx.Supply(fast(p, "node-a", queues...), clients, log),
+	app := fxtest.New(t, fx.NopLogger, fx.Supply(fast(p, "node-a", queues...), clientCfg, log),
 		fxmodule.Clients, fxmodule.Module, fx.Populate(&node, &rdb))
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
 		t.Fatalf("NewRedisClient with RedisClusterAddrs gave a %T, want *redis.ClusterClient", rdb)
@@ -71,11 +72,11 @@ func TestFxClientsOnRedisCluster(t *testing.T) {
 		return nil
 	})
 
-	both := clients
+	both := clientCfg
 	both.RedisAddr = cl.Addrs()[0]
 	bad := fx.New(fx.NopLogger, fx.Supply(both), fxmodule.Clients, fx.Populate(&rdb))
-	if err := bad.Err(); !errors.Is(err, fxmodule.ErrInvalidClientConfig) ||
+	if err := bad.Err(); !errors.Is(err, clients.ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "RedisAddr must not be set with RedisClusterAddrs") {
-		t.Fatalf("an app naming a server and a cluster: %v, want ErrInvalidClientConfig naming RedisAddr and RedisClusterAddrs", err)
+		t.Fatalf("an app naming a server and a cluster: %v, want ErrInvalidConfig naming RedisAddr and RedisClusterAddrs", err)
 	}
 }

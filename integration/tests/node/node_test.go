@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/integration/tests/testkit"
 
 	"github.com/redis/go-redis/v9"
@@ -42,7 +43,7 @@ type env struct {
 	redis *redisx.Server
 	rdb   redis.UniversalClient
 	tc    client.Client
-	cc    fxmodule.ClientConfig
+	cc    clients.Config
 }
 
 func newEnv(t *testing.T) *env {
@@ -50,7 +51,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{etcd: etcdx.Start(t, etcdx.Options{}), redis: redisx.Start(t, redisx.Options{})}
 	e.rdb = redisx.Client(t, e.redis)
 	e.tc = temporalx.Client(t, temporalServer)
-	e.cc = fxmodule.ClientConfig{EtcdEndpoints: e.etcd.Endpoints(), TemporalAddress: temporalServer.HostPort(),
+	e.cc = clients.Config{EtcdEndpoints: e.etcd.Endpoints(), TemporalAddress: temporalServer.HostPort(),
 		TemporalNamespace: temporalServer.Namespace(), RedisAddr: e.redis.Addr(), RedisPassword: e.redis.Password()}
 	return e
 }
@@ -198,12 +199,12 @@ func TestFxFailingStartIsClear(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  baton.Config
-		cc   fxmodule.ClientConfig
+		cc   clients.Config
 		want string
 	}{
 		{"no queues", baton.Config{Project: "p"}, e.cc, "baton: invalid config: Queues must name at least one queue"},
 		{"bad queue", baton.Config{Project: "p", Queues: []string{"a b"}}, e.cc, "Queues[0]"},
-		{"no etcd endpoints", baton.Config{Project: "p", Queues: []string{"q"}}, fxmodule.ClientConfig{}, "EtcdEndpoints must name at least one endpoint"},
+		{"no etcd endpoints", baton.Config{Project: "p", Queues: []string{"q"}}, clients.Config{}, "EtcdEndpoints must name at least one endpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := fx.New(fx.NopLogger, fx.Supply(tc.cfg, tc.cc), fxmodule.Clients, fxmodule.Module)

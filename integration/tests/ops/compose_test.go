@@ -16,8 +16,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/cmd/demo-worker/contract"
-	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/servers/harness"
 )
 
@@ -320,10 +320,10 @@ func TestComposeWorkerConfig(t *testing.T) {
 	for _, v := range baton.EnvVars() {
 		known[v[0]] = true
 	}
-	for _, v := range fxmodule.ClientEnvVars() {
+	for _, v := range clients.EnvVars() {
 		known[v] = true
 	}
-	for _, v := range contract.Env() { // the demo worker's own, beyond baton.EnvVars and fxmodule.ClientEnvVars
+	for _, v := range contract.Env() { // the demo worker's own, beyond baton.EnvVars and clients.EnvVars
 		known[v] = true
 	}
 	bin := demoWorker(t)
@@ -337,7 +337,7 @@ func TestComposeWorkerConfig(t *testing.T) {
 		}
 		for k, v := range s.Environment {
 			if !known[k] {
-				t.Errorf("%s: %s is not a variable of the demo worker (baton.EnvVars, fxmodule.ClientEnvVars, contract.Env)", w, k)
+				t.Errorf("%s: %s is not a variable of the demo worker (baton.EnvVars, clients.EnvVars, contract.Env)", w, k)
 			}
 			env = append(env, k+"="+v)
 		}

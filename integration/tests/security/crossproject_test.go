@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/balance"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
@@ -40,7 +41,7 @@ func TestAProjectsCredentialsReachNoOtherProject(t *testing.T) {
 	}
 	defer root.Close()
 	pa, pb := project()+"a", project()+"b"
-	ccOf := map[string]fxmodule.ClientConfig{}
+	ccOf := map[string]clients.Config{}
 	for _, p := range []string{pa, pb} {
 		user := "u-" + p
 		grantProject(t, root, user, baton.Config{Project: p})

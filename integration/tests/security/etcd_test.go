@@ -13,6 +13,7 @@ import (
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/integration/servers/redisx"
@@ -168,7 +169,7 @@ func TestEtcdRefusesWrongCredentials(t *testing.T) {
 	etcd := startSecureEtcd(t, "baton", etcdPassword)
 	for _, tc := range []struct {
 		name string
-		cc   fxmodule.ClientConfig
+		cc   clients.Config
 		// newErr is what NewEtcdClient says; "" if it connects and the campaign must fail instead.
 		newErr, campaignErr []string
 	}{

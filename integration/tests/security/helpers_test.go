@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
@@ -150,9 +151,9 @@ func (s *secureEtcd) setupAuth(t *testing.T) {
 
 // clientConfig returns the etcd part of a ClientConfig: user and password (none when empty), and the
 // client certificate when withCert is set.
-func (s *secureEtcd) clientConfig(user, password string, withCert bool) fxmodule.ClientConfig {
-	cc := fxmodule.ClientConfig{EtcdEndpoints: s.cluster.Endpoints(), EtcdUsername: user, EtcdPassword: password,
-		EtcdTLS: fxmodule.TLSFiles{CAFile: s.ca.CertFile}, EtcdDialTimeout: 3 * time.Second}
+func (s *secureEtcd) clientConfig(user, password string, withCert bool) clients.Config {
+	cc := clients.Config{EtcdEndpoints: s.cluster.Endpoints(), EtcdUsername: user, EtcdPassword: password,
+		EtcdTLS: clients.TLSFiles{CAFile: s.ca.CertFile}, EtcdDialTimeout: 3 * time.Second}
 	if withCert {
 		cc.EtcdTLS.CertFile, cc.EtcdTLS.KeyFile = s.cert.CertFile, s.cert.KeyFile
 	}
@@ -177,13 +178,13 @@ func batonACL(user, password string, without ...string) []string {
 }
 
 // withTemporal fills in the in-process Temporal server and the test namespace.
-func withTemporal(cc fxmodule.ClientConfig) fxmodule.ClientConfig {
+func withTemporal(cc clients.Config) clients.Config {
 	cc.TemporalAddress, cc.TemporalNamespace = temporalServer.HostPort(), temporalServer.Namespace()
 	return cc
 }
 
 // withRedis fills in the Redis server and credentials.
-func withRedis(cc fxmodule.ClientConfig, rs *redisx.Server, user, password string) fxmodule.ClientConfig {
+func withRedis(cc clients.Config, rs *redisx.Server, user, password string) clients.Config {
 	cc.RedisAddr, cc.RedisUsername, cc.RedisPassword = rs.Addr(), user, password
 	return cc
 }
@@ -203,7 +204,7 @@ func fast(project, id string, queues ...string) baton.Config {
 }
 
 // app is a worker built the way applications build it: Fx, fxmodule.Clients, fxmodule.Module.
-func app(t *testing.T, cfg baton.Config, cc fxmodule.ClientConfig) (*fxtest.App, *baton.Node) {
+func app(t *testing.T, cfg baton.Config, cc clients.Config) (*fxtest.App, *baton.Node) {
 	t.Helper()
 	var node *baton.Node
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(cfg.ServerID)
@@ -220,7 +221,7 @@ func app(t *testing.T, cfg baton.Config, cc fxmodule.ClientConfig) (*fxtest.App,
 // startErr builds and starts the same app and returns why it could not start (nil if it did; it is
 // stopped again then). The clients are built first, etcd's first, so that a failing constructor
 // leaves no other client behind (Fx stops nothing of an app that failed to build).
-func startErr(t *testing.T, cfg baton.Config, cc fxmodule.ClientConfig) error {
+func startErr(t *testing.T, cfg baton.Config, cc clients.Config) error {
 	t.Helper()
 	a := fx.New(fx.NopLogger, fx.Supply(cfg, cc, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))),
 		fxmodule.Clients,

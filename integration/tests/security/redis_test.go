@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/fxmodule"
 	"github.com/baton-run/baton/heartbeat"
@@ -46,7 +47,7 @@ func TestRedisACLUser(t *testing.T) {
 	rs := startACLRedis(t)
 	admin := redisx.Client(t, rs)
 	etcd := etcdx.Start(t, etcdx.Options{})
-	cc := withRedis(withTemporal(fxmodule.ClientConfig{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", redisPassword)
+	cc := withRedis(withTemporal(clients.Config{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", redisPassword)
 
 	a, node := app(t, fast(project(), "acl-a", "orders"), cc)
 	a.RequireStart()
@@ -90,7 +91,7 @@ func TestRedisACLUser(t *testing.T) {
 func TestRedisWrongPasswordFailsTheStart(t *testing.T) {
 	rs := startACLRedis(t)
 	etcd := etcdx.Start(t, etcdx.Options{})
-	base := withTemporal(fxmodule.ClientConfig{EtcdEndpoints: etcd.Endpoints()})
+	base := withTemporal(clients.Config{EtcdEndpoints: etcd.Endpoints()})
 	for _, tc := range []struct {
 		name, user, password string
 		want                 []string
@@ -119,7 +120,7 @@ func TestRedisWrongPasswordDoesNotStorm(t *testing.T) {
 	rs := startACLRedis(t)
 	admin := redisx.Client(t, rs)
 	etcd := etcdx.Start(t, etcdx.Options{})
-	cc := withRedis(withTemporal(fxmodule.ClientConfig{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", "WrongPassword-123")
+	cc := withRedis(withTemporal(clients.Config{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", "WrongPassword-123")
 	rdb, err := fxmodule.NewRedisClient(fxmodule.ClientParams{Config: cc, Lifecycle: fxtest.NewLifecycle(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +227,8 @@ func TestRedisMutualTLS(t *testing.T) {
 	redisx.SkipExternal(t, rs)
 	admin := redisx.Client(t, rs)
 	etcd := etcdx.Start(t, etcdx.Options{})
-	cc := withRedis(withTemporal(fxmodule.ClientConfig{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", redisPassword)
-	cc.RedisTLS = fxmodule.TLSFiles{CAFile: ca.CertFile, CertFile: cert.CertFile, KeyFile: cert.KeyFile}
+	cc := withRedis(withTemporal(clients.Config{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", redisPassword)
+	cc.RedisTLS = clients.TLSFiles{CAFile: ca.CertFile, CertFile: cert.CertFile, KeyFile: cert.KeyFile}
 
 	a, node := app(t, fast(project(), "tls-a", "orders"), cc)
 	a.RequireStart()
@@ -241,7 +242,7 @@ func TestRedisMutualTLS(t *testing.T) {
 	a.RequireStop()
 
 	noCert := cc
-	noCert.RedisTLS = fxmodule.TLSFiles{CAFile: ca.CertFile}
+	noCert.RedisTLS = clients.TLSFiles{CAFile: ca.CertFile}
 	mustContain(t, "start without a client certificate", startErr(t, fast(project(), "tls-b", "orders"), noCert),
 		"refused the TLS connection", "certificate required")
 	noCA := cc
@@ -294,7 +295,7 @@ func TestRefusedHeartbeatShowsInReadiness(t *testing.T) {
 	rs := redisx.Start(t, redisx.Options{Password: redisAdminPassword, Args: batonACL("baton", redisPassword, "+hset")})
 	redisx.SkipExternal(t, rs)
 	etcd := etcdx.Start(t, etcdx.Options{})
-	cc := withRedis(withTemporal(fxmodule.ClientConfig{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", redisPassword)
+	cc := withRedis(withTemporal(clients.Config{EtcdEndpoints: etcd.Endpoints()}), rs, "baton", redisPassword)
 	a, node := app(t, fast(project(), "acl-a", "orders"), cc)
 	a.RequireStart()
 	eventually(t, 30*time.Second, "readiness names the refused heartbeat", func() error {

@@ -1,5 +1,5 @@
 // Command shipping runs the example application: set BATON_ETCD_ENDPOINTS, BATON_TEMPORAL_ADDRESS and
-// BATON_REDIS_ADDR (see fxmodule.LoadClientEnv), and optionally SHIPPING_PROJECT, SHIPPING_QUEUES
+// BATON_REDIS_ADDR (see clients.LoadEnv), and optionally SHIPPING_PROJECT, SHIPPING_QUEUES
 // (comma-separated), SHIPPING_REGION and SHIPPING_HTTP_ADDR.
 package main
 
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/examples/shipping"
 	"github.com/baton-run/baton/fxmodule"
 )
@@ -24,12 +25,12 @@ func main() {
 }
 
 func run() error {
-	clients, err := fxmodule.LoadClientEnv(fxmodule.ClientConfig{})
+	cc, err := clients.LoadEnv(clients.Config{})
 	if err != nil {
 		return err
 	}
 	app := fx.New(
-		fx.Supply(clients),
+		fx.Supply(cc),
 		fx.Provide(zap.NewProduction),
 		fxmodule.Clients,
 		shipping.Module(shipping.Options{

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-run/baton"
-	"github.com/baton-run/baton/fxmodule"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/harness"
 	"github.com/baton-run/baton/integration/servers/redisx"
@@ -122,8 +122,8 @@ func TestStartServesAllAndCloseRemovesEverything(t *testing.T) {
 	if _, err := baton.LoadEnv(baton.Config{}); err != nil {
 		t.Errorf("baton.LoadEnv with the env file: %v", err)
 	}
-	if _, err := fxmodule.LoadClientEnv(fxmodule.ClientConfig{}); err != nil {
-		t.Errorf("fxmodule.LoadClientEnv with the env file: %v", err)
+	if _, err := clients.LoadEnv(clients.Config{}); err != nil {
+		t.Errorf("clients.LoadEnv with the env file: %v", err)
 	}
 
 	checkEtcd(t, strings.Split(env["BATON_ETCD_ENDPOINTS"], ","))

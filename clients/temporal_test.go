@@ -1,4 +1,4 @@
-package fxmodule
+package clients
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.uber.org/fx/fxtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -83,18 +82,16 @@ func (f *frontend) DescribeWorkflowExecution(_ context.Context, req *workflowser
 	return nil, serviceerror.ToStatus(serviceerror.NewNotFound("no such workflow")).Err()
 }
 
-// call makes one Temporal call through a client from NewTemporalClient and returns what the
+// call makes one Temporal call through a client from NewTemporal and returns what the
 // frontend recorded.
-func (f *frontend) call(t *testing.T, cfg ClientConfig) (auth []string, cn string, namespaces []string) {
+func (f *frontend) call(t *testing.T, cfg Config) (auth []string, cn string, namespaces []string) {
 	t.Helper()
 	cfg.TemporalAddress = f.addr
-	lc := fxtest.NewLifecycle(t)
-	tc, err := NewTemporalClient(ClientParams{Config: cfg, Lifecycle: lc})
+	tc, err := NewTemporal(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc.RequireStart()
-	defer lc.RequireStop()
+	defer tc.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	_, err = tc.DescribeWorkflowExecution(ctx, "dispatcher-p-q", "")
@@ -109,7 +106,7 @@ func (f *frontend) call(t *testing.T, cfg ClientConfig) (auth []string, cn strin
 	return append([]string(nil), f.auth...), f.clientCN, append([]string(nil), f.namespaces...)
 }
 
-// NewTemporalClient dials with mutual TLS from the configured files, sends the API key as a bearer
+// NewTemporal dials with mutual TLS from the configured files, sends the API key as a bearer
 // token on every call, and addresses the configured namespace.
 func TestTemporalClientTLSAndAPIKey(t *testing.T) {
 	dir := t.TempDir()
@@ -131,7 +128,7 @@ func TestTemporalClientTLSAndAPIKey(t *testing.T) {
 	}
 	f := startFrontend(t, &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
-	cfg := ClientConfig{EtcdEndpoints: []string{"e:2379"}, TemporalNamespace: "billing-prod", TemporalAPIKey: "key-Qm41",
+	cfg := Config{EtcdEndpoints: []string{"e:2379"}, TemporalNamespace: "billing-prod", TemporalAPIKey: "key-Qm41",
 		TemporalTLS: TLSFiles{CAFile: ca.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile, ServerName: "localhost"}}
 	auth, cn, namespaces := f.call(t, cfg)
 	if cn != "baton-worker" {
@@ -152,7 +149,7 @@ func TestTemporalClientTLSAndAPIKey(t *testing.T) {
 	// Without the client certificate the frontend refuses the handshake.
 	noCert := cfg
 	noCert.TemporalTLS.CertFile, noCert.TemporalTLS.KeyFile = "", ""
-	opts, err := temporalOptions(noCert, nil)
+	opts, err := TemporalOptions(noCert, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,14 +162,14 @@ func TestTemporalClientTLSAndAPIKey(t *testing.T) {
 // without it an API key alone turns TLS on with the system roots.
 func TestTemporalAPIKeyTLSChoice(t *testing.T) {
 	f := startFrontend(t, nil)
-	cfg := ClientConfig{EtcdEndpoints: []string{"e:2379"}, TemporalAPIKey: "key-Zr07", TemporalTLSDisabled: true}
+	cfg := Config{EtcdEndpoints: []string{"e:2379"}, TemporalAPIKey: "key-Zr07", TemporalTLSDisabled: true}
 	auth, _, namespaces := f.call(t, cfg)
 	if auth[len(auth)-1] != "Bearer key-Zr07" || namespaces[0] != "default" {
 		t.Fatalf("plain connection: authorization %v, namespaces %v", auth, namespaces)
 	}
 
 	cfg.TemporalTLSDisabled = false
-	opts, err := temporalOptions(cfg, nil)
+	opts, err := TemporalOptions(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +179,7 @@ func TestTemporalAPIKeyTLSChoice(t *testing.T) {
 	if opts.Credentials == nil || opts.Namespace != "default" || opts.HostPort != "localhost:7233" {
 		t.Fatalf("options %+v", opts)
 	}
-	if opts, _ := temporalOptions(ClientConfig{EtcdEndpoints: []string{"e:2379"}}, nil); opts.ConnectionOptions.TLS != nil || opts.Credentials != nil {
+	if opts, _ := TemporalOptions(Config{EtcdEndpoints: []string{"e:2379"}}, nil); opts.ConnectionOptions.TLS != nil || opts.Credentials != nil {
 		t.Fatalf("no API key, no TLS settings: plain, without credentials: %+v", opts.ConnectionOptions)
 	}
 }

@@ -1,4 +1,4 @@
-package fxmodule
+package clients
 
 import (
 	"errors"
@@ -10,30 +10,30 @@ import (
 	"time"
 )
 
-// secretEnv are the variables whose values LoadClientEnv must never echo.
+// secretEnv are the variables whose values LoadEnv must never echo.
 var secretEnv = []string{"BATON_ETCD_PASSWORD", "BATON_REDIS_PASSWORD", "BATON_TEMPORAL_API_KEY"}
 
-// FuzzLoadClientEnv sets two of LoadClientEnv's variables (picked by index) to arbitrary values, and
+// FuzzLoadEnv sets two of LoadEnv's variables (picked by index) to arbitrary values, and
 // every secret variable to an arbitrary secret: loading never panics; a refusal wraps
-// ErrInvalidClientConfig, names the variable and stays on one line; an accepted configuration has
+// ErrInvalidConfig, names the variable and stays on one line; an accepted configuration has
 // trimmed, non-empty endpoints, a non-negative Redis DB and a positive dial timeout and keeps the
 // secret exactly; and neither the refusal, Validate's error nor String() changes when only the
 // secrets do (other than empty or not), so none of them shows a secret. The
-// seed corpus is in testdata/fuzz/FuzzLoadClientEnv.
-func FuzzLoadClientEnv(f *testing.F) {
+// seed corpus is in testdata/fuzz/FuzzLoadEnv.
+func FuzzLoadEnv(f *testing.F) {
 	f.Add(uint8(0), "https://a:2379, https://b:2379", uint8(8), "5s", "s3cret-pw")
 	f.Add(uint8(21), "-1", uint8(3), "yes", "hunter2")
 	f.Add(uint8(3), "true", uint8(0), "http://a:2379", "pw")
 	f.Add(uint8(13), "maybe", uint8(9), "temporal", "key with spaces\n")
 	f.Fuzz(func(t *testing.T, pick1 uint8, value1 string, pick2 uint8, value2 string, secret string) {
-		e1, e2 := clientEnv[int(pick1)%len(clientEnv)], clientEnv[int(pick2)%len(clientEnv)]
+		e1, e2 := envVars[int(pick1)%len(envVars)], envVars[int(pick2)%len(envVars)]
 		set := map[string]string{}
 		for _, name := range secretEnv {
 			set[name] = secret
 		}
 		set[e1.name], set[e2.name] = value1, value2
-		load := func(set map[string]string) (ClientConfig, error) {
-			return loadClientEnv(ClientConfig{}, func(k string) (string, bool) { v, ok := set[k]; return v, ok })
+		load := func(set map[string]string) (Config, error) {
+			return loadEnv(Config{}, func(k string) (string, bool) { v, ok := set[k]; return v, ok })
 		}
 		c, err := load(set)
 		// The same variables with other secrets (of the same emptiness). A secret's text may also come
@@ -51,8 +51,8 @@ func FuzzLoadClientEnv(f *testing.F) {
 		}
 		if err != nil {
 			switch {
-			case !errors.Is(err, ErrInvalidClientConfig):
-				t.Fatalf("error %v does not wrap ErrInvalidClientConfig", err)
+			case !errors.Is(err, ErrInvalidConfig):
+				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
 			case !strings.Contains(err.Error(), e1.name) && !strings.Contains(err.Error(), e2.name):
 				t.Fatalf("error %q names neither %s nor %s", err, e1.name, e2.name)
 			case strings.ContainsAny(err.Error(), "\n\r"):

@@ -1,6 +1,10 @@
 // Package names holds the one rule set for the project and queue names that Baton puts into etcd
 // keys, Redis keys and Temporal workflow IDs, so every package rejects the same inputs with the same
 // words.
+//
+// It is public because applications benefit from the same rules: a worker that checks its project and
+// queue names (from flags, a manifest or a database) with Check before it starts fails with the field
+// it read, instead of with Baton's configuration error after its clients are built.
 package names
 
 import (

@@ -1,4 +1,4 @@
-package fxmodule
+package clients
 
 import (
 	"bytes"
@@ -11,14 +11,14 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// A ClientConfig printed with any fmt verb, logged with zap or marshalled to JSON shows whether a
+// A Config printed with any fmt verb, logged with zap or marshalled to JSON shows whether a
 // secret is set, never the secret.
-func TestClientConfigNeverPrintsSecrets(t *testing.T) {
-	c := ClientConfig{EtcdEndpoints: []string{"https://e:2379"}, EtcdUsername: "baton", EtcdPassword: "etcd-s3cret",
+func TestConfigNeverPrintsSecrets(t *testing.T) {
+	c := Config{EtcdEndpoints: []string{"https://e:2379"}, EtcdUsername: "baton", EtcdPassword: "etcd-s3cret",
 		TemporalAPIKey: "temporal-s3cret", RedisUsername: "baton", RedisPassword: "redis-s3cret"}
 	var out []string
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%d", "%x", "%T %[1]v"} {
-		out = append(out, fmt.Sprintf(verb, c), fmt.Sprintf(verb, &c), fmt.Sprintf(verb, struct{ C ClientConfig }{c}))
+		out = append(out, fmt.Sprintf(verb, c), fmt.Sprintf(verb, &c), fmt.Sprintf(verb, struct{ C Config }{c}))
 	}
 	var buf bytes.Buffer
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&buf), zap.DebugLevel))
@@ -38,18 +38,18 @@ func TestClientConfigNeverPrintsSecrets(t *testing.T) {
 	if !strings.Contains(out[0], "EtcdPassword:[redacted]") || !strings.Contains(out[0], "EtcdUsername:baton") {
 		t.Fatalf("String() = %s", out[0])
 	}
-	if empty := fmt.Sprint(ClientConfig{}); strings.Contains(empty, "redacted") {
+	if empty := fmt.Sprint(Config{}); strings.Contains(empty, "redacted") {
 		t.Fatalf("an unset secret shows as set: %s", empty)
 	}
 }
 
-// Errors of LoadClientEnv name the variable, never a secret's value.
-func TestLoadClientEnvNeverEchoesSecrets(t *testing.T) {
+// Errors of LoadEnv name the variable, never a secret's value.
+func TestLoadEnvNeverEchoesSecrets(t *testing.T) {
 	env := map[string]string{"BATON_ETCD_PASSWORD": "etcd-s3cret", "BATON_REDIS_PASSWORD": "redis-s3cret",
 		"BATON_TEMPORAL_API_KEY": "temporal-s3cret", "BATON_REDIS_DB": "x"}
-	_, err := loadClientEnv(ClientConfig{}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	_, err := loadEnv(Config{}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err == nil || !strings.Contains(err.Error(), "BATON_REDIS_DB") {
-		t.Fatalf("loadClientEnv = %v", err)
+		t.Fatalf("loadEnv = %v", err)
 	}
 	for _, v := range env {
 		if v != "x" && strings.Contains(err.Error(), v) {

@@ -1,4 +1,4 @@
-package fxmodule
+package clients
 
 import (
 	"context"
@@ -15,7 +15,7 @@ const (
 	TemporalReconnectMaxDelay  = time.Second
 )
 
-// TemporalDialOptions are the gRPC dial options NewTemporalClient adds to the SDK's, so that a
+// TemporalDialOptions are the gRPC dial options NewTemporal adds to the SDK's, so that a
 // Temporal server that restarts is served again within about a second of being back, not tens of
 // seconds later. An application that makes its own client.Client for Baton's workers and Producers
 // adds them to client.Options.ConnectionOptions.DialOptions.

@@ -1,4 +1,4 @@
-package fxmodule
+package clients
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 // once, so a healthy connection is confirmed without waiting for a timeout.
 const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// probeTLS opens one TLS connection to each endpoint in parallel and returns nil as soon as one
-// server accepts it. It returns an error (wrapping errRefused) only when no server accepted and at
+// probeTLS opens one TLS connection to each endpoint in parallel, within ctx and timeout, and returns
+// nil as soon as one server accepts it. It returns an error (wrapping ErrRefused) only when no server accepted and at
 // least one refused the TLS connection: a certificate it rejects or that we cannot verify. Servers
 // that cannot be reached are no error here; the client's own dialing deals with them.
-func probeTLS(endpoints []string, cfg *tls.Config, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+func probeTLS(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	results := make(chan error, len(endpoints))
 	for _, ep := range endpoints {
@@ -33,7 +33,7 @@ func probeTLS(endpoints []string, cfg *tls.Config, timeout time.Duration) error 
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, errRefused):
+		case errors.Is(err, ErrRefused):
 			refusals = append(refusals, err)
 		}
 	}
@@ -57,7 +57,7 @@ func probeEndpoint(ctx context.Context, endpoint string, cfg *tls.Config) error 
 	conn, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
 		if tlsRefusal(err) {
-			return fmt.Errorf("%s %w the TLS connection: %w", endpoint, errRefused, err)
+			return fmt.Errorf("%s %w the TLS connection: %w", endpoint, ErrRefused, err)
 		}
 		return err
 	}
@@ -79,7 +79,7 @@ func probeEndpoint(ctx context.Context, endpoint string, cfg *tls.Config) error 
 
 func classify(endpoint string, err error) error {
 	if tlsRefusal(err) {
-		return fmt.Errorf("%s %w the TLS connection: %w", endpoint, errRefused, err)
+		return fmt.Errorf("%s %w the TLS connection: %w", endpoint, ErrRefused, err)
 	}
 	return err
 }

@@ -1,4 +1,4 @@
-package fxmodule
+package clients
 
 import (
 	"crypto/tls"
@@ -95,11 +95,11 @@ func TestProbeTLS(t *testing.T) {
 		{"not a TLS server", []string{"https://" + plain.Addr().String()}, withCert, "does not look like a TLS handshake"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := probeTLS(tc.endpoints, tc.cfg, 2*time.Second)
+			err := probeTLS(t.Context(), tc.endpoints, tc.cfg, 2*time.Second)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("probeTLS = %v, want nil", err)
-			case tc.want != "" && (!errors.Is(err, errRefused) || !strings.Contains(err.Error(), tc.want) ||
+			case tc.want != "" && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) ||
 				!strings.Contains(err.Error(), "refused the TLS connection")):
 				t.Fatalf("probeTLS = %v, want a refusal saying %q", err, tc.want)
 			}
