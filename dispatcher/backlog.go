@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/baton-run/baton/takeover"
 )
@@ -126,9 +127,9 @@ type runBacklog struct {
 // The history of a run is immutable once it closed, so the page is the same whenever it is read; a
 // run that is still open is an error (retried), and a run whose history is gone (past the
 // namespace's retention) is logged and skipped, as there is nothing left to read.
-func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (BacklogPage, error) {
+func (a *Activities) Backlog(ctx context.Context, in BacklogInput) (_ BacklogPage, err error) {
 	ctx, stop := untilWorkerStops(ctx)
-	defer stop()
+	defer func() { err = givenUp(ctx, err); stop() }()
 	if a.History == nil {
 		// Retried: a worker built with a history reader can pick the activity up.
 		return BacklogPage{}, errors.New("dispatcher: Activities.History must be set to carry over a prior run's requests")
@@ -290,6 +291,20 @@ func untilWorkerStops(ctx context.Context) (context.Context, context.CancelFunc)
 		}
 	}()
 	return ctx, func() { cancel(nil); <-done }
+}
+
+// errTypeWorkerStopping is the type of the failure of a Backlog page that gave up because its worker
+// stops (temporal.ApplicationError.Type()).
+const errTypeWorkerStopping = "baton.WorkerStopping"
+
+// givenUp returns err as a benign, retryable failure when the page gave up because its worker stops:
+// a planned stop is no failure for an error line or an alert. Other errors are returned as they are.
+func givenUp(ctx context.Context, err error) error {
+	if err == nil || !errors.Is(context.Cause(ctx), errWorkerStopping) {
+		return err
+	}
+	return temporal.NewApplicationErrorWithOptions(errWorkerStopping.Error(), errTypeWorkerStopping,
+		temporal.ApplicationErrorOptions{Category: temporal.ApplicationErrorCategoryBenign, Cause: err})
 }
 
 // scanned is a run a scan considers, with its start time, which orders it.
