@@ -86,7 +86,14 @@ func startTemporalWorkers(p workerParams) error {
 			ctx, cancel := context.WithTimeout(ctx, drain+contract.StopSlack)
 			defer cancel()
 			// The runs this process leads finish their dispatches first, while its workers still
-			// serve them (the Node's step-down then finds them quiesced).
+			// serve them (the Node's step-down then finds them quiesced). The workers stop before the
+			// Node hands the queues over, not after: a run whose quiesce timed out still has
+			// dispatches in flight here, and they finish (within the drain) before the run ends and
+			// its successor carries the rest over, so even then a planned stop runs no handler twice.
+			// Handing over first (issue #40) started half the successors sooner but not the slowest
+			// ones, and under load let quiesces run into their timeout. What the workers' stop costs
+			// here is small since carry-over pages give up when it begins
+			// (dispatcher.Activities.Backlog): 0.1-0.2 s for 100 queues, down from 4.7 s.
 			quiesced := time.Now()
 			p.Node.Quiesce(ctx)
 			began := time.Now()
