@@ -20,10 +20,10 @@ type kvClient struct {
 var _ pb.KVClient = (*kvClient)(nil)
 
 // call runs apply under the model's lock once a leader exists, through the transport.
-func call[R any](ctx context.Context, m *Model, client, method string, apply func() (R, error)) (R, error) {
+func call[R any](ctx context.Context, m *Model, client, method string, req any, apply func() (R, error)) (R, error) {
 	var resp R
-	err := m.opts.Transport.Call(ctx, client, method, func() error {
-		if err := m.waitLeader(ctx); err != nil {
+	err := m.opts.Transport.Call(ctx, client, method, req, func() error {
+		if err := m.waitLeader(context.WithoutCancel(ctx)); err != nil {
 			return err
 		}
 		defer m.mu.Unlock()
@@ -37,11 +37,11 @@ func call[R any](ctx context.Context, m *Model, client, method string, apply fun
 }
 
 func (c *kvClient) Range(ctx context.Context, r *pb.RangeRequest, _ ...grpc.CallOption) (*pb.RangeResponse, error) {
-	return call(ctx, c.m, c.name, "Range", func() (*pb.RangeResponse, error) { return c.m.rangeLocked(r) })
+	return call(ctx, c.m, c.name, "Range", r, func() (*pb.RangeResponse, error) { return c.m.rangeLocked(r) })
 }
 
 func (c *kvClient) Put(ctx context.Context, r *pb.PutRequest, _ ...grpc.CallOption) (*pb.PutResponse, error) {
-	return call(ctx, c.m, c.name, "Put", func() (*pb.PutResponse, error) {
+	return call(ctx, c.m, c.name, "Put", r, func() (*pb.PutResponse, error) {
 		w := c.m.newWriter()
 		resp, err := w.put(r)
 		if err != nil {
@@ -54,7 +54,7 @@ func (c *kvClient) Put(ctx context.Context, r *pb.PutRequest, _ ...grpc.CallOpti
 }
 
 func (c *kvClient) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest, _ ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
-	return call(ctx, c.m, c.name, "DeleteRange", func() (*pb.DeleteRangeResponse, error) {
+	return call(ctx, c.m, c.name, "DeleteRange", r, func() (*pb.DeleteRangeResponse, error) {
 		w := c.m.newWriter()
 		resp, err := w.deleteRange(r)
 		if err != nil {
@@ -67,7 +67,7 @@ func (c *kvClient) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest, _ 
 }
 
 func (c *kvClient) Compact(ctx context.Context, r *pb.CompactionRequest, _ ...grpc.CallOption) (*pb.CompactionResponse, error) {
-	return call(ctx, c.m, c.name, "Compact", func() (*pb.CompactionResponse, error) {
+	return call(ctx, c.m, c.name, "Compact", r, func() (*pb.CompactionResponse, error) {
 		if err := c.m.compactLocked(r.Revision); err != nil {
 			return nil, err
 		}

@@ -26,7 +26,7 @@ type leaseClient struct {
 var _ pb.LeaseClient = (*leaseClient)(nil)
 
 func (c *leaseClient) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest, _ ...grpc.CallOption) (*pb.LeaseGrantResponse, error) {
-	return call(ctx, c.m, c.name, "LeaseGrant", func() (*pb.LeaseGrantResponse, error) {
+	return call(ctx, c.m, c.name, "LeaseGrant", r, func() (*pb.LeaseGrantResponse, error) {
 		m := c.m
 		if r.ID != 0 {
 			return nil, unsupported("LeaseGrantRequest.ID (a client-chosen lease ID)")
@@ -49,7 +49,7 @@ func (m *Model) newLeaseID() int64 {
 }
 
 func (c *leaseClient) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest, _ ...grpc.CallOption) (*pb.LeaseRevokeResponse, error) {
-	return call(ctx, c.m, c.name, "LeaseRevoke", func() (*pb.LeaseRevokeResponse, error) {
+	return call(ctx, c.m, c.name, "LeaseRevoke", r, func() (*pb.LeaseRevokeResponse, error) {
 		if _, ok := c.m.leases[r.ID]; !ok {
 			return nil, rpctypes.ErrGRPCLeaseNotFound
 		}
@@ -72,7 +72,7 @@ func (m *Model) revokeLocked(id int64) {
 }
 
 func (c *leaseClient) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest, _ ...grpc.CallOption) (*pb.LeaseTimeToLiveResponse, error) {
-	return call(ctx, c.m, c.name, "LeaseTimeToLive", func() (*pb.LeaseTimeToLiveResponse, error) {
+	return call(ctx, c.m, c.name, "LeaseTimeToLive", r, func() (*pb.LeaseTimeToLiveResponse, error) {
 		m := c.m
 		l, ok := m.leases[r.ID]
 		if !ok {
@@ -92,7 +92,7 @@ func (c *leaseClient) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 }
 
 func (c *leaseClient) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest, _ ...grpc.CallOption) (*pb.LeaseLeasesResponse, error) {
-	return call(ctx, c.m, c.name, "LeaseLeases", func() (*pb.LeaseLeasesResponse, error) {
+	return call(ctx, c.m, c.name, "LeaseLeases", nil, func() (*pb.LeaseLeasesResponse, error) {
 		resp := &pb.LeaseLeasesResponse{Header: c.m.header()}
 		for id := range c.m.leases {
 			resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
@@ -115,8 +115,8 @@ type keepAliveStream struct {
 
 func (s *keepAliveStream) Send(r *pb.LeaseKeepAliveRequest) error {
 	var resp *pb.LeaseKeepAliveResponse
-	err := s.c.m.opts.Transport.Call(s.ctx, s.c.name, "LeaseKeepAlive", func() error {
-		if err := s.c.m.waitLeader(s.ctx); err != nil {
+	err := s.c.m.opts.Transport.Call(s.ctx, s.c.name, "LeaseKeepAlive", r, func() error {
+		if err := s.c.m.waitLeader(context.WithoutCancel(s.ctx)); err != nil {
 			return err
 		}
 		defer s.c.m.mu.Unlock()

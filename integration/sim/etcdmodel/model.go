@@ -43,6 +43,10 @@ type Options struct {
 	Transport Transport
 	// Bug plants a defect (conformance tests only).
 	Bug Bug
+	// OnCommit, when set, is called under the model's lock after every revision is made, with its
+	// events and a read of the key space at that revision: the simulator's recorder of side effects.
+	// It must not call the model.
+	OnCommit func(rev int64, events []*mvccpb.Event, get func(key string) *mvccpb.KeyValue)
 	// MemberID and ClusterID fill response headers. Defaults 1 and 1.
 	MemberID, ClusterID uint64
 }
@@ -70,6 +74,25 @@ type Model struct {
 	watches    map[*watchStream]struct{}
 	expiry     clock.Timer
 	closed     bool
+	compacted  int // watches created below the compaction
+}
+
+// CompactedWatches is how many watches were created below the compaction (and cancelled with it).
+func (m *Model) CompactedWatches() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.compacted
+}
+
+// LeaseExpiry is when the model expires lease id, and whether it exists.
+func (m *Model) LeaseExpiry(id int64) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	return l.expiry, true
 }
 
 // New returns an empty model at revision 1 (etcd starts there).

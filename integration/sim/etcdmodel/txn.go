@@ -10,7 +10,7 @@ import (
 )
 
 func (c *kvClient) Txn(ctx context.Context, r *pb.TxnRequest, _ ...grpc.CallOption) (*pb.TxnResponse, error) {
-	return call(ctx, c.m, c.name, "Txn", func() (*pb.TxnResponse, error) {
+	return call(ctx, c.m, c.name, "Txn", r, func() (*pb.TxnResponse, error) {
 		w := c.m.newWriter()
 		snapshot := len(w.events)
 		resp, err := w.txn(r)

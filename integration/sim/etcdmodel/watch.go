@@ -40,6 +40,8 @@ type watchStream struct {
 	nextID        int64
 	out           []*pb.WatchResponse
 	wake          chan struct{}
+	in            []*pb.WatchRequest // sent by the client, not yet through the transport
+	inWake        chan struct{}
 	recvc         chan *pb.WatchResponse
 	done          chan struct{}
 	closeErr      error
@@ -59,10 +61,11 @@ func (c *watchClient) Watch(ctx context.Context, _ ...grpc.CallOption) (pb.Watch
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	ws := &watchStream{m: m, name: c.name, ctx: sctx, cancel: cancel, requireLeader: requireLeader,
-		watchers: map[int64]*watcher{}, wake: make(chan struct{}, 1), recvc: make(chan *pb.WatchResponse),
+		watchers: map[int64]*watcher{}, wake: make(chan struct{}, 1), inWake: make(chan struct{}, 1), recvc: make(chan *pb.WatchResponse),
 		done: make(chan struct{})}
 	m.watches[ws] = struct{}{}
 	go ws.sendLoop()
+	go ws.recvLoop()
 	return ws, nil
 }
 
@@ -90,7 +93,7 @@ func (ws *watchStream) sendLoop() {
 				return
 			}
 		}
-		err := ws.m.opts.Transport.Call(ws.ctx, ws.name, "WatchResponse", func() error {
+		err := ws.m.opts.Transport.Call(ws.ctx, ws.name, "WatchResponse", next, func() error {
 			select {
 			case ws.recvc <- next:
 				return nil
@@ -128,8 +131,50 @@ func (ws *watchStream) closeLocked(err error) {
 	ws.cancel()
 }
 
+// Send queues a request, as a gRPC stream buffers it: a slow or cut network does not block the
+// client's watch loop (which must still see its context end).
 func (ws *watchStream) Send(r *pb.WatchRequest) error {
-	return ws.m.opts.Transport.Call(ws.ctx, ws.name, "WatchRequest", func() error {
+	ws.m.mu.Lock()
+	defer ws.m.mu.Unlock()
+	if ws.closeErr != nil {
+		return ws.closeErr
+	}
+	ws.in = append(ws.in, r)
+	select {
+	case ws.inWake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// recvLoop passes the client's requests through the transport in order until the stream ends.
+func (ws *watchStream) recvLoop() {
+	for {
+		ws.m.mu.Lock()
+		var next *pb.WatchRequest
+		if len(ws.in) > 0 {
+			next, ws.in = ws.in[0], ws.in[1:]
+		}
+		ws.m.mu.Unlock()
+		if next == nil {
+			select {
+			case <-ws.inWake:
+				continue
+			case <-ws.done:
+				return
+			}
+		}
+		if err := ws.receive(next); err != nil {
+			ws.m.mu.Lock()
+			ws.closeLocked(err)
+			ws.m.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (ws *watchStream) receive(r *pb.WatchRequest) error {
+	return ws.m.opts.Transport.Call(ws.ctx, ws.name, "WatchRequest", r, func() error {
 		ws.m.mu.Lock()
 		defer ws.m.mu.Unlock()
 		if ws.closeErr != nil {
@@ -173,6 +218,7 @@ func (ws *watchStream) createLocked(r *pb.WatchCreateRequest) error {
 	}
 	ws.enqueueLocked(&pb.WatchResponse{Header: m.header(), WatchId: w.id, Created: true})
 	if w.next < m.compactRev {
+		m.compacted++
 		ws.enqueueLocked(&pb.WatchResponse{Header: m.header(), WatchId: w.id, CompactRevision: m.compactRev, Canceled: true})
 		return nil
 	}

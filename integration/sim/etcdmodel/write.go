@@ -81,6 +81,9 @@ func (m *Model) commit(w *writer) {
 	}
 	m.rev = w.rev
 	m.history = append(m.history, revision{rev: w.rev, events: w.events})
+	if m.opts.OnCommit != nil {
+		m.opts.OnCommit(w.rev, w.events, func(key string) *mvccpb.KeyValue { return m.kvs[key] })
+	}
 	for ws := range m.watches {
 		ws.notifyLocked()
 	}
