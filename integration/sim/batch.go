@@ -17,7 +17,12 @@ const (
 	EnvBudget = "SIM_BUDGET" // Go duration a batch runs for
 	EnvSeeds  = "SIM_SEEDS"  // maximum number of seeds a batch runs
 	EnvFirst  = "SIM_FIRST"  // hex seed a batch starts from (default 1)
+	EnvStop   = "SIM_STOP"   // "first": end the batch at its first violating seed (mutant runs)
+	EnvReport = "SIM_REPORT" // file the batch writes its summary to, one key=value a line (ReportKeys)
 )
+
+// ReportKeys are the keys of the SIM_REPORT file, in order.
+var ReportKeys = []string{"schedules", "violations", "seeds_to_find", "seconds_to_find", "replayed", "diverged"}
 
 // DefaultBudget keeps the slice of a batch in make test small.
 const DefaultBudget = 15 * time.Second
@@ -27,19 +32,29 @@ type Runner func(t *testing.T, seed uint64, keep bool) Result
 
 // Batch is a batch's settings, read from the environment by BatchFromEnv.
 type Batch struct {
-	Name    string
-	Budget  time.Duration
-	Seeds   int
-	First   uint64
-	Replay  bool
-	Trace   string
-	Probes  []string // probes the batch must hit
-	Fidelty int      // rerun every n-th passing seed to compare traces (0: never)
+	Name        string
+	Budget      time.Duration
+	Seeds       int
+	First       uint64
+	Replay      bool
+	Trace       string
+	Probes      []string // probes the batch must hit
+	Fidelty     int      // rerun every n-th passing seed to compare traces (0: never)
+	StopAtFirst bool
+	Report      string
 }
 
 // BatchFromEnv reads the batch settings; a malformed variable is an error naming it.
 func BatchFromEnv(name string, probes []string) (Batch, error) {
-	b := Batch{Name: name, Budget: DefaultBudget, First: 1, Probes: probes, Fidelty: 10, Trace: os.Getenv(EnvTrace)}
+	b := Batch{Name: name, Budget: DefaultBudget, First: 1, Probes: probes, Fidelty: 10, Trace: os.Getenv(EnvTrace),
+		Report: os.Getenv(EnvReport)}
+	switch v := os.Getenv(EnvStop); v {
+	case "":
+	case "first":
+		b.StopAtFirst = true
+	default:
+		return b, fmt.Errorf("%s: must be empty or \"first\", got %q", EnvStop, v)
+	}
 	if v := os.Getenv(EnvBudget); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -73,6 +88,8 @@ type Summary struct {
 	Real, Simulated                          time.Duration
 	Probes                                   map[string]int
 	FirstFailing                             uint64
+	SeedsToFind                              int           // schedules run up to the first violating one
+	TimeToFind                               time.Duration // wall time until it was found
 }
 
 func (s Summary) String() string {
@@ -114,7 +131,7 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 		failed := len(res.Violations) > 0
 		if failed {
 			if sum.Violating == 0 {
-				sum.FirstFailing = seed
+				sum.FirstFailing, sum.SeedsToFind, sum.TimeToFind = seed, sum.Schedules, time.Since(start)
 			}
 			sum.Violating++
 			t.Errorf("%s seed %#x (%s): %d violations, first: %s\n\treplay: SIM_SEED=%#x make sim", b.Name, seed, res.Setup,
@@ -131,10 +148,14 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 		if b.Replay {
 			b.writeTrace(t, res)
 		}
+		if failed && b.StopAtFirst {
+			break
+		}
 	}
 	sum.Real = time.Since(start)
 	t.Logf("%s: %s", b.Name, sum)
-	if !b.Replay {
+	b.writeReport(t, sum)
+	if !b.Replay && !b.StopAtFirst {
 		for p, n := range sum.Probes {
 			if n == 0 {
 				t.Errorf("%s: probe %q never hit in %d schedules: the simulator stopped exploring", b.Name, p, sum.Schedules)
@@ -152,5 +173,20 @@ func (b Batch) writeTrace(t *testing.T, res Result) {
 	}
 	if err := os.WriteFile(b.Trace, []byte(res.Timeline+"\n"), 0o644); err != nil {
 		t.Errorf("%s: %v", EnvTrace, err)
+	}
+}
+
+func (b Batch) writeReport(t *testing.T, s Summary) {
+	t.Helper()
+	if b.Report == "" {
+		return
+	}
+	vals := []any{s.Schedules, s.Violating, s.SeedsToFind, fmt.Sprintf("%.1f", s.TimeToFind.Seconds()), s.Replayed, s.Diverged}
+	var out strings.Builder
+	for i, k := range ReportKeys {
+		fmt.Fprintf(&out, "%s=%v\n", k, vals[i])
+	}
+	if err := os.WriteFile(b.Report, []byte(out.String()), 0o644); err != nil {
+		t.Errorf("%s: %v", EnvReport, err)
 	}
 }
