@@ -12,13 +12,14 @@ import (
 
 // Environment variables of a batch.
 const (
-	EnvSeed   = "SIM_SEED"   // hex seed: replay that one schedule
-	EnvTrace  = "SIM_TRACE"  // file for the replayed schedule's timeline (default: the test log)
-	EnvBudget = "SIM_BUDGET" // Go duration a batch runs for
-	EnvSeeds  = "SIM_SEEDS"  // maximum number of seeds a batch runs
-	EnvFirst  = "SIM_FIRST"  // hex seed a batch starts from (default 1)
-	EnvStop   = "SIM_STOP"   // "first": end the batch at its first violating seed (mutant runs)
-	EnvReport = "SIM_REPORT" // file the batch writes its summary to, one key=value a line (ReportKeys)
+	EnvSeed     = "SIM_SEED"      // hex seed: replay that one schedule
+	EnvTrace    = "SIM_TRACE"     // file for the replayed schedule's timeline (default: the test log)
+	EnvTraceDir = "SIM_TRACE_DIR" // directory for the timelines of violating schedules (default: the log's tail)
+	EnvBudget   = "SIM_BUDGET"    // Go duration a batch runs for
+	EnvSeeds    = "SIM_SEEDS"     // maximum number of seeds a batch runs
+	EnvFirst    = "SIM_FIRST"     // hex seed a batch starts from (default 1)
+	EnvStop     = "SIM_STOP"      // "first": end the batch at its first violating seed (mutant runs)
+	EnvReport   = "SIM_REPORT"    // file the batch writes its summary to, one key=value a line (ReportKeys)
 )
 
 // ReportKeys are the keys of the SIM_REPORT file, in order.
@@ -122,7 +123,7 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 		if b.Replay && seed != b.First || !b.Replay && (time.Since(start) > b.Budget || b.Seeds > 0 && sum.Schedules >= b.Seeds) {
 			break
 		}
-		res := run(t, seed, b.Replay)
+		res := run(t, seed, true) // the lines are kept: a failing run's own timeline is the evidence
 		sum.Schedules++
 		sum.Simulated += res.Simulated
 		for p, n := range res.Probes {
@@ -136,6 +137,7 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 			sum.Violating++
 			t.Errorf("%s seed %#x (%s): %d violations, first: %s\n\treplay: SIM_SEED=%#x make sim", b.Name, seed, res.Setup,
 				len(res.Violations), res.Violations[0], seed)
+			b.writeFailure(t, res)
 		}
 		if b.Replay || failed || b.Fidelty > 0 && sum.Schedules%b.Fidelty == 1 {
 			again := run(t, seed, false)
@@ -163,6 +165,24 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 		}
 	}
 	return sum
+}
+
+// writeFailure keeps a violating run's own timeline (a replay may diverge): in SIM_TRACE_DIR, or the
+// last lines in the test log.
+func (b Batch) writeFailure(t *testing.T, res Result) {
+	t.Helper()
+	dir := os.Getenv(EnvTraceDir)
+	if dir == "" {
+		lines := strings.Split(res.Timeline, "\n")
+		t.Logf("last lines of seed %#x's timeline:\n%s", res.Seed, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		return
+	}
+	name := fmt.Sprintf("%s/%s-%#x.txt", dir, b.Name, res.Seed)
+	if err := os.WriteFile(name, []byte(res.Timeline+"\n"), 0o644); err != nil {
+		t.Errorf("%s: %v", EnvTraceDir, err)
+		return
+	}
+	t.Logf("timeline of seed %#x: %s", res.Seed, name)
 }
 
 func (b Batch) writeTrace(t *testing.T, res Result) {

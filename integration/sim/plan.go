@@ -41,7 +41,7 @@ type faultEvent struct {
 
 func drawPlan(s Streams) plan {
 	r := s.Rand("plan")
-	p := plan{nodes: 3 + r.IntN(3), queues: 1 + r.IntN(4), chaos: 40 * time.Second, heal: 30 * time.Second, healed: true}
+	p := plan{nodes: 3 + r.IntN(3), queues: 1 + r.IntN(8), chaos: 60 * time.Second, heal: 30 * time.Second, healed: true}
 	if r.IntN(2) == 0 {
 		p.net.DelayRate, p.net.MaxDelay = r.Float64()*0.5, time.Duration(1+r.IntN(4000))*time.Millisecond
 	}

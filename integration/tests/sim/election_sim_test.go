@@ -16,7 +16,7 @@ var electionProbes = []string{
 }
 
 // TestSimElection runs the election world (3-5 processes with real Electors over the etcd model,
-// 1-4 queues, 40 s of seeded faults then a heal phase) for SIM_BUDGET, or replays SIM_SEED.
+// 1-8 queues, 60 s of seeded faults then a heal phase) for SIM_BUDGET, or replays SIM_SEED.
 func TestSimElection(t *testing.T) {
 	b, err := sim.BatchFromEnv("election", electionProbes)
 	if err != nil {
