@@ -65,6 +65,9 @@ func (n *node) start() {
 			if err := el.Run(n.ctx, Project, q, n.name, election.Callbacks{
 				OnElected:  func(ctx context.Context, t *election.Term) error { return n.lead(ctx, q, t) },
 				OnStepDown: func(t *election.Term, cause error) { n.stepDown(q, t, cause) },
+				// Observing runs election.Observe, whose watch starts at a past revision: the one
+				// watch of the Elector that compaction can cut.
+				OnNewLeader: func(l election.Leader) { n.w.rec.Add(n.name, "observed leader of %s: %s", q, l.ID) },
 			}); err != nil {
 				n.w.violate("%s: Run %s: %v", n.name, q, err)
 			}

@@ -58,6 +58,13 @@ func drawPlan(s Streams) plan {
 			continue
 		}
 		p.on = append(p.on, k)
+		if k == FaultCompact { // an auto-compactor: every 0.2-2 s, keeping 0-5 revisions
+			every := time.Duration(200+r.IntN(1800)) * time.Millisecond
+			for at := every; at < p.chaos; at += every {
+				p.faults = append(p.faults, faultEvent{after: at, kind: k, n: r.IntN(6)})
+			}
+			continue
+		}
 		for range 1 + r.IntN(3) {
 			p.faults = append(p.faults, faultEvent{after: time.Duration(r.Int64N(int64(p.chaos))), kind: k,
 				node: r.IntN(p.nodes), dur: time.Duration(500+r.IntN(8000)) * time.Millisecond, n: r.IntN(6)})

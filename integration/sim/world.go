@@ -13,12 +13,16 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
+// ProbeCompactedWatch is the probe hit by a schedule in which a watch was opened below etcd's
+// compaction (clientv3 then ends it with ErrCompacted and the Elector must read again).
+const ProbeCompactedWatch = "watch opened below the compaction"
+
 // Project is the project every simulated process campaigns in.
 const Project = "sim"
 
-// ElectionConfig is the election configuration of every simulated process: the shortest TTL etcd
-// grants, so that a minute of simulated time holds many terms.
-var electionTTL = 3 * time.Second
+// electionTTL is the lease TTL of every simulated process: short, so that a minute of simulated time
+// holds many terms (election.MinTTL is 2 s; 3 s leaves a margin and keepalive interval of whole ms).
+const electionTTL = 3 * time.Second
 
 // Result is what one schedule found.
 type Result struct {
@@ -119,6 +123,9 @@ func (w *World) loop(start time.Time) {
 		}
 		select {
 		case <-stopped:
+			if n := w.model.CompactedWatches(); n > 0 {
+				w.probe(ProbeCompactedWatch)
+			}
 			w.model.Close() // first: it releases requests waiting for a leader
 			w.net.Close()
 			return

@@ -13,6 +13,7 @@ var electionProbes = []string{
 	"term lost to the local lease deadline",
 	"operator revoked a leader's lease",
 	"no-leader window while a leader acted",
+	sim.ProbeCompactedWatch,
 }
 
 // TestSimElection runs the election world (3-5 processes with real Electors over the etcd model,
