@@ -28,6 +28,11 @@ var ReportKeys = []string{"schedules", "violations", "seeds_to_find", "seconds_t
 // DefaultBudget keeps the slice of a batch in make test small.
 const DefaultBudget = 15 * time.Second
 
+// MinSchedulesForProbes is how many schedules a batch needs before a probe it never hit fails it:
+// the -race slice in make test on a loaded machine may run only a dozen, and a rare event missed in a
+// dozen is chance, not a simulator that stopped exploring (make sim runs thousands).
+const MinSchedulesForProbes = 50
+
 // Runner runs one schedule.
 type Runner func(t *testing.T, seed uint64, keep bool) Result
 
@@ -158,6 +163,10 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 	t.Logf("%s: %s", b.Name, sum)
 	b.writeReport(t, sum)
 	if !b.Replay && !b.StopAtFirst {
+		if sum.Schedules < MinSchedulesForProbes {
+			t.Logf("%s: probes not judged: %d schedules, fewer than %d", b.Name, sum.Schedules, MinSchedulesForProbes)
+			return sum
+		}
 		for p, n := range sum.Probes {
 			if n == 0 {
 				t.Errorf("%s: probe %q never hit in %d schedules: the simulator stopped exploring", b.Name, p, sum.Schedules)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"sort"
+	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -19,9 +20,14 @@ type kvClient struct {
 
 var _ pb.KVClient = (*kvClient)(nil)
 
-// call runs apply under the model's lock once a leader exists, through the transport.
+// call runs apply under the model's lock once a leader exists, through the transport. A transport
+// may run deliver after Call returned (a request whose caller gave up still reaches etcd), so the
+// answer crosses over under a mutex and only an answered call reads it.
 func call[R any](ctx context.Context, m *Model, client, method string, req any, apply func() (R, error)) (R, error) {
-	var resp R
+	var (
+		mu   sync.Mutex
+		resp R
+	)
 	err := m.opts.Transport.Call(ctx, client, method, req, func() error {
 		if err := m.waitLeader(context.WithoutCancel(ctx)); err != nil {
 			return err
@@ -29,11 +35,19 @@ func call[R any](ctx context.Context, m *Model, client, method string, req any, 
 		defer m.mu.Unlock()
 		r, err := apply()
 		if err == nil {
+			mu.Lock()
 			resp = r
+			mu.Unlock()
 		}
 		return err
 	})
-	return resp, err
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return resp, nil
 }
 
 func (c *kvClient) Range(ctx context.Context, r *pb.RangeRequest, _ ...grpc.CallOption) (*pb.RangeResponse, error) {

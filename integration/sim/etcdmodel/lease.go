@@ -3,6 +3,7 @@ package etcdmodel
 import (
 	"context"
 	"sort"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -114,18 +115,26 @@ type keepAliveStream struct {
 }
 
 func (s *keepAliveStream) Send(r *pb.LeaseKeepAliveRequest) error {
-	var resp *pb.LeaseKeepAliveResponse
+	var (
+		mu   sync.Mutex
+		resp *pb.LeaseKeepAliveResponse
+	)
 	err := s.c.m.opts.Transport.Call(s.ctx, s.c.name, "LeaseKeepAlive", r, func() error {
 		if err := s.c.m.waitLeader(context.WithoutCancel(s.ctx)); err != nil {
 			return err
 		}
 		defer s.c.m.mu.Unlock()
-		resp = s.c.m.renewLocked(r.ID)
+		a := s.c.m.renewLocked(r.ID)
+		mu.Lock()
+		resp = a
+		mu.Unlock()
 		return nil
 	})
-	var msg any = resp
-	if err != nil {
-		msg = err
+	var msg any = err
+	if err == nil {
+		mu.Lock()
+		msg = resp
+		mu.Unlock()
 	}
 	select {
 	case s.recvc <- msg:
