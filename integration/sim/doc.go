@@ -11,16 +11,20 @@
 // broken connection would show). A request whose caller gave up is still delivered: a real network
 // does not recall a packet. Partitions hold a process's stream messages and drop its requests.
 //
-// The [World] of the election simulator runs N processes, each with a real election.Elector over its
-// own clientv3 (etcdmodel.Model.NewClient), campaigning for several queues; faults (crash, restart
-// with a new server ID, partition, a stall longer than the TTL, delays, lost responses, an operator's
-// lease revoke, a no-leader window, a raft-leader change, compaction) are drawn per seed in the swarm
-// style: each seed turns a different subset on at different rates. A heal phase then turns every
-// fault off and requires a leader per queue within a deadline. The invariants, checked after every
-// step: one owner (at most one process whose term passes Check and whose key etcd holds with the
-// term's token), fail closed (such a term's local deadline is never later than the server's expiry
-// of its lease), no successor while a predecessor's callback still runs (unless an operator removed
-// its key or lease), every fenced write committed only while its term's key held its token.
+// The [World] of the election simulator runs 3-5 processes, each with a real election.Elector over
+// its own clientv3 (etcdmodel.Model.NewClient), campaigning for and observing 1-8 queues for a minute
+// of simulated time; faults are drawn per seed in the swarm style (each seed turns a different
+// subset on, at different rates): crash, restart with a new server ID, partition, a stall longer than
+// the TTL (everything to and from the process held: a pause as etcd sees it, though the process's own
+// timers keep running), delays and reordering, lost requests and lost responses, an operator's lease
+// revoke, a no-leader window, a raft-leader change, and an auto-compactor. A heal phase then turns
+// every fault off and requires a leader per queue within a deadline. The invariants, checked after
+// every step: one owner (at most one process whose term passes Check and whose key etcd holds with
+// the term's token), fail closed (such a term's local deadline is never later than the server's
+// expiry of its lease), no successor while a predecessor's callback still runs (unless an operator
+// removed its lease), every fenced write committed only while its term's key held its token.
+// "Sometimes" probes (a fenced write refused, a term lost to the local deadline, a no-leader window
+// while a leader acted, a watch opened below the compaction, ...) must each be hit by a batch.
 //
 // The trace of a schedule is a list of lines (deliveries, fates, faults, callbacks) whose hash is the
 // schedule's fingerprint: running a seed twice and comparing the hashes measures replay fidelity.
