@@ -157,17 +157,7 @@ func (r *Runner) deferral() time.Duration { return r.handOver + 2*r.cfg.Grace }
 func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
-	h := hint{From: r.cfg.ServerID, Reason: reason}
-	switch to, asked := r.roster.transferTo(queue); {
-	case reason == ReasonTransfer && asked:
-		h.To = to // the operator checked that it serves the queue
-	case reason == ReasonDrain, reason == ReasonUnfit:
-		// Only a worker that stands for the queue can take it: one named that does not serve it would
-		// hold the others off for the grace window.
-		h.To = r.takerOf(queue)
-	default:
-		h.To = r.successor()
-	}
+	h := hint{From: r.cfg.ServerID, To: r.nameFor(queue, reason), Reason: reason}
 	if err := r.roster.putHint(ctx, r.client, queue, h); err != nil {
 		r.log.Info("no hand-off hint; the queue goes to the first in line", zap.String("queue", queue), zap.Error(err))
 		return
@@ -189,6 +179,20 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 			return
 		}
 	}
+}
+
+// nameFor returns the worker a hand-off of queue for reason names: an operator's target for a
+// transfer, the first taker in line for a drain or an unfit hand-over (only a worker that stands for
+// the queue can take it: one named that does not serve it would hold the others off for the grace
+// window), the successor otherwise (recorded as named).
+func (r *Runner) nameFor(queue, reason string) string {
+	switch to, asked := r.roster.transferTo(queue); {
+	case reason == ReasonTransfer && asked:
+		return to // the operator checked that it serves the queue
+	case reason == ReasonDrain, reason == ReasonUnfit:
+		return r.takerOf(queue)
+	}
+	return r.successor()
 }
 
 // clearHint removes this worker's hint of queue once the hand-off is over, so that a later reader
