@@ -223,3 +223,79 @@ func TestSimDrainKeepsAQueueOnlyItServes(t *testing.T) {
 		t.Fatal("HandOverWaiting does not say why solo stays")
 	}
 }
+
+// publish sets id's member record in every worker's roster (version and draining), as their
+// watches would bring it; a nil m removes it (the worker stopped, its lease revoked).
+func (s *sim) publish(id string, m *member) {
+	for _, r := range s.runners {
+		r.roster.mu.Lock()
+		if m == nil {
+			delete(r.roster.members, id)
+		} else {
+			r.roster.members[id] = *m
+		}
+		r.roster.recompute()
+		r.roster.mu.Unlock()
+	}
+	if r, ok := s.runners[id]; ok && m != nil {
+		r.cfg.Version = m.Version
+	}
+}
+
+// stop removes worker id: its keys go (each term resigned) and its record with its lease.
+func (s *sim) stop(id string) {
+	for q := range s.keys {
+		if k := s.keyOf(q, id); k != "" {
+			s.put(q, k, "")
+		}
+	}
+	delete(s.runners, id)
+	s.ids = slices.DeleteFunc(s.ids, func(x string) bool { return x == id })
+	s.publish(id, nil)
+}
+
+// A rolling deploy with surge: a worker of the new version joins two of the old one, stands in line
+// behind the old leaders (forward only) and takes nothing while both versions are live (no
+// rebalancing during a rollout); as each old worker stops, its queues go to the new one, never to
+// the other old one, so each queue moves once.
+func TestSimRolloutMovesForwardOnce(t *testing.T) {
+	queues := queueNames(12)
+	s := newSim(t, map[string][]string{"w0": queues, "w1": queues, "w2": queues})
+	s.publish("w0", &member{Version: "v1"})
+	s.publish("w1", &member{Version: "v1"})
+	s.publish("w2", &member{Version: "v2"}) // published, not started: see below
+	for i, q := range queues {
+		s.put(q, "", []string{"w0", "w1"}[i%2])
+	}
+	s.fake.Advance(time.Hour)
+	s.settle(60)
+	if got := s.leading(); got["w0"] != 6 || got["w1"] != 6 || got["w2"] != 0 {
+		t.Fatalf("during the rollout: leading %v, want 6, 6 and 0 (no rebalancing)", got)
+	}
+	for _, q := range queues {
+		if line := s.runners["w2"].view.line(q); len(line) != 2 || line[1] != "w2" {
+			t.Fatalf("queue %s: line %v, want the new version second, ready to take over", q, line)
+		}
+	}
+	moves := map[string]int{}
+	before := s.leaders()
+	for _, old := range []string{"w0", "w1"} {
+		s.stop(old)
+		s.settle(60)
+		after := s.leaders()
+		for q, l := range after {
+			if l != before[q] {
+				moves[q]++
+				if l != "w2" {
+					t.Fatalf("%s stopped: queue %s went to %q, want the new version", old, q, l)
+				}
+			}
+		}
+		before = after
+	}
+	for _, q := range queues {
+		if moves[q] != 1 {
+			t.Fatalf("queue %s moved %d times, want once (moves %v)", q, moves[q], moves)
+		}
+	}
+}
