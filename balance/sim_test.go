@@ -299,3 +299,40 @@ func TestSimRolloutMovesForwardOnce(t *testing.T) {
 		}
 	}
 }
+
+// A worker dies: its keys go with its session's lease while its member record, on a lease of its
+// own, lingers. Its queues fall vacant together, and in the very next round each gets exactly one
+// candidate, the first-ranked of the live workers (the dead one, gone from the view, ranks nowhere):
+// one candidacy per queue, not one per worker.
+func TestSimDeadWorkersQueuesGetOneCandidateEach(t *testing.T) {
+	queues := queueNames(30)
+	s := newSim(t, map[string][]string{"w0": queues, "w1": queues, "w2": queues})
+	s.settle(60)
+	var orphans []string
+	for q, l := range s.leaders() {
+		if l == "w2" {
+			orphans = append(orphans, q)
+		}
+	}
+	if len(orphans) == 0 {
+		t.Fatal("w2 leads nothing: the case is not exercised")
+	}
+	for _, q := range orphans {
+		s.put(q, s.keyOf(q, "w2"), "")
+	}
+	delete(s.runners, "w2")
+	s.ids = slices.DeleteFunc(s.ids, func(id string) bool { return id == "w2" })
+	s.round()
+	for _, q := range orphans {
+		if n := len(s.keys[q]); n != 1 {
+			t.Fatalf("queue %s, vacant since w2 died: %d candidates after one round, want exactly one (keys %v)", q, n, s.keys[q])
+		}
+	}
+	s.settle(60)
+	for q, l := range s.leaders() {
+		if l == "" || l == "w2" {
+			t.Fatalf("queue %s led by %q at rest", q, l)
+		}
+	}
+	t.Logf("%d queues of the dead worker: one candidate each at once; at rest leading %v", len(orphans), s.leading())
+}
