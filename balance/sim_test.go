@@ -11,8 +11,8 @@ import (
 
 // sim runs the Runners' decisions of a small fleet against one model of the election keys, on one
 // fake clock: each round, every worker, for each of its queues, stands (mayStand), steps out of line
-// (shouldWithdraw) or hands its term over (shouldShed), as its stand loop would; etcd's part is the
-// oldest key leading. No hints are written, so no successor is named: the rounds show what the
+// (shouldWithdraw) or hands its term over (heldMove), as its stand loop would; etcd's part is the
+// oldest key leading. No successor is named (the only hint written is an unfit leader's ask): the rounds show what the
 // decisions alone make of a fleet's start, a join and a drain, that every queue keeps a leader, and
 // that the fleet comes to rest.
 type sim struct {
@@ -63,6 +63,16 @@ func (s *sim) put(queue, key, id string) {
 	}
 }
 
+// hint records a hint of queue in every worker's roster, as their watches would bring it.
+func (s *sim) hint(queue string, h hint) {
+	b := fmt.Sprintf(`{"to":%q,"from":%q,"reason":%q}`, h.To, h.From, h.Reason)
+	for _, r := range s.runners {
+		r.roster.mu.Lock()
+		r.roster.apply(r.roster.hintKey(queue), []byte(b), false)
+		r.roster.mu.Unlock()
+	}
+}
+
 // keyOf returns id's key in queue's line, "" when it stands not.
 func (s *sim) keyOf(queue, id string) string {
 	for k, who := range s.keys[queue] {
@@ -89,10 +99,18 @@ func (s *sim) round() int {
 			case r.view.leader(q) != id && r.shouldWithdraw(q):
 				s.put(q, key, "")
 			case r.view.leader(q) == id:
-				if reason, _ := r.shouldShed(q); reason == "" {
+				asked := r.snapshot(q).unfitAsked
+				reason, _ := r.heldMove(s.t.Context(), q)
+				if !r.snapshot(q).unfitAsked.Equal(asked) {
+					s.hint(q, hint{From: id, Reason: ReasonUnfit}) // the ask, as the watches bring it
+				}
+				if reason == "" {
 					continue
 				}
 				s.put(q, key, "")
+				if reason == ReasonUnfit {
+					r.Fit(q) // as the hand-over does
+				}
 			default:
 				continue
 			}
@@ -335,4 +353,25 @@ func TestSimDeadWorkersQueuesGetOneCandidateEach(t *testing.T) {
 		}
 	}
 	t.Logf("%d queues of the dead worker: one candidate each at once; at rest leading %v", len(orphans), s.leading())
+}
+
+// An unfit leader asks the workers that serve its queue to stand, and hands the queue over to the one
+// that does; a queue no other worker serves stays with it.
+func TestSimUnfitHandsOverToAWorkerThatServes(t *testing.T) {
+	queues := []string{"a", "b", "c", "d"}
+	s := newSim(t, map[string][]string{"w0": append(slices.Clone(queues), "solo"), "w1": queues})
+	for i, q := range append(slices.Clone(queues), "solo") {
+		s.put(q, "", []string{"w0", "w0", "w1", "w1", "w0"}[i])
+	}
+	s.fake.Advance(time.Hour)
+	s.settle(60)
+	s.runners["w0"].Unfit("a")
+	s.runners["w0"].Unfit("solo")
+	s.settle(60)
+	if got := s.leaders(); got["a"] != "w1" || got["solo"] != "w0" {
+		t.Fatalf("after w0 became unfit for a and solo: a led by %q, solo by %q; want w1 and w0 (leaders %v)", got["a"], got["solo"], got)
+	}
+	if rec := s.runners["w0"].snapshot("a"); rec.unfit || rec.unfitMoved.IsZero() {
+		t.Fatalf("a handed over as unfit: record %+v, want the mark ended and the move's time kept", rec)
+	}
 }
