@@ -3,7 +3,6 @@ package balance
 import (
 	"context"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -27,25 +26,20 @@ type Runner struct {
 	roster   *roster
 	metrics  *balanceMetrics
 
-	mu         sync.Mutex
-	held       map[string]bool
-	heldSince  map[string]time.Time
-	busy       map[string]int // queues whose takeover is under way: never handed off meanwhile
-	lastShed   time.Time
-	shedding   int                    // sheds under way (keeping)
-	moves      []time.Time            // sheds within the last MoveWindow
-	lastLeader map[string]string      // who led each queue last, as seen here
-	named      map[string][]time.Time // successors this worker named a moment ago
-	standing   standing               // as last announced to every queue by restand
-	started    time.Time              // when Run's campaigns began (vacant.go: Settle counts from here)
-	unfit      map[string]bool        // queues this worker cannot supervise (Unfit)
-	unfitMoved map[string]time.Time   // when this worker last handed each queue over as unfit
-	unfitAsked map[string]time.Time   // when this worker last asked the queue's workers to stand (unfit)
+	mu       sync.Mutex
+	records  map[string]*record // one per queue (record.go)
+	leading  int                // records held
+	lastShed time.Time
+	shedding int                    // sheds under way (keeping)
+	moves    []time.Time            // sheds within the last MoveWindow
+	named    map[string][]time.Time // by server ID: when this worker named it successor, a moment ago
+	standing standing               // as last announced to every queue by restand
+	started  time.Time              // when Run's campaigns began (vacant.go: Settle counts from here)
 }
 
 // standing is what every queue's decision reads of this worker's leadership count and the worker
 // count: where it stands against the fair share (Leading against FairShare), the shedding limit
-// (overShare) and ShedAbove × fair share unrounded (aboveShedAbove).
+// (shedLimit) and ShedAbove × fair share unrounded (standingOf).
 type standing struct {
 	vsFair           int
 	overLimit, above bool
@@ -60,9 +54,7 @@ func New(el *election.Elector, client *clientv3.Client, cfg Config) (*Runner, er
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
-	r := &Runner{el: el, client: client, cfg: cfg, held: map[string]bool{}, heldSince: map[string]time.Time{},
-		busy: map[string]int{}, lastLeader: map[string]string{}, named: map[string][]time.Time{},
-		unfit: map[string]bool{}, unfitMoved: map[string]time.Time{}, unfitAsked: map[string]time.Time{},
+	r := &Runner{el: el, client: client, cfg: cfg, records: make(map[string]*record, len(cfg.Queues)), named: map[string][]time.Time{},
 		log:  cfg.Logger.With(zap.String("project", cfg.Project), zap.String("server_id", cfg.ServerID)),
 		view: newView(el.Keys().Project(cfg.Project), cfg.ServerID, cfg.Queues)}
 	r.handOver = el.Config().HandOverTimeout
@@ -92,13 +84,11 @@ func (r *Runner) SetDraining(draining bool) {
 // queue go between terminating the old run and starting its own, or the takeover is wasted.
 func (r *Runner) TakingOver(queue string) (done func()) {
 	r.mu.Lock()
-	r.busy[queue]++
+	r.recordLocked(queue).takeovers++
 	r.mu.Unlock()
 	return sync.OnceFunc(func() {
 		r.mu.Lock()
-		if r.busy[queue]--; r.busy[queue] <= 0 {
-			delete(r.busy, queue)
-		}
+		r.recordLocked(queue).takeovers--
 		r.mu.Unlock()
 		r.view.wake(queue)
 	})
@@ -108,17 +98,11 @@ func (r *Runner) TakingOver(queue string) (done func()) {
 func (r *Runner) Leading() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.held)
+	return r.leading
 }
 
 // FairShare returns ceil(queues / workers) as this worker sees it.
-func (r *Runner) FairShare() int {
-	w := r.view.workers()
-	if w < 1 {
-		w = 1
-	}
-	return (len(r.cfg.Queues) + w - 1) / w
-}
+func (r *Runner) FairShare() int { return fairShare(len(r.cfg.Queues), r.view.workers()) }
 
 // Workers returns how many workers stand for this worker's queues, this one included.
 func (r *Runner) Workers() int { return r.view.workers() }
@@ -260,14 +244,7 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 			return false, <-done
 		}
 		if r.isHeld(queue) {
-			reason, wait := r.shouldShed(queue)
-			if _, asked := r.roster.transferTo(queue); asked {
-				reason, wait = ReasonTransfer, 0 // an operator's move is not paced
-			} else if unfit, move := r.unfitMove(ctx, queue); move {
-				reason, wait = ReasonUnfit, 0
-			} else if unfit && (wait == 0 || wait > r.cfg.Grace) {
-				wait = r.cfg.Grace // renew the request to stand, and look for a taker again
-			}
+			reason, wait := r.heldMove(ctx, queue)
 			if reason != "" {
 				r.log.Info("handing a queue over", zap.String("queue", queue), zap.String("reason", reason),
 					zap.Int("leading", r.Leading()), zap.Int("fair_share", r.FairShare()), zap.Int("workers", r.view.workers()))
@@ -294,14 +271,21 @@ func (r *Runner) watchStanding(ctx context.Context, queue string, stop func(), d
 	}
 }
 
+// heldMove returns why the held queue goes now ("" when it stays) and when to look again
+// (decideHeld): an operator's transfer, an unfit hand-over, a drain or a shed.
+func (r *Runner) heldMove(ctx context.Context, queue string) (string, time.Duration) {
+	reason, wait := r.shouldShed(queue)
+	shed := moveDecision{reason: reason, wait: wait}
+	if _, asked := r.roster.transferTo(queue); asked {
+		return decideHeld(shed, true, unfitDecision{}, r.cfg.Grace)
+	}
+	unfit, move := r.unfitMove(ctx, queue)
+	return decideHeld(shed, false, unfitDecision{unfit: unfit, move: move}, r.cfg.Grace)
+}
+
 func (r *Runner) setHeld(queue string, held bool) {
 	r.mu.Lock()
-	if held {
-		r.held[queue], r.heldSince[queue] = true, r.cfg.Clock.Now()
-	} else {
-		delete(r.held, queue)
-		delete(r.heldSince, queue)
-	}
+	r.setHeldLocked(queue, held, r.cfg.Clock.Now())
 	r.mu.Unlock()
 	r.restand()
 }
@@ -312,13 +296,9 @@ func (r *Runner) setHeld(queue string, held bool) {
 // and leads more by the second; waking all its queues for each would cost queues × workers wake-ups
 // per worker.
 func (r *Runner) restand() {
-	w := max(r.view.workers(), 1)
-	fair := (len(r.cfg.Queues) + w - 1) / w
+	fair := r.FairShare()
 	r.mu.Lock()
-	led := len(r.held)
-	now := standing{vsFair: cmpInt(led, fair),
-		overLimit: led > int(math.Ceil(float64(fair)*r.cfg.ShedAbove)),
-		above:     float64(led) > float64(fair)*r.cfg.ShedAbove}
+	now := standingOf(r.leading, fair, r.cfg.ShedAbove)
 	moved := now != r.standing
 	r.standing = now
 	r.mu.Unlock()
@@ -338,7 +318,5 @@ func cmpInt(a, b int) int {
 }
 
 func (r *Runner) isHeld(queue string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.held[queue]
+	return r.snapshot(queue).held
 }

@@ -142,8 +142,6 @@ func (c Config) Validate() error {
 		return bad("Queues", "must name at least one queue")
 	case c.ShedAbove < 1:
 		return bad("ShedAbove", "must be at least 1, got %v", c.ShedAbove)
-	case c.ShedInterval <= 0:
-		return bad("ShedInterval", "must be positive, got %v", c.ShedInterval)
 	case c.Grace <= 0:
 		return bad("Grace", "must be positive, got %v", c.Grace)
 	case c.Cooldown < 0:
@@ -152,6 +150,8 @@ func (c Config) Validate() error {
 		return bad("MaxMoves", "must be at least 1, got %d", c.MaxMoves)
 	case c.MoveWindow <= 0:
 		return bad("MoveWindow", "must be positive, got %v", c.MoveWindow)
+	case c.ShedInterval <= 0: // after MoveWindow and MaxMoves: its default is derived from them
+		return bad("ShedInterval", "must be positive, got %v", c.ShedInterval)
 	case c.Settle < 0:
 		return bad("Settle", "must not be negative, got %v", c.Settle)
 	case c.VacantWait < 0:

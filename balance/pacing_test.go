@@ -17,15 +17,14 @@ func TestShedIsPacedByTheClock(t *testing.T) {
 	v.clk = clk
 	cfg := Config{Project: "p", ServerID: "w0", Queues: queues, Cooldown: 5 * time.Second, ShedInterval: 100 * time.Millisecond,
 		MaxMoves: 2, MoveWindow: time.Second, Clock: clk}.WithDefaults()
-	r := &Runner{cfg: cfg, view: v, held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
-		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
+	r := &Runner{cfg: cfg, view: v, records: map[string]*record{}, named: map[string][]time.Time{}}
 	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", "w0", "", 10*time.Second, r.log, v.poke, v.wake)
 	r.roster.clk = clk
 	r.roster.members["w0"], r.roster.members["w1"] = member{}, member{}
 	for i, q := range queues {
 		v.apply("/e/p/"+q+"/1", "w0", int64(2*i+1), false)
 		v.apply("/e/p/"+q+"/2", "w1", int64(2*i+2), false)
-		r.held[q], r.heldSince[q] = true, clk.Now()
+		r.setHeldLocked(q, true, clk.Now())
 	}
 	shed := func(q string) (string, time.Duration) {
 		t.Helper()

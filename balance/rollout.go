@@ -60,22 +60,8 @@ func (r *Runner) inRollout() bool {
 	return on
 }
 
-// versionOf returns a worker's published version ("" when unversioned or unknown).
-func (r *Runner) versionOf(id string) string {
-	m, _ := r.roster.member(id)
-	return m.Version
-}
-
 // olderThan reports whether version a is known to be older than b; unversioned is never older.
 func olderThan(a, b string) bool { return a != "" && b != "" && compareVersions(a, b) < 0 }
-
-// rolloutStand decides, during a rollout, whether this worker stands for queue led by leader
-// (another worker): forward only -- never for a queue whose leader runs a newer version; a worker of
-// a newer version than the leader stands in line, ready to be named its successor; everyone else
-// stays out, since rebalancing waits for the rollout to end.
-func (r *Runner) rolloutStand(leader string) bool {
-	return olderThan(r.versionOf(leader), r.cfg.Version)
-}
 
 // line returns the server IDs standing for queue, oldest key (the leader) first.
 func (v *view) line(queue string) []string {

@@ -37,8 +37,8 @@ func TestNoHandOffDuringTakeover(t *testing.T) {
 	v.apply("/e/p/a/1", "w1", 1, false)
 	v.apply("/e/p/a/2", "w2", 2, false)
 	r := &Runner{cfg: Config{Project: "p", ServerID: "w1", Queues: []string{"a"}, Version: "v1"}.WithDefaults(), view: v,
-		held: map[string]bool{"a": true}, heldSince: map[string]time.Time{"a": time.Now()}, busy: map[string]int{},
-		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
+		records: map[string]*record{}, named: map[string][]time.Time{}}
+	r.setHeldLocked("a", true, time.Now())
 	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", "w1", "v1", 10*time.Second, r.log, v.poke, v.wake)
 	r.roster.members["w2"] = member{Version: "v1"}
 	r.roster.me.Draining = true
@@ -73,8 +73,7 @@ func TestSmallFleetRule(t *testing.T) {
 			}
 			v := newView("/e/p/", "w0", queues)
 			r := &Runner{cfg: Config{Project: "p", ServerID: "w0", Queues: queues}.WithDefaults(), view: v,
-				held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
-				lastLeader: map[string]string{}, named: map[string][]time.Time{}}
+				records: map[string]*record{}, named: map[string][]time.Time{}}
 			r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", "w0", "", 10*time.Second, r.log, v.poke, v.wake)
 			last := fmt.Sprintf("w%d", len(tc.led)-1)
 			q := 0
@@ -85,7 +84,7 @@ func TestSmallFleetRule(t *testing.T) {
 					v.apply("/e/p/"+queues[q]+"/1", id, int64(2*q+1), false)
 					v.apply("/e/p/"+queues[q]+"/2", last, int64(2*q+2), false)
 					if w == 0 {
-						r.held[queues[q]], r.heldSince[queues[q]] = true, time.Now().Add(-time.Hour)
+						r.setHeldLocked(queues[q], true, time.Now().Add(-time.Hour))
 					}
 					q++
 				}

@@ -361,3 +361,15 @@ func (r *roster) watch(ctx context.Context, client *clientv3.Client, retryMax ti
 		}
 	})
 }
+
+// workers returns the member records of ids, in order (known false for an ID without one).
+func (r *roster) workers(ids []string) []worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := make([]worker, len(ids))
+	for i, id := range ids {
+		m, ok := r.members[id]
+		ws[i] = worker{id: id, m: m, known: ok}
+	}
+	return ws
+}

@@ -67,8 +67,9 @@ func newBalanceMetrics(mp metric.MeterProvider, r *Runner) (*balanceMetrics, err
 // its way to this worker's watch (the candidates' watch brought the term first): then it is read.
 func (r *Runner) won(ctx context.Context, queue string) {
 	r.mu.Lock()
-	prev := r.lastLeader[queue]
-	r.lastLeader[queue] = r.cfg.ServerID
+	rec := r.recordLocked(queue)
+	prev := rec.lastLeader
+	rec.lastLeader = r.cfg.ServerID
 	r.mu.Unlock()
 	if prev == r.cfg.ServerID {
 		return // this worker again: no owner changed
@@ -83,29 +84,19 @@ func (r *Runner) won(ctx context.Context, queue string) {
 		cancel()
 		ok = ok && h.From == prev
 	}
-	reason := ReasonCrash
-	if ok && h.From != r.cfg.ServerID {
-		reason, prev = h.Reason, h.From
-	}
-	if prev == "" {
+	reason, _, counted := changeReason(r.cfg.ServerID, prev, h, ok)
+	if !counted {
 		return // the queue's first leader
 	}
 	r.metrics.changes.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(r.metrics.project,
 		attribute.String("queue", queue), attribute.String("reason", reason)))
 }
 
-// successor picks who should lead a queue after this worker: among the workers standing for this
-// worker's queues and the live member records, not draining, never of an older version than this one
-// when another is available (forward only), the newest version first, then the fewest queues led
-// (counting the queues this worker named it for a moment ago), then the oldest worker. "" when there
-// is nobody.
+// successor picks who should lead a queue after this worker (pickSuccessor) among the workers
+// standing for this worker's queues and the live member records, counting for each the queues this
+// worker named it for a moment ago (within 2 × Grace), and records the choice. "" when there is
+// nobody.
 func (r *Runner) successor() string {
-	type choice struct {
-		id      string
-		version string
-		led     int
-		since   int64
-	}
 	counts := r.counts()
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
@@ -130,43 +121,17 @@ func (r *Runner) successor() string {
 			ids = append(ids, id)
 		}
 	})
-	var cs []choice
-	for _, id := range ids {
-		if id == r.cfg.ServerID {
-			continue
-		}
-		m, ok := r.roster.member(id)
-		if ok && m.Draining {
-			continue
-		}
-		cs = append(cs, choice{id: id, version: m.Version, led: counts[id] + named[id], since: m.Since})
+	cands := make([]successorFacts, 0, len(ids))
+	for _, w := range r.roster.workers(ids) {
+		cands = append(cands, successorFacts{worker: w, led: counts[w.id] + named[w.id]})
 	}
-	if len(cs) == 0 {
-		return ""
+	best := pickSuccessor(r.cfg.ServerID, r.cfg.Version, cands)
+	if best != "" {
+		r.mu.Lock()
+		r.named[best] = append(r.named[best], now)
+		r.mu.Unlock()
 	}
-	if slices.ContainsFunc(cs, func(c choice) bool { return !olderThan(c.version, r.cfg.Version) }) {
-		cs = slices.DeleteFunc(cs, func(c choice) bool { return olderThan(c.version, r.cfg.Version) })
-	}
-	best := slices.MinFunc(cs, func(a, b choice) int {
-		switch {
-		case olderThan(b.version, a.version):
-			return -1
-		case olderThan(a.version, b.version):
-			return 1
-		case a.led != b.led:
-			return a.led - b.led
-		case a.since != b.since:
-			if a.since < b.since {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
-	r.mu.Lock()
-	r.named[best.id] = append(r.named[best.id], now)
-	r.mu.Unlock()
-	return best.id
+	return best
 }
 
 // hintGraces, in Graces, is how long after the hand-over a winner still reads a hint to learn why its
@@ -192,17 +157,7 @@ func (r *Runner) deferral() time.Duration { return r.handOver + 2*r.cfg.Grace }
 func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Grace)
 	defer cancel()
-	h := hint{From: r.cfg.ServerID, Reason: reason}
-	switch to, asked := r.roster.transferTo(queue); {
-	case reason == ReasonTransfer && asked:
-		h.To = to // the operator checked that it serves the queue
-	case reason == ReasonDrain, reason == ReasonUnfit:
-		// Only a worker that stands for the queue can take it: one named that does not serve it would
-		// hold the others off for the grace window.
-		h.To = r.takerOf(queue)
-	default:
-		h.To = r.successor()
-	}
+	h := hint{From: r.cfg.ServerID, To: r.nameFor(queue, reason), Reason: reason}
 	if err := r.roster.putHint(ctx, r.client, queue, h); err != nil {
 		r.log.Info("no hand-off hint; the queue goes to the first in line", zap.String("queue", queue), zap.Error(err))
 		return
@@ -224,6 +179,20 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 			return
 		}
 	}
+}
+
+// nameFor returns the worker a hand-off of queue for reason names: an operator's target for a
+// transfer, the first taker in line for a drain or an unfit hand-over (only a worker that stands for
+// the queue can take it: one named that does not serve it would hold the others off for the grace
+// window), the successor otherwise (recorded as named).
+func (r *Runner) nameFor(queue, reason string) string {
+	switch to, asked := r.roster.transferTo(queue); {
+	case reason == ReasonTransfer && asked:
+		return to // the operator checked that it serves the queue
+	case reason == ReasonDrain, reason == ReasonUnfit:
+		return r.takerOf(queue)
+	}
+	return r.successor()
 }
 
 // clearHint removes this worker's hint of queue once the hand-off is over, so that a later reader

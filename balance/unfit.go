@@ -17,8 +17,9 @@ const UnfitPause = 5 * time.Minute
 // hand-over.
 func (r *Runner) Unfit(queue string) {
 	r.mu.Lock()
-	was := r.unfit[queue]
-	r.unfit[queue] = true
+	rec := r.recordLocked(queue)
+	was := rec.unfit
+	rec.unfit = true
 	r.mu.Unlock()
 	if !was {
 		r.view.wake(queue)
@@ -28,7 +29,7 @@ func (r *Runner) Unfit(queue string) {
 // Fit ends Unfit's mark of queue.
 func (r *Runner) Fit(queue string) {
 	r.mu.Lock()
-	delete(r.unfit, queue)
+	r.recordLocked(queue).unfit = false
 	r.mu.Unlock()
 }
 
@@ -37,34 +38,24 @@ func (r *Runner) Fit(queue string) {
 // the queue to stand (a hint from it, without a successor, reason ReasonUnfit, renewed every Grace
 // while the mark lasts), so that one can take the queue; the caller looks again within Grace.
 func (r *Runner) unfitMove(ctx context.Context, queue string) (unfit, move bool) {
-	r.mu.Lock()
-	unfit = r.unfit[queue]
-	last, busy, asked := r.unfitMoved[queue], r.busy[queue] > 0, r.unfitAsked[queue]
-	r.mu.Unlock()
-	if !unfit || busy || r.cfg.Clock.Now().Sub(last) < UnfitPause {
-		return unfit, false
+	rec := r.snapshot(queue)
+	if !rec.unfit {
+		return false, false // no line to read
 	}
-	if r.takerOf(queue) == "" {
-		if r.cfg.Clock.Now().Sub(asked) >= r.cfg.Grace {
-			hctx, cancel := context.WithTimeout(ctx, r.cfg.Grace)
-			defer cancel()
-			if err := r.roster.putHint(hctx, r.client, queue, hint{From: r.cfg.ServerID, Reason: ReasonUnfit}); err == nil {
-				r.mu.Lock()
-				r.unfitAsked[queue] = r.cfg.Clock.Now()
-				r.mu.Unlock()
-			}
+	d := decideUnfit(rec, r.cfg.Clock.Now(), r.takerOf(queue) != "", r.cfg.Grace)
+	switch {
+	case d.ask:
+		hctx, cancel := context.WithTimeout(ctx, r.cfg.Grace)
+		defer cancel()
+		if err := r.roster.putHint(hctx, r.client, queue, hint{From: r.cfg.ServerID, Reason: ReasonUnfit}); err == nil {
+			r.mu.Lock()
+			r.recordLocked(queue).unfitAsked = r.cfg.Clock.Now()
+			r.mu.Unlock()
 		}
-		return true, false
+	case d.move:
+		r.mu.Lock()
+		r.recordLocked(queue).unfitMoved = r.cfg.Clock.Now()
+		r.mu.Unlock()
 	}
-	r.mu.Lock()
-	r.unfitMoved[queue] = r.cfg.Clock.Now()
-	r.mu.Unlock()
-	return true, true
-}
-
-// standsForUnfit says whether leader asked the workers that serve queue to stand, being unfit for it
-// (a recent hint from it without a successor, reason ReasonUnfit).
-func (r *Runner) standsForUnfit(queue, leader string) bool {
-	h, ok := r.roster.hintFor(queue, r.deferral())
-	return ok && h.From == leader && h.To == "" && h.Reason == ReasonUnfit
+	return d.unfit, d.move
 }

@@ -46,45 +46,32 @@ func rank(queue, id string) uint64 {
 }
 
 // rankOf returns how many ranked workers rank above this one for the vacant queue (0: it ranks
-// first); a worker that drains, or is older than the newest version during a rollout, ranks last.
+// first); a worker that does not rank itself (ranks) ranks last.
 func (r *Runner) rankOf(queue string) int {
 	on, newest := r.roster.rollout()
-	if r.roster.draining() || on && olderThan(r.cfg.Version, newest) {
+	if !ranks(member{Version: r.cfg.Version, Draining: r.roster.draining()}, on, newest) {
 		return math.MaxInt
 	}
-	mine := rank(queue, r.cfg.ServerID)
-	above := 0
+	var others []string
 	r.roster.eachMember(func(id string, m member) {
-		if id == r.cfg.ServerID || m.Draining || on && olderThan(m.Version, newest) || r.view.isGone(id) {
-			return
-		}
-		if h := rank(queue, id); h > mine || h == mine && id < r.cfg.ServerID {
-			above++
+		if id != r.cfg.ServerID && ranks(m, on, newest) && !r.view.isGone(id) {
+			others = append(others, id)
 		}
 	})
-	return above
+	return rankAmong(queue, r.cfg.ServerID, others)
 }
 
 // ranksFirst reports whether this worker ranks first for the vacant queue among the ranked workers.
 func (r *Runner) ranksFirst(queue string) bool { return r.rankOf(queue) == 0 }
 
-// vacantWait returns how long this worker still waits before it stands for the vacant queue. Nobody
-// stands before Settle has passed since Run began. From then on, or from when the queue fell vacant
-// (or was found so) if later, the first-ranked worker stands at once, the second after VacantWait,
-// every other one after twice VacantWait: a first-ranked worker busy with a thousand campaigns of its
-// own (a fleet's start) gets one helper before it gets every other worker.
+// vacantWait returns how long this worker still waits before it stands for the vacant queue
+// (vacancyWait).
 func (r *Runner) vacantWait(queue string) time.Duration {
 	r.mu.Lock()
-	at := r.started.Add(r.cfg.Settle)
+	started := r.started
 	r.mu.Unlock()
-	at = maxTime(at, r.view.vacantSince(queue))
-	switch n := r.rankOf(queue); {
-	case n == 1:
-		at = at.Add(r.cfg.VacantWait)
-	case n > 1:
-		at = at.Add(2 * r.cfg.VacantWait)
-	}
-	return at.Sub(r.cfg.Clock.Now())
+	return vacancyWait(vacancyFacts{now: r.cfg.Clock.Now(), started: started, vacantSince: r.view.vacantSince(queue),
+		rank: r.rankOf(queue), settle: r.cfg.Settle, vacantWait: r.cfg.VacantWait})
 }
 
 func maxTime(a, b time.Time) time.Time {

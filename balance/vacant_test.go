@@ -11,8 +11,7 @@ import (
 func testRunner(self string, queues []string, members ...string) *Runner {
 	v := newView("/e/p/", self, queues)
 	r := &Runner{cfg: Config{Project: "p", ServerID: self, Queues: queues}.WithDefaults(), view: v,
-		held: map[string]bool{}, heldSince: map[string]time.Time{}, busy: map[string]int{},
-		lastLeader: map[string]string{}, named: map[string][]time.Time{}}
+		records: map[string]*record{}, named: map[string][]time.Time{}}
 	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", self, "", 10*time.Second, r.log, v.poke, v.wake)
 	for _, id := range members {
 		r.roster.members[id] = member{}

@@ -1,0 +1,62 @@
+package balance
+
+import (
+	"fmt"
+	"testing"
+)
+
+// Who a hand-off names, as the Runner gathers it: the successor among the workers in lines and the
+// live member records (one that stands nowhere yet included, one whose keys all went not), and for a
+// drain or an unfit hand-over the first taker in the queue's own line, never a better successor that
+// does not serve the queue; an operator's transfer names its target.
+func TestNameFor(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		build  func(f *fleet)
+		reason string
+		want   string
+	}{
+		{"shed: the lighter worker in line", func(f *fleet) {
+			f.member("w1", "v1", false).member("w2", "v1", false).line("a", "w0", "w1", "w2").line("b", "w1")
+		}, ReasonShed, "w2"},
+		{"shed: a worker that stands nowhere yet", func(f *fleet) {
+			f.member("w1", "v1", false).member("w3", "v1", false).line("a", "w0", "w1").line("b", "w1")
+		}, ReasonShed, "w3"},
+		{"resign during a rollout: the newer worker, though it stands nowhere", func(f *fleet) {
+			f.member("w1", "v1", false).member("w3", "v2", false).line("a", "w0", "w1")
+		}, ReasonRollout, "w3"},
+		{"resign: not a worker whose keys all went", func(f *fleet) {
+			f.member("w1", "v1", false).member("w3", "v1", false).line("a", "w0", "w1").line("b", "w1").line("c", "w3")
+			f.r.view.apply(fmt.Sprintf("/e/p/c/%d", f.rev), "", 0, true)
+		}, ReasonResign, "w1"},
+		{"resign: not a draining worker", func(f *fleet) {
+			f.member("w1", "v1", true).member("w2", "v1", false).line("a", "w0", "w1", "w2").line("b", "w2").line("c", "w2")
+		}, ReasonResign, "w2"},
+		{"drain: the taker in line, not a newer idle worker", func(f *fleet) {
+			f.member("w1", "v1", false).member("w3", "v2", false).line("a", "w0", "w1")
+		}, ReasonDrain, "w1"},
+		{"drain: nobody in line, nobody named", func(f *fleet) {
+			f.member("w3", "v1", false).line("a", "w0")
+		}, ReasonDrain, ""},
+		{"unfit: the taker in line past a draining one", func(f *fleet) {
+			f.member("w1", "v1", true).member("w2", "v1", false).line("a", "w0", "w1", "w2")
+		}, ReasonUnfit, "w2"},
+		{"transfer: the operator's target", func(f *fleet) {
+			f.member("w1", "v1", false).member("w2", "v1", false).line("a", "w0", "w1", "w2")
+			f.r.roster.transfers["a"] = TransferRequest{To: "w2"}
+		}, ReasonTransfer, "w2"},
+		{"a transfer to this worker: the successor", func(f *fleet) {
+			f.member("w1", "v1", false).line("a", "w0", "w1")
+			f.r.roster.transfers["a"] = TransferRequest{To: "w0"}
+		}, ReasonTransfer, "w1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t, "a", "b", "c")
+			f.member("w0", "v1", false)
+			tc.build(f)
+			if got := f.r.nameFor("a", tc.reason); got != tc.want {
+				t.Fatalf("nameFor(a, %s) = %q, want %q", tc.reason, got, tc.want)
+			}
+		})
+	}
+}
