@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -17,17 +18,23 @@ import (
 	"github.com/baton-run/baton/integration/servers/etcdx"
 )
 
-// lateDelete plants the fault of issue #42's simulator run on one etcd client: the answer of the
-// first campaign transaction that puts a key is cut after etcd applied it, and the next transaction
-// that deletes a key is held (its caller sees the answer lost) until deliver sends it to etcd.
+// lateDelete plants the fault of issue #42's simulator run on one etcd client: the first campaign
+// transaction that puts a key fails with Unavailable, after etcd applied it (applied) or without
+// sending it (dropped, as the simulator's seed 0x408 did), and the next transaction that deletes a
+// key is held (its caller sees the answer lost) until deliver sends it to etcd.
 type lateDelete struct {
+	applied bool
+
 	mu     sync.Mutex
-	cut    bool
+	cut    bool // the first put failed
+	next   bool // a later put was sent: the failed campaign is over
 	held   func() (*etcdserverpb.TxnResponse, error)
 	isHeld chan struct{}
 }
 
-func newLateDelete() *lateDelete { return &lateDelete{isHeld: make(chan struct{})} }
+func newLateDelete(applied bool) *lateDelete {
+	return &lateDelete{applied: applied, isHeld: make(chan struct{})}
+}
 
 func (l *lateDelete) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -38,13 +45,20 @@ func (l *lateDelete) intercept(ctx context.Context, method string, req, reply an
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case !l.cut && txnDoes(txn, func(op *etcdserverpb.RequestOp) bool { return op.GetRequestPut() != nil }):
+	case txnDoes(txn, func(op *etcdserverpb.RequestOp) bool { return op.GetRequestPut() != nil }):
+		if l.cut {
+			l.next = true
+			break
+		}
 		l.cut = true
+		if !l.applied {
+			return status.Error(codes.Unavailable, "put dropped before etcd applied it")
+		}
 		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
 			return err
 		}
 		return status.Error(codes.Unavailable, "response cut after the server applied the put")
-	case l.cut && l.held == nil && txnDoes(txn, func(op *etcdserverpb.RequestOp) bool { return op.GetRequestDeleteRange() != nil }):
+	case l.cut && !l.next && l.held == nil && txnDoes(txn, func(op *etcdserverpb.RequestOp) bool { return op.GetRequestDeleteRange() != nil }):
 		late := context.WithoutCancel(ctx)
 		l.held = func() (*etcdserverpb.TxnResponse, error) {
 			resp := new(etcdserverpb.TxnResponse)
@@ -56,12 +70,15 @@ func (l *lateDelete) intercept(ctx context.Context, method string, req, reply an
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
-// deliver sends the held delete to etcd now and returns etcd's answer.
+// deliver sends the held delete to etcd now and returns etcd's answer, or nil when none is held.
 func (l *lateDelete) deliver(t *testing.T) *etcdserverpb.TxnResponse {
 	t.Helper()
 	l.mu.Lock()
 	send := l.held
 	l.mu.Unlock()
+	if send == nil {
+		return nil
+	}
 	resp, err := send()
 	if err != nil {
 		t.Fatalf("late delete: %v", err)
@@ -85,8 +102,16 @@ func txnDoes(txn *etcdserverpb.TxnRequest, is func(*etcdserverpb.RequestOp) bool
 // violation). The delete must name the attempt's key, not only the lease.
 func TestLateDeleteOfAFailedCampaignSparesTheNextTerm(t *testing.T) {
 	c := etcdx.Start(t, etcdx.Options{})
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("put applied=%v", applied), func(t *testing.T) {
+			lateDeleteSparesTheNextTerm(t, c, applied)
+		})
+	}
+}
+
+func lateDeleteSparesTheNextTerm(t *testing.T, c *etcdx.Cluster, applied bool) {
 	operator := etcdx.Client(t, c)
-	fault := newLateDelete()
+	fault := newLateDelete(applied)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second,
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(fault.intercept)}})
 	if err != nil {
@@ -105,7 +130,7 @@ func TestLateDeleteOfAFailedCampaignSparesTheNextTerm(t *testing.T) {
 		}
 	})
 	b := newCandidate(t, c, "node-b", election.Config{})
-	const queue = "late-delete"
+	queue := fmt.Sprintf("late-delete-%v", applied)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
@@ -115,7 +140,10 @@ func TestLateDeleteOfAFailedCampaignSparesTheNextTerm(t *testing.T) {
 	select {
 	case <-fault.isHeld:
 	default:
-		t.Fatal("the failed campaign sent no delete of its key")
+		if applied {
+			// The put was applied: its key must go before anything else may lead.
+			t.Fatal("the failed campaign sent no delete of its key")
+		}
 	}
 	term, err := a.Campaign(ctx, project, queue, "node-a")
 	if err != nil {
@@ -131,14 +159,14 @@ func TestLateDeleteOfAFailedCampaignSparesTheNextTerm(t *testing.T) {
 	})
 	waitCandidates(t, operator, a.ElectionKey(project, queue), 2, 20*time.Second)
 
-	late := fault.deliver(t)
+	fault.deliver(t)
 	got, err := operator.Get(ctx, term.Key())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !election.HeldIn(got.Kvs, term.Token()) {
-		t.Fatalf("the late delete of the failed campaign (succeeded=%v) removed the key of the live term %d: etcd elects node-b while node-a still leads",
-			late.Succeeded, term.Token())
+		t.Fatalf("the late delete of the failed campaign removed the key of the live term %d: etcd elects node-b while node-a still leads",
+			term.Token())
 	}
 	select {
 	case bt := <-won:
