@@ -20,6 +20,9 @@
 //   - Fenced actions. A win is verified with a linearizable read before the Term is handed out. The
 //     Term's fencing token is the create revision of its key; Term.Guard commits etcd operations only
 //     while the key still has that revision, so a superseded leader's write is refused by etcd itself.
+//     The Elector's own deletes of candidate keys compare the create revision too, never the lease
+//     alone: a delete held in flight from a failed campaign must not remove the key a later campaign
+//     of the same session put again.
 //   - Fail closed. A term ends on every doubt: session lost, lease not found, deadline margin reached,
 //     key deleted or replaced, resign, Close. Term.Check is synchronous, so a process resumed after a
 //     pause refuses to act before its watchdog goroutine runs.

@@ -456,18 +456,31 @@ func (e *Elector) deleteKey(ctx context.Context, s *session, key string, rev int
 	}
 }
 
-// deleteOwnKey removes key if it exists on the session's lease, bounded by ResignTimeout and not by
-// the campaign's (possibly cancelled) context.
+// deleteOwnKey removes what a failed campaign may have left at key, on the session's lease, bounded
+// by ResignTimeout and not by the campaign's (possibly cancelled) context. The campaign's answer was
+// lost, so the key's create revision is read first and the delete compares it (HeldCmp): a delete
+// that compared only the lease, held in flight past ResignTimeout and delivered after the session's
+// next campaign put the key again, would remove that newer key and let etcd elect a successor while
+// this process leads (issue #42). The read happens before this campaign returns and so before any
+// later campaign of the key can start: the revision it sees is never a later campaign's. A delete
+// whose answer is lost is safe to send again, and harmless whenever it lands.
 func (e *Elector) deleteOwnKey(ctx context.Context, s *session, key string) {
 	if s.err() != nil {
 		return
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ResignTimeout)
 	defer cancel()
-	if _, err := e.client.Txn(dctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
-		Then(clientv3.OpDelete(key)).
-		Commit(); err != nil {
+	resp, err := e.client.Get(dctx, key)
+	if err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(s.id)) {
+		return
+	}
+	if err == nil {
+		_, err = e.client.Txn(dctx).
+			If(HeldCmp(key, resp.Kvs[0].CreateRevision)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+	}
+	if err != nil {
 		e.log.Warn("election could not remove a candidate key of a failed campaign; the lease will", zap.String("key", key), zap.Error(err))
 	}
 }
