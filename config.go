@@ -22,6 +22,7 @@ import (
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/names"
+	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
@@ -69,6 +70,12 @@ type Config struct {
 	Balance balance.Config
 	// Takeover tunes the dispatcher takeover (workflow type, task queue, start mode, step-down policy).
 	Takeover takeover.Config
+	// Ownership tunes each queue's lifecycle across a term (package ownership): how many runs that
+	// closed behind the owner's back a term replaces (MaxReplacements, default 5), and how long a
+	// term whose takeover cannot succeed is kept (PermanentHold, default 30s, growing with the
+	// queue's failed terms up to PermanentHoldMax, default 5m). PermanentHold must be at least
+	// Takeover.RetryMax.
+	Ownership ownership.Settings
 	// Heartbeat tunes the owner's dispatcher heartbeats (interval default 10s; key TTL default the
 	// larger of 1h and twice the reconciler's cleanup horizon).
 	Heartbeat heartbeat.Config
@@ -166,6 +173,7 @@ func (c Config) withDefaults() Config {
 		c.Takeover.WatchInterval = c.Heartbeat.Interval
 	}
 	c.Takeover = c.Takeover.WithDefaults()
+	c.Ownership = c.Ownership.WithDefaults()
 	if c.Election.HandOverTimeout == 0 {
 		// Every planned move (a stop, a drain, a transfer, a rollout, a shed) quiesces the run inside
 		// the election's OnResign: the hand-over gets the quiesce's whole bound and the terminate's,
@@ -319,6 +327,9 @@ func (c Config) check(raw Config) error {
 		return bad("ReconcilerElectionPrefix", "must differ from Election.Prefix (%s)", names.Quote(electionPrefix))
 	case strings.HasSuffix(c.ReconcilerElectionPrefix, "/"):
 		return bad("ReconcilerElectionPrefix", "must not end with '/', got %s", names.Quote(c.ReconcilerElectionPrefix))
+	case c.Ownership.PermanentHold < c.Takeover.RetryMax:
+		return bad("Ownership.PermanentHold", "must be at least Takeover.RetryMax (%v) so that a held term retries its takeover, got %v",
+			c.Takeover.RetryMax, c.Ownership.PermanentHold)
 	case c.Election.HandOverTimeout < c.Takeover.HandOverBudget():
 		return bad("Election.HandOverTimeout", "must be at least Takeover.QuiesceTimeout + %v (%v): a planned move quiesces the run and ends it within it, got %v",
 			takeover.StepDownReserve, c.Takeover.HandOverBudget(), c.Election.HandOverTimeout)
@@ -346,6 +357,9 @@ func (c Config) checkComponents() error {
 		return err
 	}
 	if err := sub("Takeover", c.Takeover.Validate()); err != nil {
+		return err
+	}
+	if err := sub("Ownership", c.Ownership.Validate()); err != nil {
 		return err
 	}
 	if err := sub("Heartbeat", c.Heartbeat.Validate()); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/baton-run/baton/configerr"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/progress"
 	"github.com/baton-run/baton/reconciler"
 	"github.com/baton-run/baton/registry"
@@ -42,10 +43,13 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatalf("the Node's defaults differ from the components': %+v %+v %+v", c.Heartbeat, c.Reconciler, c.Registry)
 	}
 	tk := takeover.DefaultConfig()
-	if c.Takeover.MaxAttempts != tk.MaxAttempts || c.Takeover.MaxReplacements != tk.MaxReplacements ||
+	if c.Takeover.MaxAttempts != tk.MaxAttempts ||
 		c.Takeover.WorkflowTaskTimeout != tk.WorkflowTaskTimeout || c.Takeover.QuiesceTimeout != tk.QuiesceTimeout ||
 		c.Takeover.RetryMin != tk.RetryMin || c.Takeover.RetryMax != tk.RetryMax || c.Takeover.SignalName != tk.SignalName {
 		t.Fatalf("the Node's takeover defaults differ from takeover's: %+v", c.Takeover)
+	}
+	if c.Ownership != ownership.DefaultSettings() {
+		t.Fatalf("the Node's ownership settings %+v differ from ownership's defaults %+v", c.Ownership, ownership.DefaultSettings())
 	}
 	// The progress checks judge a task stuck by the task timeout the takeovers start runs with.
 	if pc := (progress.Config{WorkflowTaskTimeout: tk.WorkflowTaskTimeout}).WithDefaults(); c.Progress != pc {
@@ -119,6 +123,14 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"takeover attempts", with(func(c *Config) { c.Takeover.MaxAttempts = -1 }), "Takeover.MaxAttempts", "must"},
 		{"workflow task timeout", with(func(c *Config) { c.Takeover.WorkflowTaskTimeout = 100 * time.Millisecond }),
 			"Takeover.WorkflowTaskTimeout", "must be from 1s to 2m0s"},
+		{"no replacements", with(func(c *Config) { c.Ownership.MaxReplacements = -1 }), "Ownership.MaxReplacements", "must be at least 1"},
+		{"hold cap below the hold", with(func(c *Config) {
+			c.Ownership = ownership.Settings{PermanentHold: time.Minute, PermanentHoldMax: 30 * time.Second}
+		}),
+			"Ownership.PermanentHoldMax", "at least PermanentHold (1m0s)"},
+		// The hold spans two components: a held term retries its takeover with the takeover's backoff.
+		{"hold shorter than a retry", with(func(c *Config) { c.Takeover.RetryMax = 10 * time.Second; c.Ownership.PermanentHold = 5 * time.Second }),
+			"Ownership.PermanentHold", "at least Takeover.RetryMax (10s)"},
 		{"heartbeat interval", with(func(c *Config) { c.Heartbeat.Interval = time.Millisecond }), "Heartbeat.Interval", "must be at least 100ms"},
 		{"reconciler rate", with(func(c *Config) { c.Reconciler.TerminateRate = -1 }), "Reconciler.TerminateRate", "must"},
 		{"registry evict", with(func(c *Config) { c.Registry.EvictAfter = time.Second }), "Registry.EvictAfter", "must"},

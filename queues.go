@@ -12,7 +12,7 @@ import (
 
 // newQueue wires queue's ownership lifecycle (package ownership) to this Node's components.
 func (n *Node) newQueue(queue string) *ownership.Queue[*election.Term] {
-	cfg := ownership.Config[*election.Term]{Queue: queue, Takeover: n.takeover.Config(), EvictEvery: n.cfg.Registry.HeartbeatInterval,
+	cfg := ownership.Config[*election.Term]{Queue: queue, Settings: n.cfg.Ownership, Takeover: n.takeover.Config(), EvictEvery: n.cfg.Registry.HeartbeatInterval,
 		Progress: n.cfg.Progress, Taker: n.takeover, Beater: n.hb, Balancer: n.balance, Observer: nodeObserver{n}, Log: n.log, Clock: n.cfg.Clock,
 		Probe: func(ctx context.Context, workflowID, runID string, now time.Time) progress.Report {
 			return progress.Check(ctx, n.temporal, n.cfg.Progress, workflowID, runID, now)

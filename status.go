@@ -187,7 +187,7 @@ var (
 	// ErrRunsFailing fails readiness while the dispatcher runs of a queue this process leads keep
 	// closing right after they start (ownership.Snapshot.RunsFailing: two in a row within
 	// ownership.RunFailingWithin of their start): a start hook or a first workflow task that fails
-	// every time. Each is replaced (with backoff, MaxReplacements per term), so the queue has an open
+	// every time. Each is replaced (with backoff, Config.Ownership.MaxReplacements per term), so the queue has an open
 	// run most of the time and nothing else would show it. The message names the last close.
 	ErrRunsFailing = ownership.ErrRunsFailing
 	// ErrHeartbeatFailing fails readiness while the dispatcher heartbeat of a queue this process leads

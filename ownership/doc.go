@@ -5,9 +5,10 @@
 // dispatcher over (takeover: terminate any prior run, start its own), then supervises it until the
 // term ends: it heartbeats the chain's current run in Redis (heartbeat), follows continue-as-new,
 // checks every progress interval that the run makes progress (package progress), replaces a run that
-// closed behind its back (bounded per term, backed off) and evicts the queue's dead workers
-// (registry). A graceful resign (Queue.HandOver, OnResign) steps down as the takeover policy says; a
-// step-down of any kind (Queue.SteppedDown) clears the term.
+// closed behind its back (at most Settings.MaxReplacements per term, backed off with the takeover's
+// RetryMin and RetryMax) and evicts the queue's dead workers (registry). A graceful resign
+// (Queue.HandOver, OnResign) steps down as the takeover policy says; a step-down of any kind
+// (Queue.SteppedDown) clears the term.
 //
 // # A takeover nobody can make succeed
 //
@@ -17,9 +18,9 @@
 // second, each a few etcd writes, growing with the fleet). Nor is it kept for ever: the failure may
 // be this worker's own (its credentials, its namespace setting) while the others' are fine. So:
 //
-//   - The term is kept for a hold, and the takeover is retried within it with backoff (RetryMin
-//     doubling up to PermanentHold): no etcd write per attempt, and a namespace that comes back is
-//     taken over within about PermanentHold, by the worker that holds the queue.
+//   - The term is kept for a hold, and the takeover is retried within it with backoff (the takeover's
+//     RetryMin doubling up to Settings.PermanentHold): no etcd write per attempt, and a namespace that
+//     comes back is taken over within about PermanentHold, by the worker that holds the queue.
 //   - The hold grows with the queue's consecutive failed terms, counted across the fleet:
 //     PermanentHold × 2^(n-1), at most PermanentHoldMax, for the n-th. The count lives in etcd, in
 //     the queue's Failing record (FailingKeys; read and written by the failing term, fenced by it),
@@ -36,6 +37,12 @@
 //
 // Failures that retrying may fix (Temporal unreachable, a timeout) resign the term as before: another
 // worker may reach Temporal where this one cannot.
+//
+// These bounds (Settings: MaxReplacements, PermanentHold, PermanentHoldMax) are this package's own:
+// nothing else reads them, so they live here and not in takeover.Config, whose RetryMin and RetryMax
+// the lifecycle shares with the takeover's own attempts. The root package exposes them as
+// Config.Ownership and checks the rule that spans both: PermanentHold at least the takeover's
+// RetryMax, so that a held term retries its takeover.
 //
 // What it learns is kept in one place, read with Queue.Snapshot: the root package's Status, its
 // readiness and liveness checks, its metrics, IsLeading and Term all read it, and keep no copy.

@@ -155,7 +155,7 @@ func holdFor(terms int, base, maximum time.Duration) time.Duration {
 
 // staleAfter is how old a failing record's last failure may be and still count: consecutive failed
 // terms follow each other within a hold (at most PermanentHoldMax) and an election's pause.
-func (q *Queue[T]) staleAfter() time.Duration { return 2 * q.cfg.Takeover.PermanentHoldMax }
+func (q *Queue[T]) staleAfter() time.Duration { return 2 * q.cfg.PermanentHoldMax }
 
 // hold keeps a term whose takeover failed for good (first) and retries the takeover, RetryMin
 // doubling up to PermanentHold apart, for as long as the queue's record says: PermanentHold ×
@@ -164,13 +164,13 @@ func (q *Queue[T]) staleAfter() time.Duration { return 2 * q.cfg.Takeover.Perman
 // or a takeover failed in a way retrying may fix); held is false when the term ended meanwhile.
 func (q *Queue[T]) hold(ctx context.Context, term T, take takeFunc, first error) (run takeover.Run, held bool, err error) {
 	rec := q.failed(ctx, term, first)
-	hold := holdFor(rec.Terms, q.cfg.Takeover.PermanentHold, q.cfg.Takeover.PermanentHoldMax)
+	hold := holdFor(rec.Terms, q.cfg.PermanentHold, q.cfg.PermanentHoldMax)
 	until := q.clk.Now().Add(hold)
 	q.log.Warn("dispatcher takeover cannot succeed; keeping the term and retrying with backoff", zap.String("queue", q.cfg.Queue),
 		zap.Int64("token", term.Token()), zap.Time("failing_since", rec.Since), zap.Int("failed_terms", rec.Terms),
 		zap.Duration("hold", hold), zap.Error(first))
 	err = first
-	for backoff := q.cfg.Takeover.RetryMin; ; backoff = min(2*backoff, q.cfg.Takeover.PermanentHold) {
+	for backoff := q.cfg.Takeover.RetryMin; ; backoff = min(2*backoff, q.cfg.PermanentHold) {
 		left := until.Sub(q.clk.Now())
 		if left <= 0 {
 			return takeover.Run{}, true, fmt.Errorf("baton: dispatcher takeover failed for good for %v of this term, the queue's failed term %d in a row since %s; resigning so that another worker can try: %w: %w",

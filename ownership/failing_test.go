@@ -96,7 +96,7 @@ func TestPermanentFailureHoldsTheTermAndTheFleetBacksOff(t *testing.T) {
 		a, b := newHarness(t, false), newHarness(t, false)
 		for _, h := range []*harness{a, b} {
 			h.q.cfg.Failures = shared
-			h.q.cfg.Takeover.PermanentHold, h.q.cfg.Takeover.PermanentHoldMax = hold, 4*hold
+			h.q.cfg.PermanentHold, h.q.cfg.PermanentHoldMax = hold, 4*hold
 			h.f.failTakes = fmt.Errorf("namespace not found: %w", takeover.ErrPermanent)
 		}
 		b.clk = a.clk // one clock for the fleet

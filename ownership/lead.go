@@ -75,7 +75,7 @@ func (q *Queue[T]) Lead(ctx context.Context, term T) error {
 			// The close is this owner's own step-down: the term is about to end.
 			return nil
 		}
-		if replaced >= q.cfg.Takeover.MaxReplacements {
+		if replaced >= q.cfg.MaxReplacements {
 			return fmt.Errorf("baton: %d dispatcher runs closed behind this owner's back in one term; resigning: %w", replaced+1, err)
 		}
 		q.log.Warn("dispatcher run closed behind its owner's back; replacing it", zap.String("queue", q.cfg.Queue),

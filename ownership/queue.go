@@ -89,9 +89,12 @@ type Observer[T Term] interface {
 // Config is one queue's lifecycle.
 type Config[T Term] struct {
 	Queue string
-	// Takeover bounds the replacements of runs that closed behind the owner's back (RetryMin,
-	// RetryMax, MaxReplacements) and the hold of a term whose takeover fails for good
-	// (PermanentHold, PermanentHoldMax). Zero fields are takeover's defaults.
+	// Settings bound the replacements of runs that closed behind the owner's back (MaxReplacements)
+	// and the hold of a term whose takeover fails for good (PermanentHold, PermanentHoldMax). Zero
+	// fields are their defaults.
+	Settings
+	// Takeover gives the backoff of replacements and of a held term's retries (RetryMin, RetryMax),
+	// the takeover's own. Zero fields are takeover's defaults.
 	Takeover takeover.Config
 	// EvictEvery is how often the leader evicts dead workers (the registry heartbeat interval).
 	EvictEvery time.Duration
@@ -123,7 +126,7 @@ type Queue[T Term] struct {
 
 // New returns the lifecycle of cfg.Queue.
 func New[T Term](cfg Config[T]) *Queue[T] {
-	cfg.Takeover = cfg.Takeover.WithDefaults()
+	cfg.Settings, cfg.Takeover = cfg.Settings.WithDefaults(), cfg.Takeover.WithDefaults()
 	q := &Queue[T]{cfg: cfg, clk: cfg.Clock, log: cfg.Log}
 	if q.clk == nil {
 		q.clk = clock.Real()
@@ -136,6 +139,9 @@ func New[T Term](cfg Config[T]) *Queue[T] {
 
 // Name is the queue's name.
 func (q *Queue[T]) Name() string { return q.cfg.Queue }
+
+// Settings are the settings the queue runs with, defaults applied.
+func (q *Queue[T]) Settings() Settings { return q.cfg.Settings }
 
 func (q *Queue[T]) update(f func(s *state[T])) {
 	q.mu.Lock()

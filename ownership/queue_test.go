@@ -187,7 +187,8 @@ type harness struct {
 func newHarness(t *testing.T, progressOn bool) *harness {
 	h := &harness{t: t, f: newFakes(), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	h.q = New(Config[*fakeTerm]{Queue: "q",
-		Takeover:   takeover.Config{RetryMin: retryMin, RetryMax: 4 * retryMin, MaxReplacements: 2},
+		Settings:   Settings{MaxReplacements: 2},
+		Takeover:   takeover.Config{RetryMin: retryMin, RetryMax: 4 * retryMin},
 		EvictEvery: interval, Progress: progress.Config{Interval: interval, Disabled: !progressOn},
 		Taker: h.f, Beater: h.f, Evictor: h.f, Balancer: h.f, Observer: h.f, Clock: h.clk,
 		Probe: func(_ context.Context, _, _ string, now time.Time) progress.Report {

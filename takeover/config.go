@@ -78,11 +78,6 @@ type Config struct {
 	// overloaded, so most queues stay without a run for minutes. Default DefaultMaxConcurrent; from 1
 	// to MaxMaxConcurrent.
 	MaxConcurrent int
-	// MaxReplacements bounds how many runs that closed behind the owner's back (an operator's terminate
-	// or cancel, a workflow that returned or failed) one term replaces; past it the term is resigned so
-	// that another candidate can try. Replacements back off like attempts (RetryMin to RetryMax).
-	// Default 5; at least 1.
-	MaxReplacements int
 	// WatchInterval bounds each long poll of Watch on the run's close; a plain read follows it, so a
 	// close is seen within this interval at the latest. Default 10s (a Node uses its heartbeat
 	// interval).
@@ -107,18 +102,12 @@ type Config struct {
 	// what was in flight).
 	QuiesceTimeout time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff between attempts (Temporal refuses
-	// to start the same workflow ID again within about 1 s of the previous start). Defaults 100ms and
-	// 2s; RetryMax at least RetryMin.
+	// to start the same workflow ID again within about 1 s of the previous start). Package ownership
+	// backs off with them too, between the replacements of runs that closed behind the owner's back
+	// (RetryMin to RetryMax) and between the retries of a held term (RetryMin doubling up to its
+	// PermanentHold, at least RetryMax: ownership.Settings). Defaults 100ms and 2s; RetryMax at least
+	// RetryMin.
 	RetryMin, RetryMax time.Duration
-	// PermanentHold is how long a leader keeps a term whose takeover fails in a way that retrying
-	// cannot fix (ErrPermanent: namespace not found, permission denied) before it resigns so that
-	// another worker can try, and PermanentHoldMax caps it: a queue's n-th consecutive failed term,
-	// counted across the fleet (package ownership shares the count in etcd), is kept
-	// PermanentHold × 2^(n-1), at most PermanentHoldMax. Within the term the takeover is retried,
-	// RetryMin doubling up to PermanentHold apart, so a recovered namespace is taken over within
-	// about PermanentHold. Defaults 30s and 5m; PermanentHold at least RetryMax, PermanentHoldMax at
-	// least PermanentHold.
-	PermanentHold, PermanentHoldMax time.Duration
 	// RunLog records every run a takeover starts, reuses or terminates before the takeover reports
 	// or ends it, and each run's Owner.RunLog names where: the successor's carry-over reads it to find
 	// every run that may have accepted requests, whatever Temporal's visibility lags. Baton's Node sets
@@ -195,9 +184,6 @@ func (c Config) WithDefaults() Config {
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = DefaultMaxConcurrent
 	}
-	if c.MaxReplacements == 0 {
-		c.MaxReplacements = 5
-	}
 	if c.WatchInterval == 0 {
 		c.WatchInterval = 10 * time.Second
 	}
@@ -215,12 +201,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RetryMax == 0 {
 		c.RetryMax = 2 * time.Second
-	}
-	if c.PermanentHold == 0 {
-		c.PermanentHold = 30 * time.Second
-	}
-	if c.PermanentHoldMax == 0 {
-		c.PermanentHoldMax = 5 * time.Minute
 	}
 	if c.DataConverter == nil {
 		c.DataConverter = converter.GetDefaultDataConverter()
@@ -253,8 +233,6 @@ func (c Config) Validate() error {
 		return bad("MaxAttempts", "must be at least 1, got %d", c.MaxAttempts)
 	case c.MaxConcurrent < 1 || c.MaxConcurrent > MaxMaxConcurrent:
 		return bad("MaxConcurrent", "must be from 1 to %d (0 means %d), got %d", MaxMaxConcurrent, DefaultMaxConcurrent, c.MaxConcurrent)
-	case c.MaxReplacements < 1:
-		return bad("MaxReplacements", "must be at least 1, got %d", c.MaxReplacements)
 	case c.WatchInterval <= 0:
 		return bad("WatchInterval", "must be positive, got %v", c.WatchInterval)
 	case c.AttemptTimeout <= 0:
@@ -266,10 +244,6 @@ func (c Config) Validate() error {
 		return bad("RetryMin", "must be positive, got %v", c.RetryMin)
 	case c.RetryMax < c.RetryMin:
 		return bad("RetryMax", "must be at least RetryMin (%v), got %v", c.RetryMin, c.RetryMax)
-	case c.PermanentHold < c.RetryMax:
-		return bad("PermanentHold", "must be at least RetryMax (%v) so that a held term retries its takeover, got %v", c.RetryMax, c.PermanentHold)
-	case c.PermanentHoldMax < c.PermanentHold:
-		return bad("PermanentHoldMax", "must be at least PermanentHold (%v), got %v", c.PermanentHold, c.PermanentHoldMax)
 	}
 	return nil
 }

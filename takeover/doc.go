@@ -66,9 +66,9 @@
 // the application encodes payloads. A memo that cannot be decoded fails the takeover
 // (ErrUnreadableOwner): reading every token as 0 would silently remove the token guard. Failures that
 // retrying cannot fix (namespace not found, permission denied, invalid argument, an unreadable memo)
-// wrap ErrPermanent; a Node then keeps the term for a hold (Config.PermanentHold, growing with the
-// queue's failed terms, which the fleet shares: package ownership), retries with backoff meanwhile,
-// and reports the cause in readiness.
+// wrap ErrPermanent; a Node then keeps the term for a hold (ownership.Settings.PermanentHold, growing
+// with the queue's failed terms, which the fleet shares: package ownership), retries with backoff
+// (Config.RetryMin doubling) meanwhile, and reports the cause in readiness.
 //
 // In signal-with-start mode the server only signals a run that is already open, so the takeover
 // describes the run the call reached and accepts it only when it carries this owner.
@@ -83,8 +83,9 @@
 //     (StepDown, the reconciler's terminate) name it as the FirstExecutionRunId, which reaches the
 //     chain's current run, and the server refuses them when the current run belongs to another chain;
 //   - any other close (an operator's terminate or cancel, a workflow that returned, failed or timed
-//     out) is returned as a *ClosedError; the owner replaces the run within its term, at most
-//     MaxReplacements times, or resigns.
+//     out) is returned as a *ClosedError; the owner (package ownership) replaces the run within its
+//     term, at most ownership.Settings.MaxReplacements times, backing off with Config.RetryMin and
+//     RetryMax, or resigns.
 //
 // On graceful step-down the owner calls StepDown while its term still holds: with TerminateOwnRun it
 // terminates its own chain's current run; with LeaveRunning the successor's takeover does it. A

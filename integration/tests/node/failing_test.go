@@ -15,7 +15,6 @@ import (
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/ownership"
-	"github.com/baton-run/baton/takeover"
 )
 
 // A namespace that does not exist, under a fleet: 3 workers serving the same 10 queues. Every
@@ -71,7 +70,7 @@ func TestMissingNamespaceUnderAFleetBacksOff(t *testing.T) {
 	}
 	// The window measured begins half a hold in, so that it holds the first hand-overs of the failing
 	// terms (the busiest 30 s: each later hold is twice as long). Load only makes the churn smaller.
-	time.Sleep(takeover.DefaultConfig().PermanentHold / 2)
+	time.Sleep(ownership.DefaultPermanentHold / 2)
 	before, attemptsBefore, start := revision(), attempts(), time.Now()
 	time.Sleep(30 * time.Second)
 	window := time.Since(start)
@@ -100,7 +99,7 @@ func TestABrokenWorkerStepsAsideForAHealthyOne(t *testing.T) {
 	const queue, hold = "orders", 3 * time.Second
 	p := project()
 	broken := fast(p, "broken", queue)
-	broken.Takeover.PermanentHold = hold
+	broken.Ownership.PermanentHold = hold
 	brokenNode := e.startNode(t, broken, bad)
 	eventually(t, 30*time.Second, "the broken worker fails its takeover", func() error {
 		if err := brokenNode.Ready(); !errors.Is(err, baton.ErrTakeoverFailing) {
