@@ -31,7 +31,21 @@ const ledgerOwnerKey = "election/" + Project + "/q"
 const ledgerPrefix = ledger.DefaultPrefix
 
 // LedgerWorld is one schedule of the ledger simulator: the real ledger.Etcd of 2-3 owners with
-// increasing tokens over the etcd model.
+// increasing tokens over the etcd model. Terms are modelled without an Elector: each owner in turn
+// deletes its predecessor's key (ledgerOwnerKey) and creates it again through its own faulty client,
+// and the new create revision is its token, as an election.Term's is; a superseded owner keeps
+// running its stream. Each owner asks its ledger to Begin, handle and Complete a stream of dispatch
+// keys drawn from a small pool (so owners share keys, as a carry-over sends them again), retrying what
+// a retry can fix, under the seed's network faults (delay, reorder, drop, lost response), operator
+// revokes of the current owner's ledger lease, pauses of its traffic (up to 40 s: past the lease's
+// rotation, sometimes past its life), no-leader windows, raft-leader changes and compaction.
+//
+// Invariants, checked on every record the model commits: the write is fenced (the owner key held the
+// writer's token at that revision), a record never goes from done back to pending, and a record is
+// completed at most once in its life (a record deleted with its lease starts a new life: the
+// documented retention bound). After the heal the last owner must Begin and Complete a fresh key
+// within ledgerHealBound: a ledger that cannot write then is wedged (past bug B2). Not covered here:
+// BeginHolding's attempt claims and the ledger's Watch.
 type LedgerWorld struct {
 	t     *testing.T
 	s     Streams
