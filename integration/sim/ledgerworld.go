@@ -57,7 +57,8 @@ type LedgerWorld struct {
 
 	mu     sync.Mutex
 	owners []*ledgerOwner
-	token  int64 // the current owner's token (0: between terms)
+	token  int64                // the current owner's token (0: between terms)
+	held   map[string]time.Time // until when each owner's traffic is held (the scheduler's alone)
 
 	rmu        sync.Mutex // the recorder's side, written under the model's lock (onCommit)
 	records    map[string]ledgerSeen
@@ -91,7 +92,7 @@ func runLedger(t *testing.T, seed uint64, keep bool) Result {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	w := &LedgerWorld{t: t, s: s, plan: p, ctx: ctx, records: map[string]ledgerSeen{}, lost: map[int64]bool{},
-		lastLease: map[string]int64{}, probes: map[string]int{}}
+		lastLease: map[string]int64{}, probes: map[string]int{}, held: map[string]time.Time{}}
 	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
 	w.net = NewNet(w.rec, s.Rand("net"), p.net)
 	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net, OnCommit: w.onCommit})
@@ -205,8 +206,9 @@ func (w *LedgerWorld) apply(f ledgerFault, now time.Time) {
 	case LedgerFaultRevoke:
 		w.revokeCurrent()
 	case LedgerFaultPause:
-		if o := w.current(); o != nil {
-			w.net.Hold(o.name, now.Add(f.dur))
+		if o := w.current(); o != nil && now.Add(f.dur).After(w.held[o.name]) { // a shorter pause ends none
+			w.held[o.name] = now.Add(f.dur)
+			w.net.Hold(o.name, w.held[o.name])
 		}
 	case LedgerFaultNoLeader:
 		w.model.SetLeader(false)
