@@ -13,6 +13,7 @@ import (
 	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"github.com/baton-run/baton/ledger"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The probes a ledger batch must hit.
@@ -44,8 +45,8 @@ const ledgerPrefix = ledger.DefaultPrefix
 // writer's token at that revision), a record never goes from done back to pending, and a record is
 // completed at most once in its life (a record deleted with its lease starts a new life: the
 // documented retention bound). After the heal the last owner must Begin and Complete a fresh key
-// within ledgerHealBound: a ledger that cannot write then is wedged (past bug B2). Not covered here:
-// BeginHolding's attempt claims and the ledger's Watch.
+// within ledgerHealBound: a ledger that cannot write then is wedged (past bug B2). The ledger's Watch follows it all (watchLedger). Not
+// covered here: BeginHolding's attempt claims.
 type LedgerWorld struct {
 	t     *testing.T
 	s     Streams
@@ -55,15 +56,17 @@ type LedgerWorld struct {
 	plan  ledgerPlan
 	ctx   context.Context
 
-	mu     sync.Mutex
-	owners []*ledgerOwner
-	token  int64                // the current owner's token (0: between terms)
-	held   map[string]time.Time // until when each owner's traffic is held (the scheduler's alone)
+	mu       sync.Mutex
+	owners   []*ledgerOwner
+	token    int64                // the current owner's token (0: between terms)
+	held     map[string]time.Time // until when each owner's traffic is held (the scheduler's alone)
+	watchCli *clientv3.Client
 
 	rmu        sync.Mutex // the recorder's side, written under the model's lock (onCommit)
 	records    map[string]ledgerSeen
 	lost       map[int64]bool // ledger leases gone (revoked or expired)
 	lastLease  map[string]int64
+	doneAt     map[int64]string // every done record committed, by revision
 	violations []string
 	probes     map[string]int
 	bg         sync.WaitGroup
@@ -77,6 +80,7 @@ type ledgerSeen struct {
 	token  int64
 	lease  int64
 	dones  int
+	raw    string // the record's value
 }
 
 // RunLedger runs the ledger world for seed in its own synctest bubble; keep keeps the timeline.
@@ -92,7 +96,7 @@ func runLedger(t *testing.T, seed uint64, keep bool) Result {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	w := &LedgerWorld{t: t, s: s, plan: p, ctx: ctx, records: map[string]ledgerSeen{}, lost: map[int64]bool{},
-		lastLease: map[string]int64{}, probes: map[string]int{}, held: map[string]time.Time{}}
+		lastLease: map[string]int64{}, probes: map[string]int{}, held: map[string]time.Time{}, doneAt: map[int64]string{}}
 	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
 	w.net = NewNet(w.rec, s.Rand("net"), p.net)
 	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net, OnCommit: w.onCommit})
@@ -102,6 +106,7 @@ func runLedger(t *testing.T, seed uint64, keep bool) Result {
 		w.owners = append(w.owners, w.newOwner(i))
 	}
 	w.bg.Go(w.owners[0].run)
+	w.bg.Go(w.watchLedger)
 	w.loop(start, cancel)
 	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: time.Since(start),
 		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: p.String()}
@@ -138,11 +143,7 @@ func (w *LedgerWorld) loop(start time.Time, cancel context.CancelFunc) {
 			cancel()
 			go func() {
 				w.bg.Wait()
-				for _, o := range w.owners {
-					if o.cli != nil {
-						o.cli.Close()
-					}
-				}
+				w.closeClients()
 				close(stopped)
 			}()
 		}
@@ -296,7 +297,7 @@ func (w *LedgerWorld) onCommit(rev int64, events []*mvccpb.Event, get func(strin
 			continue
 		}
 		cur, err := parseLedgerValue(string(ev.Kv.Value))
-		cur.lease = ev.Kv.Lease
+		cur.lease, cur.raw = ev.Kv.Lease, string(ev.Kv.Value)
 		w.rmu.Unlock()
 		if err != nil {
 			w.violate("revision %d: record %s = %q: %v", rev, k, ev.Kv.Value, err)
@@ -332,6 +333,9 @@ func (w *LedgerWorld) checkRecord(rev int64, k string, prev, cur ledgerSeen, get
 		w.probes[ProbeLedgerRegranted]++ // rmu is held
 	}
 	w.lastLease[cur.server] = cur.lease
+	if cur.state == ledger.Done {
+		w.doneAt[rev] = cur.raw
+	}
 	w.records[k] = cur
 }
 

@@ -12,6 +12,7 @@ var ledgerProbes = []string{
 	sim.ProbeLedgerLostResponse,
 	sim.ProbeLedgerRegranted,
 	sim.ProbeLedgerSuperseded,
+	sim.ProbeLedgerWatchCompletion,
 }
 
 // TestSimLedger runs the ledger world (the real etcd dispatch ledger of 2-3 owners with increasing
