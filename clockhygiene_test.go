@@ -107,9 +107,11 @@ type clockReading struct {
 
 // clockReadings returns f's uses of the wall clock and of math/rand's global source, calls and
 // function values alike, each with its enclosing function. A dot import of time or math/rand is a
-// reading too: its names (Now(), Sleep(d)) would be out of the test's sight.
+// reading too: its names (Now(), Sleep(d)) would be out of the test's sight; so is a method used on
+// clock.Real() itself (clock.Real().Now()), which bypasses the injected clock as time.Now does.
+// clock.Real() as a value (a default of a Config's Clock) is not a reading.
 func clockReadings(f *ast.File) []clockReading {
-	pkgs := map[string]string{} // local name -> "time" or "rand"
+	pkgs := map[string]string{} // local name -> "time", "rand" or "clock"
 	var hits []clockReading
 	for _, imp := range f.Imports {
 		p, _ := strconv.Unquote(imp.Path.Value)
@@ -119,6 +121,8 @@ func clockReadings(f *ast.File) []clockReading {
 			name = "time"
 		case "math/rand", "math/rand/v2":
 			name = "rand"
+		case "github.com/baton-run/baton/clock":
+			name = "clock"
 		default:
 			continue
 		}
@@ -139,6 +143,10 @@ func clockReadings(f *ast.File) []clockReading {
 			if !ok {
 				return true
 			}
+			if isRealClock(sel.X, pkgs) {
+				hits = append(hits, clockReading{sel.Pos(), fn, "clock.Real()." + sel.Sel.Name})
+				return true
+			}
 			x, ok := sel.X.(*ast.Ident)
 			if !ok {
 				return true
@@ -157,6 +165,20 @@ func clockReadings(f *ast.File) []clockReading {
 		})
 	}
 	return hits
+}
+
+// isRealClock reports whether x is the call clock.Real().
+func isRealClock(x ast.Expr, pkgs map[string]string) bool {
+	call, ok := x.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	fun, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	id, ok := fun.X.(*ast.Ident)
+	return ok && pkgs[id.Name] == "clock" && fun.Sel.Name == "Real"
 }
 
 // funcName names decl as an exception key does: "Name" for a function, "Type.Method" for a method,
