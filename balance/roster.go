@@ -65,10 +65,12 @@ type roster struct {
 }
 
 func newRoster(keys Keys, project, self, version string, ttl time.Duration, log *zap.Logger, poke func(), wake func(queue string)) *roster {
-	return &roster{keys: keys, project: project, prefix: keys.Project(project), self: self, clk: clock.Real(), ttl: ttl, log: log, poke: poke, wake: wake,
+	r := &roster{keys: keys, project: project, prefix: keys.Project(project), self: self, clk: clock.Real(), ttl: ttl, log: log, poke: poke, wake: wake,
 		republish: make(chan struct{}, 1), published: make(chan struct{}),
-		me:      member{Version: version, Since: clock.Real().Now().UnixNano()},
+		me:      member{Version: version},
 		members: map[string]member{}, hints: map[string]hint{}, transfers: map[string]TransferRequest{}}
+	r.me.Since = r.clk.Now().UnixNano()
+	return r
 }
 
 func (r *roster) memberKey(id string) string  { return r.keys.Member(r.project, id) }

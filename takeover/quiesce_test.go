@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/baton-run/baton/clock"
 )
 
 // heldTerm is a term that holds throughout.
@@ -88,5 +90,50 @@ func TestQuiescedRunIsNotAskedAgain(t *testing.T) {
 	m.Quiesce(t.Context(), term, run)
 	if n := c.calls.Load(); n != 1 {
 		t.Fatalf("a quiesced run was asked %d times, want once", n)
+	}
+}
+
+// deadlineCtx is a context whose deadline is given, not set on the wall clock.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// boundQuiesce is a Temporal client whose UpdateWorkflow records how long its context gives it,
+// and completes at once.
+type boundQuiesce struct {
+	Client
+	calls atomic.Int32
+	given atomic.Int64 // time.Duration
+}
+
+func (c *boundQuiesce) UpdateWorkflow(ctx context.Context, _ client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	c.calls.Add(1)
+	if d, ok := ctx.Deadline(); ok {
+		c.given.Store(int64(time.Until(d)))
+	}
+	return doneUpdate{}, nil
+}
+
+// What is left of the caller's deadline is read on the manager's clock, not the wall's: a step-down
+// on a Fake with 1.5 s left on the Fake's time waits half of that, not the whole QuiesceTimeout
+// (Quiesce once read time.Until, found the Fake's deadline decades away, and waited up to a minute).
+func TestQuiesceReadsDeadlineOnItsClock(t *testing.T) {
+	fake := clock.NewFake(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := &boundQuiesce{}
+	m, err := New(c, Config{QuiesceTimeout: time.Minute, Clock: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := deadlineCtx{Context: t.Context(), deadline: fake.Now().Add(2*StepDownReserve - StepDownReserve/2)}
+	m.Quiesce(ctx, heldTerm{token: 7}, Run{WorkflowID: "dispatcher-billing-orders", RunID: "r1", Owner: Owner{Token: 7}})
+	if c.calls.Load() != 1 {
+		t.Fatalf("quiesce sent %d updates, want 1", c.calls.Load())
+	}
+	// Half of 1.5 s is due; anything near the minute means the wall clock was read.
+	if given := time.Duration(c.given.Load()); given <= 0 || given > 30*time.Second {
+		t.Fatalf("the quiesce was given %v, want about %v (half of what is left on the manager's clock)", given, StepDownReserve*3/4)
 	}
 }

@@ -626,7 +626,8 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 // one QuiesceTimeout, so a quiesce that timed out is not waited for again). Whatever the answer, the
 // run is ended afterwards: a run that does not handle the update, or does not finish in time, leaves
 // its work to the successor (at-least-once), as a crash would. Once quiesced, a run starts no new
-// work for the rest of its life.
+// work for the rest of its life. What is left of ctx's deadline is read on the manager's Clock, like
+// the bound itself: a caller on a Fake gives it a deadline on the Fake's time.
 func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
 	if m.cfg.QuiesceTimeout < 0 || m.cfg.StepDown == LeaveRunning || term.Check() != nil || run.Owner.Token != term.Token() {
 		return
@@ -637,7 +638,7 @@ func (m *Manager) Quiesce(ctx context.Context, term Term, run Run) {
 		return // an earlier call of this term used the whole bound
 	}
 	if deadline, ok := ctx.Deadline(); ok {
-		if left := time.Until(deadline); left > 2*StepDownReserve {
+		if left := deadline.Sub(m.cfg.Clock.Now()); left > 2*StepDownReserve {
 			wait = min(wait, left-StepDownReserve)
 		} else {
 			wait = min(wait, left/2)

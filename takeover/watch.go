@@ -92,6 +92,12 @@ func (m *Manager) Watch(ctx context.Context, term Term, run Run) (Run, error) {
 			return run, context.Cause(ctx)
 		}
 		var notFound *serviceerror.NotFound
+		// A NotFound is the run's end, not a server coming back: Temporal (v1.32) answers calls it
+		// cannot serve yet with Unavailable (a shard still being acquired: "shard status unknown";
+		// a shard not owned: ShardOwnershipLost, which its frontend passes on as Unavailable), and
+		// loads its namespaces before it serves (a NamespaceNotFound is no NotFound, and is retried
+		// here). NotFound comes from persistence, when the run's rows are gone.
+		// TestTemporalRestartReplacesNoRun (integration/tests/node) holds it so.
 		switch {
 		case errors.As(err, &notFound):
 			m.metrics.closed(ctx, run.Owner.Project, run.Owner.Queue, "not_found")
