@@ -2,7 +2,9 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +50,9 @@ type Batch struct {
 	Fidelty     int      // rerun every n-th passing seed to compare traces (0: never)
 	StopAtFirst bool
 	Report      string
+	// ExactReplay makes a passing seed whose second run diverged a failure: for a world whose
+	// scheduler leaves nothing to the Go runtime (the takeover world), not for the election world.
+	ExactReplay bool
 }
 
 // BatchFromEnv reads the batch settings; a malformed variable is an error naming it.
@@ -88,6 +93,26 @@ func BatchFromEnv(name string, probes []string) (Batch, error) {
 	return b, nil
 }
 
+// ConformanceSeeds are the seeds of a conformance test's scripts: SIM_SEED alone, or SIM_SEEDS
+// (default n) seeds from base, so that every run of make test compares the same scripts.
+func ConformanceSeeds(n int, base uint64) ([]uint64, error) {
+	b, err := BatchFromEnv("conformance", nil)
+	if err != nil {
+		return nil, err
+	}
+	if b.Replay {
+		return []uint64{b.First}, nil
+	}
+	if b.Seeds > 0 {
+		n = b.Seeds
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = base + uint64(i)
+	}
+	return seeds, nil
+}
+
 // Summary is what a batch did.
 type Summary struct {
 	Schedules, Violating, Replayed, Diverged int
@@ -116,7 +141,8 @@ func (s Summary) String() string {
 
 // Run runs the batch: one replayed seed, or seeds from First until the budget or Seeds is spent.
 // Every failing seed is run twice and its traces compared, and so is every Fidelty-th passing one.
-// It fails t on violations, on a replay that diverged, and on a probe the batch never hit.
+// It fails t on violations, on a replay that diverged (ExactReplay batches), and on a probe the batch
+// never hit.
 func (b Batch) Run(t *testing.T, run Runner) Summary {
 	t.Helper()
 	sum := Summary{Probes: map[string]int{}}
@@ -145,11 +171,9 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 			b.writeFailure(t, res)
 		}
 		if b.Replay || failed || b.Fidelty > 0 && sum.Schedules%b.Fidelty == 1 {
-			again := run(t, seed, false)
 			sum.Replayed++
-			if again.Hash != res.Hash {
+			if !b.replays(t, run, res) {
 				sum.Diverged++
-				t.Logf("%s seed %#x: a second run diverged (trace %016x vs %016x)", b.Name, seed, res.Hash, again.Hash)
 			}
 		}
 		if b.Replay {
@@ -176,6 +200,34 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 	return sum
 }
 
+// replays runs res's seed a second time and reports whether its trace is the same. The second run
+// keeps its lines only for an ExactReplay batch, which fails on a difference and shows the first.
+func (b Batch) replays(t *testing.T, run Runner, res Result) bool {
+	t.Helper()
+	again := run(t, res.Seed, b.ExactReplay)
+	if again.Hash == res.Hash {
+		return true
+	}
+	if !b.ExactReplay {
+		t.Logf("%s seed %#x: a second run diverged (trace %016x vs %016x)", b.Name, res.Seed, res.Hash, again.Hash)
+		return false
+	}
+	first, second := strings.Split(res.Timeline, "\n"), strings.Split(again.Timeline, "\n")
+	i := 0
+	for i < min(len(first), len(second)) && first[i] == second[i] {
+		i++
+	}
+	at := func(lines []string) string {
+		if i < len(lines) {
+			return lines[i]
+		}
+		return "(end of the trace)"
+	}
+	t.Errorf("%s seed %#x is not deterministic: its trace differs between two runs, first at line %d:\n  first:  %s\n  second: %s",
+		b.Name, res.Seed, i, at(first), at(second))
+	return false
+}
+
 // writeFailure keeps a violating run's own timeline (a replay may diverge): in SIM_TRACE_DIR, or the
 // last lines in the test log.
 func (b Batch) writeFailure(t *testing.T, res Result) {
@@ -198,6 +250,9 @@ func (b Batch) writeTrace(t *testing.T, res Result) {
 	t.Helper()
 	if b.Trace == "" {
 		t.Logf("timeline of seed %#x (%s):\n%s", res.Seed, res.Setup, res.Timeline)
+		for _, lane := range slices.Sorted(maps.Keys(res.Lanes)) {
+			t.Logf("seed %#x, %s alone:\n%s", res.Seed, lane, res.Lanes[lane])
+		}
 		return
 	}
 	if err := os.WriteFile(b.Trace, []byte(res.Timeline+"\n"), 0o644); err != nil {

@@ -33,6 +33,8 @@ type Result struct {
 	Probes     map[string]int
 	Timeline   string
 	Setup      string
+	// Lanes is the timeline split by process (optional): a replay logs each after the whole.
+	Lanes map[string]string
 }
 
 // World is one schedule of the election simulator.

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/baton-run/baton/integration/sim"
 	"github.com/baton-run/baton/integration/sim/temporalmodel"
 	"github.com/baton-run/baton/takeover"
 )
@@ -118,7 +119,7 @@ const (
 
 // takeoverSchedule runs one seed's schedule with real takeover.Managers over the model. Call it
 // inside a synctest bubble.
-func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
+func takeoverSchedule(t *testing.T, seed uint64, verbose bool) sim.Result {
 	p := drawPlan(seed)
 	w := newWorld(seed, p.queues)
 	w.logf("world", "plan: %d queues, %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, etcd unavailable %.2f, out-of-band %v, heal at %v",
@@ -156,7 +157,9 @@ func takeoverSchedule(t *testing.T, seed uint64, verbose bool) outcome {
 	wg.Wait()
 	// Let every request still in the network land (its checks still count).
 	time.Sleep(2*p.rates.maxDelay + time.Second)
-	return w.outcome()
+	res := w.result()
+	res.Setup = fmt.Sprintf("%d queues, %d processes, %d terms, %d out-of-band closes", p.queues, p.procs, len(p.terms), len(p.oob))
+	return res
 }
 
 type event struct {

@@ -3,11 +3,11 @@ package sim_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/sim"
 	"github.com/baton-run/baton/integration/sim/temporalmodel"
 	"github.com/baton-run/baton/takeover"
 )
@@ -66,19 +67,7 @@ const (
 	probeChainRefused   = "terminate by chain refused: the current run is another chain's"
 )
 
-var allProbes = []string{probeLateStart, probeAlreadyStarted, probeWrongRun, probeLostResponse, probeChainRefused}
-
-// outcome is what one schedule reports to its batch.
-type outcome struct {
-	seed       uint64
-	violations []string
-	probes     map[string]int
-	trace      []string
-	// lanes is the trace split by process ("p1", "world"): the per-process timeline of a replay.
-	lanes     map[string][]string
-	hash      [32]byte
-	simulated time.Duration
-}
+var takeoverProbes = []string{probeLateStart, probeAlreadyStarted, probeWrongRun, probeLostResponse, probeChainRefused}
 
 // world is one schedule: the model, the etcd holder of the queue's term, the trace, the checks.
 type world struct {
@@ -143,13 +132,19 @@ func (w *world) violateLocked(who, format string, args ...any) {
 	w.violations = append(w.violations, fmt.Sprintf("%.6fs %s: %s", time.Since(w.start).Seconds(), who, msg))
 }
 
-func (w *world) outcome() outcome {
+// result is what the schedule reports to its batch; the trace's fingerprint is the first 8 bytes
+// of its SHA-256.
+func (w *world) result() sim.Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	o := outcome{seed: w.seed, violations: w.violations, probes: w.probes, trace: w.trace, lanes: w.lanes,
-		simulated: time.Since(w.start)}
-	o.hash = sha256.Sum256([]byte(strings.Join(w.trace, "\n")))
-	return o
+	timeline := strings.Join(w.trace, "\n")
+	sum := sha256.Sum256([]byte(timeline))
+	lanes := make(map[string]string, len(w.lanes))
+	for lane, lines := range w.lanes {
+		lanes[lane] = strings.Join(lines, "\n")
+	}
+	return sim.Result{Seed: w.seed, Violations: w.violations, Probes: w.probes, Timeline: timeline, Lanes: lanes,
+		Hash: binary.BigEndian.Uint64(sum[:8]), Simulated: time.Since(w.start)}
 }
 
 // tokenOf is the owner token in a run's memo (0 without one).
@@ -409,20 +404,6 @@ func (t *term) Confirm(ctx context.Context) error {
 }
 
 var _ takeover.Term = (*term)(nil)
-
-// sortedProbes lists probe counts in a fixed order.
-func sortedProbes(p map[string]int) string {
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, p[k]))
-	}
-	return strings.Join(parts, ", ")
-}
 
 func queueName(q int) string { return fmt.Sprintf("q%d", q) }
 

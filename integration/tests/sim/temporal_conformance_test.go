@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/baton-run/baton/integration/servers/temporalx"
+	"github.com/baton-run/baton/integration/sim"
 	"github.com/baton-run/baton/integration/sim/temporalmodel"
 	"github.com/baton-run/baton/takeover"
 )
@@ -294,7 +295,11 @@ func TestConformanceTemporalModel(t *testing.T) {
 	defer w.Stop()
 	real := realService{c: c, namespace: srv.Namespace(), taskQueue: taskQueue}
 
-	seeds, steps := conformanceSeeds(t), 30
+	seeds, err := sim.ConformanceSeeds(6, 0xc0f0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 30
 	caught := 0
 	for _, seed := range seeds {
 		ops := script(seed, steps)
