@@ -24,10 +24,6 @@ for patch in "$root"/integration/sim/mutants/*.patch; do
 	name=$(basename "$patch" .patch)
 	[[ -n "$only" && "$name" != "$only" ]] && continue
 	read -r marker field regexp dir < <(head -n 1 "$patch")
-	if [[ "$marker $field" != "# test:" && -f "${patch%.patch}.test" ]]; then # main's convention: <name>.test
-		marker="#" field="test:"
-		read -r regexp dir <"${patch%.patch}.test"
-	fi
 	if [[ "$marker $field" != "# test:" || -z "$regexp" || -z "$dir" ]]; then
 		echo "$patch: first line must be '# test: <regexp> <package dir>'" >&2
 		exit 2
