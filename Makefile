@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 RACE_TIMEOUT ?= 10m
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: test unit manifests fuzz integration lint bench demo devstack drill smoke tools deps compose-up compose-drill compose-down
+.PHONY: test unit manifests fuzz integration lint bench demo devstack drill smoke tools deps compose-up compose-drill compose-down sim sim-mutants
 
 # Debian packages the integration tests, the benchmarks and the demo start for real. apt-get runs only
 # for what is missing (root, or sudo without a password).
@@ -64,6 +64,18 @@ lint:
 	cd integration && PATH="$(GOBIN):$$PATH" staticcheck ./...
 	cd deploy/kubernetes/validate && PATH="$(GOBIN):$$PATH" staticcheck ./...
 	scripts/govulncheck.sh
+
+## sim: the deterministic simulator's batches (integration/tests/sim TestSim...) for SIM_BUDGET each,
+## without -race for speed; prints one summary line per batch. SIM_SEED=0x1f make sim replays one seed
+## and writes its timeline to SIM_TRACE (or the test log). make test runs a small slice with -race.
+SIM_BUDGET ?= 3m
+sim:
+	cd integration && SIM_BUDGET=$(SIM_BUDGET) $(GO) test -count=1 -timeout 0 -v -run '^TestSim' ./tests/sim/
+
+## sim-mutants: puts each past bug of integration/sim/mutants back in a scratch worktree and runs the
+## simulator on it; fails if one survives. SIM_BUDGET bounds each mutant (default 10m), MUTANT=name runs one.
+sim-mutants:
+	SIM_BUDGET=$${SIM_MUTANT_BUDGET:-10m} scripts/sim-mutants.sh
 
 ## bench: measured figures beside their same-run baselines; prints a table, writes bench-results.json
 ## (and docs/benchmarks.md on a full run). BENCH_FLAGS adds batonbench flags, e.g. BENCH_FLAGS='-only dispatch'.

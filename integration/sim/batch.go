@@ -1,0 +1,221 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Environment variables of a batch.
+const (
+	EnvSeed     = "SIM_SEED"      // hex seed: replay that one schedule
+	EnvTrace    = "SIM_TRACE"     // file for the replayed schedule's timeline (default: the test log)
+	EnvTraceDir = "SIM_TRACE_DIR" // directory for the timelines of violating schedules (default: the log's tail)
+	EnvBudget   = "SIM_BUDGET"    // Go duration a batch runs for
+	EnvSeeds    = "SIM_SEEDS"     // maximum number of seeds a batch runs
+	EnvFirst    = "SIM_FIRST"     // hex seed a batch starts from (default 1)
+	EnvStop     = "SIM_STOP"      // "first": end the batch at its first violating seed (mutant runs)
+	EnvReport   = "SIM_REPORT"    // file the batch writes its summary to, one key=value a line (ReportKeys)
+)
+
+// ReportKeys are the keys of the SIM_REPORT file, in order.
+var ReportKeys = []string{"schedules", "violations", "seeds_to_find", "seconds_to_find", "replayed", "diverged"}
+
+// DefaultBudget keeps the slice of a batch in make test small.
+const DefaultBudget = 15 * time.Second
+
+// MinSchedulesForProbes is how many schedules a batch needs before a probe it never hit fails it:
+// the -race slice in make test on a loaded machine may run only a dozen, and a rare event missed in a
+// dozen is chance, not a simulator that stopped exploring (make sim runs thousands).
+const MinSchedulesForProbes = 50
+
+// Runner runs one schedule.
+type Runner func(t *testing.T, seed uint64, keep bool) Result
+
+// Batch is a batch's settings, read from the environment by BatchFromEnv.
+type Batch struct {
+	Name        string
+	Budget      time.Duration
+	Seeds       int
+	First       uint64
+	Replay      bool
+	Trace       string
+	Probes      []string // probes the batch must hit
+	Fidelty     int      // rerun every n-th passing seed to compare traces (0: never)
+	StopAtFirst bool
+	Report      string
+}
+
+// BatchFromEnv reads the batch settings; a malformed variable is an error naming it.
+func BatchFromEnv(name string, probes []string) (Batch, error) {
+	b := Batch{Name: name, Budget: DefaultBudget, First: 1, Probes: probes, Fidelty: 10, Trace: os.Getenv(EnvTrace),
+		Report: os.Getenv(EnvReport)}
+	switch v := os.Getenv(EnvStop); v {
+	case "":
+	case "first":
+		b.StopAtFirst = true
+	default:
+		return b, fmt.Errorf("%s: must be empty or \"first\", got %q", EnvStop, v)
+	}
+	if v := os.Getenv(EnvBudget); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return b, fmt.Errorf("%s: must be a positive Go duration such as 2m, got %q", EnvBudget, v)
+		}
+		b.Budget = d
+	}
+	if v := os.Getenv(EnvSeeds); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return b, fmt.Errorf("%s: must be a positive integer, got %q", EnvSeeds, v)
+		}
+		b.Seeds = n
+	}
+	for env, dst := range map[string]*uint64{EnvSeed: &b.First, EnvFirst: &b.First} {
+		if v := os.Getenv(env); v != "" {
+			s, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(v), "0x"), 16, 64)
+			if err != nil {
+				return b, fmt.Errorf("%s: must be a hex seed such as 0x1f, got %q", env, v)
+			}
+			*dst = s
+			b.Replay = b.Replay || env == EnvSeed
+		}
+	}
+	return b, nil
+}
+
+// Summary is what a batch did.
+type Summary struct {
+	Schedules, Violating, Replayed, Diverged int
+	Real, Simulated                          time.Duration
+	Probes                                   map[string]int
+	FirstFailing                             uint64
+	SeedsToFind                              int           // schedules run up to the first violating one
+	TimeToFind                               time.Duration // wall time until it was found
+}
+
+func (s Summary) String() string {
+	var hit, missed []string
+	for p, n := range s.Probes {
+		if n > 0 {
+			hit = append(hit, fmt.Sprintf("%s=%d", p, n))
+		} else {
+			missed = append(missed, p)
+		}
+	}
+	sort.Strings(hit)
+	sort.Strings(missed)
+	return fmt.Sprintf("schedules=%d schedules/s=%.2f sim/real=%.0fx violations=%d replay=%d/%d identical probes hit=[%s] missed=[%s]",
+		s.Schedules, float64(s.Schedules)/s.Real.Seconds(), s.Simulated.Seconds()/s.Real.Seconds(), s.Violating,
+		s.Replayed-s.Diverged, s.Replayed, strings.Join(hit, " "), strings.Join(missed, " "))
+}
+
+// Run runs the batch: one replayed seed, or seeds from First until the budget or Seeds is spent.
+// Every failing seed is run twice and its traces compared, and so is every Fidelty-th passing one.
+// It fails t on violations, on a replay that diverged, and on a probe the batch never hit.
+func (b Batch) Run(t *testing.T, run Runner) Summary {
+	t.Helper()
+	sum := Summary{Probes: map[string]int{}}
+	for _, p := range b.Probes {
+		sum.Probes[p] = 0
+	}
+	start := time.Now()
+	for seed := b.First; ; seed++ {
+		if b.Replay && seed != b.First || !b.Replay && (time.Since(start) > b.Budget || b.Seeds > 0 && sum.Schedules >= b.Seeds) {
+			break
+		}
+		res := run(t, seed, true) // the lines are kept: a failing run's own timeline is the evidence
+		sum.Schedules++
+		sum.Simulated += res.Simulated
+		for p, n := range res.Probes {
+			sum.Probes[p] += n
+		}
+		failed := len(res.Violations) > 0
+		if failed {
+			if sum.Violating == 0 {
+				sum.FirstFailing, sum.SeedsToFind, sum.TimeToFind = seed, sum.Schedules, time.Since(start)
+			}
+			sum.Violating++
+			t.Errorf("%s seed %#x (%s): %d violations, first: %s\n\treplay: SIM_SEED=%#x make sim", b.Name, seed, res.Setup,
+				len(res.Violations), res.Violations[0], seed)
+			b.writeFailure(t, res)
+		}
+		if b.Replay || failed || b.Fidelty > 0 && sum.Schedules%b.Fidelty == 1 {
+			again := run(t, seed, false)
+			sum.Replayed++
+			if again.Hash != res.Hash {
+				sum.Diverged++
+				t.Logf("%s seed %#x: a second run diverged (trace %016x vs %016x)", b.Name, seed, res.Hash, again.Hash)
+			}
+		}
+		if b.Replay {
+			b.writeTrace(t, res)
+		}
+		if failed && b.StopAtFirst {
+			break
+		}
+	}
+	sum.Real = time.Since(start)
+	t.Logf("%s: %s", b.Name, sum)
+	b.writeReport(t, sum)
+	if !b.Replay && !b.StopAtFirst {
+		if sum.Schedules < MinSchedulesForProbes {
+			t.Logf("%s: probes not judged: %d schedules, fewer than %d", b.Name, sum.Schedules, MinSchedulesForProbes)
+			return sum
+		}
+		for p, n := range sum.Probes {
+			if n == 0 {
+				t.Errorf("%s: probe %q never hit in %d schedules: the simulator stopped exploring", b.Name, p, sum.Schedules)
+			}
+		}
+	}
+	return sum
+}
+
+// writeFailure keeps a violating run's own timeline (a replay may diverge): in SIM_TRACE_DIR, or the
+// last lines in the test log.
+func (b Batch) writeFailure(t *testing.T, res Result) {
+	t.Helper()
+	dir := os.Getenv(EnvTraceDir)
+	if dir == "" {
+		lines := strings.Split(res.Timeline, "\n")
+		t.Logf("last lines of seed %#x's timeline:\n%s", res.Seed, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		return
+	}
+	name := fmt.Sprintf("%s/%s-%#x.txt", dir, b.Name, res.Seed)
+	if err := os.WriteFile(name, []byte(res.Timeline+"\n"), 0o644); err != nil {
+		t.Errorf("%s: %v", EnvTraceDir, err)
+		return
+	}
+	t.Logf("timeline of seed %#x: %s", res.Seed, name)
+}
+
+func (b Batch) writeTrace(t *testing.T, res Result) {
+	t.Helper()
+	if b.Trace == "" {
+		t.Logf("timeline of seed %#x (%s):\n%s", res.Seed, res.Setup, res.Timeline)
+		return
+	}
+	if err := os.WriteFile(b.Trace, []byte(res.Timeline+"\n"), 0o644); err != nil {
+		t.Errorf("%s: %v", EnvTrace, err)
+	}
+}
+
+func (b Batch) writeReport(t *testing.T, s Summary) {
+	t.Helper()
+	if b.Report == "" {
+		return
+	}
+	vals := []any{s.Schedules, s.Violating, s.SeedsToFind, fmt.Sprintf("%.1f", s.TimeToFind.Seconds()), s.Replayed, s.Diverged}
+	var out strings.Builder
+	for i, k := range ReportKeys {
+		fmt.Fprintf(&out, "%s=%v\n", k, vals[i])
+	}
+	if err := os.WriteFile(b.Report, []byte(out.String()), 0o644); err != nil {
+		t.Errorf("%s: %v", EnvReport, err)
+	}
+}

@@ -1,0 +1,38 @@
+// Package sim is Baton's deterministic simulator: the real election code (and, through the other
+// models, the rest of Baton) run against modelled servers inside a testing/synctest bubble, under
+// faults drawn from a seed, with invariants checked at every step.
+//
+// One schedule is one seed. [Streams] splits the seed into named PRNG streams, so that drawing more
+// from one (the network's) does not shift another (the faults'). The [Net] is the etcd model's
+// transport: every request and stream message waits in it until the scheduler, at a moment when
+// every goroutine of the bubble is durably blocked (synctest.Wait), picks the next one to deliver in
+// a seeded order, with a seeded fate: delivered, delayed, reordered, dropped before it is applied,
+// or applied with its response lost (the client sees codes.Unavailable after a detection delay, as a
+// broken connection would show). A request whose caller gave up is still delivered: a real network
+// does not recall a packet. Partitions hold a process's stream messages and drop its requests.
+//
+// The [World] of the election simulator runs 3-5 processes, each with a real election.Elector over
+// its own clientv3 (etcdmodel.Model.NewClient), campaigning for and observing 1-8 queues for a minute
+// of simulated time; faults are drawn per seed in the swarm style (each seed turns a different
+// subset on, at different rates): crash, restart with a new server ID, partition, a stall longer than
+// the TTL (everything to and from the process held: a pause as etcd sees it, though the process's own
+// timers keep running), delays and reordering, lost requests and lost responses, an operator's lease
+// revoke, a no-leader window, a raft-leader change, and an auto-compactor. A heal phase then turns
+// every fault off and requires a leader per queue within a deadline. The invariants, checked after
+// every step: one owner (at most one process whose term passes Check and whose key etcd holds with
+// the term's token), fail closed (such a term's local deadline is never later than the server's
+// expiry of its lease), no successor while a predecessor's callback still runs (unless an operator
+// removed its lease), every fenced write committed only while its term's key held its token.
+// "Sometimes" probes (a fenced write refused, a term lost to the local deadline, a no-leader window
+// while a leader acted, a watch opened below the compaction, ...) must each be hit by a batch.
+//
+// The trace of a schedule is a list of lines (deliveries, fates, faults, callbacks) whose hash is the
+// schedule's fingerprint: running a seed twice and comparing the hashes measures replay fidelity.
+// In-step goroutine interleaving is the Go runtime's and is not seeded (golang/go#67690); the
+// scheduler only ever acts when the bubble is quiescent and orders what is pending canonically,
+// which makes most schedules replay exactly, and the batch reports how many did.
+//
+// Batches ([RunBatch]) read SIM_SEED (hex: replay one seed and write its timeline to SIM_TRACE or the
+// test log), SIM_BUDGET (a Go duration, default 15s) and SIM_SEEDS (a maximum seed count), and print
+// one summary line: schedules, schedules/s, simulated-to-real ratio, violations, probes hit/missed.
+package sim

@@ -1,0 +1,180 @@
+package etcdmodel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/baton-run/baton/clock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// ErrUnsupported is returned for a request or option the model does not implement.
+var ErrUnsupported = errors.New("etcdmodel: unsupported")
+
+func unsupported(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(format, args...))
+}
+
+// Bug plants a known defect in the model; the conformance tests must notice every one.
+type Bug int
+
+const (
+	// NoBug is the honest model.
+	NoBug Bug = iota
+	// LeaseNeverExpires keeps leases (and their keys) alive past their TTL.
+	LeaseNeverExpires
+)
+
+// Options configure a Model. Zero values take the defaults named on each field.
+type Options struct {
+	// Clock drives lease expiry. Default clock.Real() (fake time inside a synctest bubble).
+	Clock clock.Clock
+	// Rand draws lease IDs. Default: a PCG seeded with 1.
+	Rand rand.Source
+	// MinTTL is the smallest lease TTL granted, as etcd's minimum of 1.5 election timeouts.
+	// Default 2s (etcd's with TickMs 100, ElectionMs 1000).
+	MinTTL time.Duration
+	// Transport carries every request and stream message. Default: delivered at once.
+	Transport Transport
+	// Bug plants a defect (conformance tests only).
+	Bug Bug
+	// OnCommit, when set, is called under the model's lock after every revision is made, with its
+	// events and a read of the key space at that revision: the simulator's recorder of side effects.
+	// It must not call the model.
+	OnCommit func(rev int64, events []*mvccpb.Event, get func(key string) *mvccpb.KeyValue)
+	// MemberID and ClusterID fill response headers. Defaults 1 and 1.
+	MemberID, ClusterID uint64
+}
+
+// revision is what one revision changed: its events in order, each with the previous value.
+type revision struct {
+	rev    int64
+	events []*mvccpb.Event
+}
+
+// Model is one etcd cluster as its clients see it.
+type Model struct {
+	opts Options
+	clk  clock.Clock
+
+	mu         sync.Mutex
+	rev        int64
+	compactRev int64
+	raftTerm   uint64
+	kvs        map[string]*mvccpb.KeyValue
+	history    []revision // revisions > compactRev - 1, oldest first
+	leases     map[int64]*lease
+	noLeader   bool
+	leaderc    chan struct{} // closed when a leader returns
+	watches    map[*watchStream]struct{}
+	expiry     clock.Timer
+	closed     bool
+	compacted  int // watches created below the compaction
+}
+
+// CompactedWatches is how many watches were created below the compaction (and cancelled with it).
+func (m *Model) CompactedWatches() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.compacted
+}
+
+// LeaseExpiry is when the model expires lease id, and whether it exists.
+func (m *Model) LeaseExpiry(id int64) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	return l.expiry, true
+}
+
+// New returns an empty model at revision 1 (etcd starts there).
+func New(opts Options) *Model {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real()
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.NewPCG(1, 1)
+	}
+	if opts.MinTTL == 0 {
+		opts.MinTTL = 2 * time.Second
+	}
+	if opts.Transport == nil {
+		opts.Transport = direct{}
+	}
+	if opts.MemberID == 0 {
+		opts.MemberID = 1
+	}
+	if opts.ClusterID == 0 {
+		opts.ClusterID = 1
+	}
+	return &Model{
+		opts: opts, clk: opts.Clock, rev: 1, raftTerm: 2,
+		kvs: map[string]*mvccpb.KeyValue{}, leases: map[int64]*lease{},
+		watches: map[*watchStream]struct{}{},
+	}
+}
+
+// Close stops the expiry timer and ends every watch stream; the model answers nothing afterwards.
+func (m *Model) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	for w := range m.watches {
+		w.closeLocked(errClosed)
+	}
+}
+
+// Revision is the current revision.
+func (m *Model) Revision() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rev
+}
+
+// Get is the simulator's own view of one key (no transport, no revision change): nil if absent.
+func (m *Model) Get(key string) *mvccpb.KeyValue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if kv := m.kvs[key]; kv != nil {
+		c := *kv
+		return &c
+	}
+	return nil
+}
+
+func (m *Model) header() *pb.ResponseHeader {
+	return &pb.ResponseHeader{ClusterId: m.opts.ClusterID, MemberId: m.opts.MemberID, Revision: m.rev, RaftTerm: m.raftTerm}
+}
+
+// waitLeader blocks while the model has no leader, as proposals wait in etcd; it fails with the
+// context's error.
+func (m *Model) waitLeader(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return errClosed
+		}
+		if !m.noLeader {
+			return nil // still locked: the caller applies under the lock
+		}
+		c := m.leaderc
+		m.mu.Unlock()
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

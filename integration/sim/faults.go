@@ -1,0 +1,129 @@
+package sim
+
+import (
+	"sync"
+	"time"
+)
+
+// apply injects one fault (or ends one).
+func (w *World) apply(f faultEvent, now time.Time) {
+	w.rec.Add("world", "fault %s node=%d dur=%v n=%d", f.kind, f.node, f.dur, f.n)
+	n := w.slots[f.node]
+	switch f.kind {
+	case FaultCrash:
+		w.crash(f.node)
+	case "restart":
+		w.restart(f.node)
+	case FaultPartition:
+		w.net.Cut(n.name, true)
+	case FaultPartition + "-end":
+		w.net.Cut(n.name, false)
+	case FaultStall:
+		w.net.Hold(n.name, now.Add(electionTTL+f.dur))
+	case FaultRevoke:
+		w.revokeLeader(f.n)
+	case FaultNoLeader:
+		if len(w.acting(now)) > 0 {
+			w.probe("no-leader window while a leader acted")
+		}
+		w.model.SetLeader(false)
+	case FaultNoLeader + "-end":
+		w.model.SetLeader(true)
+	case FaultLeaderChange:
+		w.model.LeaderChange()
+	case FaultCompact:
+		w.model.Compact(int64(f.n))
+	}
+}
+
+// crash cuts a process off at once (nothing it sends arrives) and stops it in the background.
+func (w *World) crash(slot int) {
+	w.mu.Lock()
+	n := w.slots[slot]
+	if n.crashed {
+		w.mu.Unlock()
+		return
+	}
+	n.crashed = true
+	w.mu.Unlock()
+	w.net.Cut(n.name, true)
+	w.bg.Go(n.stop)
+}
+
+// restart starts a new incarnation (a new server ID) of a crashed process.
+func (w *World) restart(slot int) {
+	w.mu.Lock()
+	old := w.slots[slot]
+	if !old.crashed {
+		w.mu.Unlock()
+		return
+	}
+	gen := 0
+	for _, n := range w.nodes {
+		if n.slot == slot {
+			gen++
+		}
+	}
+	w.mu.Unlock()
+	n := w.newNode(slot, gen)
+	w.mu.Lock()
+	w.slots[slot] = n
+	w.mu.Unlock()
+	n.start()
+}
+
+// revokeLeader is an operator revoking the lease of the leader of the i-th queue (mod the count).
+func (w *World) revokeLeader(i int) {
+	q := w.queues[i%len(w.queues)]
+	w.mu.Lock()
+	var lease int64
+	for _, n := range w.nodes {
+		ts := n.terms[q]
+		if ts == nil || !ts.running || n.crashed {
+			continue
+		}
+		if kv := w.model.Get(ts.term.Key()); kv != nil && kv.CreateRevision == ts.term.Token() {
+			lease = kv.Lease
+		}
+	}
+	if lease != 0 {
+		for _, n := range w.nodes {
+			for _, ts := range n.terms {
+				if kv := w.model.Get(ts.term.Key()); kv != nil && kv.Lease == lease {
+					ts.external = true
+				}
+			}
+		}
+	}
+	w.mu.Unlock()
+	if lease != 0 && w.model.Revoke(lease) {
+		w.probe("operator revoked a leader's lease")
+	}
+}
+
+// heal turns every fault off and restarts every crashed process.
+func (w *World) heal(now time.Time) {
+	w.rec.Add("world", "heal")
+	w.net.SetFaults(NetFaults{Detect: w.plan.net.Detect})
+	w.model.SetLeader(true)
+	for slot, n := range w.slots {
+		w.net.Cut(n.name, false)
+		w.net.Hold(n.name, time.Time{})
+		w.restart(slot)
+	}
+}
+
+// stopAll stops every live process gracefully and waits for every stop.
+func (w *World) stopAll() {
+	var wg sync.WaitGroup
+	w.mu.Lock()
+	for _, n := range w.slots {
+		if !n.crashed {
+			n.crashed = true // no longer checked: it is handing over
+			wg.Go(n.stop)
+		}
+	}
+	w.mu.Unlock()
+	wg.Wait()
+	w.bg.Wait()
+}

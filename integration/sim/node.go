@@ -1,0 +1,141 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/baton-run/baton/election"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// node is one incarnation of a simulated process: its own clientv3 over the model, a real Elector,
+// one Run per queue.
+type node struct {
+	w      *World
+	slot   int
+	name   string // server ID and network name
+	clk    *nodeClock
+	cli    *clientv3.Client
+	el     *election.Elector
+	ctx    context.Context
+	cancel context.CancelFunc
+	runs   sync.WaitGroup
+
+	// under w.mu
+	crashed bool
+	terms   map[string]*termState
+}
+
+// termState is what the world knows of one term of a node.
+type termState struct {
+	term     *election.Term
+	running  bool // OnElected has not returned
+	external bool // an operator removed its lease: its successor may win before it hears of it
+}
+
+func fenceKey(queue string) string { return "fence/" + Project + "/" + queue }
+
+func isFenceKey(key string) bool { return strings.HasPrefix(key, "fence/") }
+
+func (w *World) newNode(slot, gen int) *node {
+	name := fmt.Sprintf("n%d.%d", slot, gen)
+	n := &node{w: w, slot: slot, name: name, clk: newNodeClock(w.s.Source("clock/" + name)), terms: map[string]*termState{}}
+	n.ctx, n.cancel = context.WithCancel(w.ctx)
+	w.mu.Lock()
+	w.nodes = append(w.nodes, n)
+	w.mu.Unlock()
+	return n
+}
+
+func (n *node) start() {
+	n.w.rec.Add(n.name, "start")
+	n.cli = n.w.model.NewClient(n.ctx, n.name)
+	el, err := election.New(n.cli, election.Config{TTL: electionTTL, Clock: n.clk})
+	if err != nil {
+		n.w.violate("election.New: %v", err)
+		return
+	}
+	n.el = el
+	for _, q := range n.w.queues {
+		n.runs.Go(func() {
+			if err := el.Run(n.ctx, Project, q, n.name, election.Callbacks{
+				OnElected:  func(ctx context.Context, t *election.Term) error { return n.lead(ctx, q, t) },
+				OnStepDown: func(t *election.Term, cause error) { n.stepDown(q, t, cause) },
+				// Observing runs election.Observe, whose watch starts at a past revision: the one
+				// watch of the Elector that compaction can cut.
+				OnNewLeader: func(l election.Leader) { n.w.rec.Add(n.name, "observed leader of %s: %s", q, l.ID) },
+			}); err != nil {
+				n.w.violate("%s: Run %s: %v", n.name, q, err)
+			}
+		})
+	}
+}
+
+// stop ends the incarnation: graceful (Run hands its terms over) or after a crash (its network is
+// cut first, so nothing it says reaches etcd). It returns once every goroutine of the node is gone.
+func (n *node) stop() {
+	n.cancel()
+	n.runs.Wait()
+	if n.el != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(n.w.ctx), 30*time.Second)
+		_ = n.el.Close(cctx)
+		cancel()
+	}
+	if n.cli != nil {
+		n.cli.Close()
+	}
+	n.w.rec.Add(n.name, "stopped")
+}
+
+// lead is the leader's work: fenced writes every few hundred milliseconds while the term holds, and
+// an unfinished write's worth of time after it ended before returning.
+func (n *node) lead(ctx context.Context, q string, t *election.Term) error {
+	n.w.elected(n, q, t)
+	defer n.w.returned(n, q, t)
+	r := n.w.s.Rand(fmt.Sprintf("lead/%s/%s/%d", n.name, q, t.Token()))
+	for seq := 0; ; seq++ {
+		timer := n.clk.NewTimer(time.Duration(100+r.IntN(500)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			finish := n.clk.NewTimer(time.Duration(r.Int64N(int64(n.w.margin / 2))))
+			<-finish.C()
+			return nil
+		case <-timer.C():
+		}
+		if t.Check() != nil {
+			continue
+		}
+		id := n.w.newWrite(fmt.Sprintf("%s/%s/%d/%d", n.name, q, t.Token(), seq), t)
+		resp, err := t.Guard(ctx, clientv3.OpPut(fenceKey(q), id))
+		switch {
+		case err == nil && resp.Succeeded:
+			n.w.probe("fenced write committed")
+		case errors.Is(err, election.ErrNotLeader):
+			n.w.probe("fenced write refused")
+		}
+	}
+}
+
+func (n *node) stepDown(q string, t *election.Term, cause error) {
+	n.w.rec.Add(n.name, "step down %s token=%d: %s", q, t.Token(), election.EndReason(cause))
+	switch {
+	case errors.Is(cause, election.ErrLeaseDeadline):
+		n.w.probe("term lost to the local lease deadline")
+	case errors.Is(cause, election.ErrLeaseNotFound):
+		n.w.probe("term lost to an expired or revoked lease")
+	case errors.Is(cause, election.ErrKeyLost):
+		n.w.probe("term lost with its key")
+	}
+}
+
+func (w *World) newWrite(id string, t *election.Term) string {
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	w.writes[id] = fenced{key: t.Key(), token: t.Token()}
+	return id
+}

@@ -1,0 +1,23 @@
+package sim
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+)
+
+// Streams splits one seed into independent named PRNG streams.
+type Streams struct{ Seed uint64 }
+
+// Rand returns the stream called name: the same seed and name give the same sequence.
+func (s Streams) Rand(name string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.New(rand.NewPCG(s.Seed, h.Sum64()))
+}
+
+// Source is the stream called name as a rand.Source (for clock.Clock.Rand and the etcd model).
+func (s Streams) Source(name string) rand.Source {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.NewPCG(s.Seed, h.Sum64())
+}

@@ -1,0 +1,201 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// ProbeCompactedWatch is the probe hit by a schedule in which a watch was opened below etcd's
+// compaction (clientv3 then ends it with ErrCompacted and the Elector must read again).
+const ProbeCompactedWatch = "watch opened below the compaction"
+
+// Project is the project every simulated process campaigns in.
+const Project = "sim"
+
+// electionTTL is the lease TTL of every simulated process: short, so that a minute of simulated time
+// holds many terms (election.MinTTL is 2 s; 3 s leaves a margin and keepalive interval of whole ms).
+const electionTTL = 3 * time.Second
+
+// Result is what one schedule found.
+type Result struct {
+	Seed       uint64
+	Violations []string
+	Hash       uint64
+	Simulated  time.Duration
+	Probes     map[string]int
+	Timeline   string
+	Setup      string
+}
+
+// World is one schedule of the election simulator.
+type World struct {
+	t      *testing.T
+	seed   uint64
+	s      Streams
+	rec    *Recorder
+	net    *Net
+	model  *etcdmodel.Model
+	plan   plan
+	ctx    context.Context
+	queues []string
+	margin time.Duration
+
+	mu       sync.Mutex // the processes and their terms; held while reading the model, never inside onCommit
+	nodes    []*node    // every incarnation, live or not
+	slots    []*node    // the current incarnation of each process
+	healedAt time.Time
+
+	rmu        sync.Mutex // what the recorder side keeps: fenced writes, violations, probes
+	writes     map[string]fenced
+	violations []string
+	probes     map[string]int
+	bg         sync.WaitGroup // stops and restarts in flight
+}
+
+// fenced is a guarded write in flight: the term it was issued under.
+type fenced struct {
+	key   string
+	token int64
+}
+
+// RunElection runs the election world for seed in its own synctest bubble; keep keeps the timeline.
+func RunElection(t *testing.T, seed uint64, keep bool) Result {
+	var res Result
+	inBubble(t, func(t *testing.T) { res = runElection(t, seed, keep) })
+	return res
+}
+
+func runElection(t *testing.T, seed uint64, keep bool) Result {
+	s := Streams{Seed: seed}
+	p := drawPlan(s)
+	w := &World{t: t, seed: seed, s: s, plan: p, ctx: t.Context(), writes: map[string]fenced{}, probes: map[string]int{},
+		margin: election.DefaultConfig().SafetyMargin * electionTTL / election.DefaultConfig().TTL}
+	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
+	w.net = NewNet(w.rec, s.Rand("net"), p.net)
+	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net, OnCommit: w.onCommit})
+	for i := range p.queues {
+		w.queues = append(w.queues, fmt.Sprintf("q%d", i))
+	}
+	w.rec.Add("world", "setup %s", p)
+	start := time.Now()
+	for i := range p.nodes {
+		n := w.newNode(i, 0)
+		w.slots = append(w.slots, n)
+		n.start()
+	}
+	w.loop(start)
+	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: time.Since(start),
+		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: p.String()}
+}
+
+// loop is the scheduler: whenever the bubble is quiescent it checks the invariants, applies due
+// faults, and delivers one message; otherwise it lets time run to the next thing due.
+func (w *World) loop(start time.Time) {
+	chaosEnd := start.Add(w.plan.chaos)
+	healEnd := chaosEnd.Add(w.plan.heal)
+	stopped := make(chan struct{})
+	stopping := false
+	faults := w.plan.events(start)
+	for {
+		synctest.Wait()
+		now := time.Now()
+		w.check(now, !now.Before(chaosEnd))
+		for len(faults) > 0 && !faults[0].at.After(now) {
+			w.apply(faults[0], now)
+			faults = faults[1:]
+		}
+		if !stopping && !now.Before(chaosEnd) && w.plan.healed {
+			w.heal(now)
+			w.plan.healed = false
+		}
+		if !stopping && (!now.Before(healEnd) || (!w.healedAt.IsZero() && now.Sub(w.healedAt) > 5*time.Second)) {
+			stopping = true
+			w.endLiveness(now)
+			go func() { w.stopAll(); close(stopped) }()
+		}
+		select {
+		case <-stopped:
+			if n := w.model.CompactedWatches(); n > 0 {
+				w.probe(ProbeCompactedWatch)
+			}
+			w.model.Close() // first: it releases requests waiting for a leader
+			w.net.Close()
+			return
+		default:
+		}
+		ok, next := w.net.Step(now)
+		if ok {
+			continue
+		}
+		w.sleep(now, earliest(now, next, faults, chaosEnd, healEnd), stopped)
+	}
+}
+
+// earliest is the next instant something is due: a held message, a fault, the end of a phase.
+func earliest(now, next time.Time, faults []faultEvent, chaosEnd, healEnd time.Time) time.Time {
+	due := healEnd
+	if now.Before(chaosEnd) {
+		due = chaosEnd
+	}
+	if !next.IsZero() && next.Before(due) {
+		due = next
+	}
+	if len(faults) > 0 && faults[0].at.Before(due) {
+		due = faults[0].at
+	}
+	if !due.After(now) {
+		due = now.Add(time.Second) // stopping: poll until every process has stopped
+	}
+	return due
+}
+
+// sleep lets the bubble's time run until due, a new message, or the end of the stop.
+func (w *World) sleep(now, due time.Time, stopped <-chan struct{}) {
+	t := time.NewTimer(due.Sub(now))
+	defer t.Stop()
+	select {
+	case <-w.net.Notify():
+	case <-t.C:
+	case <-stopped:
+	}
+}
+
+func (w *World) violate(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
+	w.rec.Add("world", "VIOLATION %s", v)
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	w.violations = append(w.violations, v)
+}
+
+func (w *World) probe(name string) {
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	w.probes[name]++
+}
+
+// onCommit checks every fenced write as the model commits it (under the model's lock).
+func (w *World) onCommit(rev int64, events []*mvccpb.Event, get func(string) *mvccpb.KeyValue) {
+	for _, ev := range events {
+		if ev.Type != mvccpb.PUT || !isFenceKey(string(ev.Kv.Key)) {
+			continue
+		}
+		w.rmu.Lock()
+		f, ok := w.writes[string(ev.Kv.Value)]
+		w.rmu.Unlock()
+		if !ok {
+			continue
+		}
+		if kv := get(f.key); kv == nil || kv.CreateRevision != f.token {
+			w.violate("fenced write %s of term %s@%d committed at revision %d after its term's key was gone", ev.Kv.Value, f.key, f.token, rev)
+		}
+	}
+}
