@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-const conformanceSeeds = 12
+const etcdConformanceSeeds = 12
 
 // diffLines returns the first line where got differs from want, or "".
 func diffLines(want, got []string) string {
@@ -42,7 +42,7 @@ func freshEtcd(t *testing.T) *clientv3.Client {
 func TestConformanceEtcdScripts(t *testing.T) {
 	ctx := t.Context()
 	var all []string
-	for seed := uint64(1); seed <= conformanceSeeds; seed++ {
+	for seed := uint64(1); seed <= etcdConformanceSeeds; seed++ {
 		ops := drawScript(seed, 60)
 		real := runScript(ctx, freshEtcd(t), ops, 10*time.Second)
 		model := etcdmodel.New(etcdmodel.Options{})
