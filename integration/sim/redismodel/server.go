@@ -70,6 +70,9 @@ func (s *Server) Client() *redis.Client {
 		Protocol:        2,
 		DisableIdentity: true,
 		PoolSize:        2,
+		// A retry of a command whose reply was lost stays (a duplicated request), without go-redis's
+		// backoff, which draws from the global math/rand and so made seeds replay differently.
+		MinRetryBackoff: -1,
 		// Endpoint detection resolves Addr in DNS, which a bubble must not do (and there is no host).
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
