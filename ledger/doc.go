@@ -47,8 +47,9 @@
 //
 // Records carry an etcd lease and live for Config.Retention (default DefaultRetention, 24h; at least
 // MinRetention): records share a lease, rotated every half retention, so a record lives between half
-// and the full period. A lease etcd no longer knows (a restore, a revoke) is replaced at once. A
-// request sent again after its record expired is handled again: the retention bounds how long a
+// and the full period. A lease etcd no longer knows (a restore, a revoke) is replaced at once. One
+// write at a time grants a lease; the others wait for it within their own deadlines, so a slow grant
+// holds up no write past its caller's context. A request sent again after its record expired is handled again: the retention bounds how long a
 // producer may retry.
 //
 // # The key layout

@@ -46,6 +46,9 @@ type Etcd struct {
 	mu      sync.Mutex
 	lease   clientv3.LeaseID
 	granted time.Time
+	// granting is closed when the grant under way ends (nil: none is): one caller at a time grants,
+	// without mu, and the others wait on it with their own contexts (currentLease).
+	granting chan struct{}
 	// failing is the first write failure of the current streak (zero once a write went through), and
 	// failure its latest error: what Check reports.
 	failing time.Time
@@ -173,18 +176,52 @@ func (l *Etcd) Check() error {
 		l.clock.Now().Sub(l.failing).Round(time.Millisecond), l.failure)
 }
 
+// currentLease returns the records' lease, granting a new one when there is none or it is half a
+// retention old. One caller at a time grants, under its own context and without holding mu across
+// the request, so that a slow or hung grant holds up no other caller past its own deadline: the
+// others wait for it as long as their contexts allow, then use its lease, or, when it failed or its
+// caller gave up, try a grant themselves.
 func (l *Etcd) currentLease(ctx context.Context) (clientv3.LeaseID, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lease != 0 && l.clock.Now().Sub(l.granted) < l.retention/2 {
-		return l.lease, nil
+	for {
+		l.mu.Lock()
+		if l.lease != 0 && l.clock.Now().Sub(l.granted) < l.retention/2 {
+			lease := l.lease
+			l.mu.Unlock()
+			return lease, nil
+		}
+		wait := l.granting
+		if wait == nil {
+			l.granting = make(chan struct{})
+			l.mu.Unlock()
+			return l.grant(ctx)
+		}
+		l.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
-	resp, err := l.client.Grant(ctx, int64(l.retention/time.Second))
+}
+
+// grant requests a new lease for the records as the one caller granting (l.granting), then ends
+// that grant, whatever its outcome, so that the callers waiting for it go on.
+func (l *Etcd) grant(ctx context.Context) (lease clientv3.LeaseID, err error) {
+	var resp *clientv3.LeaseGrantResponse
+	defer func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if err == nil {
+			l.lease, l.granted = resp.ID, l.clock.Now()
+		}
+		close(l.granting)
+		l.granting = nil
+	}()
+	resp, err = l.client.Grant(ctx, int64(l.retention/time.Second))
 	if err != nil {
 		return 0, err
 	}
-	l.lease, l.granted = resp.ID, l.clock.Now()
-	return l.lease, nil
+	return resp.ID, nil
 }
 
 // Begin records key as pending for owner, in one transaction that holds only while owner's term

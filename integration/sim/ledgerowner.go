@@ -27,10 +27,6 @@ type ledgerOwner struct {
 	r    *rand.Rand
 	cli  *clientv3.Client
 	l    *ledger.Etcd
-	// one serialises the owner's ledger calls (its stream and the heal's check). ledger.Etcd holds a
-	// mutex across the Grant of a new lease, and a goroutine waiting on a sync.Mutex is not durably
-	// blocked, so a second caller would keep synctest.Wait from returning; a channel wait is durable.
-	one chan struct{}
 
 	mu    sync.Mutex
 	owner takeover.Owner
@@ -38,8 +34,7 @@ type ledgerOwner struct {
 
 func (w *LedgerWorld) newOwner(i int) *ledgerOwner {
 	name := fmt.Sprintf("o%d", i)
-	return &ledgerOwner{w: w, i: i, name: name, clk: newNodeClock(w.s.Source("clock/" + name)), r: w.s.Rand("owner/" + name),
-		one: make(chan struct{}, 1)}
+	return &ledgerOwner{w: w, i: i, name: name, clk: newNodeClock(w.s.Source("clock/" + name)), r: w.s.Rand("owner/" + name)}
 }
 
 func (o *ledgerOwner) token() int64 {
@@ -156,12 +151,6 @@ func (o *ledgerOwner) dispatch(ctx context.Context, key string) bool {
 // (the world's view, not the client's) to see whether the write was applied while its caller heard
 // of a failure: the lost response a retry must survive.
 func (o *ledgerOwner) call(ctx context.Context, key, want string, f func(context.Context) error) error {
-	select {
-	case o.one <- struct{}{}:
-		defer func() { <-o.one }()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	k := ledger.Key(ledgerPrefix, Project, key)
 	before := o.w.model.Get(k)
 	c, cancel := context.WithTimeout(ctx, ledgerCallTimeout)
