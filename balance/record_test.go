@@ -110,16 +110,16 @@ func TestSuccessorCountsRecentNamings(t *testing.T) {
 	r, fake := fakeRunner("w0", []string{"a"}, "w0")
 	r.roster.members["w1"] = member{Since: 1}
 	r.roster.members["w2"] = member{Since: 2}
-	picks := []string{r.successor(), r.successor(), r.successor()}
+	picks := []string{r.successor(nil), r.successor(nil), r.successor(nil)}
 	if picks[0] != "w1" || picks[1] != "w2" || picks[2] != "w1" {
 		t.Fatalf("picks %v, want w1 (oldest), w2 (w1 named once), w1 (a tie, oldest)", picks)
 	}
 	fake.Advance(2 * r.cfg.Grace)
-	if got := r.successor(); got != "w2" {
+	if got := r.successor(nil); got != "w2" {
 		t.Fatalf("2 × Grace later: %q, want w2 (w1 named twice, w2 once, still counted)", got)
 	}
 	fake.Advance(time.Nanosecond)
-	if got := r.successor(); got != "w1" {
+	if got := r.successor(nil); got != "w1" {
 		t.Fatalf("just after 2 × Grace: %q, want w1 (its namings forgotten, w2's last one still counted)", got)
 	}
 }

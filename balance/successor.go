@@ -92,11 +92,11 @@ func (r *Runner) won(ctx context.Context, queue string) {
 		attribute.String("queue", queue), attribute.String("reason", reason)))
 }
 
-// successor picks who should lead a queue after this worker (pickSuccessor) among the workers
-// standing for this worker's queues and the live member records, counting for each the queues this
-// worker named it for a moment ago (within 2 × Grace), and records the choice. "" when there is
-// nobody.
-func (r *Runner) successor() string {
+// successor picks who should lead a queue after this worker (pickSuccessor) among the workers in
+// line (nil: the workers standing for any of this worker's queues and the live member records),
+// counting for each the queues this worker named it for a moment ago (within 2 × Grace), and
+// records the choice. "" when there is nobody.
+func (r *Runner) successor(line []string) string {
 	counts := r.counts()
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
@@ -111,6 +111,9 @@ func (r *Runner) successor() string {
 		named[id] = len(at)
 	}
 	r.mu.Unlock()
+	if line != nil {
+		return r.pick(line, counts, named, now)
+	}
 	ids := r.view.candidateIDs()
 	// A worker that stands nowhere (it has only just started, or leads its share with nobody to take
 	// over from) is a successor all the same: named, it stands. (Should it not campaign for this queue
@@ -121,6 +124,11 @@ func (r *Runner) successor() string {
 			ids = append(ids, id)
 		}
 	})
+	return r.pick(ids, counts, named, now)
+}
+
+// pick is successor's choice among ids, recorded as named.
+func (r *Runner) pick(ids []string, counts, named map[string]int, now time.Time) string {
 	cands := make([]successorFacts, 0, len(ids))
 	for _, w := range r.roster.workers(ids) {
 		cands = append(cands, successorFacts{worker: w, led: counts[w.id] + named[w.id]})
@@ -184,15 +192,20 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 // nameFor returns the worker a hand-off of queue for reason names: an operator's target for a
 // transfer, the first taker in line for a drain or an unfit hand-over (only a worker that stands for
 // the queue can take it: one named that does not serve it would hold the others off for the grace
-// window), the successor otherwise (recorded as named).
+// window), the successor among the queue's line for a shed (a shed moves only queues another worker
+// stands for; a lighter worker that stands nowhere may not serve the queue, and then the queue
+// comes back here after the grace window, shed after shed: the simulator's balance world found
+// that flapping), the successor among every worker otherwise, a stop (recorded as named).
 func (r *Runner) nameFor(queue, reason string) string {
 	switch to, asked := r.roster.transferTo(queue); {
 	case reason == ReasonTransfer && asked:
 		return to // the operator checked that it serves the queue
 	case reason == ReasonDrain, reason == ReasonUnfit:
 		return r.takerOf(queue)
+	case reason == ReasonShed:
+		return r.successor(r.view.line(queue))
 	}
-	return r.successor()
+	return r.successor(nil)
 }
 
 // clearHint removes this worker's hint of queue once the hand-off is over, so that a later reader

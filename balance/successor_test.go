@@ -19,9 +19,12 @@ func TestNameFor(t *testing.T) {
 		{"shed: the lighter worker in line", func(f *fleet) {
 			f.member("w1", "v1", false).member("w2", "v1", false).line("a", "w0", "w1", "w2").line("b", "w1")
 		}, ReasonShed, "w2"},
-		{"shed: a worker that stands nowhere yet", func(f *fleet) {
+		{"shed: not a lighter worker that stands nowhere (it may not serve the queue)", func(f *fleet) {
 			f.member("w1", "v1", false).member("w3", "v1", false).line("a", "w0", "w1").line("b", "w1")
-		}, ReasonShed, "w3"},
+		}, ReasonShed, "w1"},
+		{"resign: a worker that stands nowhere yet", func(f *fleet) {
+			f.member("w1", "v1", false).member("w3", "v1", false).line("a", "w0", "w1").line("b", "w1")
+		}, ReasonResign, "w3"},
 		{"resign during a rollout: the newer worker, though it stands nowhere", func(f *fleet) {
 			f.member("w1", "v1", false).member("w3", "v2", false).line("a", "w0", "w1")
 		}, ReasonRollout, "w3"},
