@@ -12,6 +12,8 @@ func (w *BalanceWorld) apply(f faultEvent) {
 		w.crash(f.node)
 	case BalanceRestart:
 		w.restart(f.node)
+	case BalanceDeploy:
+		w.deploy(f.node)
 	}
 }
 
@@ -48,18 +50,45 @@ func (w *BalanceWorld) restart(slot int) {
 		w.mu.Unlock()
 		return
 	}
+	w.mu.Unlock()
+	n := w.newNode(slot, w.generation(slot))
+	w.mu.Lock()
+	w.slots[slot] = n
+	w.mu.Unlock()
+	n.start()
+}
+
+// deploy is one step of a rolling deploy (surge): the process's next incarnation starts at v2, and its
+// current one, still checked while it hands its queues over, stops gracefully. A crashed process
+// just comes back at v2.
+func (w *BalanceWorld) deploy(slot int) {
+	w.mu.Lock()
+	w.version = "v2"
+	old := w.slots[slot]
+	w.mu.Unlock()
+	if old.crashed {
+		w.restart(slot)
+		return
+	}
+	n := w.newNode(slot, w.generation(slot))
+	w.mu.Lock()
+	w.slots[slot] = n
+	w.mu.Unlock()
+	n.start()
+	w.bg.Go(old.stop)
+}
+
+// generation is the next incarnation's number of a process.
+func (w *BalanceWorld) generation(slot int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	gen := 0
 	for _, n := range w.nodes {
 		if n.slot == slot {
 			gen++
 		}
 	}
-	w.mu.Unlock()
-	n := w.newNode(slot, gen)
-	w.mu.Lock()
-	w.slots[slot] = n
-	w.mu.Unlock()
-	n.start()
+	return gen
 }
 
 // heal turns the network's faults off, restarts every crashed process, undrains every process and

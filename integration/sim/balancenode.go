@@ -19,6 +19,7 @@ type bnode struct {
 	slot   int
 	name   string
 	queues []string
+	ver    string
 	clk    *nodeClock
 	cli    *clientv3.Client
 	el     *election.Elector
@@ -35,7 +36,7 @@ type bnode struct {
 
 func (w *BalanceWorld) newNode(slot, gen int) *bnode {
 	name := fmt.Sprintf("n%d.%d", slot, gen)
-	n := &bnode{w: w, slot: slot, name: name, queues: w.plan.serves[slot], clk: newNodeClock(w.s.Source("clock/" + name)),
+	n := &bnode{w: w, slot: slot, name: name, queues: w.plan.serves[slot], ver: w.version, clk: newNodeClock(w.s.Source("clock/" + name)),
 		terms: map[string]*election.Term{}}
 	n.ctx, n.cancel = context.WithCancel(w.ctx)
 	w.mu.Lock()
@@ -45,7 +46,7 @@ func (w *BalanceWorld) newNode(slot, gen int) *bnode {
 }
 
 func (n *bnode) start() {
-	n.w.rec.Add(n.name, "start serving %v", n.queues)
+	n.w.rec.Add(n.name, "start serving %v version %q", n.queues, n.ver)
 	n.cli = n.w.model.NewClient(n.ctx, n.name)
 	el, err := election.New(n.cli, election.Config{TTL: electionTTL, Clock: n.clk})
 	if err != nil {
@@ -54,7 +55,7 @@ func (n *bnode) start() {
 	}
 	n.el = el
 	r, err := balance.New(el, n.cli, balance.Config{Project: Project, ServerID: n.name, Queues: n.queues, Clock: n.clk,
-		Events: n.event, Logger: n.w.logger(n.name)})
+		Version: n.ver, Events: n.event, Logger: n.w.logger(n.name)})
 	if err != nil {
 		n.w.violate("balance.New: %v", err)
 		return

@@ -15,6 +15,7 @@ const (
 	BalanceUndrain = "undrain"
 	BalanceCrash   = "crash"
 	BalanceRestart = "restart"
+	BalanceDeploy  = "deploy" // a rolling deploy's step: a process's v2 incarnation starts, then its v1 one stops
 )
 
 // balancePlan is one seed's balance world: who serves which queue, the network rates, the faults of
@@ -27,6 +28,7 @@ type balancePlan struct {
 	net         NetFaults
 	events      []faultEvent // times relative to the start
 	drainAtHeal int
+	versioned   bool // processes start at v1 (a rolling deploy to v2 may follow); else unversioned
 }
 
 // balancePhases are the phases after the chaos: the heal itself, a settle window for the handovers it starts,
@@ -61,6 +63,14 @@ func drawBalancePlan(s Streams) balancePlan {
 	}
 	p.net = drawBalanceNet(r)
 	p.events = drawBalanceEvents(r, nodes, p.phases.chaos)
+	if p.versioned = r.IntN(2) == 0; p.versioned && r.IntN(2) == 0 {
+		at := time.Duration(5+r.IntN(30)) * time.Second
+		for i := range nodes { // one process every 4-8 s, in order
+			p.events = append(p.events, faultEvent{after: at, kind: BalanceDeploy, node: i})
+			at += time.Duration(4000+r.IntN(4000)) * time.Millisecond
+		}
+		sort.SliceStable(p.events, func(i, j int) bool { return p.events[i].after < p.events[j].after })
+	}
 	if r.IntN(4) != 0 {
 		p.drainAtHeal = p.solo
 	}
@@ -117,7 +127,7 @@ func (p balancePlan) String() string {
 	for _, e := range p.events {
 		evs = append(evs, fmt.Sprintf("%s(p%d)@%v", e.kind, e.node, e.after))
 	}
-	return fmt.Sprintf("serves=[%s] solo=p%d drainAtHeal=%d events=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f",
-		strings.Join(serves, " "), p.solo, p.drainAtHeal, strings.Join(evs, " "), p.net.DelayRate, p.net.MaxDelay,
+	return fmt.Sprintf("serves=[%s] solo=p%d drainAtHeal=%d versioned=%v events=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f",
+		strings.Join(serves, " "), p.solo, p.drainAtHeal, p.versioned, strings.Join(evs, " "), p.net.DelayRate, p.net.MaxDelay,
 		p.net.Reorder, p.net.DropRate, p.net.LostRespRate)
 }

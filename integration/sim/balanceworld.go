@@ -21,6 +21,7 @@ const (
 	ProbeDrainHandedOver = "drain handed a queue over"
 	ProbeDrainKept       = "draining worker kept a queue nobody else serves"
 	ProbeShedMove        = "shed moved a queue"
+	ProbeRolloutMove     = "rolling deploy moved a queue"
 )
 
 // BalanceWorld is one schedule of the balance simulator: 3-5 processes, each a real election.Elector
@@ -46,6 +47,7 @@ type BalanceWorld struct {
 	mu      sync.Mutex
 	nodes   []*bnode            // every incarnation
 	slots   []*bnode            // the current incarnation of each process
+	version string              // of the next incarnation
 	handing map[string]handOver // per queue: the last hand-over announced, until the next election
 	owner   map[string]string   // the server ID that last won each queue
 	phase   int                 // 0 chaos, 1 settle, 2 stable, 3 stopping
@@ -73,6 +75,9 @@ func runBalance(t *testing.T, seed uint64, keep bool) Result {
 	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
 	w.net = NewNet(w.rec, s.Rand("net"), p.net)
 	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net})
+	if p.versioned {
+		w.version = "v1"
+	}
 	w.rec.Add("world", "setup %s", p)
 	start := time.Now()
 	for i := range p.serves {
@@ -191,6 +196,8 @@ func (w *BalanceWorld) elected(n *bnode, q string, t *election.Term) {
 		w.probes[ProbeDrainHandedOver]++
 	case reason == balance.ReasonShed:
 		w.probes[ProbeShedMove]++
+	case w.versionOf(prev) == "v1" && n.ver == "v2":
+		w.probes[ProbeRolloutMove]++ // a stop's hand-over announces no event: the versions tell
 	}
 	if w.phase == 0 || w.phase == 3 {
 		return
@@ -207,6 +214,16 @@ func (w *BalanceWorld) elected(n *bnode, q string, t *election.Term) {
 			w.violations = append(w.violations, fmt.Sprintf("the drain of %s moved %s %d times after the heal", h.from, q, w.drains[k]))
 		}
 	}
+}
+
+// versionOf returns the version of the incarnation called name; the caller holds mu.
+func (w *BalanceWorld) versionOf(name string) string {
+	for _, n := range w.nodes {
+		if n.name == name {
+			return n.ver
+		}
+	}
+	return ""
 }
 
 func (w *BalanceWorld) returned(n *bnode, q string, t *election.Term) {
