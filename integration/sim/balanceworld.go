@@ -180,40 +180,53 @@ func (w *BalanceWorld) probe(name string) {
 // handOver is a hand-over a leader announced (event.HandingOver): why, and by whom.
 type handOver struct{ reason, from string }
 
-// elected counts an owner change of q and checks the post-heal bounds.
+// elected counts an owner change of q and checks the post-heal bounds; probes and violations go
+// through rmu (probe, violate), after mu is released.
 func (w *BalanceWorld) elected(n *bnode, q string, t *election.Term) {
 	w.rec.Add(n.name, "elected %s token=%d", q, t.Token())
+	probe, violations := w.ownerChange(n, q, t)
+	if probe != "" {
+		w.probe(probe)
+	}
+	for _, v := range violations {
+		w.violate("%s", v)
+	}
+}
+
+// ownerChange records n's new term of q and returns the probe it hits ("" for none) and the
+// violations it makes.
+func (w *BalanceWorld) ownerChange(n *bnode, q string, t *election.Term) (probe string, violations []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n.terms[q] = t
 	prev, h := w.owner[q], w.handing[q]
-	reason := h.reason
 	w.owner[q] = n.name
 	delete(w.handing, q)
 	switch {
 	case prev == "" || prev == n.name:
-	case reason == balance.ReasonDrain:
-		w.probes[ProbeDrainHandedOver]++
-	case reason == balance.ReasonShed:
-		w.probes[ProbeShedMove]++
+	case h.reason == balance.ReasonDrain:
+		probe = ProbeDrainHandedOver
+	case h.reason == balance.ReasonShed:
+		probe = ProbeShedMove
 	case w.versionOf(prev) == "v1" && n.ver == "v2":
-		w.probes[ProbeRolloutMove]++ // a stop's hand-over announces no event: the versions tell
+		probe = ProbeRolloutMove // a stop's hand-over announces no event: the versions tell
 	}
 	if w.phase == 0 || w.phase == 3 {
-		return
+		return probe, nil
 	}
 	c := w.changes[q]
 	c[w.phase-1]++
 	w.changes[q] = c
 	if w.phase == 2 {
-		w.violations = append(w.violations, fmt.Sprintf("%s changed owner to %s (token=%d) in the stable window", q, n.name, t.Token()))
+		violations = append(violations, fmt.Sprintf("%s changed owner to %s (token=%d) in the stable window", q, n.name, t.Token()))
 	}
-	if reason == balance.ReasonDrain {
+	if h.reason == balance.ReasonDrain {
 		k := q + " from " + h.from
 		if w.drains[k]++; w.drains[k] > 1 {
-			w.violations = append(w.violations, fmt.Sprintf("the drain of %s moved %s %d times after the heal", h.from, q, w.drains[k]))
+			violations = append(violations, fmt.Sprintf("the drain of %s moved %s %d times after the heal", h.from, q, w.drains[k]))
 		}
 	}
+	return probe, violations
 }
 
 // versionOf returns the version of the incarnation called name; the caller holds mu.
