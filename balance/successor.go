@@ -182,15 +182,17 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 }
 
 // nameFor returns the worker a hand-off of queue for reason names: an operator's target for a
-// transfer, the first taker in line for a drain or an unfit hand-over (only a worker that stands for
+// transfer, the first taker in line for a drain or, reaching Temporal, an unfit hand-over (only a worker that stands for
 // the queue can take it: one named that does not serve it would hold the others off for the grace
 // window), the successor otherwise (recorded as named).
 func (r *Runner) nameFor(queue, reason string) string {
 	switch to, asked := r.roster.transferTo(queue); {
 	case reason == ReasonTransfer && asked:
 		return to // the operator checked that it serves the queue
-	case reason == ReasonDrain, reason == ReasonUnfit:
+	case reason == ReasonDrain:
 		return r.takerOf(queue)
+	case reason == ReasonUnfit:
+		return r.fitTakerOf(queue)
 	}
 	return r.successor()
 }
