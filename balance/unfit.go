@@ -54,7 +54,9 @@ func (r *Runner) unfitMove(ctx context.Context, queue string) (unfit, move bool)
 	if !rec.unfit {
 		return false, false // no line to read
 	}
-	d := decideUnfit(rec, r.cfg.Clock.Now(), r.cfg.ServerID, r.line(queue), r.cfg.Grace)
+	line := r.line(queue)
+	selfOK := fitTaker(r.cfg.ServerID, line) != "" && r.reachNow(ctx) // only a move needs it
+	d := decideUnfit(rec, r.cfg.Clock.Now(), r.cfg.ServerID, line, selfOK, r.cfg.Grace)
 	switch {
 	case d.ask:
 		hctx, cancel := context.WithTimeout(ctx, r.cfg.Grace)
@@ -72,21 +74,30 @@ func (r *Runner) unfitMove(ctx context.Context, queue string) (unfit, move bool)
 	return d.unfit, d.move
 }
 
-// checkReach runs Config.Reach now and every ReachEvery until ctx ends, and publishes whether it
-// passed (member.TemporalOK). A change of answer is logged once.
+// checkReach runs reachNow now and every ReachEvery until ctx ends.
 func (r *Runner) checkReach(ctx context.Context) {
 	for {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.ReachEvery)
-		err := r.cfg.Reach(cctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if r.roster.setTemporalOK(err == nil) {
-			r.log.Info("Temporal reach of this worker changed", zap.Bool("temporal_ok", err == nil), zap.Error(err))
-		}
+		r.reachNow(ctx)
 		if !clock.Sleep(ctx, r.cfg.Clock, clock.Jitter(r.cfg.Clock, r.cfg.ReachEvery)) {
 			return
 		}
 	}
+}
+
+// reachNow runs Config.Reach (false without one, or when ctx ends), publishes whether it passed
+// (member.TemporalOK) and returns it. A change of answer is logged once.
+func (r *Runner) reachNow(ctx context.Context) bool {
+	if r.cfg.Reach == nil {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.ReachEvery)
+	err := r.cfg.Reach(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		return false
+	}
+	if r.roster.setTemporalOK(err == nil) {
+		r.log.Info("Temporal reach of this worker changed", zap.Bool("temporal_ok", err == nil), zap.Error(err))
+	}
+	return err == nil
 }
