@@ -107,6 +107,15 @@ func NewChecked(checked CheckedConfig, etcd *clientv3.Client, temporal client.Cl
 	}
 	bcfg := cfg.Balance
 	bcfg.Project, bcfg.ServerID, bcfg.Queues, bcfg.Version = cfg.Project, cfg.ServerID, cfg.Queues, cfg.Version
+	if bcfg.Reach == nil { // whether this worker may take a queue another hands over as unfit
+		bcfg.Reach = func(ctx context.Context) error {
+			_, err := temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		}
+	}
+	if bcfg.ReachEvery == 0 { // never older than one progress check of the leader that reads it
+		bcfg.ReachEvery = cfg.Progress.Interval
+	}
 	runner, err := balance.New(n.queues, etcd, bcfg)
 	if err != nil {
 		return nil, err

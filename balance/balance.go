@@ -139,6 +139,9 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 			vwg.Go(func() { r.view.deliverLeaders(vctx, newLeader) })
 		}
 		vwg.Go(func() { r.roster.run(vctx, r.client, r.el.Config().RetryMax, members) })
+		if r.cfg.Reach != nil {
+			vwg.Go(func() { r.checkReach(ctx) })
+		}
 		// Others must know this worker's version before its first candidacy shows, or they would take
 		// it for a worker of unknown version and hold every rebalancing move until they see it. That
 		// wait is bounded by the election TTL: a record etcd refuses (a role without the balance

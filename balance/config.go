@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -62,6 +63,14 @@ type Config struct {
 	// other worker waits twice as long. It bounds how long a queue stays without a candidate.
 	// Default 1s.
 	VacantWait time.Duration
+	// Reach checks, cheaply, that this worker's own Temporal client answers now (a Node wires the
+	// client's health check). It runs every ReachEvery, and the answer is published in the member
+	// record: only a worker whose last check passed takes a queue handed over as unfit (Unfit).
+	// Nil: this worker never says it reaches Temporal, so it takes no unfit queue.
+	Reach func(ctx context.Context) error
+	// ReachEvery is the period of Reach, and its timeout. Default 5s; a Node sets its progress
+	// interval, so that a worker's reach is never older than one progress check of a leader.
+	ReachEvery time.Duration
 	// Logger receives rebalancing decisions. Default: no-op.
 	Logger *zap.Logger
 	// Events receives balance's events (event.HandingOver). Optional.
@@ -106,6 +115,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ShedInterval == 0 {
 		c.ShedInterval = min(20*time.Millisecond, c.MoveWindow/time.Duration(max(c.MaxMoves, 1)))
+	}
+	if c.ReachEvery == 0 {
+		c.ReachEvery = 5 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -156,6 +168,8 @@ func (c Config) Validate() error {
 		return bad("Settle", "must not be negative, got %v", c.Settle)
 	case c.VacantWait < 0:
 		return bad("VacantWait", "must not be negative, got %v", c.VacantWait)
+	case c.ReachEvery < 0:
+		return bad("ReachEvery", "must not be negative, got %v", c.ReachEvery)
 	}
 	if err := names.Check(c.Version); c.Version != "" && err != nil {
 		return bad("Version", "%s %v", names.Quote(c.Version), err)

@@ -126,6 +126,20 @@ func firstTaker(self string, line []worker) string {
 	return ""
 }
 
+// fitTaker returns the first worker in line (leader first), other than self, that does not drain
+// and reports that it reaches Temporal now (member.TemporalOK); "" when there is none. An unfit
+// hand-over goes only to such a worker: during a Temporal outage every worker is unfit, and handing
+// the queue to one that cannot reach Temporal either costs a quiesce timeout, a failed terminate and
+// a new run for nothing, again on every worker in turn.
+func fitTaker(self string, line []worker) string {
+	for _, w := range line {
+		if w.id != self && w.known && !w.m.Draining && w.m.TemporalOK {
+			return w.id
+		}
+	}
+	return ""
+}
+
 // successorFacts is one possible successor: its record and how many queues it leads, counting the
 // queues this worker named it for a moment ago.
 type successorFacts struct {
@@ -248,16 +262,23 @@ func pace(p pacing, now time.Time, reason string, interval time.Duration, maxMov
 // now (move), or asks the queue's workers to stand (ask) since none does.
 type unfitDecision struct{ unfit, move, ask bool }
 
-// decideUnfit decides for a held queue marked Unfit: no move while its takeover is under way, nor
-// within UnfitPause of the last unfit hand-over; with a taker in line, move; without one, ask the
-// workers that serve the queue to stand, again every grace while the mark lasts.
-func decideUnfit(rec record, now time.Time, hasTaker bool, grace time.Duration) unfitDecision {
+// decideUnfit decides for a held queue marked Unfit, whose line (leader first) is as seen: no move
+// while its takeover is under way, nor within UnfitPause of the last unfit hand-over; with a taker in
+// line that reaches Temporal (fitTaker), move; without one (nobody stands, or nobody who stands
+// reaches Temporal: an outage), keep the queue and ask the workers that serve it to stand, again
+// every grace while the mark lasts, so that a fit one steps into line and the queue moves then.
+//
+// selfOK is this worker's own reach check, run just before (Runner.reachNow): a leader that reaches
+// Temporal again keeps the queue and asks nothing (its next progress check ends the mark). When the
+// server comes back, the first worker whose check passes would otherwise take every queue of the
+// leaders whose progress checks have not come round yet.
+func decideUnfit(rec record, now time.Time, self string, line []worker, selfOK bool, grace time.Duration) unfitDecision {
 	switch {
 	case !rec.unfit:
 		return unfitDecision{}
-	case rec.takeovers > 0, now.Sub(rec.unfitMoved) < UnfitPause:
+	case rec.takeovers > 0, now.Sub(rec.unfitMoved) < UnfitPause, selfOK:
 		return unfitDecision{unfit: true}
-	case !hasTaker:
+	case fitTaker(self, line) == "":
 		return unfitDecision{unfit: true, ask: now.Sub(rec.unfitAsked) >= grace}
 	}
 	return unfitDecision{unfit: true, move: true}

@@ -134,25 +134,64 @@ func TestDecideUnfit(t *testing.T) {
 	}
 	movedAgo := func(d time.Duration) func(*record) { return func(r *record) { r.unfitMoved = now.Add(-d) } }
 	askedAgo := func(d time.Duration) func(*record) { return func(r *record) { r.unfitAsked = now.Add(-d) } }
+	// Lines as the leader (self) sees them, leader first.
+	fit := func(id string) worker { return worker{id: id, known: true, m: member{TemporalOK: true}} }
+	cut := func(id string) worker { return worker{id: id, known: true} } // it cannot reach Temporal
+	self := fit("self")
+	self.m.TemporalOK = false
+	taker := []worker{self, fit("w1")}
+	nobody := []worker{self}
 	for _, tc := range []struct {
-		name  string
-		rec   record
-		taker bool
-		want  unfitDecision
+		name   string
+		rec    record
+		line   []worker
+		selfOK bool
+		want   unfitDecision
 	}{
-		{"fit", record{held: true}, true, unfitDecision{}},
-		{"unfit, a taker in line", unfit(nil), true, unfitDecision{unfit: true, move: true}},
-		{"unfit, nobody to take it, never asked", unfit(nil), false, unfitDecision{unfit: true, ask: true}},
-		{"unfit, asked just under Grace ago", unfit(askedAgo(grace - time.Nanosecond)), false, unfitDecision{unfit: true}},
-		{"unfit, asked Grace ago", unfit(askedAgo(grace)), false, unfitDecision{unfit: true, ask: true}},
-		{"unfit, takeover under way", unfit(func(r *record) { r.takeovers = 1 }), true, unfitDecision{unfit: true}},
-		{"unfit, handed over as unfit just under UnfitPause ago", unfit(movedAgo(UnfitPause - time.Nanosecond)), true, unfitDecision{unfit: true}},
-		{"unfit, handed over as unfit UnfitPause ago", unfit(movedAgo(UnfitPause)), true, unfitDecision{unfit: true, move: true}},
-		{"unfit within the pause, nobody to take it: no ask either", unfit(movedAgo(time.Minute)), false, unfitDecision{unfit: true}},
+		{"fit", record{held: true}, taker, false, unfitDecision{}},
+		{"unfit, a taker in line", unfit(nil), taker, false, unfitDecision{unfit: true, move: true}},
+		{"unfit, nobody to take it, never asked", unfit(nil), nobody, false, unfitDecision{unfit: true, ask: true}},
+		{"unfit, asked just under Grace ago", unfit(askedAgo(grace - time.Nanosecond)), nobody, false, unfitDecision{unfit: true}},
+		{"unfit, asked Grace ago", unfit(askedAgo(grace)), nobody, false, unfitDecision{unfit: true, ask: true}},
+		{"unfit, takeover under way", unfit(func(r *record) { r.takeovers = 1 }), taker, false, unfitDecision{unfit: true}},
+		{"unfit, handed over as unfit just under UnfitPause ago", unfit(movedAgo(UnfitPause - time.Nanosecond)), taker, false, unfitDecision{unfit: true}},
+		{"unfit, handed over as unfit UnfitPause ago", unfit(movedAgo(UnfitPause)), taker, false, unfitDecision{unfit: true, move: true}},
+		{"unfit within the pause, nobody to take it: no ask either", unfit(movedAgo(time.Minute)), nobody, false, unfitDecision{unfit: true}},
+		// A Temporal outage: every worker in line is unfit too. The queue stays, and the leader asks.
+		{"unfit, the only taker cannot reach Temporal: keep, ask", unfit(nil), []worker{self, cut("w1")}, false, unfitDecision{unfit: true, ask: true}},
+		{"unfit, no taker reaches Temporal, asked just now: keep", unfit(askedAgo(0)), []worker{self, cut("w1"), cut("w2")}, false, unfitDecision{unfit: true}},
+		{"unfit, a taker of unknown record: keep, ask", unfit(nil), []worker{self, {id: "w1", m: member{TemporalOK: true}}}, false, unfitDecision{unfit: true, ask: true}},
+		{"unfit, the fit taker drains: keep, ask", unfit(nil), []worker{self, {id: "w1", known: true, m: member{TemporalOK: true, Draining: true}}}, false, unfitDecision{unfit: true, ask: true}},
+		// Only the leader cannot reach Temporal: the queue moves to the first that can.
+		{"unfit, a fit taker behind an unfit one: move", unfit(nil), []worker{self, cut("w1"), fit("w2")}, false, unfitDecision{unfit: true, move: true}},
+		{"unfit, only self reports fit: keep, ask", unfit(nil), []worker{fit("self"), cut("w1")}, false, unfitDecision{unfit: true, ask: true}},
+		// The server is back: this worker's own check passes too, before its progress check ends the mark.
+		{"unfit, a fit taker, but self reaches Temporal again: keep, no ask", unfit(nil), taker, true, unfitDecision{unfit: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := decideUnfit(tc.rec, now, tc.taker, grace); got != tc.want {
+			if got := decideUnfit(tc.rec, now, "self", tc.line, tc.selfOK, grace); got != tc.want {
 				t.Fatalf("decideUnfit = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFitTaker(t *testing.T) {
+	fit := func(id string) worker { return worker{id: id, known: true, m: member{TemporalOK: true}} }
+	cut := worker{id: "w1", known: true}
+	for _, tc := range []struct {
+		name string
+		line []worker
+		want string
+	}{
+		{"empty", nil, ""},
+		{"self only", []worker{fit("self")}, ""},
+		{"first fit behind the unfit", []worker{fit("self"), cut, fit("w2"), fit("w3")}, "w2"},
+		{"nobody fit", []worker{fit("self"), cut}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fitTaker("self", tc.line); got != tc.want {
+				t.Fatalf("fitTaker = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -71,8 +71,13 @@
 //     vacant and bring it back, again and again. The worker then stands only where nobody else
 //     does, so no queue is left without an owner.
 //   - Unfit. Unfit(queue) (a Node whose owner cannot reach Temporal for three progress checks) hands
-//     that one queue over the same way, unpaced, to a worker that stands for it, and keeps it when
-//     none does; a worker does so for a queue at most once per UnfitPause.
+//     that one queue over the same way, unpaced, to a worker that stands for it and reports in its
+//     member record that its own Temporal client answered its last reach check (Config.Reach, every
+//     ReachEvery), and keeps it when none does: during a Temporal outage every worker is unfit, and
+//     a move would only cost a quiesce timeout, a failed terminate and a new run. Meanwhile the
+//     leader asks the queue's workers to stand, HandOverWaiting says why the queue stays, and a
+//     member record that changes (a worker reaches Temporal again) looks at the queue again. A
+//     worker does so for a queue at most once per UnfitPause.
 //
 // A rolling deploy therefore moves each queue once when new workers start before old ones stop
 // (surge). Stopping first, the first stopped worker's queues have no new worker to go to and move

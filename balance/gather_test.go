@@ -30,7 +30,7 @@ func newFleet(t *testing.T, queues ...string) *fleet {
 // member publishes id's record.
 func (f *fleet) member(id, version string, draining bool) *fleet {
 	f.r.roster.mu.Lock()
-	f.r.roster.members[id] = member{Version: version, Draining: draining, Since: f.rev}
+	f.r.roster.members[id] = member{Version: version, Draining: draining, Since: f.rev, TemporalOK: true}
 	f.r.roster.recompute()
 	f.r.roster.mu.Unlock()
 	if id == f.r.cfg.ServerID {

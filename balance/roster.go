@@ -16,11 +16,14 @@ import (
 )
 
 // member is what a worker publishes about itself: its version, when it started (age breaks ties
-// between successors) and whether it drains.
+// between successors), whether it drains, and whether its own Temporal client answered its last
+// reach check (Config.Reach). Only a worker that says so takes a queue handed over as unfit: a worker
+// that does not check (no Reach, or an older build) never says it.
 type member struct {
-	Version  string `json:"version,omitempty"`
-	Since    int64  `json:"since"` // Unix ns
-	Draining bool   `json:"draining,omitempty"`
+	Version    string `json:"version,omitempty"`
+	Since      int64  `json:"since"` // Unix ns
+	Draining   bool   `json:"draining,omitempty"`
+	TemporalOK bool   `json:"temporal_ok,omitempty"`
 }
 
 // hint is a resigning leader's word on a queue: who should win next (empty: nobody in particular)
@@ -81,6 +84,24 @@ func (r *roster) setDraining(d bool) bool {
 	r.mu.Lock()
 	changed := r.me.Draining != d
 	r.me.Draining = d
+	r.mu.Unlock()
+	if changed {
+		select {
+		case r.republish <- struct{}{}:
+		default:
+		}
+	}
+	return changed
+}
+
+// setTemporalOK changes this worker's published reach of Temporal; it reports whether it changed.
+// The record is republished on a change only: it lives on this worker's lease, so a record that says
+// "reachable" is at most one reach check (Config.ReachEvery plus its timeout) old while the worker
+// lives, and goes with the worker.
+func (r *roster) setTemporalOK(ok bool) bool {
+	r.mu.Lock()
+	changed := r.me.TemporalOK != ok
+	r.me.TemporalOK = ok
 	r.mu.Unlock()
 	if changed {
 		select {

@@ -105,12 +105,19 @@ func (r *Runner) takerOf(queue string) string {
 
 // HandOverWaiting says why this worker keeps leading queue although it would hand it over, or ""
 // when it does not lead the queue or nothing waits: a draining worker keeps a queue that no other
-// worker stands for (none serves it, or none is up) until one does.
+// worker stands for (none serves it, or none is up) until one does, and an unfit one (Unfit) keeps a
+// queue until a worker that reaches Temporal stands for it.
 func (r *Runner) HandOverWaiting(queue string) string {
-	if r.cfg.Disabled || !r.isHeld(queue) || !r.roster.draining() || r.takerOf(queue) != "" {
+	if r.cfg.Disabled || !r.isHeld(queue) {
 		return ""
 	}
-	return "draining: no other worker stands for this queue; it stays led here until one does"
+	switch {
+	case r.snapshot(queue).unfit && r.fitTakerOf(queue) == "":
+		return "unfit: Temporal is unreachable from here, and no other worker that reaches it stands for this queue; it stays led here until one does"
+	case r.roster.draining() && r.takerOf(queue) == "":
+		return "draining: no other worker stands for this queue; it stays led here until one does"
+	}
+	return ""
 }
 
 // stopReason is why a stopping worker hands its queues over: a rollout when a newer version is live.

@@ -375,3 +375,41 @@ func TestSimUnfitHandsOverToAWorkerThatServes(t *testing.T) {
 		t.Fatalf("a handed over as unfit: record %+v, want the mark ended and the move's time kept", rec)
 	}
 }
+
+// During a Temporal outage every worker is unfit: an unfit leader keeps its queue, says why, and
+// hands it over once a worker that serves it reports that it reaches Temporal again.
+func TestSimUnfitKeepsTheQueueWhileNobodyReachesTemporal(t *testing.T) {
+	queues := []string{"a", "b"}
+	s := newSim(t, map[string][]string{"w0": queues, "w1": queues})
+	s.put("a", "", "w0")
+	s.put("b", "", "w1")
+	s.fake.Advance(time.Hour)
+	s.settle(60)
+	for _, id := range []string{"w0", "w1"} {
+		s.publish(id, &member{}) // neither reaches Temporal
+	}
+	for _, id := range []string{"w0", "w1"} {
+		for _, q := range queues {
+			s.runners[id].Unfit(q)
+		}
+	}
+	for n := range 30 { // asks renewed every Grace, pauses and cooldowns passed
+		s.round()
+		if got := s.leaders(); got["a"] != "w0" || got["b"] != "w1" {
+			t.Fatalf("outage, round %d: leaders %v, want a on w0 and b on w1 (no queue moves to a worker that cannot reach Temporal)", n, got)
+		}
+	}
+	if s.runners["w0"].HandOverWaiting("a") == "" {
+		t.Fatal("HandOverWaiting does not say why a stays on w0")
+	}
+	s.publish("w1", &member{TemporalOK: true}) // only w0 still cannot reach it
+	for n := 0; s.leaders()["a"] != "w1"; n++ {
+		if n == 10 {
+			t.Fatalf("w1 reaches Temporal again: leaders %v after %d rounds, want a on w1", s.leaders(), n)
+		}
+		s.round()
+	}
+	if rec := s.runners["w0"].snapshot("a"); rec.unfitMoved.IsZero() {
+		t.Fatalf("a moved to w1, but not as unfit: w0's record %+v", rec)
+	}
+}

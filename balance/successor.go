@@ -190,9 +190,9 @@ func (r *Runner) handOff(ctx context.Context, queue, reason string) {
 }
 
 // nameFor returns the worker a hand-off of queue for reason names: an operator's target for a
-// transfer, the first taker in line for a drain or an unfit hand-over (only a worker that stands for
-// the queue can take it: one named that does not serve it would hold the others off for the grace
-// window), the successor among the queue's line for a shed (a shed moves only queues another worker
+// transfer, the first taker in line for a drain or (one that reaches Temporal) an unfit hand-over
+// (only a worker that stands for the queue can take it: one named that does not serve it would hold
+// the others off for the grace window), the successor among the queue's line for a shed (a shed moves only queues another worker
 // stands for; a lighter worker that stands nowhere may not serve the queue, and then the queue
 // comes back here after the grace window, shed after shed: the simulator's balance world found
 // that flapping), the successor among every worker otherwise, a stop (recorded as named).
@@ -200,8 +200,10 @@ func (r *Runner) nameFor(queue, reason string) string {
 	switch to, asked := r.roster.transferTo(queue); {
 	case reason == ReasonTransfer && asked:
 		return to // the operator checked that it serves the queue
-	case reason == ReasonDrain, reason == ReasonUnfit:
+	case reason == ReasonDrain:
 		return r.takerOf(queue)
+	case reason == ReasonUnfit:
+		return r.fitTakerOf(queue)
 	case reason == ReasonShed:
 		return r.successor(r.view.line(queue))
 	}

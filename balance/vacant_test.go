@@ -13,8 +13,8 @@ func testRunner(self string, queues []string, members ...string) *Runner {
 	r := &Runner{cfg: Config{Project: "p", ServerID: self, Queues: queues}.WithDefaults(), view: v,
 		records: map[string]*record{}, named: map[string][]time.Time{}}
 	r.roster = newRoster(Keys{ElectionPrefix: "/e"}, "p", self, "", 10*time.Second, r.log, v.poke, v.wake)
-	for _, id := range members {
-		r.roster.members[id] = member{}
+	for _, id := range members { // workers that reach Temporal, unless a test says otherwise
+		r.roster.members[id] = member{TemporalOK: true}
 	}
 	return r
 }
