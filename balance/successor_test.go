@@ -22,6 +22,20 @@ func TestNameFor(t *testing.T) {
 		{"shed: not a lighter worker that stands nowhere (it may not serve the queue)", func(f *fleet) {
 			f.member("w1", "v1", false).member("w3", "v1", false).line("a", "w0", "w1").line("b", "w1")
 		}, ReasonShed, "w1"},
+		{"shed: the lighter of the line, past a lighter worker that stands only elsewhere", func(f *fleet) {
+			f.member("w1", "v1", false).member("w3", "v1", false).line("b", "w1").line("c", "w1", "w3")
+			f.member("w2", "v1", false).line("a", "w0", "w1", "w2") // w3 idle and older than w2
+		}, ReasonShed, "w2"},
+		{"shed: not a draining worker in line, though it is the lightest", func(f *fleet) {
+			f.member("w1", "v1", true).member("w2", "v1", false).line("a", "w0", "w1", "w2").line("b", "w2")
+		}, ReasonShed, "w2"},
+		{"shed: forward only within the line", func(f *fleet) {
+			f.member("w0", "v2", false).member("w1", "v1", false).member("w2", "v2", false).
+				line("a", "w0", "w1", "w2").line("b", "w2").line("c", "w2")
+		}, ReasonShed, "w2"},
+		{"shed: nobody in line but draining workers, nobody named", func(f *fleet) {
+			f.member("w1", "v1", true).member("w3", "v1", false).line("a", "w0", "w1")
+		}, ReasonShed, ""},
 		{"resign: a worker that stands nowhere yet", func(f *fleet) {
 			f.member("w1", "v1", false).member("w3", "v1", false).line("a", "w0", "w1").line("b", "w1")
 		}, ReasonResign, "w3"},
@@ -61,5 +75,27 @@ func TestNameFor(t *testing.T) {
 				t.Fatalf("nameFor(a, %s) = %q, want %q", tc.reason, got, tc.want)
 			}
 		})
+	}
+}
+
+// Sheds of several queues name successors among each queue's own line and count the namings: two
+// equal workers in both lines take turns, and a worker that is in neither line, however idle, is never
+// named (the simulator's balance world: a shed named such a worker, and the queue came back).
+func TestShedsTakeTurnsWithinTheLine(t *testing.T) {
+	f := newFleet(t, "a", "b", "c")
+	f.member("w0", "v1", false).member("w1", "v1", false).member("w2", "v1", false).member("idle", "v1", false)
+	f.line("a", "w0", "w1", "w2").line("b", "w0", "w1", "w2").line("c", "w0", "w1", "w2")
+	var picks []string
+	for _, q := range []string{"a", "b", "c"} {
+		picks = append(picks, f.r.nameFor(q, ReasonShed))
+	}
+	if picks[0] == "idle" || picks[1] == "idle" || picks[2] == "idle" {
+		t.Fatalf("sheds named %v: a worker in no line", picks)
+	}
+	if picks[0] == picks[1] || picks[2] != picks[0] {
+		t.Fatalf("sheds named %v, want two equal workers taking turns", picks)
+	}
+	if got := f.r.nameFor("a", ReasonResign); got != "idle" {
+		t.Fatalf("a stop named %q, want the idle member (a stop names among every worker)", got)
 	}
 }
