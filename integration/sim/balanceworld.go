@@ -11,7 +11,6 @@ import (
 
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -35,14 +34,11 @@ const (
 // stays with it, no flapping); after the heal a drain moves each queue at most once. Owner changes
 // per queue are counted from the heal on and reported in the trace.
 type BalanceWorld struct {
-	t     *testing.T
-	s     Streams
-	rec   *Recorder
-	net   *Net
-	model *etcdmodel.Model
-	plan  balancePlan
-	ctx   context.Context
-	keep  bool // a replay: the Runners' logs join the timeline
+	stage
+	t    *testing.T
+	plan balancePlan
+	ctx  context.Context
+	keep bool // a replay: the Runners' logs join the timeline
 
 	mu      sync.Mutex
 	nodes   []*bnode            // every incarnation
@@ -53,11 +49,6 @@ type BalanceWorld struct {
 	phase   int                 // 0 chaos, 1 settle, 2 stable, 3 stopping
 	changes map[string][2]int   // per queue: owner changes in the settle and the stable windows
 	drains  map[string]int      // per queue and draining worker: drain moves after the heal
-
-	rmu        sync.Mutex
-	violations []string
-	probes     map[string]int
-	bg         sync.WaitGroup
 }
 
 // RunBalance runs the balance world for seed in its own synctest bubble; keep keeps the timeline.
@@ -70,15 +61,12 @@ func RunBalance(t *testing.T, seed uint64, keep bool) Result {
 func runBalance(t *testing.T, seed uint64, keep bool) Result {
 	s := Streams{Seed: seed}
 	p := drawBalancePlan(s)
-	w := &BalanceWorld{t: t, s: s, plan: p, ctx: t.Context(), handing: map[string]handOver{}, owner: map[string]string{},
-		changes: map[string][2]int{}, drains: map[string]int{}, probes: map[string]int{}, keep: keep}
-	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
-	w.net = NewNet(w.rec, s.Rand("net"), p.net)
-	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net})
+	w := &BalanceWorld{t: t, plan: p, ctx: t.Context(), handing: map[string]handOver{}, owner: map[string]string{},
+		changes: map[string][2]int{}, drains: map[string]int{}, keep: keep}
+	w.setUp(s, keep, p.net, nil, p)
 	if p.versioned {
 		w.version = "v1"
 	}
-	w.rec.Add("world", "setup %s", p)
 	start := time.Now()
 	for i := range p.serves {
 		n := w.newNode(i, 0)
@@ -86,8 +74,7 @@ func runBalance(t *testing.T, seed uint64, keep bool) Result {
 		n.start()
 	}
 	w.loop(start)
-	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: time.Since(start),
-		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: p.String()}
+	return w.result(seed, start, p)
 }
 
 // loop is the scheduler, as the election world's: at quiescence it checks, applies due events and
@@ -161,20 +148,6 @@ func (w *BalanceWorld) enter(phase int) {
 	w.phase = phase
 	w.mu.Unlock()
 	w.rec.Add("world", "phase %d", phase)
-}
-
-func (w *BalanceWorld) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	w.rec.Add("world", "VIOLATION %s", v)
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.violations = append(w.violations, v)
-}
-
-func (w *BalanceWorld) probe(name string) {
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.probes[name]++
 }
 
 // handOver is a hand-over a leader announced (event.HandingOver): why, and by whom.

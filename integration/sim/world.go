@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -39,12 +38,9 @@ type Result struct {
 
 // World is one schedule of the election simulator.
 type World struct {
+	stage
 	t      *testing.T
 	seed   uint64
-	s      Streams
-	rec    *Recorder
-	net    *Net
-	model  *etcdmodel.Model
 	plan   plan
 	ctx    context.Context
 	queues []string
@@ -55,11 +51,7 @@ type World struct {
 	slots    []*node    // the current incarnation of each process
 	healedAt time.Time
 
-	rmu        sync.Mutex // what the recorder side keeps: fenced writes, violations, probes
-	writes     map[string]fenced
-	violations []string
-	probes     map[string]int
-	bg         sync.WaitGroup // stops and restarts in flight
+	writes map[string]fenced // under rmu, with the violations and probes
 }
 
 // fenced is a guarded write in flight: the term it was issued under.
@@ -78,15 +70,12 @@ func RunElection(t *testing.T, seed uint64, keep bool) Result {
 func runElection(t *testing.T, seed uint64, keep bool) Result {
 	s := Streams{Seed: seed}
 	p := drawPlan(s)
-	w := &World{t: t, seed: seed, s: s, plan: p, ctx: t.Context(), writes: map[string]fenced{}, probes: map[string]int{},
+	w := &World{t: t, seed: seed, plan: p, ctx: t.Context(), writes: map[string]fenced{},
 		margin: election.DefaultConfig().SafetyMargin * electionTTL / election.DefaultConfig().TTL}
-	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
-	w.net = NewNet(w.rec, s.Rand("net"), p.net)
-	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net, OnCommit: w.onCommit})
+	w.setUp(s, keep, p.net, w.onCommit, p)
 	for i := range p.queues {
 		w.queues = append(w.queues, fmt.Sprintf("q%d", i))
 	}
-	w.rec.Add("world", "setup %s", p)
 	start := time.Now()
 	for i := range p.nodes {
 		n := w.newNode(i, 0)
@@ -94,8 +83,7 @@ func runElection(t *testing.T, seed uint64, keep bool) Result {
 		n.start()
 	}
 	w.loop(start)
-	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: time.Since(start),
-		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: p.String()}
+	return w.result(seed, start, p)
 }
 
 // loop is the scheduler: whenever the bubble is quiescent it checks the invariants, applies due
@@ -168,20 +156,6 @@ func (w *World) sleep(now, due time.Time, stopped <-chan struct{}) {
 	case <-t.C:
 	case <-stopped:
 	}
-}
-
-func (w *World) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	w.rec.Add("world", "VIOLATION %s", v)
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.violations = append(w.violations, v)
-}
-
-func (w *World) probe(name string) {
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.probes[name]++
 }
 
 // onCommit checks every fenced write as the model commits it (under the model's lock).
