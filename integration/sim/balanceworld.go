@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -40,9 +39,7 @@ type BalanceWorld struct {
 	ctx  context.Context
 	keep bool // a replay: the Runners' logs join the timeline
 
-	mu      sync.Mutex
-	nodes   []*bnode            // every incarnation
-	slots   []*bnode            // the current incarnation of each process
+	fleet[*bnode]
 	version string              // of the next incarnation
 	handing map[string]handOver // per queue: the last hand-over announced, until the next election
 	owner   map[string]string   // the server ID that last won each queue
@@ -98,7 +95,7 @@ func (w *BalanceWorld) loop(start time.Time) {
 		if phase < 3 && !now.Before(ends[phase]) {
 			w.enter(phase + 1)
 			if phase+1 == 3 {
-				go func() { w.stopAll(); close(stopped) }()
+				go func() { w.stopAll(&w.stage); close(stopped) }()
 			}
 		}
 		select {

@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,10 +45,8 @@ type World struct {
 	queues []string
 	margin time.Duration
 
-	mu       sync.Mutex // the processes and their terms; held while reading the model, never inside onCommit
-	nodes    []*node    // every incarnation, live or not
-	slots    []*node    // the current incarnation of each process
-	healedAt time.Time
+	fleet[*node] // mu: the processes and their terms; held while reading the model, never inside onCommit
+	healedAt     time.Time
 
 	writes map[string]fenced // under rmu, with the violations and probes
 }
@@ -109,7 +106,7 @@ func (w *World) loop(start time.Time) {
 		if !stopping && (!now.Before(healEnd) || (!w.healedAt.IsZero() && now.Sub(w.healedAt) > 5*time.Second)) {
 			stopping = true
 			w.endLiveness(now)
-			go func() { w.stopAll(); close(stopped) }()
+			go func() { w.stopAll(&w.stage); close(stopped) }()
 		}
 		select {
 		case <-stopped:
