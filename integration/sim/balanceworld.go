@@ -50,9 +50,7 @@ type BalanceWorld struct {
 
 // RunBalance runs the balance world for seed in its own synctest bubble; keep keeps the timeline.
 func RunBalance(t *testing.T, seed uint64, keep bool) Result {
-	var res Result
-	inBubble(t, func(t *testing.T) { res = runBalance(t, seed, keep) })
-	return res
+	return runInBubble(t, seed, keep, runBalance)
 }
 
 func runBalance(t *testing.T, seed uint64, keep bool) Result {
@@ -65,11 +63,7 @@ func runBalance(t *testing.T, seed uint64, keep bool) Result {
 		w.version = "v1"
 	}
 	start := time.Now()
-	for i := range p.serves {
-		n := w.newNode(i, 0)
-		w.slots = append(w.slots, n)
-		n.start()
-	}
+	w.launch(len(p.serves), w.newNode)
 	w.loop(start)
 	return w.result(seed, start, p)
 }

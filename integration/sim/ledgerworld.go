@@ -78,9 +78,7 @@ type ledgerSeen struct {
 
 // RunLedger runs the ledger world for seed in its own synctest bubble; keep keeps the timeline.
 func RunLedger(t *testing.T, seed uint64, keep bool) Result {
-	var res Result
-	inBubble(t, func(t *testing.T) { res = runLedger(t, seed, keep) })
-	return res
+	return runInBubble(t, seed, keep, runLedger)
 }
 
 func runLedger(t *testing.T, seed uint64, keep bool) Result {

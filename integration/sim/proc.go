@@ -79,6 +79,15 @@ type fleet[N incarnation] struct {
 	slots []N // the current incarnation of each process
 }
 
+// launch starts the first incarnation of each of count processes.
+func (f *fleet[N]) launch(count int, newNode func(slot, gen int) N) {
+	for i := range count {
+		n := newNode(i, 0)
+		f.slots = append(f.slots, n)
+		n.start()
+	}
+}
+
 func (f *fleet[N]) add(n N) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -59,9 +59,7 @@ type fenced struct {
 
 // RunElection runs the election world for seed in its own synctest bubble; keep keeps the timeline.
 func RunElection(t *testing.T, seed uint64, keep bool) Result {
-	var res Result
-	inBubble(t, func(t *testing.T) { res = runElection(t, seed, keep) })
-	return res
+	return runInBubble(t, seed, keep, runElection)
 }
 
 func runElection(t *testing.T, seed uint64, keep bool) Result {
@@ -74,11 +72,7 @@ func runElection(t *testing.T, seed uint64, keep bool) Result {
 		w.queues = append(w.queues, fmt.Sprintf("q%d", i))
 	}
 	start := time.Now()
-	for i := range p.nodes {
-		n := w.newNode(i, 0)
-		w.slots = append(w.slots, n)
-		n.start()
-	}
+	w.launch(p.nodes, w.newNode)
 	w.loop(start)
 	return w.result(seed, start, p)
 }
