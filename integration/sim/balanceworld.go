@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -35,59 +33,39 @@ const (
 // stays with it, no flapping); after the heal a drain moves each queue at most once. Owner changes
 // per queue are counted from the heal on and reported in the trace.
 type BalanceWorld struct {
-	t     *testing.T
-	s     Streams
-	rec   *Recorder
-	net   *Net
-	model *etcdmodel.Model
-	plan  balancePlan
-	ctx   context.Context
-	keep  bool // a replay: the Runners' logs join the timeline
+	stage
+	t    *testing.T
+	plan balancePlan
+	ctx  context.Context
+	keep bool // a replay: the Runners' logs join the timeline
 
-	mu      sync.Mutex
-	nodes   []*bnode            // every incarnation
-	slots   []*bnode            // the current incarnation of each process
+	fleet[*bnode]
 	version string              // of the next incarnation
 	handing map[string]handOver // per queue: the last hand-over announced, until the next election
 	owner   map[string]string   // the server ID that last won each queue
 	phase   int                 // 0 chaos, 1 settle, 2 stable, 3 stopping
 	changes map[string][2]int   // per queue: owner changes in the settle and the stable windows
 	drains  map[string]int      // per queue and draining worker: drain moves after the heal
-
-	rmu        sync.Mutex
-	violations []string
-	probes     map[string]int
-	bg         sync.WaitGroup
 }
 
 // RunBalance runs the balance world for seed in its own synctest bubble; keep keeps the timeline.
 func RunBalance(t *testing.T, seed uint64, keep bool) Result {
-	var res Result
-	inBubble(t, func(t *testing.T) { res = runBalance(t, seed, keep) })
-	return res
+	return runInBubble(t, seed, keep, runBalance)
 }
 
 func runBalance(t *testing.T, seed uint64, keep bool) Result {
 	s := Streams{Seed: seed}
 	p := drawBalancePlan(s)
-	w := &BalanceWorld{t: t, s: s, plan: p, ctx: t.Context(), handing: map[string]handOver{}, owner: map[string]string{},
-		changes: map[string][2]int{}, drains: map[string]int{}, probes: map[string]int{}, keep: keep}
-	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
-	w.net = NewNet(w.rec, s.Rand("net"), p.net)
-	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net})
+	w := &BalanceWorld{t: t, plan: p, ctx: t.Context(), handing: map[string]handOver{}, owner: map[string]string{},
+		changes: map[string][2]int{}, drains: map[string]int{}, keep: keep}
+	w.setUp(s, keep, p.net, nil, p)
 	if p.versioned {
 		w.version = "v1"
 	}
-	w.rec.Add("world", "setup %s", p)
 	start := time.Now()
-	for i := range p.serves {
-		n := w.newNode(i, 0)
-		w.slots = append(w.slots, n)
-		n.start()
-	}
+	w.launch(len(p.serves), w.newNode)
 	w.loop(start)
-	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: time.Since(start),
-		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: p.String()}
+	return w.result(seed, start, p)
 }
 
 // loop is the scheduler, as the election world's: at quiescence it checks, applies due events and
@@ -111,7 +89,7 @@ func (w *BalanceWorld) loop(start time.Time) {
 		if phase < 3 && !now.Before(ends[phase]) {
 			w.enter(phase + 1)
 			if phase+1 == 3 {
-				go func() { w.stopAll(); close(stopped) }()
+				go func() { w.stopAll(&w.stage); close(stopped) }()
 			}
 		}
 		select {
@@ -161,20 +139,6 @@ func (w *BalanceWorld) enter(phase int) {
 	w.phase = phase
 	w.mu.Unlock()
 	w.rec.Add("world", "phase %d", phase)
-}
-
-func (w *BalanceWorld) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	w.rec.Add("world", "VIOLATION %s", v)
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.violations = append(w.violations, v)
-}
-
-func (w *BalanceWorld) probe(name string) {
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.probes[name]++
 }
 
 // handOver is a hand-over a leader announced (event.HandingOver): why, and by whom.

@@ -18,6 +18,13 @@ import (
 //go:linkname valCtxCh go.etcd.io/etcd/client/v3.valCtxCh
 var valCtxCh chan struct{}
 
+// runInBubble runs one schedule of a world in its own bubble.
+func runInBubble(t *testing.T, seed uint64, keep bool, run Runner) Result {
+	var res Result
+	inBubble(t, func(t *testing.T) { res = run(t, seed, keep) })
+	return res
+}
+
 // inBubble runs f in a new synctest bubble (synctest.Test adds no subtest).
 func inBubble(t *testing.T, f func(t *testing.T)) {
 	orig := valCtxCh

@@ -26,6 +26,11 @@
 // "Sometimes" probes (a fenced write refused, a term lost to the local deadline, a no-leader window
 // while a leader acted, a watch opened below the compaction, ...) must each be hit by a batch.
 //
+// The worlds share their parts rather than copy them: each embeds a stage (the seed's streams, the
+// recorder, the Net, the etcd model, and the violations and probes it found), and the election and
+// balance worlds keep their processes in a fleet of incarnations (proc: name, clock, client, real
+// Elector), which crashes, restarts, replaces and stops them the same way in both.
+//
 // The trace of a schedule is a list of lines (deliveries, fates, faults, callbacks) whose hash is the
 // schedule's fingerprint: running a seed twice and comparing the hashes measures replay fidelity.
 // In-step goroutine interleaving is the Go runtime's and is not seeded (golang/go#67690); the

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"sync"
 	"time"
 )
 
@@ -13,7 +12,7 @@ func (w *World) apply(f faultEvent, now time.Time) {
 	case FaultCrash:
 		w.crash(f.node)
 	case "restart":
-		w.restart(f.node)
+		w.restart(f.node, w.newNode)
 	case FaultPartition:
 		w.net.Cut(n.name, true)
 	case FaultPartition + "-end":
@@ -34,42 +33,6 @@ func (w *World) apply(f faultEvent, now time.Time) {
 	case FaultCompact:
 		w.model.Compact(int64(f.n))
 	}
-}
-
-// crash cuts a process off at once (nothing it sends arrives) and stops it in the background.
-func (w *World) crash(slot int) {
-	w.mu.Lock()
-	n := w.slots[slot]
-	if n.crashed {
-		w.mu.Unlock()
-		return
-	}
-	n.crashed = true
-	w.mu.Unlock()
-	w.net.Cut(n.name, true)
-	w.bg.Go(n.stop)
-}
-
-// restart starts a new incarnation (a new server ID) of a crashed process.
-func (w *World) restart(slot int) {
-	w.mu.Lock()
-	old := w.slots[slot]
-	if !old.crashed {
-		w.mu.Unlock()
-		return
-	}
-	gen := 0
-	for _, n := range w.nodes {
-		if n.slot == slot {
-			gen++
-		}
-	}
-	w.mu.Unlock()
-	n := w.newNode(slot, gen)
-	w.mu.Lock()
-	w.slots[slot] = n
-	w.mu.Unlock()
-	n.start()
 }
 
 // revokeLeader is an operator revoking the lease of the leader of the i-th queue (mod the count).
@@ -109,21 +72,6 @@ func (w *World) heal(now time.Time) {
 	for slot, n := range w.slots {
 		w.net.Cut(n.name, false)
 		w.net.Hold(n.name, time.Time{})
-		w.restart(slot)
+		w.restart(slot, w.newNode)
 	}
-}
-
-// stopAll stops every live process gracefully and waits for every stop.
-func (w *World) stopAll() {
-	var wg sync.WaitGroup
-	w.mu.Lock()
-	for _, n := range w.slots {
-		if !n.crashed {
-			n.crashed = true // no longer checked: it is handing over
-			wg.Go(n.stop)
-		}
-	}
-	w.mu.Unlock()
-	wg.Wait()
-	w.bg.Wait()
 }

@@ -10,7 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"github.com/baton-run/baton/ledger"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,13 +47,10 @@ const ledgerPrefix = ledger.DefaultPrefix
 // within ledgerHealBound: a ledger that cannot write then is wedged (past bug B2). The ledger's Watch follows it all (watchLedger). Not
 // covered here: BeginHolding's attempt claims.
 type LedgerWorld struct {
-	t     *testing.T
-	s     Streams
-	rec   *Recorder
-	net   *Net
-	model *etcdmodel.Model
-	plan  ledgerPlan
-	ctx   context.Context
+	stage
+	t    *testing.T
+	plan ledgerPlan
+	ctx  context.Context
 
 	mu       sync.Mutex
 	owners   []*ledgerOwner
@@ -62,14 +58,11 @@ type LedgerWorld struct {
 	held     map[string]time.Time // until when each owner's traffic is held (the scheduler's alone)
 	watchCli *clientv3.Client
 
-	rmu        sync.Mutex // the recorder's side, written under the model's lock (onCommit)
-	records    map[string]ledgerSeen
-	lost       map[int64]bool // ledger leases gone (revoked or expired)
-	lastLease  map[string]int64
-	doneAt     map[int64]string // every done record committed, by revision
-	violations []string
-	probes     map[string]int
-	bg         sync.WaitGroup
+	// under rmu (the recorder's side, written under the model's lock: onCommit), with the violations
+	records   map[string]ledgerSeen
+	lost      map[int64]bool // ledger leases gone (revoked or expired)
+	lastLease map[string]int64
+	doneAt    map[int64]string // every done record committed, by revision
 }
 
 // ledgerSeen is what the world saw last of a record: its state, writer, and how many done puts it
@@ -85,9 +78,7 @@ type ledgerSeen struct {
 
 // RunLedger runs the ledger world for seed in its own synctest bubble; keep keeps the timeline.
 func RunLedger(t *testing.T, seed uint64, keep bool) Result {
-	var res Result
-	inBubble(t, func(t *testing.T) { res = runLedger(t, seed, keep) })
-	return res
+	return runInBubble(t, seed, keep, runLedger)
 }
 
 func runLedger(t *testing.T, seed uint64, keep bool) Result {
@@ -95,12 +86,9 @@ func runLedger(t *testing.T, seed uint64, keep bool) Result {
 	p := drawLedgerPlan(s)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	w := &LedgerWorld{t: t, s: s, plan: p, ctx: ctx, records: map[string]ledgerSeen{}, lost: map[int64]bool{},
-		lastLease: map[string]int64{}, probes: map[string]int{}, held: map[string]time.Time{}, doneAt: map[int64]string{}}
-	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
-	w.net = NewNet(w.rec, s.Rand("net"), p.net)
-	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net, OnCommit: w.onCommit})
-	w.rec.Add("world", "setup %s", p)
+	w := &LedgerWorld{t: t, plan: p, ctx: ctx, records: map[string]ledgerSeen{}, lost: map[int64]bool{},
+		lastLease: map[string]int64{}, held: map[string]time.Time{}, doneAt: map[int64]string{}}
+	w.setUp(s, keep, p.net, w.onCommit, p)
 	start := time.Now()
 	for i := range p.owners {
 		w.owners = append(w.owners, w.newOwner(i))
@@ -108,8 +96,7 @@ func runLedger(t *testing.T, seed uint64, keep bool) Result {
 	w.bg.Go(w.owners[0].run)
 	w.bg.Go(w.watchLedger)
 	w.loop(start, cancel)
-	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: time.Since(start),
-		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: p.String()}
+	return w.result(seed, start, p)
 }
 
 // loop is the scheduler, as World.loop: at every quiescent moment it checks, applies the due
@@ -263,20 +250,6 @@ func (w *LedgerWorld) heal(now time.Time, live chan struct{}) {
 		defer close(live)
 		last.proveLive(now.Add(ledgerHealBound))
 	})
-}
-
-func (w *LedgerWorld) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	w.rec.Add("world", "VIOLATION %s", v)
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.violations = append(w.violations, v)
-}
-
-func (w *LedgerWorld) probe(name string) {
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.probes[name]++
 }
 
 // onCommit checks every ledger record as the model commits it (under the model's lock): writes are

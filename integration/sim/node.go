@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/baton-run/baton/election"
@@ -15,19 +14,10 @@ import (
 // node is one incarnation of a simulated process: its own clientv3 over the model, a real Elector,
 // one Run per queue.
 type node struct {
-	w      *World
-	slot   int
-	name   string // server ID and network name
-	clk    *nodeClock
-	cli    *clientv3.Client
-	el     *election.Elector
-	ctx    context.Context
-	cancel context.CancelFunc
-	runs   sync.WaitGroup
+	proc
+	w *World
 
-	// under w.mu
-	crashed bool
-	terms   map[string]*termState
+	terms map[string]*termState // under w.mu
 }
 
 // termState is what the world knows of one term of a node.
@@ -42,24 +32,18 @@ func fenceKey(queue string) string { return "fence/" + Project + "/" + queue }
 func isFenceKey(key string) bool { return strings.HasPrefix(key, "fence/") }
 
 func (w *World) newNode(slot, gen int) *node {
-	name := fmt.Sprintf("n%d.%d", slot, gen)
-	n := &node{w: w, slot: slot, name: name, clk: newNodeClock(w.s.Source("clock/" + name)), terms: map[string]*termState{}}
-	n.ctx, n.cancel = context.WithCancel(w.ctx)
-	w.mu.Lock()
-	w.nodes = append(w.nodes, n)
-	w.mu.Unlock()
+	n := &node{w: w, terms: map[string]*termState{}}
+	n.init(&w.stage, w.ctx, slot, gen)
+	w.add(n)
 	return n
 }
 
 func (n *node) start() {
 	n.w.rec.Add(n.name, "start")
-	n.cli = n.w.model.NewClient(n.ctx, n.name)
-	el, err := election.New(n.cli, election.Config{TTL: electionTTL, Clock: n.clk})
-	if err != nil {
-		n.w.violate("election.New: %v", err)
+	el := n.elector()
+	if el == nil {
 		return
 	}
-	n.el = el
 	for _, q := range n.w.queues {
 		n.runs.Go(func() {
 			if err := el.Run(n.ctx, Project, q, n.name, election.Callbacks{
@@ -73,22 +57,6 @@ func (n *node) start() {
 			}
 		})
 	}
-}
-
-// stop ends the incarnation: graceful (Run hands its terms over) or after a crash (its network is
-// cut first, so nothing it says reaches etcd). It returns once every goroutine of the node is gone.
-func (n *node) stop() {
-	n.cancel()
-	n.runs.Wait()
-	if n.el != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(n.w.ctx), 30*time.Second)
-		_ = n.el.Close(cctx)
-		cancel()
-	}
-	if n.cli != nil {
-		n.cli.Close()
-	}
-	n.w.rec.Add(n.name, "stopped")
 }
 
 // lead is the leader's work: fenced writes every few hundred milliseconds while the term holds, and

@@ -3,13 +3,11 @@ package sim
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/baton-run/baton/election"
-	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -39,27 +37,18 @@ type Result struct {
 
 // World is one schedule of the election simulator.
 type World struct {
+	stage
 	t      *testing.T
 	seed   uint64
-	s      Streams
-	rec    *Recorder
-	net    *Net
-	model  *etcdmodel.Model
 	plan   plan
 	ctx    context.Context
 	queues []string
 	margin time.Duration
 
-	mu       sync.Mutex // the processes and their terms; held while reading the model, never inside onCommit
-	nodes    []*node    // every incarnation, live or not
-	slots    []*node    // the current incarnation of each process
-	healedAt time.Time
+	fleet[*node] // mu: the processes and their terms; held while reading the model, never inside onCommit
+	healedAt     time.Time
 
-	rmu        sync.Mutex // what the recorder side keeps: fenced writes, violations, probes
-	writes     map[string]fenced
-	violations []string
-	probes     map[string]int
-	bg         sync.WaitGroup // stops and restarts in flight
+	writes map[string]fenced // under rmu, with the violations and probes
 }
 
 // fenced is a guarded write in flight: the term it was issued under.
@@ -70,32 +59,22 @@ type fenced struct {
 
 // RunElection runs the election world for seed in its own synctest bubble; keep keeps the timeline.
 func RunElection(t *testing.T, seed uint64, keep bool) Result {
-	var res Result
-	inBubble(t, func(t *testing.T) { res = runElection(t, seed, keep) })
-	return res
+	return runInBubble(t, seed, keep, runElection)
 }
 
 func runElection(t *testing.T, seed uint64, keep bool) Result {
 	s := Streams{Seed: seed}
 	p := drawPlan(s)
-	w := &World{t: t, seed: seed, s: s, plan: p, ctx: t.Context(), writes: map[string]fenced{}, probes: map[string]int{},
+	w := &World{t: t, seed: seed, plan: p, ctx: t.Context(), writes: map[string]fenced{},
 		margin: election.DefaultConfig().SafetyMargin * electionTTL / election.DefaultConfig().TTL}
-	w.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
-	w.net = NewNet(w.rec, s.Rand("net"), p.net)
-	w.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: w.net, OnCommit: w.onCommit})
+	w.setUp(s, keep, p.net, w.onCommit, p)
 	for i := range p.queues {
 		w.queues = append(w.queues, fmt.Sprintf("q%d", i))
 	}
-	w.rec.Add("world", "setup %s", p)
 	start := time.Now()
-	for i := range p.nodes {
-		n := w.newNode(i, 0)
-		w.slots = append(w.slots, n)
-		n.start()
-	}
+	w.launch(p.nodes, w.newNode)
 	w.loop(start)
-	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: time.Since(start),
-		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: p.String()}
+	return w.result(seed, start, p)
 }
 
 // loop is the scheduler: whenever the bubble is quiescent it checks the invariants, applies due
@@ -121,7 +100,7 @@ func (w *World) loop(start time.Time) {
 		if !stopping && (!now.Before(healEnd) || (!w.healedAt.IsZero() && now.Sub(w.healedAt) > 5*time.Second)) {
 			stopping = true
 			w.endLiveness(now)
-			go func() { w.stopAll(); close(stopped) }()
+			go func() { w.stopAll(&w.stage); close(stopped) }()
 		}
 		select {
 		case <-stopped:
@@ -168,20 +147,6 @@ func (w *World) sleep(now, due time.Time, stopped <-chan struct{}) {
 	case <-t.C:
 	case <-stopped:
 	}
-}
-
-func (w *World) violate(format string, args ...any) {
-	v := fmt.Sprintf(format, args...)
-	w.rec.Add("world", "VIOLATION %s", v)
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.violations = append(w.violations, v)
-}
-
-func (w *World) probe(name string) {
-	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	w.probes[name]++
 }
 
 // onCommit checks every fenced write as the model commits it (under the model's lock).

@@ -9,9 +9,6 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/dispatcher"
-	"github.com/baton-run/baton/integration/servers/etcdx"
-	"github.com/baton-run/baton/integration/servers/redisx"
-	"github.com/baton-run/baton/integration/servers/temporalx"
 	"github.com/baton-run/baton/ownership"
 	"github.com/baton-run/baton/takeover"
 )
@@ -25,19 +22,8 @@ func TestTemporalOutageMovesNoQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops a Temporal server of its own")
 	}
-	srv := temporalx.Start(t, temporalx.Options{})
-	e := &env{etcd: etcdx.Start(t, etcdx.Options{}), redis: redisx.Start(t, redisx.Options{})}
-	e.rdb, e.tc = redisx.Client(t, e.redis), temporalx.Client(t, srv)
-	p := project()
-	queues := []string{"q1", "q2", "q3"}
-	seen := &takeovers{n: map[string]map[int64]int{}, terms: map[string]int{}}
-	var nodes []*baton.Node
-	cfg := watched(p, "node-a", queues...)
-	for _, id := range []string{"node-a", "node-b"} {
-		cfg = watched(p, id, queues...)
-		cfg.Events = seen.sink
-		nodes = append(nodes, e.startNode(t, cfg, e.tc))
-	}
+	o := startOwnTemporal(t, nil)
+	srv, e, p, queues, seen, nodes, cfg := o.srv, o.e, o.p, o.queues, o.seen, o.nodes, o.cfg
 	var mu sync.Mutex
 	handledAt := map[string]time.Time{}
 	handled := func(_ context.Context, _ string, r dispatcher.Request, _ takeover.Owner) error {

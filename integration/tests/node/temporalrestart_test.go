@@ -14,9 +14,6 @@ import (
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/event"
-	"github.com/baton-run/baton/integration/servers/etcdx"
-	"github.com/baton-run/baton/integration/servers/redisx"
-	"github.com/baton-run/baton/integration/servers/temporalx"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -92,21 +89,10 @@ func TestTemporalRestartReplacesNoRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a Temporal server of its own")
 	}
-	srv := temporalx.Start(t, temporalx.Options{})
-	e := &env{etcd: etcdx.Start(t, etcdx.Options{}), redis: redisx.Start(t, redisx.Options{})}
-	e.rdb, e.tc = redisx.Client(t, e.redis), temporalx.Client(t, srv)
-	p := project()
-	queues := []string{"q1", "q2", "q3"}
-	seen := &takeovers{n: map[string]map[int64]int{}, terms: map[string]int{}}
 	reader := metric.NewManualReader()
 	meters := metric.NewMeterProvider(metric.WithReader(reader))
-	var nodes []*baton.Node
-	for _, id := range []string{"node-a", "node-b"} {
-		cfg := watched(p, id, queues...)
-		cfg.Events = seen.sink
-		cfg.MeterProvider = meters
-		nodes = append(nodes, e.startNode(t, cfg, e.tc))
-	}
+	o := startOwnTemporal(t, func(cfg *baton.Config) { cfg.MeterProvider = meters })
+	srv, e, p, queues, seen, nodes := o.srv, o.e, o.p, o.queues, o.seen, o.nodes
 	// The runs are served, as in production: each restart finds them with workflow tasks in flight.
 	ledger := e.ledger(t)
 	handled := func(context.Context, string, dispatcher.Request, takeover.Owner) error { return nil }
