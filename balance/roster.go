@@ -81,17 +81,7 @@ func (r *roster) hintKey(queue string) string { return r.keys.Hint(r.project, qu
 
 // setDraining changes this worker's published draining flag; it reports whether it changed.
 func (r *roster) setDraining(d bool) bool {
-	r.mu.Lock()
-	changed := r.me.Draining != d
-	r.me.Draining = d
-	r.mu.Unlock()
-	if changed {
-		select {
-		case r.republish <- struct{}{}:
-		default:
-		}
-	}
-	return changed
+	return r.setMe(func(m *member) *bool { return &m.Draining }, d)
 }
 
 // setTemporalOK changes this worker's published reach of Temporal; it reports whether it changed.
@@ -99,9 +89,16 @@ func (r *roster) setDraining(d bool) bool {
 // "reachable" is at most one reach check (Config.ReachEvery plus its timeout) old while the worker
 // lives, and goes with the worker.
 func (r *roster) setTemporalOK(ok bool) bool {
+	return r.setMe(func(m *member) *bool { return &m.TemporalOK }, ok)
+}
+
+// setMe sets one flag of this worker's member record and asks for it to be republished when it
+// changed; it reports whether it did.
+func (r *roster) setMe(field func(*member) *bool, v bool) bool {
 	r.mu.Lock()
-	changed := r.me.TemporalOK != ok
-	r.me.TemporalOK = ok
+	f := field(&r.me)
+	changed := *f != v
+	*f = v
 	r.mu.Unlock()
 	if changed {
 		select {
