@@ -43,16 +43,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.Validate()
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Validate() = %v, want ErrInvalidConfig containing %q", err, tc.want)
-			}
+			wantConfigErr(t, tc.cfg.Validate(), tc.want)
 		})
 	}
 }
@@ -78,5 +69,19 @@ func TestNewRefusesNilClientAndBadConfig(t *testing.T) {
 	}
 	if got, want := r.IndexKey(), "baton:registry:{billing}/idx"; got != want {
 		t.Fatalf("IndexKey = %q, want %q", got, want)
+	}
+}
+
+// wantConfigErr fails t unless err is nil for want "", or an ErrInvalidConfig whose text contains want.
+func wantConfigErr(t *testing.T, err error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("Validate() = %v, want nil", err)
+		}
+		return
+	}
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Validate() = %v, want ErrInvalidConfig containing %q", err, want)
 	}
 }

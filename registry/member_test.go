@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -335,16 +334,7 @@ func TestMemberConfigValidate(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.Validate()
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Validate() = %v, want ErrInvalidConfig containing %q", err, tc.want)
-			}
+			wantConfigErr(t, tc.cfg.Validate(), tc.want)
 		})
 	}
 }

@@ -308,16 +308,7 @@ func (c *cutResponses) intercept(ctx context.Context, method string, req, reply 
 func TestLedgerWritesAppliedTwice(t *testing.T) {
 	e := newEnv(t)
 	cut := &cutResponses{}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(cut.intercept)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	l, err := ledger.New(cli, ledger.Config{Prefix: ledgerPrefix, Retention: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := e.ledgerThrough(t, cut.intercept)
 	old, termOld := e.ownerOf(t, "node-old")
 	if _, err := l.Begin(t.Context(), "taken-over", old); err != nil {
 		t.Fatal(err)

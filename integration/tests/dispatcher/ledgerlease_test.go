@@ -59,8 +59,14 @@ func (h *holdGrant) count() int {
 // ledgerHolding returns a ledger over a client of its own whose lease grants pass through h.
 func (e *env) ledgerHolding(t *testing.T, h *holdGrant) *ledger.Etcd {
 	t.Helper()
+	return e.ledgerThrough(t, h.intercept)
+}
+
+// ledgerThrough returns a ledger over a client of its own whose unary calls pass through intercept.
+func (e *env) ledgerThrough(t *testing.T, intercept grpc.UnaryClientInterceptor) *ledger.Etcd {
+	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(h.intercept)}})
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(intercept)}})
 	if err != nil {
 		t.Fatal(err)
 	}
