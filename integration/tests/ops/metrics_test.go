@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -115,7 +114,7 @@ func startProc(t *testing.T, bin, name string, env []string, args ...string) str
 	cmd.Args = append(append(cmd.Args, args...), sock.Pass(cmd))
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var out lockedBuffer
+	var out harness.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -138,24 +137,6 @@ func startProc(t *testing.T, bin, name string, env []string, args ...string) str
 		}
 	})
 	return sock.Addr
-}
-
-// lockedBuffer is a process's output, written by exec's copying goroutines and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // scrapeNames returns the metric names of a Prometheus text exposition (samples, not comments).

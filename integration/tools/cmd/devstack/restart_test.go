@@ -46,7 +46,7 @@ func TestRestartTemporalKeepsPortAndExecutions(t *testing.T) {
 			tmp := t.TempDir()
 			envFile := filepath.Join(t.TempDir(), "devstack.env")
 			port := freePorts(t, 1)[0]
-			stdout := &syncBuffer{}
+			stdout := &harness.Output{}
 			ctx, cancel := context.WithCancel(t.Context())
 			st, err := start(ctx, options{servers: stack.Options{Redis: stack.RedisAuto, Dir: tmp},
 				temporal: temporalOptions{mode: tc.mode, port: port}, envFile: envFile, stdout: stdout, stderr: stdout})
@@ -202,26 +202,6 @@ func (w *downChecker) Write(p []byte) (int, error) {
 	}
 	return w.Buffer.Write(p)
 }
-
-// syncBuffer is devstack's output, written by serve's goroutine and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
 
 func TestParseRestart(t *testing.T) {
 	for _, tc := range []struct {
