@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -22,27 +20,8 @@ import (
 
 	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/clients"
+	"github.com/baton-run/baton/internal/testconverter"
 )
-
-// countingConverter is a data converter the test can recognise and see used.
-type countingConverter struct {
-	converter.DataConverter
-	encoded atomic.Int64
-}
-
-func newCountingConverter() *countingConverter {
-	return &countingConverter{DataConverter: converter.GetDefaultDataConverter()}
-}
-
-func (c *countingConverter) ToPayload(v any) (*commonpb.Payload, error) {
-	c.encoded.Add(1)
-	return c.DataConverter.ToPayload(v)
-}
-
-func (c *countingConverter) ToPayloads(vs ...any) (*commonpb.Payloads, error) {
-	c.encoded.Add(1)
-	return c.DataConverter.ToPayloads(vs...)
-}
 
 // idleClients are clients that never connect (nothing here starts the Node), closed with the test.
 func idleClients(t *testing.T) fx.Option {
@@ -65,7 +44,7 @@ func idleClients(t *testing.T) fx.Option {
 // The Node reads and writes owner memos with the converter the app provides, unless its Config
 // names one of its own.
 func TestNodeTakesTheAppsDataConverter(t *testing.T) {
-	fromApp, fromConfig := newCountingConverter(), newCountingConverter()
+	fromApp, fromConfig := testconverter.New(), testconverter.New()
 	for _, tc := range []struct {
 		name   string
 		config converter.DataConverter
@@ -97,7 +76,7 @@ func TestNodeTakesTheAppsDataConverter(t *testing.T) {
 // and reads go through one converter.
 func TestTemporalClientUsesTheAppsDataConverter(t *testing.T) {
 	addr := startFrontend(t)
-	dc := newCountingConverter()
+	dc := testconverter.New()
 	lc := fxtest.NewLifecycle(t)
 	tc, err := NewTemporalClient(ClientParams{Config: clients.Config{EtcdEndpoints: []string{"e:2379"}, TemporalAddress: addr},
 		DataConverter: dc, Lifecycle: lc})
@@ -115,7 +94,7 @@ func TestTemporalClientUsesTheAppsDataConverter(t *testing.T) {
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ExecuteWorkflow = %v, want the frontend's refusal", err)
 	}
-	if n := dc.encoded.Load(); n < 2 {
+	if n := dc.Encoded(); n < 2 {
 		t.Fatalf("the app's converter encoded %d payload(s), want the input and the memo", n)
 	}
 }
