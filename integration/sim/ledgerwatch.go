@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/baton-run/baton/ledger"
@@ -39,15 +41,19 @@ func (w *LedgerWorld) watchLedger() {
 	wt.SetClock(newNodeClock(w.s.Source("clock/watch")))
 	wt.Run(ctx)
 	completions, _ := wt.Seen()
+	var wrong []string
 	w.rmu.Lock()
-	defer w.rmu.Unlock()
-	for k, cs := range completions {
-		for _, c := range cs {
+	for _, k := range slices.Sorted(maps.Keys(completions)) { // in a fixed order: the trace is hashed
+		for _, c := range completions[k] {
 			w.probes[ProbeLedgerWatchCompletion]++
 			if v, ok := w.doneAt[c.Rev]; !ok || v != c.Record {
-				w.violations = append(w.violations, "ledger watch reported a completion of "+k+" ("+c.Record+") that the model did not commit at its revision")
+				wrong = append(wrong, "ledger watch reported a completion of "+k+" ("+c.Record+") that the model did not commit at its revision")
 			}
 		}
+	}
+	w.rmu.Unlock()
+	for _, v := range wrong {
+		w.violate("%s", v) // recorded in the timeline too
 	}
 }
 

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,11 +167,7 @@ func chanClosed(c <-chan struct{}) bool {
 }
 
 func sortLedgerFaults(f []ledgerFault) {
-	for i := 1; i < len(f); i++ { // insertion sort: stable, and the lists are short
-		for j := i; j > 0 && f[j].after < f[j-1].after; j-- {
-			f[j], f[j-1] = f[j-1], f[j]
-		}
-	}
+	slices.SortStableFunc(f, func(a, b ledgerFault) int { return cmp.Compare(a.after, b.after) })
 }
 
 func (w *LedgerWorld) sleep(now, due time.Time, stopped <-chan struct{}) {

@@ -20,7 +20,6 @@ type Recorder struct {
 	mu    sync.Mutex
 	hash  uint64
 	lines []string
-	n     int
 }
 
 // NewRecorder starts a trace at the clock's now; keep keeps the lines for a timeline.
@@ -36,7 +35,6 @@ func (r *Recorder) Add(who, format string, args ...any) {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%016x%s", r.hash, line)
 	r.hash = h.Sum64()
-	r.n++
 	if r.keep {
 		r.lines = append(r.lines, line)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -28,7 +29,7 @@ type stage struct {
 // from the seed's streams, and records the plan.
 func (g *stage) setUp(s Streams, keep bool, faults NetFaults, onCommit func(int64, []*mvccpb.Event, func(string) *mvccpb.KeyValue), plan fmt.Stringer) {
 	g.s, g.probes = s, map[string]int{}
-	g.rec = NewRecorder(newNodeClock(s.Source("unused")), keep)
+	g.rec = NewRecorder(clock.Real(), keep) // the bubble's clock
 	g.net = NewNet(g.rec, s.Rand("net"), faults)
 	g.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: g.net, OnCommit: onCommit})
 	g.rec.Add("world", "setup %s", plan)

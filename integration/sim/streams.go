@@ -9,11 +9,7 @@ import (
 type Streams struct{ Seed uint64 }
 
 // Rand returns the stream called name: the same seed and name give the same sequence.
-func (s Streams) Rand(name string) *rand.Rand {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return rand.New(rand.NewPCG(s.Seed, h.Sum64()))
-}
+func (s Streams) Rand(name string) *rand.Rand { return rand.New(s.Source(name)) }
 
 // Source is the stream called name as a rand.Source (for clock.Clock.Rand and the etcd model).
 func (s Streams) Source(name string) rand.Source {

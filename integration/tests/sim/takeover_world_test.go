@@ -359,10 +359,15 @@ var (
 	errEtcdUnavailable = errors.New("sim: etcd did not answer")
 )
 
-func (t *term) Project() string          { return "sim" }
-func (t *term) Queue() string            { return queueName(t.queue) }
-func (t *term) LeaderID() string         { return fmt.Sprintf("p%d", t.proc) }
-func (t *term) Key() string              { return fmt.Sprintf("/baton/election/sim/q/%x", t.token) }
+func (t *term) Project() string  { return sim.Project }
+func (t *term) Queue() string    { return queueName(t.queue) }
+func (t *term) LeaderID() string { return fmt.Sprintf("p%d", t.proc) }
+
+// Key is the term's candidate key in election's layout, the token standing in for the lease ID.
+func (t *term) Key() string {
+	return election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(sim.Project, t.Queue()) + fmt.Sprintf("%016x", t.token)
+}
+
 func (t *term) Token() int64             { return t.token }
 func (t *term) Started() time.Time       { return t.started }
 func (t *term) Context() context.Context { return t.ctx }
