@@ -272,17 +272,26 @@ func (h historyReader) check(ctx context.Context, queue, id string) ([]violation
 	if err != nil {
 		return nil, nil, len(runs), err
 	}
+	out, repaired, err := h.judge(ctx, queue, id, runs)
+	return out, repaired, len(runs), err
+}
+
+// judge judges each of runs (oldest first) against the run after it.
+func (h historyReader) judge(ctx context.Context, queue, id string, runs []pastRun) ([]violation, []repair, error) {
 	var out []violation
 	var repaired []repair
 	for i := 1; i < len(runs); i++ {
 		prev, next := runs[i-1], runs[i]
-		if !h.o.since.after(next.start, next.owner.Token) || prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
-			continue // before -since, or the same chain going on
+		if !h.o.since.after(next.start, next.owner.Token) {
+			continue // the hand-over to next happened before -since
+		}
+		if prev.status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && next.owner.Token >= prev.owner.Token {
+			continue // the same chain going on (a lower token after it is a stale owner's run: judged)
 		}
 		if next.owner.Token == prev.owner.Token {
 			r, err := h.repairOf(ctx, queue, id, prev, next)
 			if err != nil {
-				return out, repaired, len(runs), err
+				return out, repaired, err
 			}
 			if r != nil {
 				repaired = append(repaired, *r)
@@ -291,14 +300,14 @@ func (h historyReader) check(ctx context.Context, queue, id string) ([]violation
 		}
 		v, err := h.handOver(ctx, queue, id, prev, next)
 		if err != nil {
-			return out, repaired, len(runs), err
+			return out, repaired, err
 		}
 		out = append(out, v...)
 	}
 	if n, last := failStreak(runs, time.Now(), func(r pastRun) bool { return h.o.since.after(r.start, r.owner.Token) }); n > 0 {
 		out = append(out, violation{Check: CheckRunsFailing, Queue: queue, Detail: failingDetail(n, last)})
 	}
-	return out, repaired, len(runs), nil
+	return out, repaired, nil
 }
 
 // handOver judges the hand-over from prev to next, a run of a later term.
