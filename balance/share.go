@@ -74,14 +74,21 @@ func (r *Runner) shouldShed(queue string) (string, time.Duration) {
 	return d.reason, 0
 }
 
-// shedFacts gathers what decideShed reads about the held queue.
+// shedFacts gathers what decideShed reads about the held queue. Every wake of every held queue asks,
+// so the facts that cost a walk of the line or of the fleet are gathered only when the cheap ones
+// leave the decision open: a worker within its share that does not drain, or a queue being taken
+// over, moves nothing whatever they say.
 func (r *Runner) shedFacts(queue string) shedFacts {
+	f := shedFacts{now: r.cfg.Clock.Now(), rec: r.snapshot(queue), draining: r.roster.draining(), keeping: r.keeping(),
+		fair: r.FairShare(), shedAbove: r.cfg.ShedAbove, cooldown: r.cfg.Cooldown}
+	if f.rec.takeovers > 0 || !f.draining && f.keeping <= f.fair {
+		return f
+	}
 	line := r.view.line(queue)
-	keeping := r.keeping()
-	return shedFacts{now: r.cfg.Clock.Now(), rec: r.snapshot(queue), draining: r.roster.draining(),
-		hasTaker: firstTaker(r.cfg.ServerID, r.roster.workers(line)) != "", keeping: keeping, fair: r.FairShare(),
-		rollout: r.inRollout(), unknown: r.unknownCandidate(), others: r.view.othersStand(queue, r.cfg.ServerID),
-		lighter: lighterIn(r.cfg.ServerID, line, r.counts(), keeping-2), shedAbove: r.cfg.ShedAbove, cooldown: r.cfg.Cooldown}
+	f.hasTaker = firstTaker(r.cfg.ServerID, r.roster.workers(line)) != ""
+	f.rollout, f.unknown, f.others = r.inRollout(), r.unknownCandidate(), r.view.othersStand(queue, r.cfg.ServerID)
+	f.lighter = lighterIn(r.cfg.ServerID, line, r.counts(), f.keeping-2)
+	return f
 }
 
 // unknownCandidate reports whether a worker stands whose member record this worker has not seen yet:
