@@ -268,18 +268,20 @@ type unfitDecision struct{ unfit, move, ask bool }
 // reaches Temporal: an outage), keep the queue and ask the workers that serve it to stand, again
 // every grace while the mark lasts, so that a fit one steps into line and the queue moves then.
 //
-// selfOK is this worker's own reach check, run just before (Runner.reachNow): a leader that reaches
-// Temporal again keeps the queue and asks nothing (its next progress check ends the mark). When the
-// server comes back, the first worker whose check passes would otherwise take every queue of the
-// leaders whose progress checks have not come round yet.
-func decideUnfit(rec record, now time.Time, self string, line []worker, selfOK bool, grace time.Duration) unfitDecision {
+// selfOK is this worker's own reach check (Runner.reachNow), asked only when the queue would move: a
+// leader that reaches Temporal again keeps the queue and asks nothing (its next progress check ends
+// the mark). When the server comes back, the first worker whose check passes would otherwise take
+// every queue of the leaders whose progress checks have not come round yet.
+func decideUnfit(rec record, now time.Time, self string, line []worker, selfOK func() bool, grace time.Duration) unfitDecision {
 	switch {
 	case !rec.unfit:
 		return unfitDecision{}
-	case rec.takeovers > 0, now.Sub(rec.unfitMoved) < UnfitPause, selfOK:
+	case rec.takeovers > 0, now.Sub(rec.unfitMoved) < UnfitPause:
 		return unfitDecision{unfit: true}
 	case fitTaker(self, line) == "":
 		return unfitDecision{unfit: true, ask: now.Sub(rec.unfitAsked) >= grace}
+	case selfOK():
+		return unfitDecision{unfit: true}
 	}
 	return unfitDecision{unfit: true, move: true}
 }

@@ -169,8 +169,14 @@ func TestDecideUnfit(t *testing.T) {
 		{"unfit, a fit taker, but self reaches Temporal again: keep, no ask", unfit(nil), taker, true, unfitDecision{unfit: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := decideUnfit(tc.rec, now, "self", tc.line, tc.selfOK, grace); got != tc.want {
+			asked := false
+			selfOK := func() bool { asked = true; return tc.selfOK }
+			if got := decideUnfit(tc.rec, now, "self", tc.line, selfOK, grace); got != tc.want {
 				t.Fatalf("decideUnfit = %+v, want %+v", got, tc.want)
+			}
+			// The reach check is a call to Temporal: asked only when the queue would move.
+			if tc.want.move && !asked || asked && !tc.want.move && !tc.selfOK {
+				t.Fatalf("reach check asked = %v, want it asked only when a move is on the table", asked)
 			}
 		})
 	}

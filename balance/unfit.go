@@ -54,9 +54,8 @@ func (r *Runner) unfitMove(ctx context.Context, queue string) (unfit, move bool)
 	if !rec.unfit {
 		return false, false // no line to read
 	}
-	line := r.line(queue)
-	selfOK := fitTaker(r.cfg.ServerID, line) != "" && r.reachNow(ctx) // only a move needs it
-	d := decideUnfit(rec, r.cfg.Clock.Now(), r.cfg.ServerID, line, selfOK, r.cfg.Grace)
+	selfOK := func() bool { return r.reachNow(ctx) }
+	d := decideUnfit(rec, r.cfg.Clock.Now(), r.cfg.ServerID, r.line(queue), selfOK, r.cfg.Grace)
 	switch {
 	case d.ask:
 		hctx, cancel := context.WithTimeout(ctx, r.cfg.Grace)
