@@ -30,7 +30,9 @@ const (
 // controlReply is one line of the answer: a line of progress, or the last line (Done), with Err when
 // the restart failed.
 type controlReply struct {
-	Say  string `json:",omitempty"`
+	Say string `json:",omitempty"`
+	// Down: the server is stopped and stays down for the request's down from now.
+	Down bool   `json:",omitempty"`
 	Done bool   `json:",omitempty"`
 	Err  string `json:",omitempty"`
 }
@@ -83,7 +85,7 @@ func (c *control) handle(conn net.Conn) {
 	done := make(chan error, 1)
 	req := restartRequest{down: down, done: done, say: func(format string, a ...any) {
 		reply.Encode(controlReply{Say: fmt.Sprintf(format, a...)}) // a client gone away misses it
-	}}
+	}, isDown: func() { reply.Encode(controlReply{Down: true}) }}
 	select {
 	case c.requests <- req:
 		err = <-done
@@ -123,8 +125,9 @@ func (c *control) Close() error {
 }
 
 // requestRestart asks the devstack at socket to restart its Temporal server, keeping it down for
-// down, writes the restart's progress to out as it comes, and returns once the server serves again.
-func requestRestart(socket string, down time.Duration, out io.Writer) error {
+// down, writes the restart's progress to out as it comes, calls isDown (when not nil) once the server
+// is stopped and kept down, and returns nil once the server serves again.
+func requestRestart(socket string, down time.Duration, out io.Writer, isDown func()) error {
 	conn, err := net.Dial("unix", socket)
 	if err != nil {
 		return fmt.Errorf("the devstack of %s does not answer (%v): is it still running?", socket, err)
@@ -142,6 +145,10 @@ func requestRestart(socket string, down time.Duration, out io.Writer) error {
 		switch {
 		case r.Say != "":
 			fmt.Fprintln(out, r.Say)
+		case r.Down:
+			if isDown != nil {
+				isDown()
+			}
 		case r.Done && r.Err != "":
 			return errors.New(r.Err)
 		case r.Done:

@@ -49,6 +49,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -140,7 +141,7 @@ func restart(args []string) error {
 	if err != nil {
 		return err
 	}
-	return requestRestart(socket, down, os.Stdout)
+	return requestRestart(socket, down, os.Stdout, nil)
 }
 
 // serve keeps the stack up, restarting its Temporal server on each request (SIGUSR1 or `devstack
@@ -157,12 +158,12 @@ func (d *devstack) serve(ctx context.Context, usr1 <-chan os.Signal) error {
 			fmt.Fprintln(d.stderr, "devstack: the Temporal server exited: stopping the other servers")
 			return errors.Join(err, d.Close())
 		case <-usr1:
-			if err := d.restartTemporal(ctx, 0, d.say); err != nil {
+			if err := d.restartTemporal(ctx, 0, d.say, nil); err != nil {
 				fmt.Fprintf(d.stderr, "devstack: SIGUSR1: %v\n", err)
 			}
 		case req := <-d.requests():
 			say := func(format string, a ...any) { d.say(format, a...); req.say(format, a...) }
-			req.done <- d.restartTemporal(ctx, req.down, say)
+			req.done <- d.restartTemporal(ctx, req.down, say, req.isDown)
 		}
 	}
 }
@@ -254,6 +255,7 @@ type devstack struct {
 	envFile  string
 	say      func(format string, a ...any) // devstack's human lines
 	stderr   io.Writer
+	restarts atomic.Int64 // restarts of the Temporal server that ended with it serving again
 }
 
 // start starts the stack, prints its endpoints and writes the env file. On failure, or when ctx ends

@@ -28,16 +28,17 @@ var _ restartable = (*temporalx.Server)(nil)
 // restartRequest asks the running devstack to restart its Temporal server: from `devstack restart
 // temporal` through the control socket, or from SIGUSR1.
 type restartRequest struct {
-	down time.Duration                 // how long the server stays down before it starts again
-	say  func(format string, a ...any) // where the restart's progress goes, besides devstack's output
-	done chan<- error                  // receives the restart's result (buffered); nil: nobody waits
+	down   time.Duration                 // how long the server stays down before it starts again
+	say    func(format string, a ...any) // where the restart's progress goes, besides devstack's output
+	isDown func()                        // called once the server is stopped and kept down for down
+	done   chan<- error                  // receives the restart's result (buffered); nil: nobody waits
 }
 
 // restartTemporal stops the Temporal server, keeps it down for down, and starts it again on the same
 // port and database, so that its executions survive; etcd and Redis are not touched. It returns once
 // the server serves again. When the start fails, the server stays down and a later restart may
 // start it.
-func (d *devstack) restartTemporal(ctx context.Context, down time.Duration, say func(format string, a ...any)) error {
+func (d *devstack) restartTemporal(ctx context.Context, down time.Duration, say func(format string, a ...any), isDown func()) error {
 	r, ok := d.Temporal.(restartable)
 	if !ok {
 		return fmt.Errorf("the Temporal server (%T) cannot be restarted", d.Temporal)
@@ -50,6 +51,9 @@ func (d *devstack) restartTemporal(ctx context.Context, down time.Duration, say 
 	say("temporal  stopped in %v", since(t))
 	if down > 0 {
 		say("temporal  kept down for %v (-down)", down)
+		if isDown != nil {
+			isDown()
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("interrupted while temporal was down: %w", ctx.Err())
@@ -64,6 +68,7 @@ func (d *devstack) restartTemporal(ctx context.Context, down time.Duration, say 
 			"`devstack restart temporal` tries again): %w", err)
 	}
 	say("temporal  serving again in %v  %s namespace %s, same port and database", since(t), d.Temporal.HostPort(), d.Temporal.Namespace())
+	d.restarts.Add(1)
 	return nil
 }
 
