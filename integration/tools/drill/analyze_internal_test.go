@@ -8,6 +8,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/baton-run/baton/cmd/demo-worker/loadreport"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/ledger"
 	"github.com/baton-run/baton/takeover"
@@ -243,8 +244,8 @@ func TestLoadJudge(t *testing.T) {
 	}
 	dones := map[string][]ledger.Completion{"a": {done(1, "done w1 5", 10)}, "d": {done(1, "done w1 5", 11), done(2, "done w2 9", 20)}}
 	touched := map[string]bool{"a": true, "b": true, "d": true, "p": true}
-	reqs := []acceptedReq{{key: "a", queue: "q0", sent: t0}, {key: "b", queue: "q0", sent: t0}, {key: "c", queue: "q1", sent: t0},
-		{key: "d", queue: "q1", sent: t0}}
+	reqs := []loadreport.Accepted{{Key: "a", Queue: "q0", Sent: t0}, {Key: "b", Queue: "q0", Sent: t0}, {Key: "c", Queue: "q1", Sent: t0},
+		{Key: "d", Queue: "q1", Sent: t0}}
 	states := map[string]ledgerRecord{"a": {State: "done", Raw: "done w1 5"}, "b": {State: "pending", Raw: "pending w1 5"}, "d": {State: "done", Raw: "done w2 9"},
 		"p": {State: "pending", Raw: "pending w3 7"}, "other": {State: "pending", Raw: "pending x 1"}}
 	var st LoadStats

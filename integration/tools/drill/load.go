@@ -124,12 +124,6 @@ func (d *Drill) startLoad(ctx context.Context) error {
 	return nil
 }
 
-// acceptedReq is one line of the producer's -accepted-out file.
-type acceptedReq struct {
-	key, queue string
-	sent       time.Time
-}
-
 // endLoad stops the producer (SIGTERM: it stops sending, insists on the sends in flight, lists what
 // was accepted), waits for the ledger to settle, and judges every accepted request.
 func (d *Drill) endLoad(ctx context.Context) {
@@ -151,7 +145,7 @@ func (d *Drill) endLoad(ctx context.Context) {
 	}
 	total, _ := l.proc.Summary()
 	st.Sent, st.Retries = int(total.Sent), int(total.Retries)
-	reqs, err := readAccepted(l.keysPath)
+	reqs, err := loadreport.ReadAccepted(l.keysPath)
 	switch {
 	case l.proc.Code() != 0:
 		failed("the producer exited with code %d: %s", l.proc.Code(), l.proc.Tail(1500))
@@ -181,7 +175,7 @@ func (d *Drill) endLoad(ctx context.Context) {
 			return err
 		}
 		for _, r := range reqs {
-			if states[r.key].State != ledger.Done {
+			if states[r.Key].State != ledger.Done {
 				return errors.New("an accepted request is not done")
 			}
 		}
@@ -232,19 +226,19 @@ func (d *Drill) endLoad(ctx context.Context) {
 // judge fills st from the ledger's records at the end (states) and the puts the watch saw, and
 // returns the evidence of each lost request, request completed twice and record of the load left
 // pending.
-func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerRecord, dones map[string][]ledger.Completion,
+func judge(st *LoadStats, reqs []loadreport.Accepted, states map[string]ledgerRecord, dones map[string][]ledger.Completion,
 	touched map[string]bool) (lost, double, pending []string) {
 	short := func(k string) string { return k[:min(12, len(k))] }
 	var lat []time.Duration
 	for _, r := range reqs {
-		rec := states[r.key]
+		rec := states[r.Key]
 		if rec.State == ledger.Done {
 			st.Handled++
 		} else {
-			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", short(r.key), r.queue, r.sent.Format(tsFormat), cmp.Or(rec.Raw, "no record")))
+			lost = append(lost, fmt.Sprintf("%s (%s, sent %s): %s", short(r.Key), r.Queue, r.Sent.Format(tsFormat), cmp.Or(rec.Raw, "no record")))
 		}
-		if ds := dones[r.key]; len(ds) > 0 {
-			lat = append(lat, ds[0].Seen.Sub(r.sent))
+		if ds := dones[r.Key]; len(ds) > 0 {
+			lat = append(lat, ds[0].Seen.Sub(r.Sent))
 		}
 	}
 	for k, ds := range dones {
@@ -266,16 +260,6 @@ func judge(st *LoadStats, reqs []acceptedReq, states map[string]ledgerRecord, do
 	st.Lost, st.Double, st.Pending = len(lost), len(double), len(pending)
 	st.P50, st.P99, st.Max = benchreport.Percentile(lat, 50), benchreport.Percentile(lat, 99), benchreport.Percentile(lat, 100)
 	return lost, double, pending
-}
-
-// readAccepted reads the producer's -accepted-out file.
-func readAccepted(path string) ([]acceptedReq, error) {
-	lines, err := loadreport.ReadAccepted(path)
-	out := make([]acceptedReq, 0, len(lines))
-	for _, a := range lines {
-		out = append(out, acceptedReq{key: a.Key, queue: a.Queue, sent: a.Sent})
-	}
-	return out, err
 }
 
 func firstN(s []string, n int) string {
