@@ -19,7 +19,6 @@ const grantMethod = "/etcdserverpb.Lease/LeaseGrant"
 // holdGrant holds the first lease grant its client sends until release is closed (or the call's
 // context ends); the grants after it go through. held is closed once the first grant is being held.
 type holdGrant struct {
-	once    sync.Once
 	mu      sync.Mutex
 	grants  int
 	held    chan struct{}
@@ -38,7 +37,7 @@ func (h *holdGrant) intercept(ctx context.Context, method string, req, reply any
 		first := h.grants == 1
 		h.mu.Unlock()
 		if first {
-			h.once.Do(func() { close(h.held) })
+			close(h.held) // first is true once
 			select {
 			case <-h.release:
 			case <-ctx.Done():
