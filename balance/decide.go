@@ -9,7 +9,7 @@ import (
 // The Runner's decisions, as functions of what it gathered from the view (candidates, leaders), the
 // roster (member records, hints), the queue's record and the time, returning a decision that the
 // Runner acts on. None reads a clock or a lock, none changes anything: each is table-tested on
-// made-up inputs (decide_test.go), and the Runner's gathering is all that touches etcd's picture.
+// made-up inputs (decide_*_test.go), and the Runner's gathering is all that touches etcd's picture.
 
 // fairShare is ceil(queues / workers), with at least one worker (this one).
 func fairShare(queues, workers int) int {
@@ -115,25 +115,25 @@ func rankAmong(queue, self string, others []string) int {
 }
 
 // firstTaker returns the first worker in line (leader first), other than self, that does not drain;
-// "" when there is none. A drain or an unfit hand-over goes only to such a worker: workers may serve
-// different queues, and a queue handed to nobody would fall vacant and come back, again and again.
+// "" when there is none. A drain goes only to such a worker: workers may serve different queues, and
+// a queue handed to nobody would fall vacant and come back, again and again.
 func firstTaker(self string, line []worker) string {
-	for _, w := range line {
-		if w.id != self && !w.m.Draining {
-			return w.id
-		}
-	}
-	return ""
+	return firstIn(self, line, func(worker) bool { return true })
 }
 
-// fitTaker returns the first worker in line (leader first), other than self, that does not drain
-// and reports that it reaches Temporal now (member.TemporalOK); "" when there is none. An unfit
-// hand-over goes only to such a worker: during a Temporal outage every worker is unfit, and handing
-// the queue to one that cannot reach Temporal either costs a quiesce timeout, a failed terminate and
-// a new run for nothing, again on every worker in turn.
+// fitTaker is firstTaker among the workers that report they reach Temporal now (member.TemporalOK,
+// from a record this worker has seen). An unfit hand-over goes only to such a worker: during a
+// Temporal outage every worker is unfit, and handing the queue to one that cannot reach Temporal
+// either costs a quiesce timeout, a failed terminate and a new run for nothing, again on every worker
+// in turn.
 func fitTaker(self string, line []worker) string {
+	return firstIn(self, line, func(w worker) bool { return w.known && w.m.TemporalOK })
+}
+
+// firstIn returns the first worker in line, other than self, that does not drain and passes ok.
+func firstIn(self string, line []worker, ok func(worker) bool) string {
 	for _, w := range line {
-		if w.id != self && w.known && !w.m.Draining && w.m.TemporalOK {
+		if w.id != self && !w.m.Draining && ok(w) {
 			return w.id
 		}
 	}

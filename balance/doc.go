@@ -89,11 +89,11 @@
 // under way, the last leader seen, the unfit marks), with its invariants. Every decision above is a
 // function of what the Runner gathers from the view, the roster and that record at one instant,
 // returning a decision the Runner acts on (decide.go): who stands behind a leader (mayStandBehind),
-// how long a vacancy waits and who ranks first (vacancyWait, rankAmong), who takes a drained or
-// unfit queue (firstTaker), the successor (pickSuccessor), shed and drain (decideShed, then pace),
-// unfit hand-overs (decideUnfit), their combination (decideHeld), why a stop hands over
-// (stopReasonOf) and why a won queue changed owner (changeReason). They read no clock and take no
-// lock, so their tests are tables on made-up time.
+// how long a vacancy waits and who ranks first (vacancyWait, rankAmong), who takes a drained queue
+// (firstTaker) or an unfit one (fitTaker), the successor (pickSuccessor), shed and drain
+// (decideShed, then pace), unfit hand-overs (decideUnfit), their combination (decideHeld), why a stop
+// hands over (stopReasonOf) and why a won queue changed owner (changeReason). They read no clock and
+// take no lock, so their tests are tables on made-up time.
 //
 // Its keys live beside the election's, never under it, so no queue name collides (Keys has the
 // layout: member records and hand-off hints).
