@@ -17,6 +17,10 @@ type nodeClock struct {
 
 func newNodeClock(src rand.Source) *nodeClock { return &nodeClock{Clock: clock.Real(), src: src} }
 
+// NewClock is the bubble's clock with the seed's stream of name as its random source (clock.Jitter):
+// a process's clock in a world.
+func (s Streams) NewClock(name string) clock.Clock { return newNodeClock(s.Source(name)) }
+
 func (c *nodeClock) Rand() rand.Source { return c }
 
 // Uint64 makes nodeClock a rand.Source safe for the node's goroutines.

@@ -228,7 +228,7 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 		log = zaptest.NewLogger(t).Named(tm.who())
 	}
 	cli := temporalmodel.NewClient(w.model, tm.who(), w.sender(tm.who(), tm.token, stream(w.seed, "net/"+tm.who()), p.rates))
-	mgr, err := takeover.New(cli, takeover.Config{Clock: newBubbleClock(w.seed, "jitter/"+tm.who()), Logger: log, Mode: p.mode})
+	mgr, err := takeover.New(cli, takeover.Config{Clock: sim.Streams{Seed: w.seed}.NewClock("jitter/" + tm.who()), Logger: log, Mode: p.mode})
 	if err != nil {
 		t.Fatal(err)
 	}

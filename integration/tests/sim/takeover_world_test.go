@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -16,47 +15,15 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/sim"
 	"github.com/baton-run/baton/integration/sim/temporalmodel"
 	"github.com/baton-run/baton/takeover"
 )
 
-// stream is the seed's random stream of one name: every source of randomness in a world is one of
-// these, so adding a draw to one stream never shifts another.
-func stream(seed uint64, name string) *rand.Rand {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return rand.New(rand.NewPCG(seed, h.Sum64()))
-}
-
-// lockedSource is a seeded rand.Source safe for concurrent use: a Manager's jitter (clock.Rand).
-type lockedSource struct {
-	mu  sync.Mutex
-	src *rand.PCG
-}
-
-func (s *lockedSource) Uint64() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.src.Uint64()
-}
-
-// bubbleClock is the real clock, which inside a synctest bubble is the bubble's fake time, with a
-// seeded jitter source.
-type bubbleClock struct {
-	clock.Clock
-	src *lockedSource
-}
-
-func (c bubbleClock) Rand() rand.Source { return c.src }
-
-func newBubbleClock(seed uint64, name string) bubbleClock {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return bubbleClock{Clock: clock.Real(), src: &lockedSource{src: rand.NewPCG(seed, h.Sum64())}}
-}
+// stream is the seed's random stream of one name (sim.Streams): every source of randomness in a
+// world is one of these, so adding a draw to one stream never shifts another.
+func stream(seed uint64, name string) *rand.Rand { return sim.Streams{Seed: seed}.Rand(name) }
 
 // The probes: rare events a batch must hit, or it has stopped exploring.
 const (
@@ -92,7 +59,7 @@ func newWorld(seed uint64, queues int) *world {
 	w := &world{seed: seed, start: time.Now(), dc: converter.GetDefaultDataConverter(), holder: map[int]int64{},
 		queue:  map[string]int{},
 		probes: map[string]int{}, lanes: map[string][]string{}, runs: map[int64]takeover.Run{}}
-	w.model = temporalmodel.New(temporalmodel.Options{Clock: newBubbleClock(seed, "model")})
+	w.model = temporalmodel.New(temporalmodel.Options{Clock: sim.Streams{Seed: seed}.NewClock("model")})
 	for q := range queues {
 		id, err := takeover.WorkflowID("sim", queueName(q))
 		if err != nil {
