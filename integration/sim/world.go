@@ -47,6 +47,7 @@ type World struct {
 
 	fleet[*node] // mu: the processes and their terms; held while reading the model, never inside onCommit
 	healedAt     time.Time
+	held         []heldTerm // acting's list, reused from step to step (under mu)
 
 	writes map[string]fenced // under rmu, with the violations and probes
 }
