@@ -48,7 +48,7 @@ type heldTerm struct {
 
 // acting lists, per queue, the live processes whose term passes Check and whose key etcd holds with
 // the term's token, and checks fail-closed for each: the term's local deadline is no later than the
-// server's expiry of its lease. It runs at every step, so it reuses its list, skips crashed processes
+// server's expiry of its lease. It runs at every step, so it reuses its lists, skips crashed processes
 // whole, and asks a term's cheap Err before Check (most terms seen here have ended, and Check would
 // build an error for each only to throw it away).
 func (w *World) acting(now time.Time) map[string][]string {
@@ -66,7 +66,11 @@ func (w *World) acting(now time.Time) map[string][]string {
 	}
 	w.held = hs
 	w.mu.Unlock()
-	out := make(map[string][]string, len(w.queues))
+	if w.owners == nil {
+		w.owners = make(map[string][]string, len(w.queues))
+	}
+	out := w.owners
+	clear(out) // no empty entries: a caller may ask len(acting) whether anybody acts
 	for _, h := range hs {
 		if h.t.Check() != nil {
 			continue
