@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -24,8 +25,91 @@ const (
 	EnvReport   = "SIM_REPORT"    // file the batch writes its summary to, one key=value a line (ReportKeys)
 )
 
+// Report is what a batch writes to its SIM_REPORT file, one key=value a line (ReportKeys), and
+// ReadReport reads back: make sim-mutants reads the seeds to find, make bench the speed figures.
+type Report struct {
+	Schedules   int // schedules run (a replay of one is not counted again)
+	Violations  int // violating schedules
+	SeedsToFind int // schedules run up to the first violating one (0: none violated)
+	Replayed    int // schedules run a second time to compare their traces
+	Diverged    int // of those, the ones whose second trace differed
+	// SecondsToFind is the wall time until the first violating schedule was found.
+	SecondsToFind float64
+	// SimulatedSeconds is the simulated time of all the schedules, RealSeconds the wall time of the
+	// whole batch (the replays included): their ratio is the batch's speed against real time.
+	SimulatedSeconds, RealSeconds float64
+	// ShortestSimulatedSeconds is the simulated time of the batch's shortest schedule.
+	ShortestSimulatedSeconds float64
+}
+
+// reportField is one line of the report: its key and its field (*int or *float64).
+type reportField struct {
+	key string
+	ptr any
+}
+
+// fields pairs each key of the report with its field, in the file's order.
+func (r *Report) fields() []reportField {
+	return []reportField{
+		{"schedules", &r.Schedules}, {"violations", &r.Violations}, {"seeds_to_find", &r.SeedsToFind},
+		{"seconds_to_find", &r.SecondsToFind}, {"replayed", &r.Replayed}, {"diverged", &r.Diverged},
+		{"simulated_seconds", &r.SimulatedSeconds}, {"real_seconds", &r.RealSeconds},
+		{"shortest_simulated_seconds", &r.ShortestSimulatedSeconds},
+	}
+}
+
 // ReportKeys are the keys of the SIM_REPORT file, in order.
-var ReportKeys = []string{"schedules", "violations", "seeds_to_find", "seconds_to_find", "replayed", "diverged"}
+var ReportKeys = func() []string {
+	var keys []string
+	for _, f := range (&Report{}).fields() {
+		keys = append(keys, f.key)
+	}
+	return keys
+}()
+
+// String is the report as its file holds it.
+func (r Report) String() string {
+	var out strings.Builder
+	for _, f := range r.fields() {
+		switch p := f.ptr.(type) {
+		case *int:
+			fmt.Fprintf(&out, "%s=%d\n", f.key, *p)
+		case *float64:
+			fmt.Fprintf(&out, "%s=%.3f\n", f.key, *p)
+		}
+	}
+	return out.String()
+}
+
+// ReadReport reads a batch's SIM_REPORT file; a missing key or a malformed value is an error naming it.
+func ReadReport(path string) (Report, error) {
+	var r Report
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", EnvReport, err)
+	}
+	vals := map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		vals[k] = v
+	}
+	for _, f := range r.fields() {
+		v, ok := vals[f.key]
+		if !ok {
+			return r, fmt.Errorf("%s %s: no %q line", EnvReport, path, f.key)
+		}
+		switch p := f.ptr.(type) {
+		case *int:
+			*p, err = strconv.Atoi(v)
+		case *float64:
+			*p, err = strconv.ParseFloat(v, 64)
+		}
+		if err != nil {
+			return r, fmt.Errorf("%s %s: %s must be a number, got %q", EnvReport, path, f.key, v)
+		}
+	}
+	return r, nil
+}
 
 // DefaultBudget keeps the slice of a batch in make test small: five batches under -race plus the
 // models' conformance runs stay within two minutes of the integration phase (2m13s with 15 s each,
@@ -36,6 +120,12 @@ const DefaultBudget = 10 * time.Second
 // the -race slice in make test on a loaded machine may run only a dozen, and a rare event missed in a
 // dozen is chance, not a simulator that stopped exploring (make sim runs thousands).
 const MinSchedulesForProbes = 50
+
+// GCPercent is the garbage collector's target a batch runs with unless GOGC is set: a schedule
+// allocates fast and keeps little (a world, its models, one trace), so the default of 100 spends a
+// sixth of the heartbeat world's CPU collecting (miniredis builds a Lua state per script call) and a
+// twelfth of the election world's. 400 costs some tens of MiB of heap and changes nothing checked.
+const GCPercent = 400
 
 // Runner runs one schedule.
 type Runner func(t *testing.T, seed uint64, keep bool) Result
@@ -119,6 +209,7 @@ func ConformanceSeeds(n int, base uint64) ([]uint64, error) {
 type Summary struct {
 	Schedules, Violating, Replayed, Diverged int
 	Real, Simulated                          time.Duration
+	Shortest                                 time.Duration // simulated time of the shortest schedule
 	Probes                                   map[string]int
 	FirstFailing                             uint64
 	SeedsToFind                              int           // schedules run up to the first violating one
@@ -147,6 +238,9 @@ func (s Summary) String() string {
 // never hit.
 func (b Batch) Run(t *testing.T, run Runner) Summary {
 	t.Helper()
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(GCPercent))
+	}
 	sum := Summary{Probes: map[string]int{}}
 	for _, p := range b.Probes {
 		sum.Probes[p] = 0
@@ -159,6 +253,9 @@ func (b Batch) Run(t *testing.T, run Runner) Summary {
 		res := run(t, seed, true) // the lines are kept: a failing run's own timeline is the evidence
 		sum.Schedules++
 		sum.Simulated += res.Simulated
+		if sum.Schedules == 1 || res.Simulated < sum.Shortest {
+			sum.Shortest = res.Simulated
+		}
 		for p, n := range res.Probes {
 			sum.Probes[p] += n
 		}
@@ -262,17 +359,19 @@ func (b Batch) writeTrace(t *testing.T, res Result) {
 	}
 }
 
+// Report is the summary as the SIM_REPORT file holds it.
+func (s Summary) Report() Report {
+	return Report{Schedules: s.Schedules, Violations: s.Violating, SeedsToFind: s.SeedsToFind, Replayed: s.Replayed,
+		Diverged: s.Diverged, SecondsToFind: s.TimeToFind.Seconds(), SimulatedSeconds: s.Simulated.Seconds(),
+		RealSeconds: s.Real.Seconds(), ShortestSimulatedSeconds: s.Shortest.Seconds()}
+}
+
 func (b Batch) writeReport(t *testing.T, s Summary) {
 	t.Helper()
 	if b.Report == "" {
 		return
 	}
-	vals := []any{s.Schedules, s.Violating, s.SeedsToFind, fmt.Sprintf("%.1f", s.TimeToFind.Seconds()), s.Replayed, s.Diverged}
-	var out strings.Builder
-	for i, k := range ReportKeys {
-		fmt.Fprintf(&out, "%s=%v\n", k, vals[i])
-	}
-	if err := os.WriteFile(b.Report, []byte(out.String()), 0o644); err != nil {
+	if err := os.WriteFile(b.Report, []byte(s.Report().String()), 0o644); err != nil {
 		t.Errorf("%s: %v", EnvReport, err)
 	}
 }

@@ -39,26 +39,38 @@ func (w *World) returned(n *node, q string, t *election.Term) {
 	}
 }
 
+// heldTerm is a live process's term for a queue, as acting sees it.
+type heldTerm struct {
+	n *node
+	q string
+	t *election.Term
+}
+
 // acting lists, per queue, the live processes whose term passes Check and whose key etcd holds with
 // the term's token, and checks fail-closed for each: the term's local deadline is no later than the
-// server's expiry of its lease.
+// server's expiry of its lease. It runs at every step, so it reuses its lists, skips crashed processes
+// whole, and asks a term's cheap Err before Check (most terms seen here have ended, and Check would
+// build an error for each only to throw it away).
 func (w *World) acting(now time.Time) map[string][]string {
-	type held struct {
-		n *node
-		q string
-		t *election.Term
-	}
-	var hs []held
 	w.mu.Lock()
+	hs := w.held[:0]
 	for _, n := range w.nodes {
+		if n.crashed {
+			continue
+		}
 		for q, ts := range n.terms {
-			if !n.crashed {
-				hs = append(hs, held{n, q, ts.term})
+			if ts.term.Err() == nil {
+				hs = append(hs, heldTerm{n, q, ts.term})
 			}
 		}
 	}
+	w.held = hs
 	w.mu.Unlock()
-	out := map[string][]string{}
+	if w.owners == nil {
+		w.owners = make(map[string][]string, len(w.queues))
+	}
+	out := w.owners
+	clear(out) // no empty entries: a caller may ask len(acting) whether anybody acts
 	for _, h := range hs {
 		if h.t.Check() != nil {
 			continue

@@ -40,7 +40,8 @@
 // Every world's batch (the election world here, the takeover world of tests/sim, ...) runs through
 // [BatchFromEnv] and [Batch.Run], which hold the one environment contract: SIM_SEED (hex: replay one
 // seed and write its timeline to SIM_TRACE or the test log), SIM_BUDGET (a Go duration, default DefaultBudget),
-// SIM_SEEDS (a maximum seed count), SIM_FIRST, SIM_STOP=first and SIM_REPORT (for make sim-mutants);
+// SIM_SEEDS (a maximum seed count), SIM_FIRST, SIM_STOP=first and SIM_REPORT (a key=value file,
+// [Report], read back with [ReadReport] by make sim-mutants and make bench's sim rows);
 // each batch prints one summary line: schedules, schedules/s, simulated-to-real ratio, violations,
 // replays identical, probes hit/missed. [ConformanceSeeds] gives the conformance tests their scripts
 // under the same SIM_SEED and SIM_SEEDS.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"strings"
 	"sync"
@@ -18,25 +19,25 @@ type Recorder struct {
 	keep  bool // keep the lines (a replay), not only their hash
 
 	mu    sync.Mutex
-	hash  uint64
+	hash  hash.Hash64 // of every line so far, each ended by a newline
 	lines []string
 }
 
 // NewRecorder starts a trace at the clock's now; keep keeps the lines for a timeline.
 func NewRecorder(clk clock.Clock, keep bool) *Recorder {
-	return &Recorder{clk: clk, start: clk.Now(), keep: keep, hash: fnv.New64a().Sum64()}
+	return &Recorder{clk: clk, start: clk.Now(), keep: keep, hash: fnv.New64a()}
 }
 
-// Add records one line for who (a process, "world", "etcd").
+// Add records one line for who (a process, "world", "etcd"). It runs at every step of a schedule,
+// so it formats the line once, into one buffer, and feeds the running hash the bytes themselves.
 func (r *Recorder) Add(who, format string, args ...any) {
-	line := fmt.Sprintf("%10.3fs %-8s %s", r.clk.Now().Sub(r.start).Seconds(), who, fmt.Sprintf(format, args...))
+	line := fmt.Appendf(nil, "%10.3fs %-8s ", r.clk.Now().Sub(r.start).Seconds(), who)
+	line = append(fmt.Appendf(line, format, args...), '\n')
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%016x%s", r.hash, line)
-	r.hash = h.Sum64()
+	r.hash.Write(line)
 	if r.keep {
-		r.lines = append(r.lines, line)
+		r.lines = append(r.lines, string(line[:len(line)-1]))
 	}
 }
 
@@ -44,7 +45,7 @@ func (r *Recorder) Add(who, format string, args ...any) {
 func (r *Recorder) Hash() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.hash
+	return r.hash.Sum64()
 }
 
 // Timeline is the kept trace.

@@ -47,6 +47,8 @@ type World struct {
 
 	fleet[*node] // mu: the processes and their terms; held while reading the model, never inside onCommit
 	healedAt     time.Time
+	held         []heldTerm          // acting's list, reused from step to step (under mu)
+	owners       map[string][]string // acting's answer, reused from step to step (the loop's alone)
 
 	writes map[string]fenced // under rmu, with the violations and probes
 }

@@ -1,7 +1,9 @@
 package etcdmodel
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -38,6 +40,7 @@ type watchStream struct {
 	requireLeader bool
 	watchers      map[int64]*watcher
 	nextID        int64
+	ids           []int64 // notifyLocked's list of watcher IDs, reused from commit to commit
 	out           []*pb.WatchResponse
 	wake          chan struct{}
 	in            []*pb.WatchRequest // sent by the client, not yet through the transport
@@ -227,18 +230,20 @@ func (ws *watchStream) createLocked(r *pb.WatchCreateRequest) error {
 	return nil
 }
 
-// notifyLocked queues, for every watcher, one response per revision it has not seen yet.
+// notifyLocked queues, for every watcher in the order of its ID, one response per revision it has
+// not seen yet. It runs at every commit, so it starts each watcher at its first unseen revision
+// (the history is in revision order) instead of rescanning the history.
 func (ws *watchStream) notifyLocked() {
 	m := ws.m
-	for id := int64(0); id < ws.nextID; id++ {
+	ws.ids = ws.ids[:0]
+	for id := range ws.watchers {
+		ws.ids = append(ws.ids, id)
+	}
+	slices.Sort(ws.ids)
+	for _, id := range ws.ids {
 		w := ws.watchers[id]
-		if w == nil {
-			continue
-		}
-		for _, rv := range m.history {
-			if rv.rev < w.next {
-				continue
-			}
+		from, _ := slices.BinarySearchFunc(m.history, w.next, func(rv revision, next int64) int { return cmp.Compare(rv.rev, next) })
+		for _, rv := range m.history[from:] {
 			var evs []*mvccpb.Event
 			for _, ev := range rv.events {
 				if !inRange(ev.Kv.Key, w.key, w.end) || (ev.Type == mvccpb.PUT && w.noPut) || (ev.Type == mvccpb.DELETE && w.noDelete) {
