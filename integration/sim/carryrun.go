@@ -89,10 +89,7 @@ func (w *CarryWorld) accept(n int) {
 	for range n {
 		r := w.newRequest()
 		p := w.payloads(r)
-		ev := &historypb.HistoryEvent{EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
-			Attributes: &historypb.HistoryEvent_WorkflowExecutionSignaledEventAttributes{
-				WorkflowExecutionSignaledEventAttributes: &historypb.WorkflowExecutionSignaledEventAttributes{
-					SignalName: dispatcher.SignalDispatch, Input: p}}}
+		ev := signalEvent(p)
 		how := "signal"
 		if w.runR.IntN(2) == 0 {
 			how = "update"
@@ -108,6 +105,14 @@ func (w *CarryWorld) accept(n int) {
 		w.enqueue(r)
 		w.rec.Add(w.open.owner.ServerID, "run %s accepted %s by %s", short(w.open.id), r.TaskID, how)
 	}
+}
+
+// signalEvent is a SignalDispatch signal of the request p.
+func signalEvent(p *commonpb.Payloads) *historypb.HistoryEvent {
+	return &historypb.HistoryEvent{EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionSignaledEventAttributes{
+			WorkflowExecutionSignaledEventAttributes: &historypb.WorkflowExecutionSignaledEventAttributes{
+				SignalName: dispatcher.SignalDispatch, Input: p}}}
 }
 
 // enqueue queues r unless it waits already (the workflow's byKey).
