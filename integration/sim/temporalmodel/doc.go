@@ -43,8 +43,9 @@
 //
 // Not modelled: workflow tasks and their timeouts, workflow code (a world writes what its modelled
 // workflow did with Append), signal delivery beyond a count and the history events, Update handlers
-// other than an instant completion, visibility queries other than by workflow ID. UpdateWorkflow,
-// the appended events and visibility are not compared with the server by the conformance test yet.
+// other than an instant completion, visibility queries other than by workflow ID. The conformance
+// test compares the listing (order, statuses, paging) and the started events with the server's;
+// UpdateWorkflow, the appended events and the lag it does not.
 //
 // Options.TerminateIgnoresRunID plants a bug (terminate reaches the current run whatever run ID it
 // names) for the conformance test to prove that it catches a model that drifted.
