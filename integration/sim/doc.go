@@ -37,6 +37,21 @@
 // scheduler only ever acts when the bubble is quiescent and orders what is pending canonically,
 // which makes most schedules replay exactly, and the batch reports how many did.
 //
+// The carry world (CarryWorld, TestSimCarry) runs the real dispatcher Backlog activity, with its
+// scan of the run log (a real takeover.EtcdRunLog on the etcd model), describes, continue-as-new
+// links, visibility and each run's history, against the Temporal model with visibility lag and
+// failing reads. The dispatcher runs are scripted from the seed and write the history the workflow
+// would (signals, accepted updates, Backlog and Dispatch activities, continue-as-new carrying what
+// waits): takeovers, late starts of superseded terms landing while no run is open, operator closes,
+// runs terminated mid-activity. After the heal a last run reads its whole backlog; every request any
+// run accepted must have been handled by some run.
+//
+// The dispatcher-run world (RunWorld, TestSimDispatcherRun) runs the reference dispatcher workflow
+// itself, in the SDK's TestWorkflowEnvironment (one per run, chained by continue-as-new), with the
+// real Dispatch and Backlog activities: a prior run's backlog read back while a storm of signals
+// keeps continue-as-new due and every page comes back late. Its time is the environment's mock
+// clock, outside a bubble (RunDispatcherRun says why).
+//
 // Every world's batch (the election world here, the takeover world of tests/sim, ...) runs through
 // [BatchFromEnv] and [Batch.Run], which hold the one environment contract: SIM_SEED (hex: replay one
 // seed and write its timeline to SIM_TRACE or the test log), SIM_BUDGET (a Go duration, default DefaultBudget),

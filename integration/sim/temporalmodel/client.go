@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/baton-run/baton/dispatcher"
 	"github.com/baton-run/baton/takeover"
 )
 
@@ -79,7 +80,10 @@ type Client struct {
 	dc    converter.DataConverter
 }
 
-var _ takeover.Client = (*Client)(nil)
+var (
+	_ takeover.Client          = (*Client)(nil)
+	_ dispatcher.HistoryReader = (*Client)(nil)
+)
 
 // NewClient returns a client named name (request IDs are "<name>-<n>", so a seed's trace repeats).
 // A nil send is m.Direct().
@@ -99,7 +103,7 @@ func (c *Client) requestID() string {
 	return fmt.Sprintf("%s-%d", c.name, c.reqs)
 }
 
-func (c *Client) startRequest(o client.StartWorkflowOptions, workflow any) (*StartRequest, error) {
+func (c *Client) startRequest(o client.StartWorkflowOptions, workflow any, args []any) (*StartRequest, error) {
 	memo := &commonpb.Memo{Fields: map[string]*commonpb.Payload{}}
 	for k, v := range o.Memo {
 		p, err := c.dc.ToPayload(v)
@@ -108,8 +112,12 @@ func (c *Client) startRequest(o client.StartWorkflowOptions, workflow any) (*Sta
 		}
 		memo.Fields[k] = p
 	}
+	input, err := c.dc.ToPayloads(args...)
+	if err != nil {
+		return nil, fmt.Errorf("temporalmodel: input: %w", err)
+	}
 	return &StartRequest{WorkflowID: o.ID, RequestID: c.requestID(), WorkflowType: typeName(workflow),
-		TaskQueue: o.TaskQueue, Memo: memo, Reuse: o.WorkflowIDReusePolicy, Conflict: o.WorkflowIDConflictPolicy}, nil
+		TaskQueue: o.TaskQueue, Memo: memo, Input: input, Reuse: o.WorkflowIDReusePolicy, Conflict: o.WorkflowIDConflictPolicy}, nil
 }
 
 func typeName(workflow any) string {
@@ -121,8 +129,8 @@ func typeName(workflow any) string {
 }
 
 // ExecuteWorkflow starts a run, as the SDK does.
-func (c *Client) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, workflow any, _ ...any) (client.WorkflowRun, error) {
-	req, err := c.startRequest(o, workflow)
+func (c *Client) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error) {
+	req, err := c.startRequest(o, workflow, args)
 	if err != nil {
 		return nil, err
 	}
@@ -131,9 +139,9 @@ func (c *Client) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOpti
 
 // SignalWithStartWorkflow signals the open run or starts one, as the SDK does.
 func (c *Client) SignalWithStartWorkflow(ctx context.Context, workflowID, signalName string, _ any,
-	o client.StartWorkflowOptions, workflow any, _ ...any) (client.WorkflowRun, error) {
+	o client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error) {
 	o.ID = workflowID
-	req, err := c.startRequest(o, workflow)
+	req, err := c.startRequest(o, workflow, args)
 	if err != nil {
 		return nil, err
 	}
@@ -179,11 +187,54 @@ func (c *Client) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOpti
 	return updateHandle{workflowID: o.WorkflowID, runID: resp.(string), updateID: o.UpdateID}, nil
 }
 
-// GetWorkflowHistory returns the run's history; only the close-event filter is modelled.
+// ListWorkflow lists a workflow ID's runs from visibility (Model.List); like history reads, it goes
+// to the model directly.
+func (c *Client) ListWorkflow(ctx context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.model.List(req)
+}
+
+// GetWorkflowHistory returns the run's history: its close event (long-polled if asked), or every
+// event as it is now (the all-event filter, never long-polled).
 func (c *Client) GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
 	filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator {
-	return &historyIter{ctx: ctx, m: c.model, id: workflowID, runID: runID, longPoll: isLongPoll,
-		closeOnly: filterType == enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT}
+	if filterType != enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT {
+		return &eventsIter{ctx: ctx, m: c.model, id: workflowID, runID: runID}
+	}
+	return &historyIter{ctx: ctx, m: c.model, id: workflowID, runID: runID, longPoll: isLongPoll}
+}
+
+// eventsIter reads a run's whole history, taken when the first event is asked for.
+type eventsIter struct {
+	ctx       context.Context
+	m         *Model
+	id, runID string
+	read      bool
+	events    []*historypb.HistoryEvent
+}
+
+func (it *eventsIter) HasNext() bool { return !it.read || len(it.events) > 0 }
+
+func (it *eventsIter) Next() (*historypb.HistoryEvent, error) {
+	if !it.read {
+		it.read = true
+		if err := it.ctx.Err(); err != nil {
+			return nil, err
+		}
+		evs, err := it.m.History(it.id, it.runID)
+		if err != nil {
+			return nil, err
+		}
+		it.events = evs
+	}
+	if len(it.events) == 0 {
+		return nil, fmt.Errorf("temporalmodel: no more events")
+	}
+	ev := it.events[0]
+	it.events = it.events[1:]
+	return ev, nil
 }
 
 type historyIter struct {
@@ -191,7 +242,6 @@ type historyIter struct {
 	m         *Model
 	id, runID string
 	longPoll  bool
-	closeOnly bool
 	done      bool
 }
 
@@ -199,9 +249,6 @@ func (it *historyIter) HasNext() bool { return !it.done }
 
 func (it *historyIter) Next() (*historypb.HistoryEvent, error) {
 	it.done = true
-	if !it.closeOnly {
-		return nil, fmt.Errorf("temporalmodel: only the close-event history filter is modelled")
-	}
 	ev, err := it.m.CloseEvent(it.ctx, it.id, it.runID, it.longPoll)
 	if err == nil && ev == nil {
 		return &historypb.HistoryEvent{}, nil // the run is open: no close event on this page

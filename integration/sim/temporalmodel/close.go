@@ -3,6 +3,7 @@ package temporalmodel
 import (
 	"fmt"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 )
 
@@ -29,14 +30,18 @@ func (m *Model) Close(id string, status enumspb.WorkflowExecutionStatus, reason 
 // ContinueAsNew makes id's open run continue as new: it closes CONTINUED_AS_NEW and a new run of the
 // same chain (same FirstRunID, same memo, as the SDK carries it) starts. It reports the new run ("" when
 // none was open).
-func (m *Model) ContinueAsNew(id string) string {
+func (m *Model) ContinueAsNew(id string) string { return m.ContinueAsNewWith(id, nil) }
+
+// ContinueAsNewWith is ContinueAsNew whose new run starts with input (the workflow's
+// ContinueAsNewError arguments).
+func (m *Model) ContinueAsNewWith(id string, input *commonpb.Payloads) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.latest(id)
 	if r == nil || !r.Open() {
 		return ""
 	}
-	next := m.add(id, r.FirstRunID, "", r.WorkflowType, r.TaskQueue, r.Memo)
+	next := m.add(id, r.FirstRunID, "", r.WorkflowType, r.TaskQueue, r.Memo, input, r.RunID)
 	// add appended next after r: r is closed pointing at it.
 	m.close(r, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, "", next.RunID)
 	return next.RunID

@@ -1,6 +1,7 @@
 // Package temporalmodel is an in-memory model of the part of the Temporal service that Baton's
-// takeover reaches, for the deterministic simulator (issue #42). It satisfies takeover.Client, so
-// the real takeover.Manager runs against it inside a testing/synctest bubble.
+// takeover and the dispatcher's carry-over reach, for the deterministic simulator (issue #42). Its
+// Client satisfies takeover.Client and dispatcher.HistoryReader, so the real takeover.Manager and
+// the real Backlog activity run against it inside a testing/synctest bubble.
 //
 // # What it models
 //
@@ -25,18 +26,26 @@
 //   - out-of-band closes (close.go): an operator's terminate or cancel, a workflow that completes or
 //     fails, and continue-as-new (a new run of the same chain);
 //   - UpdateWorkflow (update.go): the open run completes the update at once, as a dispatcher with
-//     no work in flight does.
+//     no work in flight does;
+//   - each run's history (events.go): the started event (input, FirstExecutionRunId, the run it
+//     continued from), the events a world appends for the workflow code the model does not run
+//     (Append: signals, accepted updates, activities scheduled, completed and failed), and the
+//     close event; read whole with GetWorkflowHistory's all-event filter;
+//   - visibility (visibility.go): ListWorkflow for the query WorkflowId = "<id>", in the SQL
+//     store's order (coalesce(close_time, max) DESC, start_time DESC, run_id), paged, and eventually
+//     consistent with Options.VisibilityLag: a run's row missing, or a closed run still RUNNING,
+//     for a seeded time.
 //
 // Every error is the SDK's serviceerror type, so Baton's classification runs as it does against a
 // server. The model is a state machine and nothing else: delays, loss, duplicates and reordering are
 // the network's, which the simulator puts in front of it (a lost response after the effect is the
 // model applying a request whose answer the caller never sees).
 //
-// Not modelled, because the takeover does not use them: visibility (ListWorkflow, whose lag the
-// reconciler and the carry-over would need), workflow tasks and their timeouts, signal delivery
-// beyond a count, Update handlers other than an instant completion, and the history beyond the
-// close event. UpdateWorkflow is the one answer the conformance test does not compare with the
-// server yet.
+// Not modelled: workflow tasks and their timeouts, workflow code (a world writes what its modelled
+// workflow did with Append), signal delivery beyond a count and the history events, Update handlers
+// other than an instant completion, visibility queries other than by workflow ID. The conformance
+// test compares the listing (order, statuses, paging) and the started events with the server's;
+// UpdateWorkflow, the appended events and the lag it does not.
 //
 // Options.TerminateIgnoresRunID plants a bug (terminate reaches the current run whatever run ID it
 // names) for the conformance test to prove that it catches a model that drifted.

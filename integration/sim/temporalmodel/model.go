@@ -8,6 +8,7 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 
 	"github.com/baton-run/baton/clock"
 )
@@ -19,6 +20,10 @@ type Options struct {
 	// TerminateIgnoresRunID is a planted bug: terminate ends the current run whatever run ID the
 	// request names. Only the conformance test's proof of power sets it.
 	TerminateIgnoresRunID bool
+	// VisibilityLag, when set, is how long visibility takes to show a change of a run: called once
+	// when a run starts (closing false: its row is listed that long after) and once when it closes
+	// (its row shows RUNNING that long after). Default: no lag. See List.
+	VisibilityLag func(closing bool) time.Duration
 }
 
 // Run is one run of a workflow ID, as the model holds it.
@@ -39,6 +44,12 @@ type Run struct {
 	NextRunID string
 	// Signals counts the signals of signal-with-start the run received.
 	Signals int
+	// Input is the run's input, as its started event carries it.
+	Input *commonpb.Payloads
+	// events is the run's history (history.go), its event IDs from 1.
+	events []*historypb.HistoryEvent
+	// listedAt and closeListedAt are when visibility shows the run's row, and its close (visibility.go).
+	listedAt, closeListedAt time.Time
 	// closed is closed when the run closes; long polls wait on it.
 	closed chan struct{}
 }
@@ -94,20 +105,33 @@ func (m *Model) find(id, runID string) *Run {
 // close ends r with status; for continue-as-new (next != "") the chain goes on in next.
 func (m *Model) close(r *Run, status enumspb.WorkflowExecutionStatus, reason, next string) {
 	r.Status, r.Reason, r.NextRunID, r.CloseTime = status, reason, next, m.opts.Clock.Now()
+	r.closeListedAt = r.CloseTime.Add(m.lag(true))
+	m.appendLocked(r, closeEvent(r))
 	close(r.closed)
 }
 
-// add appends a new open run of id.
-func (m *Model) add(id, firstRunID, requestID, wfType, taskQueue string, memo *commonpb.Memo) *Run {
+// add appends a new open run of id, its history the started event (continued from prior, for
+// continue-as-new).
+func (m *Model) add(id, firstRunID, requestID, wfType, taskQueue string, memo *commonpb.Memo, input *commonpb.Payloads, prior string) *Run {
 	r := &Run{WorkflowID: id, RunID: m.newRunID(), RequestID: requestID, WorkflowType: wfType, TaskQueue: taskQueue,
-		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, StartTime: m.opts.Clock.Now(), Memo: memo,
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, StartTime: m.opts.Clock.Now(), Memo: memo, Input: input,
 		closed: make(chan struct{})}
 	r.FirstRunID = firstRunID
 	if r.FirstRunID == "" {
 		r.FirstRunID = r.RunID
 	}
+	r.listedAt = r.StartTime.Add(m.lag(false))
+	m.appendLocked(r, startedEvent(r, prior))
 	m.runs[id] = append(m.runs[id], r)
 	return r
+}
+
+// lag is the next visibility lag.
+func (m *Model) lag(closing bool) time.Duration {
+	if m.opts.VisibilityLag == nil {
+		return 0
+	}
+	return m.opts.VisibilityLag(closing)
 }
 
 // Runs returns a copy of every run of id, oldest first.
@@ -117,7 +141,7 @@ func (m *Model) Runs(id string) []Run {
 	out := make([]Run, 0, len(m.runs[id]))
 	for _, r := range m.runs[id] {
 		c := *r
-		c.closed = nil
+		c.closed, c.events = nil, nil
 		out = append(out, c)
 	}
 	return out
@@ -129,7 +153,7 @@ func (m *Model) Open(id string) (Run, bool) {
 	defer m.mu.Unlock()
 	if r := m.latest(id); r != nil && r.Open() {
 		c := *r
-		c.closed = nil
+		c.closed, c.events = nil, nil
 		return c, true
 	}
 	return Run{}, false

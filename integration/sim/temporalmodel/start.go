@@ -22,8 +22,10 @@ type StartRequest struct {
 	WorkflowType string
 	TaskQueue    string
 	Memo         *commonpb.Memo
-	Reuse        enumspb.WorkflowIdReusePolicy
-	Conflict     enumspb.WorkflowIdConflictPolicy
+	// Input is the workflow's input, as the started event carries it.
+	Input    *commonpb.Payloads
+	Reuse    enumspb.WorkflowIdReusePolicy
+	Conflict enumspb.WorkflowIdConflictPolicy
 	// Signal makes it a signal-with-start: an open run is signalled (conflict policy USE_EXISTING,
 	// the default there; FAIL is refused; TERMINATE_EXISTING ends it and starts a new one), a new
 	// run started otherwise. Its request ID dedupes the signal, never the start.
@@ -72,7 +74,7 @@ func (m *Model) Start(req StartRequest) (StartResponse, error) {
 			return StartResponse{}, err
 		}
 	}
-	r := m.add(req.WorkflowID, "", req.RequestID, req.WorkflowType, req.TaskQueue, req.Memo)
+	r := m.add(req.WorkflowID, "", req.RequestID, req.WorkflowType, req.TaskQueue, req.Memo, req.Input, "")
 	return StartResponse{RunID: r.RunID, Started: true}, nil
 }
 
@@ -128,7 +130,7 @@ func (m *Model) signalWithStart(req StartRequest) (StartResponse, error) {
 			return StartResponse{}, err
 		}
 	}
-	r := m.add(req.WorkflowID, "", req.RequestID, req.WorkflowType, req.TaskQueue, req.Memo)
+	r := m.add(req.WorkflowID, "", req.RequestID, req.WorkflowType, req.TaskQueue, req.Memo, req.Input, "")
 	r.Signals = 1
 	return StartResponse{RunID: r.RunID, Started: true}, nil
 }

@@ -12,6 +12,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -260,7 +261,59 @@ func play(ctx context.Context, svc service, id string, ops []op) ([]string, erro
 		}
 		lines = append(lines, fmt.Sprintf("%v -> %s | %s", o, got, st))
 	}
+	vis, err := p.visibility(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(lines, vis...), nil
+}
+
+// visibility is what the script's runs look like at its end: the visibility listing (paged two rows
+// at a time), in its order, and each run's started event. The server's visibility is eventually
+// consistent, so it is read until it shows every run with the status describe gives.
+func (p *player) visibility(ctx context.Context) ([]string, error) {
+	var rows []*workflowpb.WorkflowExecutionInfo
+	for {
+		var err error
+		if rows, err = p.svc.list(ctx, p.id, 2); err != nil {
+			return nil, fmt.Errorf("list: %w", err)
+		}
+		if p.settled(ctx, rows) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("visibility never showed the %d runs as describe does: %w", len(p.runs), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var list []string
+	for _, r := range rows {
+		list = append(list, p.runLine(r.GetExecution().GetRunId(), r))
+	}
+	lines := []string{"visibility: " + strings.Join(list, ", ")}
+	for _, runID := range p.runs {
+		first, from, err := p.svc.started(ctx, p.id, runID)
+		if err != nil {
+			return nil, fmt.Errorf("started event of %s: %w", runID, err)
+		}
+		lines = append(lines, fmt.Sprintf("started %s: first=%s continued-from=%s", p.alias(runID), p.alias(first), p.alias(from)))
+	}
 	return lines, nil
+}
+
+// settled reports whether rows list every run the script saw, each with the status describe gives.
+func (p *player) settled(ctx context.Context, rows []*workflowpb.WorkflowExecutionInfo) bool {
+	if len(rows) != len(p.runs) {
+		return false
+	}
+	for _, r := range rows {
+		d, err := p.svc.describe(ctx, p.id, r.GetExecution().GetRunId())
+		if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != r.GetStatus() {
+			return false
+		}
+	}
+	return true
 }
 
 // diverge returns the first step where model and server disagree, or "".
@@ -281,7 +334,8 @@ func diverge(model, real []string) string {
 // policy, retried starts, AlreadyStarted, terminates by run, current run and chain, terminates of
 // closed and unknown runs, describes, out-of-band terminate, cancel, complete, fail and
 // continue-as-new) against the real Temporal dev server and the model, and compares every answer
-// and the state after every step. The model with a planted bug (terminate ignores the run ID) must
+// and the state after every step, and at the end the visibility listing (its order and statuses, paged)
+// and each run's started event (first run, continued from). The model with a planted bug (terminate ignores the run ID) must
 // disagree: the comparison can fail.
 func TestConformanceTemporalModel(t *testing.T) {
 	srv := temporalx.Start(t, temporalx.Options{})

@@ -10,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
@@ -52,6 +53,42 @@ type service interface {
 	// outOfBand closes the open run (the one named) as action says: terminate, cancel, complete,
 	// fail, can (continue-as-new).
 	outOfBand(ctx context.Context, id, runID, action string) error
+	// list is the visibility listing of id's runs (ListWorkflow, WorkflowId = id), every page.
+	list(ctx context.Context, id string, pageSize int32) ([]*workflowpb.WorkflowExecutionInfo, error)
+	// started is a run's started event: the chain's first run and the run it continued from.
+	started(ctx context.Context, id, runID string) (first, continuedFrom string, err error)
+}
+
+// listAll reads every page of a listing from r.
+func listAll(ctx context.Context, id string, pageSize int32,
+	r func(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)) ([]*workflowpb.WorkflowExecutionInfo, error) {
+	var out []*workflowpb.WorkflowExecutionInfo
+	var token []byte
+	for {
+		resp, err := r(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = %q", id),
+			PageSize: pageSize, NextPageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetExecutions()...)
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return out, nil
+		}
+	}
+}
+
+// startedOf reads the started event of a run's history from it.
+func startedOf(it client.HistoryEventIterator) (string, string, error) {
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return "", "", err
+		}
+		if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
+			return a.GetFirstExecutionRunId(), a.GetContinuedExecutionRunId(), nil
+		}
+	}
+	return "", "", errors.New("no started event")
 }
 
 type modelService struct{ m *temporalmodel.Model }
@@ -84,6 +121,16 @@ func (s modelService) outOfBand(_ context.Context, id, _, action string) error {
 		s.m.ContinueAsNew(id)
 	}
 	return err
+}
+
+func (s modelService) list(ctx context.Context, id string, pageSize int32) ([]*workflowpb.WorkflowExecutionInfo, error) {
+	return listAll(ctx, id, pageSize, func(_ context.Context, r *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+		return s.m.List(r)
+	})
+}
+func (s modelService) started(ctx context.Context, id, runID string) (string, string, error) {
+	return startedOf(temporalmodel.NewClient(s.m, "conformance", nil).GetWorkflowHistory(ctx, id, runID, false,
+		enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT))
 }
 
 // realService is the Temporal dev server, through the raw workflow service (so that request IDs
@@ -168,6 +215,17 @@ func (s realService) outOfBand(ctx context.Context, id, runID, action string) er
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+func (s realService) list(ctx context.Context, id string, pageSize int32) ([]*workflowpb.WorkflowExecutionInfo, error) {
+	return listAll(ctx, id, pageSize, func(ctx context.Context, r *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+		r.Namespace = s.namespace
+		return s.c.ListWorkflow(ctx, r)
+	})
+}
+
+func (s realService) started(ctx context.Context, id, runID string) (string, string, error) {
+	return startedOf(s.c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT))
 }
 
 // nextRunOf is the run a close event's chain continued as, or "".

@@ -40,6 +40,8 @@ var simWorlds = []simWorld{
 	{"takeover", "TestSimTakeover", "micro: takeover vs Temporal model", false},
 	{"ledger", "TestSimLedger", "micro: ledger vs etcd model", false},
 	{"heartbeat", "TestSimHeartbeat", "micro: heartbeat vs Redis model", false},
+	{"carry-over", "TestSimCarry", "micro: carry-over scan vs Temporal and etcd models", false},
+	{"dispatcher-run", "TestSimDispatcherRun", "micro: dispatcher workflow in the SDK test environment", false},
 }
 
 // benchSim runs each batch of the deterministic simulator for o.simBudget as a subprocess (a batch

@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/takeover"
+)
+
+// Begin is the in-memory ledger's: done once Complete recorded the key.
+func (w *RunWorld) Begin(_ context.Context, key string, _ takeover.Owner) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ledger[key], nil
+}
+
+// Complete records key done.
+func (w *RunWorld) Complete(_ context.Context, key string, _ takeover.Owner) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ledger[key] = true
+	return nil
+}
+
+var _ dispatcher.Ledger = (*RunWorld)(nil)
+
+// handle is the application's handler: it counts the runs of each key.
+func (w *RunWorld) handle(_ context.Context, key string, r dispatcher.Request, _ takeover.Owner) error {
+	w.mu.Lock()
+	w.handled[key]++
+	n := w.handled[key]
+	w.mu.Unlock()
+	w.rec.Add("run", "handled %s", r.TaskID)
+	if n > 1 {
+		w.violate("request %s handled %d times", r.TaskID, n)
+	}
+	return nil
+}
+
+// pageInFlight reports whether a Backlog page was asked for and has not been read yet.
+func (w *RunWorld) pageInFlight() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inFlight
+}
+
+// missing lists the keys of want not handled yet.
+func (w *RunWorld) missing(want map[string]bool) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for k := range want {
+		if w.handled[k] == 0 {
+			out = append(out, k[:8])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkProgress is the storm's oracle: the prior run's requests are handled within runProgressBound.
+func (w *RunWorld) checkProgress() {
+	if m := w.missing(w.carried); len(m) > 0 {
+		w.violate("%d of %d requests read back from the prior run still unhandled %v into the chain, arrivals going on: %s",
+			len(m), len(w.carried), runProgressBound, strings.Join(m, " "))
+	}
+}
+
+// check is the oracle after the heal: every request, carried or signalled, was handled.
+func (w *RunWorld) check(end time.Time) {
+	all := map[string]bool{}
+	for k := range w.carried {
+		all[k] = true
+	}
+	w.mu.Lock()
+	for k := range w.sent {
+		all[k] = true
+	}
+	w.mu.Unlock()
+	if m := w.missing(all); len(m) > 0 {
+		w.violate("%d of %d requests unhandled %v after the storm (at %v): %s", len(m), len(all), runHealBound,
+			end.Sub(w.start), strings.Join(m, " "))
+	}
+}

@@ -1,0 +1,181 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/converter"
+
+	"github.com/baton-run/baton/clock"
+	"github.com/baton-run/baton/dispatcher"
+	"github.com/baton-run/baton/integration/sim/temporalmodel"
+	"github.com/baton-run/baton/takeover"
+)
+
+// The probes a dispatcher-run batch must hit.
+const (
+	ProbeRunPageCarried = "continue-as-new that carried a page"
+	ProbeRunDueInFlight = "continue-as-new due with a backlog page in flight"
+	ProbeRunPageRetried = "backlog page retried"
+)
+
+// RunProbes are the probes of the dispatcher-run batch.
+var RunProbes = []string{ProbeRunPageCarried, ProbeRunDueInFlight, ProbeRunPageRetried}
+
+// Bounds of the dispatcher-run world, in simulated time from the chain's start.
+const (
+	// runProgressBound is how long the requests read back from the prior run may wait while
+	// arrivals keep continue-as-new due: a page is slower than that only if it was never applied.
+	runProgressBound = time.Minute
+	// runHealBound is how long after the storm every request must be handled.
+	runHealBound = time.Minute
+	// runMaxRuns bounds a chain's runs in one schedule.
+	runMaxRuns = 2000
+)
+
+// RunWorld is one schedule of the dispatcher-run simulator: the real dispatcher workflow code (the
+// reference Workflow, registered by dispatcher.RegisterWithOptions) in the SDK's TestWorkflowEnvironment,
+// one environment per run of a chain, each next run started with the input of the previous one's
+// ContinueAsNewError. The chain's first run carries over a closed prior run's backlog (its history in
+// the Temporal model, read by the real Backlog activity page by page), while a storm of signals makes
+// Temporal suggest continue-as-new in every run after a few arrivals (SetContinueAsNewSuggested), and
+// each Backlog page fails a seeded number of attempts first, so it returns later than the suggestion:
+// a run due for continue-as-new with a page in flight. The Dispatch activities are the real ones over
+// an in-memory ledger (pure logic here; the ledger world covers the real one).
+//
+// The oracles: during the storm every request read back from the prior run is handled within
+// runProgressBound (the carry-over is not starved by continue-as-new); after the storm every
+// request, carried or signalled, is handled within runHealBound; the handler runs once per request.
+//
+// Time is the testsuite's mock clock, which the environment advances when its workflow and
+// activities are idle (see RunDispatcherRun for why not a synctest bubble's). Activities of one
+// instant run on goroutines of their own, so the order of their trace lines within that instant
+// may differ between two runs of a seed.
+type RunWorld struct {
+	stage
+	t     *testing.T
+	plan  runPlan
+	tm    *temporalmodel.Model
+	acts  *dispatcher.Activities
+	id    string
+	start time.Time // the chain's start (mock time)
+
+	mu       sync.Mutex
+	carried  map[string]bool // keys read back from the prior run
+	sent     map[string]bool // keys signalled
+	handled  map[string]int  // handler runs per key
+	ledger   map[string]bool // key -> done
+	arrivals []dispatcher.Request
+	next     int // the next arrival to send
+
+	inFlight   bool             // a Backlog page was asked for and not read yet
+	chainInput dispatcher.Input // the first run's
+	clk        *mockClock
+}
+
+// runPlan is what a seed draws for the dispatcher-run world.
+type runPlan struct {
+	carried      int           // requests the prior run left
+	pageMax      int           // BacklogPage
+	storm        time.Duration // how long signals arrive
+	interval     time.Duration // between two arrivals
+	suggestAfter int           // arrivals in a run before Temporal suggests continue-as-new
+	slowAttempts int           // failed attempts of every page before it is read
+}
+
+func (p runPlan) String() string {
+	return fmt.Sprintf("carried=%d page=%d storm=%v interval=%v suggest-after=%d slow-attempts=%d", p.carried, p.pageMax,
+		p.storm, p.interval, p.suggestAfter, p.slowAttempts)
+}
+
+func drawRunPlan(r *rand.Rand) runPlan {
+	return runPlan{carried: 2 + r.IntN(5), pageMax: 1 + r.IntN(4), storm: time.Duration(70+r.IntN(40)) * time.Second,
+		interval: time.Duration(200+r.IntN(800)) * time.Millisecond, suggestAfter: 1 + r.IntN(4), slowAttempts: r.IntN(4)}
+}
+
+// RunDispatcherRun runs one schedule of the dispatcher-run world. It runs outside a synctest
+// bubble, on the testsuite's mock clock: the environment leaves the goroutine of an activity retry
+// that its run abandoned (continued as new, or was cancelled, before the retry) blocked for good,
+// which a bubble reports as a deadlock when the schedule ends.
+func RunDispatcherRun(t *testing.T, seed uint64, keep bool) Result {
+	s := Streams{Seed: seed}
+	w := &RunWorld{t: t, plan: drawRunPlan(s.Rand("plan")), carried: map[string]bool{},
+		sent: map[string]bool{}, handled: map[string]int{}, ledger: map[string]bool{}}
+	w.s, w.probes = s, map[string]int{}
+	w.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w.clk = &mockClock{w: w}
+	w.rec = NewRecorder(w.clk, keep)
+	w.rec.Add("world", "setup %s", w.plan)
+	w.setUp()
+	end := w.chain()
+	w.check(end)
+	return Result{Seed: seed, Violations: w.violations, Hash: w.rec.Hash(), Simulated: end.Sub(w.start),
+		Probes: w.probes, Timeline: w.rec.Timeline(), Setup: w.plan.String()}
+}
+
+// mockClock stamps the trace with the running environment's mock time.
+type mockClock struct {
+	clock.Clock
+	w   *RunWorld
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *mockClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.now.IsZero() {
+		return c.w.start
+	}
+	return c.now
+}
+
+func (c *mockClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// setUp writes the prior run's history in the Temporal model and draws the storm's arrivals.
+func (w *RunWorld) setUp() {
+	w.tm = temporalmodel.New(temporalmodel.Options{Clock: fixedClock{Clock: clock.Real(), t: w.start.Add(-time.Hour)}})
+	var err error
+	if w.id, err = takeover.WorkflowID(Project, carryQueue); err != nil {
+		w.t.Fatal(err)
+	}
+	dc := converter.GetDefaultDataConverter()
+	prior := takeover.Owner{Project: Project, Queue: carryQueue, ServerID: "p0", Token: 1}
+	in, _ := dc.ToPayloads(dispatcher.Input{Owner: prior, Carry: &dispatcher.State{Owner: prior}})
+	resp, err := w.tm.Start(temporalmodel.StartRequest{WorkflowID: w.id, RequestID: "prior", WorkflowType: dispatcher.WorkflowName, Input: in})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for i := range w.plan.carried {
+		r := carryRequest(i)
+		w.carried[r.Key()] = true
+		p, _ := dc.ToPayloads(r)
+		if _, err := w.tm.Append(w.id, resp.RunID, signalEvent(p)); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if err := w.tm.Terminate(temporalmodel.TerminateRequest{WorkflowID: w.id, RunID: resp.RunID, Reason: "takeover"}); err != nil {
+		w.t.Fatal(err)
+	}
+	w.acts = &dispatcher.Activities{History: temporalmodel.NewClient(w.tm, "run", nil), Ledger: w, Handler: w.handle}
+	for i := 0; time.Duration(i)*w.plan.interval < w.plan.storm; i++ {
+		w.arrivals = append(w.arrivals, carryRequest(1000+i))
+	}
+	w.chainInput = dispatcher.Input{Owner: w.owner(), MaxConcurrent: 1, BacklogPage: w.plan.pageMax,
+		Carry: &dispatcher.State{Backlog: []dispatcher.Source{{WorkflowID: w.id, RunID: resp.RunID}}}}
+}
+
+// fixedClock is the model's clock for the prior run, which closed before the chain began.
+type fixedClock struct {
+	clock.Clock
+	t time.Time
+}
+
+func (c fixedClock) Now() time.Time { return c.t }

@@ -1,0 +1,20 @@
+package sim_test
+
+import (
+	"testing"
+
+	"github.com/baton-run/baton/integration/sim"
+)
+
+// TestSimDispatcherRun runs the dispatcher-run world (the real dispatcher workflow in the SDK's
+// test environment, a run per environment chained by continue-as-new, carrying over a prior run's
+// backlog with the real Backlog activity whose pages come back late, while a storm of signals makes
+// Temporal suggest continue-as-new in every run) for SIM_BUDGET, or replays SIM_SEED. The carried
+// requests must be handled during the storm, and every request after it, once.
+func TestSimDispatcherRun(t *testing.T) {
+	b, err := sim.BatchFromEnv("dispatcher-run", sim.RunProbes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Run(t, sim.RunDispatcherRun)
+}
