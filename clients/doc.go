@@ -16,9 +16,10 @@
 //     and says why.
 //   - CheckRedis pings once and separates a refusal (credentials, ACL, TLS: ErrRefused, retrying
 //     cannot fix it) from a server that cannot be reached (the loops retry).
-//   - NewTemporal connects lazily, with TemporalDialOptions: a reconnect backoff capped at a second
-//     and task polls that wait for the connection, so a restarted Temporal server is served again
-//     within about a second. Applications that build their own Temporal client add those options.
+//   - NewTemporal connects lazily, with TemporalDialOptions: a reconnect backoff capped at 250 ms,
+//     and task polls, task completions and updates that wait for the connection instead of failing
+//     while it is down, so a restarted Temporal server is served again as soon as it is back.
+//     Applications that build their own Temporal client add those options.
 //
 // The caller owns and closes what it builds; fxmodule ties the clients to an Fx app's lifecycle.
 //

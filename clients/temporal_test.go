@@ -184,20 +184,34 @@ func TestTemporalAPIKeyTLSChoice(t *testing.T) {
 	}
 }
 
-// The task polls, and only they, wait for a ready connection.
-func TestTaskPollsWaitForReady(t *testing.T) {
+// The task polls, the task completions and the updates wait for a ready connection; the calls
+// that tell Baton whether the server is there (describe, start, terminate, the health check) fail
+// fast.
+func TestCallsThatWaitForReady(t *testing.T) {
 	for method, want := range map[string]bool{
-		workflowservice.WorkflowService_PollWorkflowTaskQueue_FullMethodName:     true,
-		workflowservice.WorkflowService_PollActivityTaskQueue_FullMethodName:     true,
-		workflowservice.WorkflowService_PollNexusTaskQueue_FullMethodName:        true,
-		workflowservice.WorkflowService_UpdateWorkflowExecution_FullMethodName:   false,
-		workflowservice.WorkflowService_DescribeWorkflowExecution_FullMethodName: false,
+		workflowservice.WorkflowService_PollWorkflowTaskQueue_FullMethodName:        true,
+		workflowservice.WorkflowService_PollActivityTaskQueue_FullMethodName:        true,
+		workflowservice.WorkflowService_PollNexusTaskQueue_FullMethodName:           true,
+		workflowservice.WorkflowService_RespondWorkflowTaskCompleted_FullMethodName: true,
+		workflowservice.WorkflowService_RespondActivityTaskCompleted_FullMethodName: true,
+		workflowservice.WorkflowService_RespondActivityTaskFailed_FullMethodName:    true,
+		workflowservice.WorkflowService_UpdateWorkflowExecution_FullMethodName:      true,
+		workflowservice.WorkflowService_PollWorkflowExecutionUpdate_FullMethodName:  true,
+		workflowservice.WorkflowService_DescribeWorkflowExecution_FullMethodName:    false,
+		workflowservice.WorkflowService_StartWorkflowExecution_FullMethodName:       false,
+		workflowservice.WorkflowService_TerminateWorkflowExecution_FullMethodName:   false,
+		workflowservice.WorkflowService_GetWorkflowExecutionHistory_FullMethodName:  false,
+		workflowservice.WorkflowService_SignalWorkflowExecution_FullMethodName:      false,
+		workflowservice.WorkflowService_RecordActivityTaskHeartbeat_FullMethodName:  false,
+		workflowservice.WorkflowService_ListWorkflowExecutions_FullMethodName:       false,
+		workflowservice.WorkflowService_GetSystemInfo_FullMethodName:                false,
+		"/grpc.health.v1.Health/Check":                                              false,
 	} {
-		if got := isTaskPoll(method); got != want {
-			t.Errorf("isTaskPoll(%s) = %v, want %v", method, got, want)
+		if got := waitsForReady(method); got != want {
+			t.Errorf("waitsForReady(%s) = %v, want %v", method, got, want)
 		}
 	}
 	if n := len(TemporalDialOptions()); n != 2 {
-		t.Errorf("%d dial options, want the reconnect backoff and the polls' interceptor", n)
+		t.Errorf("%d dial options, want the reconnect backoff and the waiting calls' interceptor", n)
 	}
 }

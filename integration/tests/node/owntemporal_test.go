@@ -3,7 +3,10 @@ package node_test
 import (
 	"testing"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/clients"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 	"github.com/baton-run/baton/integration/servers/redisx"
 	"github.com/baton-run/baton/integration/servers/temporalx"
@@ -27,7 +30,15 @@ func startOwnTemporal(t *testing.T, tune func(*baton.Config)) *ownTemporal {
 	o := &ownTemporal{srv: temporalx.Start(t, temporalx.Options{}), p: project(), queues: []string{"q1", "q2", "q3"},
 		seen: &takeovers{n: map[string]map[int64]int{}, terms: map[string]int{}}}
 	o.e = &env{etcd: etcdx.Start(t, etcdx.Options{}), redis: redisx.Start(t, redisx.Options{})}
-	o.e.rdb, o.e.tc = redisx.Client(t, o.e.redis), temporalx.Client(t, o.srv)
+	o.e.rdb = redisx.Client(t, o.e.redis)
+	// The nodes' and the workers' client, with the dial options Baton's own clients have
+	// (clients.NewTemporal): an outage ends for them as it does in production.
+	tc, err := o.srv.NewClient(func(co *client.Options) { co.ConnectionOptions.DialOptions = clients.TemporalDialOptions() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	o.e.tc = tc
 	for _, id := range []string{"node-a", "node-b"} {
 		o.cfg = watched(o.p, id, o.queues...)
 		o.cfg.Events = o.seen.sink
