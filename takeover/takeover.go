@@ -117,6 +117,9 @@ type Run struct {
 	Attempts int
 	// Latency is from the term's start to the run being open.
 	Latency time.Duration
+	// logged is the chain's latest run as the takeover's run log record names it (its Last): a
+	// step-down of a chain still at that run has nothing to log again.
+	logged string
 }
 
 // chainFirst is the first run of run's chain: what run-scoped calls name as FirstExecutionRunId.
@@ -324,6 +327,7 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 	if err := m.logRun(ctx, owner, run.FirstRunID, run.RunID, owner); err != nil {
 		return Run{}, path, err
 	}
+	run.logged = run.RunID
 	if err := m.fence(ctx, term); err != nil {
 		if !errors.Is(err, ErrSuperseded) {
 			// etcd did not answer: the next attempt finds this run open with our owner and reuses it.
@@ -348,7 +352,7 @@ func (m *Manager) endPrior(ctx context.Context, term Term, id string, owner Owne
 		if err := m.logRun(ctx, owner, prior.firstRunID, prior.runID, owner); err != nil {
 			return Run{}, path, err
 		}
-		return Run{WorkflowID: id, RunID: prior.runID, FirstRunID: prior.firstRunID, Owner: owner, Path: PathReused}, path, nil
+		return Run{WorkflowID: id, RunID: prior.runID, FirstRunID: prior.firstRunID, Owner: owner, Path: PathReused, logged: prior.runID}, path, nil
 	case prior.owner.Token > owner.Token:
 		if err := m.regressed(ctx, term, owner, prior, log); err != nil {
 			return Run{}, path, err
@@ -601,9 +605,13 @@ func (m *Manager) StepDown(ctx context.Context, term Term, run Run) error {
 	m.Quiesce(ctx, term, run)
 	reason := Reason{Kind: ReasonSteppedDown, By: term.LeaderID(), Token: term.Token()}.String()
 	// The chain's record names its latest run, so that the carry-over need not follow a long chain
-	// from its first run; as every run Baton ends, it is logged first.
-	if err := m.logRun(ctx, run.Owner, first, run.RunID, run.Owner); err != nil {
-		return err
+	// from its first run; as every run Baton ends, it is logged first. A chain still at the run its
+	// takeover logged is logged as it is (nothing prunes a live term's own record): writing it again
+	// would cost each queue of a stop an etcd write before its successor may start.
+	if run.logged != run.RunID {
+		if err := m.logRun(ctx, run.Owner, first, run.RunID, run.Owner); err != nil {
+			return err
+		}
 	}
 	if err := m.terminate(ctx, term, run.WorkflowID, "", first, reason); err != nil {
 		return err
