@@ -161,7 +161,10 @@ func (q *Queue[T]) Quiesce(ctx context.Context) {
 }
 
 // HandOver runs while a graceful stop resigns a live term (OnResign): the owner steps down as the
-// takeover's StepDown policy says, and clears its heartbeat entry when it ended its run (clearEntry).
+// takeover's StepDown policy says. When it ended its run (clearEntry), its heartbeat entry is
+// cleared once the term has ended (SteppedDown), after the election key: the entry names the ended
+// run and this term's token, so the clear never touches a successor's entry, and the successor need
+// not wait for it.
 func (q *Queue[T]) HandOver(ctx context.Context, term T, clearEntry bool) {
 	q.mu.Lock()
 	run := q.st.run
@@ -176,22 +179,25 @@ func (q *Queue[T]) HandOver(ctx context.Context, term T, clearEntry bool) {
 		return
 	}
 	if clearEntry {
-		if err := q.cfg.Beater.Clear(ctx, term, run); err != nil {
-			q.log.Warn("heartbeat entry left for the reconciler", zap.String("queue", q.cfg.Queue), zap.Error(err))
-		}
+		q.update(func(s *state[T]) { s.clearOnEnd = s.hasTerm && s.term == term })
 	}
 }
 
-// SteppedDown records the end of term (OnStepDown) with its cause, and tells the Observer.
+// SteppedDown records the end of term (OnStepDown) with its cause, tells the Observer, and clears
+// the heartbeat entry of the run the term's hand-over ended.
 func (q *Queue[T]) SteppedDown(term T, cause error) {
 	q.cfg.Observer.SteppedDown(term.Context(), q.cfg.Queue, cause)
 	var announced bool
+	var ended takeover.Run
 	q.update(func(s *state[T]) {
 		if s.hasTerm && s.term == term {
+			if s.clearOnEnd {
+				ended = s.run
+			}
 			var zero T
 			s.term, s.hasTerm, s.run = zero, false, takeover.Run{}
 		}
-		s.lastCause = cause
+		s.clearOnEnd, s.lastCause = false, cause
 		if announced = q.hasAnnounced && q.announced == term; announced {
 			var zero T
 			q.announced, q.hasAnnounced = zero, false
@@ -199,6 +205,12 @@ func (q *Queue[T]) SteppedDown(term T, cause error) {
 	})
 	if announced {
 		q.cfg.Observer.Stopped(q.cfg.Queue, cause)
+	}
+	if ended.RunID != "" {
+		// The term's context has ended; its values stay, and the Beater bounds the call.
+		if err := q.cfg.Beater.Clear(context.WithoutCancel(term.Context()), term, ended); err != nil {
+			q.log.Warn("heartbeat entry left for the reconciler", zap.String("queue", q.cfg.Queue), zap.Error(err))
+		}
 	}
 }
 

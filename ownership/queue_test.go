@@ -339,7 +339,10 @@ func TestATerminateIsNoFailedStart(t *testing.T) {
 	})
 }
 
-// The close that a graceful hand-over causes is the owner's own: it is not replaced.
+// The close that a graceful hand-over causes is the owner's own: it is not replaced. The run's
+// heartbeat entry is cleared once the term has ended (its key deleted), not before: the entry names
+// the ended run and the term's token, so a late clear never touches the successor's, and a Redis
+// call no longer stands between each queue of a stop and its successor (issue #40).
 func TestHandOverEndsTheRunWithoutReplacingIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, false)
@@ -348,10 +351,22 @@ func TestHandOverEndsTheRunWithoutReplacingIt(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("Lead after the hand-over: %v", err)
 		}
+		h.f.get(func(f *fakes) {
+			if f.stepDowns != 1 || f.clears != 0 || f.replaces != 0 {
+				t.Errorf("before the term ended: step-downs %d, clears %d, replacements %d: want 1, 0, 0", f.stepDowns, f.clears, f.replaces)
+			}
+		})
 		term.end(election.ErrResigned)
+		h.q.SteppedDown(term, election.ErrResigned)
 		h.f.get(func(f *fakes) {
 			if f.stepDowns != 1 || f.clears != 1 || f.replaces != 0 {
 				t.Errorf("step-downs %d, clears %d, replacements %d: want 1, 1, 0", f.stepDowns, f.clears, f.replaces)
+			}
+		})
+		h.q.SteppedDown(term, election.ErrResigned)
+		h.f.get(func(f *fakes) {
+			if f.clears != 1 {
+				t.Errorf("a second report of the term's end cleared again: %d clears", f.clears)
 			}
 		})
 	})

@@ -29,6 +29,7 @@ type state[T Term] struct {
 	hbErr          error     // the last dispatcher heartbeat write failed with it (nil after a success)
 	hbFailingSince time.Time // since when the writes fail
 	handingOver    bool      // a graceful step-down of this term is ending its run
+	clearOnEnd     bool      // the step-down ended the run: its heartbeat entry goes once the term has ended
 	lastCause      error
 	workers        map[registry.Status]int // counted while this process leads the queue
 	progress       progress.Report         // the last progress check of the term's run

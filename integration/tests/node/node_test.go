@@ -191,6 +191,11 @@ func TestFxAppStartsLeadsAndHandsOver(t *testing.T) {
 		return nil
 	})
 	appB.RequireStop()
+	// The last owner's stop ended its run and cleared its entry, once its term had ended, before
+	// Stop returned: nothing is left for the reconciler.
+	if n, err := e.rdb.Exists(t.Context(), hbKey).Result(); err != nil || n != 0 {
+		t.Fatalf("heartbeat entry after the last owner's stop: %d %v, want none", n, err)
+	}
 }
 
 // A failing start surfaces a clear error: invalid Baton config, invalid client config.
