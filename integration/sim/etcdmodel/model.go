@@ -75,6 +75,7 @@ type Model struct {
 	expiry     clock.Timer
 	closed     bool
 	compacted  int // watches created below the compaction
+	restores   int
 }
 
 // CompactedWatches is how many watches were created below the compaction (and cancelled with it).
