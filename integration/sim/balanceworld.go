@@ -235,7 +235,7 @@ func (w *BalanceWorld) acting() map[string][]string {
 		if h.t.Check() != nil {
 			continue
 		}
-		if kv := w.model.Get(h.t.Key()); kv == nil || kv.CreateRevision != h.t.Token() {
+		if kv := w.model.Get(h.t.Key()); kv == nil || kv.CreateRevision != h.t.Token() || !leads(w.model, h.t) {
 			continue
 		}
 		out[h.q] = append(out[h.q], h.n.name)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
 )
 
 // elected records a term's start and checks that no other live process's callback for the queue
@@ -64,7 +65,7 @@ func (w *World) acting(now time.Time) map[string][]string {
 			continue
 		}
 		kv := w.model.Get(h.t.Key())
-		if kv == nil || kv.CreateRevision != h.t.Token() {
+		if kv == nil || kv.CreateRevision != h.t.Token() || !leads(w.model, h.t) {
 			continue
 		}
 		out[h.q] = append(out[h.q], h.n.name)
@@ -104,7 +105,39 @@ func (w *World) endLiveness(now time.Time) {
 	act := w.acting(now)
 	for _, q := range w.queues {
 		if len(act[q]) != 1 {
-			w.violate("liveness: %s has %d leaders %v after the heal deadline", q, len(act[q]), act[q])
+			w.violate("liveness: %s has %d leaders %v after the heal deadline; its candidates: %s", q, len(act[q]), act[q], w.candidatesOf(q))
 		}
 	}
+}
+
+// candidates is the candidate prefix of the election whose key is key (election.Keys.Candidates).
+func candidates(key string) string { return key[:strings.LastIndex(key, "/")+1] }
+
+// leads reports whether t's key is the oldest candidate of its election in the model: etcd's
+// leader. Only a restore can make a held key not lead (it brings an older candidate's key back).
+func leads(m *etcdmodel.Model, t *election.Term) bool {
+	o := m.Oldest(candidates(t.Key()))
+	return o != nil && o.CreateRevision == t.Token()
+}
+
+// candidatesOf describes the candidate keys of q's election in the model: key, create revision,
+// value, lease and the lease's expiry (or "gone").
+func (w *World) candidatesOf(q string) string {
+	var out []string
+	for _, kv := range w.model.Prefix(election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(Project, q)) {
+		exp := "gone"
+		if at, ok := w.model.LeaseExpiry(kv.Lease); ok {
+			exp = at.Sub(w.start).String()
+		}
+		term := "no term"
+		w.mu.Lock()
+		for _, n := range w.nodes {
+			if ts := n.terms[q]; n.name == string(kv.Value) && ts != nil {
+				term = fmt.Sprintf("term token=%d running=%v err=%v", ts.term.Token(), ts.running, ts.term.Err())
+			}
+		}
+		w.mu.Unlock()
+		out = append(out, fmt.Sprintf("%s@%d(%s, lease %x expires %s, %s)", kv.Key, kv.CreateRevision, kv.Value, kv.Lease, exp, term))
+	}
+	return strings.Join(out, " ")
 }

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"github.com/baton-run/baton/ledger"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -252,7 +253,8 @@ func (w *LedgerWorld) heal(now time.Time, live chan struct{}) {
 
 // onCommit checks every ledger record as the model commits it (under the model's lock): writes are
 // fenced, a record never goes from done back to pending, and a record is completed at most once.
-func (w *LedgerWorld) onCommit(rev int64, events []*mvccpb.Event, get func(string) *mvccpb.KeyValue) {
+func (w *LedgerWorld) onCommit(rev int64, events []*mvccpb.Event, view etcdmodel.View) {
+	get := view.Get
 	rng := ledger.Range(ledgerPrefix, Project)
 	for _, ev := range events {
 		k := string(ev.Kv.Key)
