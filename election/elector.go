@@ -210,6 +210,7 @@ func (e *Elector) session(ctx context.Context) (*session, error) {
 	}
 	e.current = s
 	e.mu.Unlock()
+	e.wg.Go(func() { e.sweep(s) })
 	return s, nil
 }
 
@@ -413,6 +414,10 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix, key string, rev 
 	}
 }
 
+// recheckTTLs is how many TTLs a waiting candidate watches its predecessor before it reads the line
+// again (waitGone).
+const recheckTTLs = 3
+
 // youngestOlder returns, from the candidates kvs (youngest first), the youngest one older than rev,
 // and whether our key is among them at rev.
 func youngestOlder(kvs []*mvccpb.KeyValue, key string, rev int64) (predecessor candidate, ours bool) {
@@ -435,15 +440,16 @@ func youngestOlder(kvs []*mvccpb.KeyValue, key string, rev int64) (predecessor c
 // the watch's start is covered by the watch's created notice: its revision says whether anything was
 // written since seen, and only then is the key read again.
 //
-// The watch is given up after about a TTL, and true returned so that the line is read again: a
-// restore of etcd without --bump-revision makes later revisions reuse numbers the watch has seen,
-// and clientv3 resumes a broken watch from the revision after its last one, so a delete at a reused
-// revision never reaches it. One read per waiting candidate per TTL bounds that wait.
+// The watch is given up after recheckTTLs TTLs or so, and true returned so that the line is read
+// again: a restore of etcd without --bump-revision makes later revisions reuse numbers the watch has
+// seen, and clientv3 resumes a broken watch from the revision after its last one, so a delete at a
+// reused revision never reaches it. One read per waiting candidate per recheckTTLs TTLs bounds that
+// wait.
 func (e *Elector) waitGone(ctx context.Context, c candidate, seen int64) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	var expired atomic.Bool
-	recheck := e.cfg.Clock.AfterFunc(clock.Jitter(e.cfg.Clock, e.cfg.TTL), func() { expired.Store(true); cancel() })
+	recheck := e.cfg.Clock.AfterFunc(clock.Jitter(e.cfg.Clock, recheckTTLs*e.cfg.TTL), func() { expired.Store(true); cancel() })
 	defer recheck.Stop()
 	for resp := range e.client.Watch(wctx, c.key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 		if resp.Err() != nil {

@@ -74,6 +74,10 @@ func drawBalancePlan(s Streams) balancePlan {
 	if r.IntN(4) != 0 {
 		p.drainAtHeal = p.solo
 	}
+	for i, e := range drawRestores(s, "balance", p.phases.chaos) {
+		p.events = append(p.events, faultEvent{after: e.snapAt, kind: faultSnapshot, n: i}, faultEvent{after: e.at, kind: e.kind(), n: i})
+	}
+	sort.SliceStable(p.events, func(i, j int) bool { return p.events[i].after < p.events[j].after })
 	return p
 }
 

@@ -105,7 +105,7 @@ func (w *World) endLiveness(now time.Time) {
 	act := w.acting(now)
 	for _, q := range w.queues {
 		if len(act[q]) != 1 {
-			w.violate("liveness: %s has %d leaders %v after the heal deadline; its candidates: %s", q, len(act[q]), act[q], w.candidatesOf(q))
+			w.violate("liveness: %s has %d leaders %v after the heal deadline; its candidates: %s", q, len(act[q]), act[q], w.candidatesOf(q, w.start, w.termOf(q)))
 		}
 	}
 }
@@ -121,23 +121,29 @@ func leads(m *etcdmodel.Model, t *election.Term) bool {
 }
 
 // candidatesOf describes the candidate keys of q's election in the model: key, create revision,
-// value, lease and the lease's expiry (or "gone").
-func (w *World) candidatesOf(q string) string {
+// value, lease, the lease's expiry after start (or "gone") and what term(value) says of its process.
+func (g *stage) candidatesOf(q string, start time.Time, term func(server string) string) string {
 	var out []string
-	for _, kv := range w.model.Prefix(election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(Project, q)) {
+	for _, kv := range g.model.Prefix(election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(Project, q)) {
 		exp := "gone"
-		if at, ok := w.model.LeaseExpiry(kv.Lease); ok {
-			exp = at.Sub(w.start).String()
+		if at, ok := g.model.LeaseExpiry(kv.Lease); ok {
+			exp = at.Sub(start).String()
 		}
-		term := "no term"
-		w.mu.Lock()
-		for _, n := range w.nodes {
-			if ts := n.terms[q]; n.name == string(kv.Value) && ts != nil {
-				term = fmt.Sprintf("term token=%d running=%v err=%v", ts.term.Token(), ts.running, ts.term.Err())
-			}
-		}
-		w.mu.Unlock()
-		out = append(out, fmt.Sprintf("%s@%d(%s, lease %x expires %s, %s)", kv.Key, kv.CreateRevision, kv.Value, kv.Lease, exp, term))
+		out = append(out, fmt.Sprintf("%s@%d(%s, lease %x expires %s, %s)", kv.Key, kv.CreateRevision, kv.Value, kv.Lease, exp, term(string(kv.Value))))
 	}
 	return strings.Join(out, " ")
+}
+
+// termOf says what the world knows of server's term of q.
+func (w *World) termOf(q string) func(string) string {
+	return func(server string) string {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, n := range w.nodes {
+			if ts := n.terms[q]; n.name == server && ts != nil {
+				return fmt.Sprintf("term token=%d running=%v err=%v", ts.term.Token(), ts.running, ts.term.Err())
+			}
+		}
+		return "no term"
+	}
 }

@@ -71,3 +71,46 @@ func TestRestoredOwnKeyIsNotAPredecessor(t *testing.T) {
 		t.Fatalf("node-a did not win within 30 s of node-b's resign: it waits for its own restored key")
 	}
 }
+
+// A restore can bring back a key of a live session for an election the process no longer stands
+// for (found by the simulator's balance world: queues nobody could win after the heal). node-a leads
+// "stray" when the backup is taken, then resigns it (its session lives on: it still leads "kept");
+// etcd is restored, and node-a's old key is back, kept alive by node-a's lease, first in line. node-b
+// must still win "stray": node-a deletes a key of its session that no campaign stands behind (before
+// the fix node-b waited for as long as node-a lived).
+func TestRestoredStrayKeyOfALiveSessionIsDeleted(t *testing.T) {
+	c := etcdx.Start(t, etcdx.Options{})
+	cfg := election.Config{TTL: 2 * time.Second}
+	a := newCandidate(t, c, "node-a", cfg)
+	b := newCandidate(t, c, "node-b", cfg)
+	operator := etcdx.Client(t, c)
+	if _, err := a.el.Campaign(t.Context(), project, "kept", a.id); err != nil {
+		t.Fatal(err)
+	}
+	stray, err := a.el.Campaign(t.Context(), project, "stray", a.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup, err := c.SaveSnapshot(t.Context(), operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stray.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restore(backup, etcdx.RestoreOptions{BumpRevision: 1000, MarkCompacted: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var bErr error
+	for {
+		if _, bErr = b.el.Campaign(ctx, project, "stray", b.id); bErr == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the restarted server is not answering yet
+	}
+	if bErr != nil {
+		t.Fatalf("node-b could not win \"stray\" within 30 s of the restore: %v (node-a's restored key stands first in line)", bErr)
+	}
+}
