@@ -69,6 +69,7 @@ func drawLedgerPlan(s Streams) ledgerPlan {
 		p.net.LostRespRate = 0.02 + 0.2*r.Float64()
 	}
 	p.net.Detect = time.Duration(100+r.IntN(900)) * time.Millisecond
+	p.net.DupRate = drawDupRate(s, "ledger")
 	for i := 1; i < p.owners; i++ { // owner 0 holds from the start; the others supersede in turn
 		at := p.chaos * time.Duration(i) / time.Duration(p.owners)
 		p.faults = append(p.faults, ledgerFault{after: at + time.Duration(r.Int64N(int64(time.Second))), kind: ledgerSupersede, n: i})
@@ -113,7 +114,7 @@ func drawLedgerFaults(intN func(int) int, int64N func(int64) int64, kind string,
 }
 
 func (p ledgerPlan) String() string {
-	return fmt.Sprintf("owners=%d chaos=%v faults=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f detect=%v",
+	return fmt.Sprintf("owners=%d chaos=%v faults=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f dup=%.3f detect=%v",
 		p.owners, p.chaos, strings.Join(p.on, ","), p.net.DelayRate, p.net.MaxDelay, p.net.Reorder, p.net.DropRate,
-		p.net.LostRespRate, p.net.Detect)
+		p.net.LostRespRate, p.net.DupRate, p.net.Detect)
 }

@@ -73,13 +73,14 @@ func drawPlan(s Streams) plan {
 	}
 	sort.SliceStable(p.faults, func(i, j int) bool { return p.faults[i].after < p.faults[j].after })
 	p.restores = drawRestores(s, "election", p.chaos)
+	p.net.DupRate = drawDupRate(s, "election")
 	return p
 }
 
 func (p plan) String() string {
-	return fmt.Sprintf("nodes=%d queues=%d faults=[%s] restores=%v delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f detect=%v",
+	return fmt.Sprintf("nodes=%d queues=%d faults=[%s] restores=%v delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f dup=%.3f detect=%v",
 		p.nodes, p.queues, strings.Join(p.on, ","), p.restores, p.net.DelayRate, p.net.MaxDelay, p.net.Reorder, p.net.DropRate,
-		p.net.LostRespRate, p.net.Detect)
+		p.net.LostRespRate, p.net.DupRate, p.net.Detect)
 }
 
 // events places the faults (and their ends) on the schedule's clock.

@@ -38,6 +38,9 @@ func (g *stage) setUp(s Streams, keep bool, faults NetFaults, onCommit func(int6
 
 // result is what the schedule found, once it ended.
 func (g *stage) result(seed uint64, start time.Time, plan fmt.Stringer) Result {
+	if g.net.Duplicates() > 0 {
+		g.probe(ProbeDuplicate)
+	}
 	return Result{Seed: seed, Violations: g.violations, Hash: g.rec.Hash(), Simulated: time.Since(start),
 		Probes: g.probes, Timeline: g.rec.Timeline(), Setup: plan.String()}
 }

@@ -16,6 +16,7 @@ var electionProbes = []string{
 	sim.ProbeCompactedWatch,
 	sim.ProbeRestore,
 	sim.ProbeRestoreBump,
+	sim.ProbeDuplicate,
 }
 
 // TestSimElection runs the election world (3-5 processes with real Electors over the etcd model,
