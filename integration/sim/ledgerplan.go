@@ -81,6 +81,10 @@ func drawLedgerPlan(s Streams) ledgerPlan {
 		p.on = append(p.on, k)
 		p.faults = append(p.faults, drawLedgerFaults(r.IntN, r.Int64N, k, p.chaos)...)
 	}
+	for i, e := range drawRestores(s, "ledger", p.chaos) {
+		p.on = append(p.on, e.String())
+		p.faults = append(p.faults, ledgerFault{after: e.snapAt, kind: faultSnapshot, n: i}, ledgerFault{after: e.at, kind: e.kind(), n: i})
+	}
 	sort.SliceStable(p.faults, func(i, j int) bool { return p.faults[i].after < p.faults[j].after })
 	return p
 }

@@ -14,6 +14,8 @@ var ledgerProbes = []string{
 	sim.ProbeLedgerSuperseded,
 	sim.ProbeLedgerWatchCompletion,
 	sim.ProbeDuplicate,
+	sim.ProbeRestore,
+	sim.ProbeRestoreBump,
 }
 
 // TestSimLedger runs the ledger world (the real etcd dispatch ledger of 2-3 owners with increasing
