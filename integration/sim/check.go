@@ -69,9 +69,15 @@ func (w *World) acting(now time.Time) map[string][]string {
 			continue
 		}
 		out[h.q] = append(out[h.q], h.n.name)
-		if exp, ok := w.model.LeaseExpiry(kv.Lease); ok && exp.Before(h.t.ValidUntil().Add(w.margin)) {
+		// The local deadline; on a skewed clock, the term's end in real time (skew.go: the margin
+		// is what absorbs a slow clock).
+		limit := h.t.ValidUntil().Add(w.margin)
+		if h.n.clk.skewed() {
+			limit = h.n.clk.toReal(h.t.ValidUntil())
+		}
+		if exp, ok := w.model.LeaseExpiry(kv.Lease); ok && exp.Before(limit) {
 			w.violate("%s acts for %s (token=%d) with a local deadline %v after etcd's expiry of its lease", h.n.name, h.q,
-				h.t.Token(), h.t.ValidUntil().Add(w.margin).Sub(exp))
+				h.t.Token(), limit.Sub(exp))
 		}
 	}
 	return out

@@ -28,7 +28,8 @@ type plan struct {
 	on            []string
 	faults        []faultEvent // times relative to the start
 	restores      []restoreEvent
-	healed        bool // the heal is still to do
+	skews         []float64 // per process slot: its clock's rate (nil: none skewed)
+	healed        bool      // the heal is still to do
 }
 
 type faultEvent struct {
@@ -78,8 +79,8 @@ func drawPlan(s Streams) plan {
 }
 
 func (p plan) String() string {
-	return fmt.Sprintf("nodes=%d queues=%d faults=[%s] restores=%v delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f dup=%.3f detect=%v",
-		p.nodes, p.queues, strings.Join(p.on, ","), p.restores, p.net.DelayRate, p.net.MaxDelay, p.net.Reorder, p.net.DropRate,
+	return fmt.Sprintf("nodes=%d queues=%d faults=[%s] restores=%v skews=%.3f delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f dup=%.3f detect=%v",
+		p.nodes, p.queues, strings.Join(p.on, ","), p.restores, p.skews, p.net.DelayRate, p.net.MaxDelay, p.net.Reorder, p.net.DropRate,
 		p.net.LostRespRate, p.net.DupRate, p.net.Detect)
 }
 

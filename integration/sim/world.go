@@ -61,12 +61,24 @@ type fenced struct {
 
 // RunElection runs the election world for seed in its own synctest bubble; keep keeps the timeline.
 func RunElection(t *testing.T, seed uint64, keep bool) Result {
-	return runInBubble(t, seed, keep, runElection)
+	return runInBubble(t, seed, keep, func(t *testing.T, seed uint64, keep bool) Result { return runElection(t, seed, keep, 0) })
 }
 
-func runElection(t *testing.T, seed uint64, keep bool) Result {
+// RunElectionAtRate runs the election world for seed with every process's clock at rate (skew.go),
+// whatever the seed draws: the drift bound's own test.
+func RunElectionAtRate(t *testing.T, seed uint64, keep bool, rate float64) Result {
+	return runInBubble(t, seed, keep, func(t *testing.T, seed uint64, keep bool) Result { return runElection(t, seed, keep, rate) })
+}
+
+func runElection(t *testing.T, seed uint64, keep bool, rate float64) Result {
 	s := Streams{Seed: seed}
 	p := drawPlan(s)
+	if rate != 0 {
+		p.skews = make([]float64, p.nodes)
+		for i := range p.skews {
+			p.skews[i] = rate
+		}
+	}
 	w := &World{t: t, seed: seed, plan: p, ctx: t.Context(), writes: map[string]fenced{},
 		margin: election.DefaultConfig().SafetyMargin * electionTTL / election.DefaultConfig().TTL}
 	w.setUp(s, keep, p.net, w.onCommit, p)
