@@ -17,7 +17,11 @@ import (
 // The bound: the election ends a term SafetyMargin before the local deadline, sent + TTL read on the
 // process's clock. That is before etcd's expiry (at least sent + TTL of real time) as long as
 // (TTL - SafetyMargin)/rate <= TTL, that is rate >= 1 - SafetyMargin/TTL (0.75 with the default
-// margin of TTL/4). A slower clock breaks fail-closed: TestSimElectionSkewBeyondBound shows it.
+// margin of TTL/4). A slower clock breaks fail-closed: TestSimElectionSkewBeyondBound shows it. The
+// leader's work after its term ended (the callback's last calls, which the lost session's revoke
+// waits for) must also end before etcd's expiry: with w of it on the process's clock, rate >=
+// (TTL - SafetyMargin)/(TTL - w), 0.857 for the election world's w of at most SafetyMargin/2 (at
+// 0.80 the world sees a successor elected while that callback runs).
 type skew struct {
 	rate   float64 // 0 or 1: no skew
 	origin time.Time

@@ -8,8 +8,9 @@ import (
 )
 
 // TestSimElectionSkewBeyondBound holds the election's documented drift bound (sim.MinClockRate: a
-// process clock at least 1 - SafetyMargin/TTL of real time) to the simulator both ways: with every
-// clock at 0.80 of real time (slow, within the bound) no schedule breaks anything; at 0.70 (beyond
+// process clock at least 1 - SafetyMargin/TTL of real time, and a tighter 0.857 for a leader that
+// still works SafetyMargin/2 after its term ended, see skew.go) to the simulator both ways: with every
+// clock at 0.90 of real time (slow, within both) no schedule breaks anything; at 0.70 (beyond
 // it) a term outlives etcd's expiry of its lease, and the fail-closed check must say so: the limit is
 // shown, not silently left out. (The batch does not draw skews per seed yet: with rates of 1 ± 5 %
 // drawn per process, a schedule hung, cause not found yet.)
@@ -17,7 +18,7 @@ func TestSimElectionSkewBeyondBound(t *testing.T) {
 	for _, c := range []struct {
 		rate  float64
 		holds bool
-	}{{0.80, true}, {0.70, false}} {
+	}{{0.90, true}, {0.70, false}} {
 		failClosed := 0
 		for seed := uint64(1); seed <= 3; seed++ {
 			res := sim.RunElectionAtRate(t, seed, false, c.rate)
