@@ -133,7 +133,7 @@ func (r *Runner) Run(ctx context.Context, callbacks func(queue string) election.
 	defer cancel()
 	if !r.cfg.Disabled {
 		ready, members := make(chan struct{}), make(chan struct{})
-		vwg.Go(func() { r.view.run(vctx, r.client, r.el.Config().RetryMax, ready) })
+		vwg.Go(func() { r.view.run(vctx, r.client, r.el.Config().RetryMax, relistEvery*r.el.Config().TTL, ready) })
 		vwg.Go(func() { r.view.notify(vctx) })
 		if len(newLeader) > 0 {
 			vwg.Go(func() { r.view.deliverLeaders(vctx, newLeader) })

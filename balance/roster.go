@@ -350,7 +350,7 @@ func (r *roster) serve(ctx context.Context, client *clientv3.Client, lease clien
 
 // watch keeps the picture: a read of the project's balance keys, then a watch from the next revision.
 func (r *roster) watch(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
-	listWatch(ctx, r.clk, client, r.prefix, retryMax, ready, func(kvs []*mvccpb.KeyValue) {
+	listWatch(ctx, r.clk, client, r.prefix, retryMax, relistEvery*r.ttl, ready, func(kvs []*mvccpb.KeyValue) {
 		r.mu.Lock()
 		r.members, r.hints = map[string]member{}, map[string]hint{}
 		for _, kv := range kvs {

@@ -294,8 +294,8 @@ func (v *view) load(kvs []*mvccpb.KeyValue) {
 
 // run keeps the view: a read of every candidate key, then a watch from the next revision; after a
 // broken watch, read again. ready is closed after the first read.
-func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax time.Duration, ready chan struct{}) {
-	listWatch(ctx, v.clk, client, v.prefix, retryMax, ready, v.load, func(evs []*clientv3.Event) {
+func (v *view) run(ctx context.Context, client *clientv3.Client, retryMax, relist time.Duration, ready chan struct{}) {
+	listWatch(ctx, v.clk, client, v.prefix, retryMax, relist, ready, v.load, func(evs []*clientv3.Event) {
 		v.mu.Lock()
 		for _, ev := range evs {
 			v.apply(string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.CreateRevision, ev.Type == clientv3.EventTypeDelete)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -208,6 +210,7 @@ func (e *Elector) session(ctx context.Context) (*session, error) {
 	}
 	e.current = s
 	e.mu.Unlock()
+	e.wg.Go(func() { e.sweep(s) })
 	return s, nil
 }
 
@@ -243,7 +246,7 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		return nil, campaignErr(cctx, prefix, err)
 	}
 	if line.predecessor != "" {
-		if err := e.waitPredecessors(cctx, prefix, rev, candidate{line.predecessor, line.predRev}, line.header); err != nil {
+		if err := e.waitPredecessors(cctx, prefix, key, rev, candidate{line.predecessor, line.predRev}, line.header); err != nil {
 			return abandon(err)
 		}
 		// Verify with a linearizable read that our key is still the oldest, at our revision, on our
@@ -371,9 +374,12 @@ type candidate struct {
 }
 
 // waitPredecessors returns once no candidate older than rev remains, starting with the predecessor
-// the campaign's own transaction read at revision seen.
-func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64, predecessor candidate, seen int64) error {
-	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+// the campaign's own transaction read at revision seen. Each read of the line also checks that our
+// own key (key) is still at rev: a restore of etcd from a backup can put it back at an older revision
+// (our lease keeps it alive), where it would stand ahead of the candidates we wait for while they
+// wait for it, for ever. Such a key is lost, and the campaign starts again (enter deletes it first).
+func (e *Elector) waitPredecessors(ctx context.Context, prefix, key string, rev int64, predecessor candidate, seen int64) error {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
 	backoff := e.cfg.RetryMin
 	for {
 		if predecessor.key == "" {
@@ -381,10 +387,15 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 			if err != nil {
 				return err
 			}
-			if len(resp.Kvs) == 0 {
+			var ours bool
+			predecessor, ours = youngestOlder(resp.Kvs, key, rev)
+			if !ours {
+				return fmt.Errorf("%w: our key is no longer at revision %d (deleted, or put back older by a restore of etcd)", ErrKeyLost, rev)
+			}
+			if predecessor.key == "" {
 				return nil
 			}
-			predecessor, seen = candidate{string(resp.Kvs[0].Key), resp.Kvs[0].CreateRevision}, resp.Header.Revision
+			seen = resp.Header.Revision
 		}
 		gone, err := e.waitGone(ctx, predecessor, seen)
 		if err != nil {
@@ -403,6 +414,24 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 	}
 }
 
+// recheckTTLs is how many TTLs a waiting candidate watches its predecessor before it reads the line
+// again (waitGone).
+const recheckTTLs = 3
+
+// youngestOlder returns, from the candidates kvs (youngest first), the youngest one older than rev,
+// and whether our key is among them at rev.
+func youngestOlder(kvs []*mvccpb.KeyValue, key string, rev int64) (predecessor candidate, ours bool) {
+	for _, kv := range kvs {
+		switch {
+		case string(kv.Key) == key:
+			ours = kv.CreateRevision == rev
+		case kv.CreateRevision < rev && predecessor.key == "":
+			predecessor = candidate{string(kv.Key), kv.CreateRevision}
+		}
+	}
+	return predecessor, ours
+}
+
 // waitGone returns true once the candidate c, which existed at revision seen, is gone, and false
 // when the watch broke first. Unlike etcd's waitDeletes it watches from the current revision, not
 // from the one after its read: a watch from a past revision joins etcd's "unsynced" watchers, which
@@ -410,9 +439,18 @@ func (e *Elector) waitPredecessors(ctx context.Context, prefix string, rev int64
 // as soon as its successor stands in line) would wait for them. What changed between the read and
 // the watch's start is covered by the watch's created notice: its revision says whether anything was
 // written since seen, and only then is the key read again.
+//
+// The watch is given up after recheckTTLs TTLs or so, and true returned so that the line is read
+// again: a restore of etcd without --bump-revision makes later revisions reuse numbers the watch has
+// seen, and clientv3 resumes a broken watch from the revision after its last one, so a delete at a
+// reused revision never reaches it. One read per waiting candidate per recheckTTLs TTLs bounds that
+// wait.
 func (e *Elector) waitGone(ctx context.Context, c candidate, seen int64) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	var expired atomic.Bool
+	recheck := e.cfg.Clock.AfterFunc(clock.Jitter(e.cfg.Clock, recheckTTLs*e.cfg.TTL), func() { expired.Store(true); cancel() })
+	defer recheck.Stop()
 	for resp := range e.client.Watch(wctx, c.key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 		if resp.Err() != nil {
 			break
@@ -436,6 +474,9 @@ func (e *Elector) waitGone(ctx context.Context, c candidate, seen int64) (bool, 
 				return true, nil
 			}
 		}
+	}
+	if expired.Load() && ctx.Err() == nil {
+		return true, nil // look again
 	}
 	return false, ctx.Err()
 }

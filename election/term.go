@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,6 +117,18 @@ func HeldCmp(key string, token int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(key), "=", token)
 }
 
+// LeadsCmp is the comparison that holds while no candidate of key's election is older than the
+// term of token: every key under the election's candidate prefix (Keys.Candidates) has a create
+// revision of at least token. In a history that only moves forward HeldCmp implies it (a successor
+// wins only once every older key is gone, and no key is ever created again at an older revision). A
+// restore from a backup breaks that: it brings a predecessor's key back with its lease, older than
+// the successor's, while the successor's own key keeps its token, and a predecessor that had not
+// heard of its loss goes on. Term.Guard compares both, so that only the oldest acts.
+func LeadsCmp(key string, token int64) clientv3.Cmp {
+	candidates := key[:strings.LastIndex(key, "/")+1]
+	return clientv3.Compare(clientv3.CreateRevision(candidates), ">", token-1).WithRange(clientv3.GetPrefixRangeEnd(candidates))
+}
+
 // HeldIn is HeldCmp read back: whether kvs, what a Get of the election key returned, show it held by
 // the term of token. A transaction whose HeldCmp failed reads the key in its Else to say why.
 func HeldIn(kvs []*mvccpb.KeyValue, token int64) bool {
@@ -123,14 +136,14 @@ func HeldIn(kvs []*mvccpb.KeyValue, token int64) bool {
 }
 
 // Guard commits ops in one etcd transaction only while the term's key still exists at the term's
-// revision. It returns an error wrapping ErrNotLeader, and ends the term, when that is no longer so;
+// revision and no older candidate's key exists (HeldCmp, LeadsCmp). It returns an error wrapping ErrNotLeader, and ends the term, when that is no longer so;
 // nothing is written then.
 func (t *Term) Guard(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if err := t.Check(); err != nil {
 		return nil, err
 	}
 	resp, err := t.elector.client.Txn(ctx).
-		If(HeldCmp(t.key, t.token)).
+		If(HeldCmp(t.key, t.token), LeadsCmp(t.key, t.token)).
 		Then(ops...).
 		Commit()
 	if err != nil {

@@ -12,6 +12,10 @@ func (w *BalanceWorld) apply(f faultEvent) {
 		w.restart(f.node, w.newNode)
 	case BalanceDeploy:
 		w.deploy(f.node)
+	case faultSnapshot:
+		w.takeSnapshot(f.n)
+	case FaultRestore, FaultRestoreBump:
+		w.restore(f.n, f.kind == FaultRestoreBump)
 	}
 }
 

@@ -62,6 +62,7 @@ func drawBalancePlan(s Streams) balancePlan {
 		}
 	}
 	p.net = drawBalanceNet(r)
+	p.net.DupRate = drawDupRate(s, "balance")
 	p.events = drawBalanceEvents(r, nodes, p.phases.chaos)
 	if p.versioned = r.IntN(2) == 0; p.versioned && r.IntN(2) == 0 {
 		at := time.Duration(5+r.IntN(30)) * time.Second
@@ -74,6 +75,10 @@ func drawBalancePlan(s Streams) balancePlan {
 	if r.IntN(4) != 0 {
 		p.drainAtHeal = p.solo
 	}
+	for i, e := range drawRestores(s, "balance", p.phases.chaos) {
+		p.events = append(p.events, faultEvent{after: e.snapAt, kind: faultSnapshot, n: i}, faultEvent{after: e.at, kind: e.kind(), n: i})
+	}
+	sort.SliceStable(p.events, func(i, j int) bool { return p.events[i].after < p.events[j].after })
 	return p
 }
 
@@ -127,7 +132,7 @@ func (p balancePlan) String() string {
 	for _, e := range p.events {
 		evs = append(evs, fmt.Sprintf("%s(p%d)@%v", e.kind, e.node, e.after))
 	}
-	return fmt.Sprintf("serves=[%s] solo=p%d drainAtHeal=%d versioned=%v events=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f",
+	return fmt.Sprintf("serves=[%s] solo=p%d drainAtHeal=%d versioned=%v events=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f dup=%.3f",
 		strings.Join(serves, " "), p.solo, p.drainAtHeal, p.versioned, strings.Join(evs, " "), p.net.DelayRate, p.net.MaxDelay,
-		p.net.Reorder, p.net.DropRate, p.net.LostRespRate)
+		p.net.Reorder, p.net.DropRate, p.net.LostRespRate, p.net.DupRate)
 }

@@ -34,10 +34,11 @@ const (
 // per queue are counted from the heal on and reported in the trace.
 type BalanceWorld struct {
 	stage
-	t    *testing.T
-	plan balancePlan
-	ctx  context.Context
-	keep bool // a replay: the Runners' logs join the timeline
+	t     *testing.T
+	plan  balancePlan
+	ctx   context.Context
+	keep  bool // a replay: the Runners' logs join the timeline
+	start time.Time
 
 	fleet[*bnode]
 	version string              // of the next incarnation
@@ -63,6 +64,7 @@ func runBalance(t *testing.T, seed uint64, keep bool) Result {
 		w.version = "v1"
 	}
 	start := time.Now()
+	w.start = start
 	w.launch(len(p.serves), w.newNode)
 	w.loop(start)
 	return w.result(seed, start, p)
@@ -235,7 +237,7 @@ func (w *BalanceWorld) acting() map[string][]string {
 		if h.t.Check() != nil {
 			continue
 		}
-		if kv := w.model.Get(h.t.Key()); kv == nil || kv.CreateRevision != h.t.Token() {
+		if kv := w.model.Get(h.t.Key()); kv == nil || kv.CreateRevision != h.t.Token() || !leads(w.model, h.t) {
 			continue
 		}
 		out[h.q] = append(out[h.q], h.n.name)
@@ -259,7 +261,8 @@ func (w *BalanceWorld) live() {
 	act := w.acting()
 	for _, q := range w.plan.queues {
 		if len(act[q]) != 1 {
-			w.violate("liveness: %s has %d owners %v at the end of the settle window", q, len(act[q]), act[q])
+			w.violate("liveness: %s has %d owners %v at the end of the settle window; its candidates: %s", q, len(act[q]), act[q],
+				w.candidatesOf(q, w.start, w.termOf(q)))
 		}
 	}
 	w.mu.Lock()
@@ -287,4 +290,23 @@ type recorderWriter struct {
 func (r recorderWriter) Write(p []byte) (int, error) {
 	r.rec.Add(r.name, "log %s", strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// termOf says what the world knows of server's term of q.
+func (w *BalanceWorld) termOf(q string) func(string) string {
+	return func(server string) string {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, n := range w.nodes {
+			if n.name != server {
+				continue
+			}
+			state := fmt.Sprintf("crashed=%v draining=%v serves=%v", n.crashed, n.draining, n.queues)
+			if t := n.terms[q]; t != nil {
+				return fmt.Sprintf("%s term token=%d err=%v", state, t.Token(), t.Err())
+			}
+			return state + " no term"
+		}
+		return "unknown"
+	}
 }

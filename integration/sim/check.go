@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
 )
 
 // elected records a term's start and checks that no other live process's callback for the queue
@@ -76,13 +77,19 @@ func (w *World) acting(now time.Time) map[string][]string {
 			continue
 		}
 		kv := w.model.Get(h.t.Key())
-		if kv == nil || kv.CreateRevision != h.t.Token() {
+		if kv == nil || kv.CreateRevision != h.t.Token() || !leads(w.model, h.t) {
 			continue
 		}
 		out[h.q] = append(out[h.q], h.n.name)
-		if exp, ok := w.model.LeaseExpiry(kv.Lease); ok && exp.Before(h.t.ValidUntil().Add(w.margin)) {
+		// The local deadline; on a skewed clock, the term's end in real time (skew.go: the margin
+		// is what absorbs a slow clock).
+		limit := h.t.ValidUntil().Add(w.margin)
+		if h.n.clk.skewed() {
+			limit = h.n.clk.toReal(h.t.ValidUntil())
+		}
+		if exp, ok := w.model.LeaseExpiry(kv.Lease); ok && exp.Before(limit) {
 			w.violate("%s acts for %s (token=%d) with a local deadline %v after etcd's expiry of its lease", h.n.name, h.q,
-				h.t.Token(), h.t.ValidUntil().Add(w.margin).Sub(exp))
+				h.t.Token(), limit.Sub(exp))
 		}
 	}
 	return out
@@ -116,7 +123,45 @@ func (w *World) endLiveness(now time.Time) {
 	act := w.acting(now)
 	for _, q := range w.queues {
 		if len(act[q]) != 1 {
-			w.violate("liveness: %s has %d leaders %v after the heal deadline", q, len(act[q]), act[q])
+			w.violate("liveness: %s has %d leaders %v after the heal deadline; its candidates: %s", q, len(act[q]), act[q], w.candidatesOf(q, w.start, w.termOf(q)))
 		}
+	}
+}
+
+// candidates is the candidate prefix of the election whose key is key (election.Keys.Candidates).
+func candidates(key string) string { return key[:strings.LastIndex(key, "/")+1] }
+
+// leads reports whether t's key is the oldest candidate of its election in the model: etcd's
+// leader. Only a restore can make a held key not lead (it brings an older candidate's key back).
+func leads(m *etcdmodel.Model, t *election.Term) bool {
+	o := m.Oldest(candidates(t.Key()))
+	return o != nil && o.CreateRevision == t.Token()
+}
+
+// candidatesOf describes the candidate keys of q's election in the model: key, create revision,
+// value, lease, the lease's expiry after start (or "gone") and what term(value) says of its process.
+func (g *stage) candidatesOf(q string, start time.Time, term func(server string) string) string {
+	var out []string
+	for _, kv := range g.model.Prefix(election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(Project, q)) {
+		exp := "gone"
+		if at, ok := g.model.LeaseExpiry(kv.Lease); ok {
+			exp = at.Sub(start).String()
+		}
+		out = append(out, fmt.Sprintf("%s@%d(%s, lease %x expires %s, %s)", kv.Key, kv.CreateRevision, kv.Value, kv.Lease, exp, term(string(kv.Value))))
+	}
+	return strings.Join(out, " ")
+}
+
+// termOf says what the world knows of server's term of q.
+func (w *World) termOf(q string) func(string) string {
+	return func(server string) string {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, n := range w.nodes {
+			if ts := n.terms[q]; n.name == server && ts != nil {
+				return fmt.Sprintf("term token=%d running=%v err=%v", ts.term.Token(), ts.running, ts.term.Err())
+			}
+		}
+		return "no term"
 	}
 }

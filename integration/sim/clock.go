@@ -13,6 +13,7 @@ type nodeClock struct {
 	clock.Clock
 	mu  sync.Mutex
 	src rand.Source
+	sk  skew // the process's clock rate (skew.go); zero: the bubble's own
 }
 
 func newNodeClock(src rand.Source) *nodeClock { return &nodeClock{Clock: clock.Real(), src: src} }

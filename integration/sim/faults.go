@@ -32,6 +32,32 @@ func (w *World) apply(f faultEvent, now time.Time) {
 		w.model.LeaderChange()
 	case FaultCompact:
 		w.model.Compact(int64(f.n))
+	case faultSnapshot:
+		w.takeSnapshot(f.n)
+	case FaultRestore, FaultRestoreBump:
+		if w.restore(f.n, f.kind == FaultRestoreBump) {
+			w.restored()
+		}
+	}
+}
+
+// restored marks every running term whose key the restore took away as ended from outside: like
+// an operator's revoke, a restore can let a successor win before the old leader hears of it (its
+// next Guard or Confirm; its key's watch, resumed past the revisions the restore reused, may never
+// tell it). Fencing must keep that harmless: its writes are refused, and it is never counted as an
+// owner, since etcd no longer holds its key.
+func (w *World) restored() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range w.nodes {
+		for _, ts := range n.terms {
+			if !ts.running {
+				continue
+			}
+			if kv := w.model.Get(ts.term.Key()); kv == nil || kv.CreateRevision != ts.term.Token() {
+				ts.external = true
+			}
+		}
 	}
 }
 

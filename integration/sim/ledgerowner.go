@@ -37,6 +37,13 @@ func (w *LedgerWorld) newOwner(i int) *ledgerOwner {
 	return &ledgerOwner{w: w, i: i, name: name, clk: newNodeClock(w.s.Source("clock/" + name)), r: w.s.Rand("owner/" + name)}
 }
 
+// current is the owner's term as it stands (a restore may make it begin again: retake).
+func (o *ledgerOwner) current() takeover.Owner {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.owner
+}
+
 func (o *ledgerOwner) token() int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -120,7 +127,7 @@ func (o *ledgerOwner) dispatch(ctx context.Context, key string) bool {
 	for range 30 {
 		var dup bool
 		err := o.call(ctx, key, ledger.Pending, func(c context.Context) (err error) {
-			dup, err = o.l.Begin(c, key, o.owner)
+			dup, err = o.l.Begin(c, key, o.current())
 			return err
 		})
 		if err == nil && !dup {
@@ -128,7 +135,7 @@ func (o *ledgerOwner) dispatch(ctx context.Context, key string) bool {
 			if !o.pause(ctx, time.Duration(o.r.IntN(300))*time.Millisecond) {
 				return false
 			}
-			err = o.call(ctx, key, ledger.Done, func(c context.Context) error { return o.l.Complete(c, key, o.owner) })
+			err = o.call(ctx, key, ledger.Done, func(c context.Context) error { return o.l.Complete(c, key, o.current()) })
 		}
 		switch {
 		case err == nil:
@@ -185,11 +192,11 @@ func (o *ledgerOwner) proveLive(deadline time.Time) {
 			last = errors.New("its term has not begun")
 		} else {
 			last = o.call(ctx, key, ledger.Pending, func(c context.Context) error {
-				_, err := o.l.Begin(c, key, o.owner)
+				_, err := o.l.Begin(c, key, o.current())
 				return err
 			})
 			if last == nil {
-				last = o.call(ctx, key, ledger.Done, func(c context.Context) error { return o.l.Complete(c, key, o.owner) })
+				last = o.call(ctx, key, ledger.Done, func(c context.Context) error { return o.l.Complete(c, key, o.current()) })
 			}
 			if last == nil {
 				o.w.rec.Add(o.name, "live after heal")
@@ -201,4 +208,23 @@ func (o *ledgerOwner) proveLive(deadline time.Time) {
 		}
 	}
 	o.w.violate("ledger wedged: %s, the current owner, could not Begin and Complete within %v of the heal: %v", o.name, ledgerHealBound, last)
+}
+
+// retake begins a new term for the owner if a restore took its key, as its election would elect it
+// again: the heal's liveness is about the ledger, not about a term etcd forgot.
+func (o *ledgerOwner) retake() {
+	if kv := o.w.model.Get(ledgerOwnerKey); o.token() == 0 || kv != nil && kv.CreateRevision == o.token() && string(kv.Value) == o.name {
+		return
+	}
+	tok, ok := o.takeTerm(o.w.ctx)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	o.owner.Token = tok
+	o.mu.Unlock()
+	o.w.mu.Lock()
+	o.w.token = tok
+	o.w.mu.Unlock()
+	o.w.rec.Add(o.name, "term begins again after a restore token=%d", tok)
 }

@@ -69,6 +69,7 @@ func drawLedgerPlan(s Streams) ledgerPlan {
 		p.net.LostRespRate = 0.02 + 0.2*r.Float64()
 	}
 	p.net.Detect = time.Duration(100+r.IntN(900)) * time.Millisecond
+	p.net.DupRate = drawDupRate(s, "ledger")
 	for i := 1; i < p.owners; i++ { // owner 0 holds from the start; the others supersede in turn
 		at := p.chaos * time.Duration(i) / time.Duration(p.owners)
 		p.faults = append(p.faults, ledgerFault{after: at + time.Duration(r.Int64N(int64(time.Second))), kind: ledgerSupersede, n: i})
@@ -79,6 +80,10 @@ func drawLedgerPlan(s Streams) ledgerPlan {
 		}
 		p.on = append(p.on, k)
 		p.faults = append(p.faults, drawLedgerFaults(r.IntN, r.Int64N, k, p.chaos)...)
+	}
+	for i, e := range drawRestores(s, "ledger", p.chaos) {
+		p.on = append(p.on, e.String())
+		p.faults = append(p.faults, ledgerFault{after: e.snapAt, kind: faultSnapshot, n: i}, ledgerFault{after: e.at, kind: e.kind(), n: i})
 	}
 	sort.SliceStable(p.faults, func(i, j int) bool { return p.faults[i].after < p.faults[j].after })
 	return p
@@ -113,7 +118,7 @@ func drawLedgerFaults(intN func(int) int, int64N func(int64) int64, kind string,
 }
 
 func (p ledgerPlan) String() string {
-	return fmt.Sprintf("owners=%d chaos=%v faults=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f detect=%v",
+	return fmt.Sprintf("owners=%d chaos=%v faults=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f dup=%.3f detect=%v",
 		p.owners, p.chaos, strings.Join(p.on, ","), p.net.DelayRate, p.net.MaxDelay, p.net.Reorder, p.net.DropRate,
-		p.net.LostRespRate, p.net.Detect)
+		p.net.LostRespRate, p.net.DupRate, p.net.Detect)
 }

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"github.com/baton-run/baton/ledger"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -64,7 +65,7 @@ type LedgerWorld struct {
 	records   map[string]ledgerSeen
 	lost      map[int64]bool // ledger leases gone (revoked or expired)
 	lastLease map[string]int64
-	doneAt    map[int64]string // every done record committed, by revision
+	doneAt    map[int64][]string // every done record committed, by revision (a restore without a bump reuses revisions)
 }
 
 // ledgerSeen is what the world saw last of a record: its state, writer, and how many done puts it
@@ -89,7 +90,7 @@ func runLedger(t *testing.T, seed uint64, keep bool) Result {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	w := &LedgerWorld{t: t, plan: p, ctx: ctx, records: map[string]ledgerSeen{}, lost: map[int64]bool{},
-		lastLease: map[string]int64{}, held: map[string]time.Time{}, doneAt: map[int64]string{}}
+		lastLease: map[string]int64{}, held: map[string]time.Time{}, doneAt: map[int64][]string{}}
 	w.setUp(s, keep, p.net, w.onCommit, p)
 	start := time.Now()
 	for i := range p.owners {
@@ -204,6 +205,12 @@ func (w *LedgerWorld) apply(f ledgerFault, now time.Time) {
 		w.model.LeaderChange()
 	case LedgerFaultCompact:
 		w.model.Compact(int64(f.n))
+	case faultSnapshot:
+		w.takeSnapshot(f.n)
+	case FaultRestore, FaultRestoreBump:
+		if w.restore(f.n, f.kind == FaultRestoreBump) {
+			w.restored()
+		}
 	}
 }
 
@@ -246,13 +253,15 @@ func (w *LedgerWorld) heal(now time.Time, live chan struct{}) {
 	last := w.owners[len(w.owners)-1]
 	w.bg.Go(func() {
 		defer close(live)
+		last.retake()
 		last.proveLive(now.Add(ledgerHealBound))
 	})
 }
 
 // onCommit checks every ledger record as the model commits it (under the model's lock): writes are
 // fenced, a record never goes from done back to pending, and a record is completed at most once.
-func (w *LedgerWorld) onCommit(rev int64, events []*mvccpb.Event, get func(string) *mvccpb.KeyValue) {
+func (w *LedgerWorld) onCommit(rev int64, events []*mvccpb.Event, view etcdmodel.View) {
+	get := view.Get
 	rng := ledger.Range(ledgerPrefix, Project)
 	for _, ev := range events {
 		k := string(ev.Kv.Key)
@@ -305,7 +314,7 @@ func (w *LedgerWorld) checkRecord(rev int64, k string, prev, cur ledgerSeen, get
 	}
 	w.lastLease[cur.server] = cur.lease
 	if cur.state == ledger.Done {
-		w.doneAt[rev] = cur.raw
+		w.doneAt[rev] = append(w.doneAt[rev], cur.raw)
 	}
 	w.records[k] = cur
 }
@@ -322,4 +331,35 @@ func parseLedgerValue(v string) (ledgerSeen, error) {
 		return ledgerSeen{}, fmt.Errorf("token: %w", err)
 	}
 	return ledgerSeen{state: ledger.State(v), server: f[1], token: tok}, nil
+}
+
+// restored makes what the world knows of the records what etcd now holds: a restore brings the
+// snapshot's records back without an event (a record done after the snapshot is pending again, or
+// gone, and may be completed again: the documented loss of a restore to an older backup), and the
+// ledger leases granted after the snapshot are gone.
+func (w *LedgerWorld) restored() {
+	kvs := w.model.Prefix(ledger.Range(ledgerPrefix, Project))
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	w.records = map[string]ledgerSeen{}
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		if strings.Contains(strings.TrimPrefix(k, ledger.Range(ledgerPrefix, Project)), "/") {
+			continue
+		}
+		cur, err := parseLedgerValue(string(kv.Value))
+		if err != nil {
+			continue
+		}
+		cur.lease, cur.raw = kv.Lease, string(kv.Value)
+		if cur.state == ledger.Done {
+			cur.dones = 1
+		}
+		w.records[k] = cur
+	}
+	for _, l := range w.lastLease {
+		if _, ok := w.model.LeaseExpiry(l); !ok {
+			w.lost[l] = true
+		}
+	}
 }

@@ -21,7 +21,12 @@ type NetFaults struct {
 	Reorder      bool          // deliver ready messages in a seeded order, not the oldest first
 	DropRate     float64       // share of requests dropped before they are applied
 	LostRespRate float64       // share of requests applied whose response is lost
-	Detect       time.Duration // how long a client takes to see a dropped request fail
+	// DupRate is the share of requests applied twice: the response to the first is lost and the
+	// client's retry of the very same request is applied again (clientv3 retries, a proxy, Baton's own
+	// retry of a committed transaction); the caller gets the second answer. Never for stream messages
+	// or keepalives (a gRPC stream does not replay them).
+	DupRate float64
+	Detect  time.Duration // how long a client takes to see a dropped request fail
 }
 
 type fate int
@@ -30,6 +35,7 @@ const (
 	deliverIt fate = iota
 	dropBefore
 	dropAfter
+	duplicate
 )
 
 // msg is one message in flight.
@@ -57,6 +63,14 @@ type Net struct {
 	notify  chan struct{}
 	orphans sync.WaitGroup
 	closed  bool
+	dups    int // requests applied twice
+}
+
+// Duplicates is how many requests the network applied twice.
+func (n *Net) Duplicates() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dups
 }
 
 var _ etcdmodel.Transport = (*Net)(nil)
@@ -127,7 +141,11 @@ func (n *Net) Call(ctx context.Context, client, method string, req any, deliver 
 	}
 	// Sent is sent: the request still reaches etcd, nobody waits for the answer.
 	n.orphans.Go(func() {
-		if f := <-m.fate; f != dropBefore {
+		f := <-m.fate
+		if f != dropBefore {
+			_ = deliver()
+		}
+		if f == duplicate {
 			_ = deliver()
 		}
 	})
@@ -140,14 +158,19 @@ func (n *Net) finish(ctx context.Context, f fate, deliver func() error) error {
 	var err error
 	if f != dropBefore {
 		res := make(chan error, 1)
-		n.orphans.Go(func() { res <- deliver() })
+		n.orphans.Go(func() {
+			if f == duplicate {
+				_ = deliver() // applied; its answer is lost, and the retry is applied again
+			}
+			res <- deliver()
+		})
 		select {
 		case err = <-res:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	if f == deliverIt {
+	if f == deliverIt || f == duplicate {
 		return err
 	}
 	n.mu.Lock()
@@ -222,8 +245,11 @@ func (n *Net) Step(now time.Time) (bool, time.Time) {
 		f = dropBefore
 	case n.rng.Float64() < n.faults.LostRespRate:
 		f = dropAfter
+	case n.faults.DupRate > 0 && m.method != "LeaseKeepAlive" && n.rng.Float64() < n.faults.DupRate:
+		f = duplicate // drawn only when on, so that the seeds from before keep their schedules
+		n.dups++
 	}
-	n.rec.Add(m.client, "%s %s", []string{"deliver", "drop", "lost-response"}[f], m.key)
+	n.rec.Add(m.client, "%s %s", []string{"deliver", "drop", "lost-response", "duplicate"}[f], m.key)
 	m.fate <- f
 	return true, time.Time{}
 }
@@ -238,4 +264,17 @@ func (n *Net) Close() {
 	n.pending = nil
 	n.mu.Unlock()
 	n.orphans.Wait()
+}
+
+// ProbeDuplicate is the probe hit by a schedule in which the network applied a request twice.
+const ProbeDuplicate = "a request applied twice (a retry of a committed request)"
+
+// drawDupRate draws a world's NetFaults.DupRate from a stream of its own ("<world>/duplicate"), so
+// that the seeds from before keep their other draws: half the seeds duplicate 1-10 % of requests.
+func drawDupRate(s Streams, world string) float64 {
+	r := s.Rand(world + "/duplicate")
+	if r.IntN(2) == 0 {
+		return 0
+	}
+	return 0.01 + 0.09*r.Float64()
 }

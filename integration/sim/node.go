@@ -34,6 +34,9 @@ func isFenceKey(key string) bool { return strings.HasPrefix(key, "fence/") }
 func (w *World) newNode(slot, gen int) *node {
 	n := &node{w: w, terms: map[string]*termState{}}
 	n.init(&w.stage, w.ctx, slot, gen)
+	if w.plan.skews != nil {
+		n.clk.setSkew(w.plan.skews[slot])
+	}
 	w.add(n)
 	return n
 }

@@ -27,7 +27,9 @@ type plan struct {
 	net           NetFaults
 	on            []string
 	faults        []faultEvent // times relative to the start
-	healed        bool         // the heal is still to do
+	restores      []restoreEvent
+	skews         []float64 // per process slot: its clock's rate (nil: none skewed)
+	healed        bool      // the heal is still to do
 }
 
 type faultEvent struct {
@@ -71,13 +73,15 @@ func drawPlan(s Streams) plan {
 		}
 	}
 	sort.SliceStable(p.faults, func(i, j int) bool { return p.faults[i].after < p.faults[j].after })
+	p.restores = drawRestores(s, "election", p.chaos)
+	p.net.DupRate = drawDupRate(s, "election")
 	return p
 }
 
 func (p plan) String() string {
-	return fmt.Sprintf("nodes=%d queues=%d faults=[%s] delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f detect=%v",
-		p.nodes, p.queues, strings.Join(p.on, ","), p.net.DelayRate, p.net.MaxDelay, p.net.Reorder, p.net.DropRate,
-		p.net.LostRespRate, p.net.Detect)
+	return fmt.Sprintf("nodes=%d queues=%d faults=[%s] restores=%v skews=%.3f delay=%.2f/%v reorder=%v drop=%.3f lost=%.3f dup=%.3f detect=%v",
+		p.nodes, p.queues, strings.Join(p.on, ","), p.restores, p.skews, p.net.DelayRate, p.net.MaxDelay, p.net.Reorder, p.net.DropRate,
+		p.net.LostRespRate, p.net.DupRate, p.net.Detect)
 }
 
 // events places the faults (and their ends) on the schedule's clock.
@@ -97,6 +101,10 @@ func (p plan) events(start time.Time) []faultEvent {
 				out = append(out, end)
 			}
 		}
+	}
+	for i, r := range p.restores {
+		out = append(out, faultEvent{at: start.Add(r.snapAt), kind: faultSnapshot, n: i},
+			faultEvent{at: start.Add(r.at), kind: r.kind(), n: i})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
 	return out

@@ -22,12 +22,13 @@ type stage struct {
 	rmu        sync.Mutex
 	violations []string
 	probes     map[string]int
-	bg         sync.WaitGroup // the world's background work (stops, restarts, owners) in flight
+	bg         sync.WaitGroup             // the world's background work (stops, restarts, owners) in flight
+	snaps      map[int]etcdmodel.Snapshot // the planned restores' snapshots (the scheduler's alone)
 }
 
 // setUp builds the recorder, the network (with the plan's faults) and the model (onCommit may be nil)
 // from the seed's streams, and records the plan.
-func (g *stage) setUp(s Streams, keep bool, faults NetFaults, onCommit func(int64, []*mvccpb.Event, func(string) *mvccpb.KeyValue), plan fmt.Stringer) {
+func (g *stage) setUp(s Streams, keep bool, faults NetFaults, onCommit func(int64, []*mvccpb.Event, etcdmodel.View), plan fmt.Stringer) {
 	g.s, g.probes = s, map[string]int{}
 	g.rec = NewRecorder(clock.Real(), keep) // the bubble's clock
 	g.net = NewNet(g.rec, s.Rand("net"), faults)
@@ -37,6 +38,9 @@ func (g *stage) setUp(s Streams, keep bool, faults NetFaults, onCommit func(int6
 
 // result is what the schedule found, once it ended.
 func (g *stage) result(seed uint64, start time.Time, plan fmt.Stringer) Result {
+	if g.net.Duplicates() > 0 {
+		g.probe(ProbeDuplicate)
+	}
 	return Result{Seed: seed, Violations: g.violations, Hash: g.rec.Hash(), Simulated: time.Since(start),
 		Probes: g.probes, Timeline: g.rec.Timeline(), Setup: plan.String()}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -44,6 +45,7 @@ type World struct {
 	ctx    context.Context
 	queues []string
 	margin time.Duration
+	start  time.Time
 
 	fleet[*node] // mu: the processes and their terms; held while reading the model, never inside onCommit
 	healedAt     time.Time
@@ -61,12 +63,24 @@ type fenced struct {
 
 // RunElection runs the election world for seed in its own synctest bubble; keep keeps the timeline.
 func RunElection(t *testing.T, seed uint64, keep bool) Result {
-	return runInBubble(t, seed, keep, runElection)
+	return runInBubble(t, seed, keep, func(t *testing.T, seed uint64, keep bool) Result { return runElection(t, seed, keep, 0) })
 }
 
-func runElection(t *testing.T, seed uint64, keep bool) Result {
+// RunElectionAtRate runs the election world for seed with every process's clock at rate (skew.go),
+// whatever the seed draws: the drift bound's own test.
+func RunElectionAtRate(t *testing.T, seed uint64, keep bool, rate float64) Result {
+	return runInBubble(t, seed, keep, func(t *testing.T, seed uint64, keep bool) Result { return runElection(t, seed, keep, rate) })
+}
+
+func runElection(t *testing.T, seed uint64, keep bool, rate float64) Result {
 	s := Streams{Seed: seed}
 	p := drawPlan(s)
+	if rate != 0 {
+		p.skews = make([]float64, p.nodes)
+		for i := range p.skews {
+			p.skews[i] = rate
+		}
+	}
 	w := &World{t: t, seed: seed, plan: p, ctx: t.Context(), writes: map[string]fenced{},
 		margin: election.DefaultConfig().SafetyMargin * electionTTL / election.DefaultConfig().TTL}
 	w.setUp(s, keep, p.net, w.onCommit, p)
@@ -74,6 +88,7 @@ func runElection(t *testing.T, seed uint64, keep bool) Result {
 		w.queues = append(w.queues, fmt.Sprintf("q%d", i))
 	}
 	start := time.Now()
+	w.start = start
 	w.launch(p.nodes, w.newNode)
 	w.loop(start)
 	return w.result(seed, start, p)
@@ -152,7 +167,7 @@ func (w *World) sleep(now, due time.Time, stopped <-chan struct{}) {
 }
 
 // onCommit checks every fenced write as the model commits it (under the model's lock).
-func (w *World) onCommit(rev int64, events []*mvccpb.Event, get func(string) *mvccpb.KeyValue) {
+func (w *World) onCommit(rev int64, events []*mvccpb.Event, view etcdmodel.View) {
 	for _, ev := range events {
 		if ev.Type != mvccpb.PUT || !isFenceKey(string(ev.Kv.Key)) {
 			continue
@@ -163,8 +178,10 @@ func (w *World) onCommit(rev int64, events []*mvccpb.Event, get func(string) *mv
 		if !ok {
 			continue
 		}
-		if kv := get(f.key); kv == nil || kv.CreateRevision != f.token {
+		if kv := view.Get(f.key); kv == nil || kv.CreateRevision != f.token {
 			w.violate("fenced write %s of term %s@%d committed at revision %d after its term's key was gone", ev.Kv.Value, f.key, f.token, rev)
+		} else if o := view.Oldest(candidates(f.key)); o.CreateRevision != f.token {
+			w.violate("fenced write %s of term %s@%d committed at revision %d while an older candidate %s@%d led", ev.Kv.Value, f.key, f.token, rev, o.Key, o.CreateRevision)
 		}
 	}
 }

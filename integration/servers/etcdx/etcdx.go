@@ -5,7 +5,8 @@
 // Members listen on 127.0.0.1 with their own data dirs. Faults can be injected:
 // StopMember simulates a crash (client connections are cut at once, no
 // leadership transfer), RestartMember/Restart start members again on the same
-// data dirs and ports, MoveLeader hands raft leadership over.
+// data dirs and ports, MoveLeader hands raft leadership over, SaveSnapshot and Restore take a
+// backup and restore every member from it (etcdutl snapshot restore, with or without --bump-revision).
 //
 // When the environment variable BATON_ETCD_ENDPOINTS is set (comma-separated
 // client URLs), StartCluster starts nothing and returns a Cluster over those

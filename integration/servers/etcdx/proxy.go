@@ -94,8 +94,18 @@ func (p *Proxy) Blackhole() {
 	p.srv.PauseRx()
 }
 
-// Heal ends a partition and any delay.
+// Drop partitions the proxy by losing what is sent, in both directions, instead of holding it (Blackhole):
+// what an end sent meanwhile never arrives, as when the other end restarted before it could be
+// delivered. The connections stay open; their streams are broken once Heal lets bytes through again.
+func (p *Proxy) Drop() {
+	p.srv.BlackholeTx()
+	p.srv.BlackholeRx()
+}
+
+// Heal ends a partition (Blackhole or Drop) and any delay.
 func (p *Proxy) Heal() {
+	p.srv.UnblackholeTx()
+	p.srv.UnblackholeRx()
 	p.srv.UndelayTx()
 	p.srv.UndelayRx()
 	p.srv.UnpauseTx()

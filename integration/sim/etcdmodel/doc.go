@@ -8,6 +8,13 @@
 // revision and WithRequireLeader streams closed with rpctypes.ErrGRPCNoLeader while the model has no
 // raft leader. A raft-leader change gives every lease its full TTL again, as etcd's lessor Promote does.
 //
+// [Model.Snapshot] and [Model.Restore] are an operator's backup and `etcdutl snapshot restore`, with
+// or without --bump-revision and --mark-compacted: the key space, history and leases go back to the
+// snapshot's, the revision goes back (later writes reuse revision numbers) or jumps by the bump with
+// everything below compacted, the snapshot's leases live their full TTL again, and every watch
+// stream breaks, so that clientv3 resumes its watches from the revision after the last it saw.
+// TestConformanceEtcdRestore holds this to a real etcd restored with etcdutl.
+//
 // Clients reach it through pb.KVClient, pb.WatchClient and pb.LeaseClient implementations, wrapped by
 // clientv3.NewCtxClient and the NewXFromXClient constructors (see [Model.NewClient]); errors are the gRPC
 // status values of rpctypes, so clientv3's own conversion runs. Every request and every stream message

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/baton-run/baton/clock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ErrUnsupported is returned for a request or option the model does not implement.
@@ -44,9 +46,9 @@ type Options struct {
 	// Bug plants a defect (conformance tests only).
 	Bug Bug
 	// OnCommit, when set, is called under the model's lock after every revision is made, with its
-	// events and a read of the key space at that revision: the simulator's recorder of side effects.
+	// events and a view of the key space at that revision: the simulator's recorder of side effects.
 	// It must not call the model.
-	OnCommit func(rev int64, events []*mvccpb.Event, get func(key string) *mvccpb.KeyValue)
+	OnCommit func(rev int64, events []*mvccpb.Event, view View)
 	// MemberID and ClusterID fill response headers. Defaults 1 and 1.
 	MemberID, ClusterID uint64
 }
@@ -75,6 +77,7 @@ type Model struct {
 	expiry     clock.Timer
 	closed     bool
 	compacted  int // watches created below the compaction
+	restores   int
 }
 
 // CompactedWatches is how many watches were created below the compaction (and cancelled with it).
@@ -140,6 +143,47 @@ func (m *Model) Revision() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.rev
+}
+
+// View is the key space as it stands, read under the model's lock (OnCommit's argument).
+type View struct{ m *Model }
+
+// Get returns the key's value (nil if absent); the caller must not change it.
+func (v View) Get(key string) *mvccpb.KeyValue { return v.m.kvs[key] }
+
+// Oldest returns the key under prefix with the lowest create revision (an election's leader), nil
+// if there is none.
+func (v View) Oldest(prefix string) *mvccpb.KeyValue {
+	var oldest *mvccpb.KeyValue
+	for k, kv := range v.m.kvs { // no order needed: the simulator asks this at every step
+		if strings.HasPrefix(k, prefix) && (oldest == nil || kv.CreateRevision < oldest.CreateRevision) {
+			oldest = kv
+		}
+	}
+	return oldest
+}
+
+// Prefix returns copies of the keys under prefix, in key order (the simulator's own view).
+func (m *Model) Prefix(prefix string) []*mvccpb.KeyValue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*mvccpb.KeyValue
+	for _, k := range keysIn(m.kvs, []byte(prefix), []byte(clientv3.GetPrefixRangeEnd(prefix))) {
+		c := *m.kvs[k]
+		out = append(out, &c)
+	}
+	return out
+}
+
+// Oldest is View.Oldest for the simulator's own checks, outside a commit.
+func (m *Model) Oldest(prefix string) *mvccpb.KeyValue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if kv := (View{m}).Oldest(prefix); kv != nil {
+		c := *kv
+		return &c
+	}
+	return nil
 }
 
 // Get is the simulator's own view of one key (no transport, no revision change): nil if absent.

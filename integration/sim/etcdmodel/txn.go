@@ -100,8 +100,10 @@ func (m *Model) compare(c *pb.Compare) bool {
 			kvs = append(kvs, kv)
 		}
 	} else {
-		for _, k := range keysIn(m.kvs, c.Key, c.RangeEnd) {
-			kvs = append(kvs, m.kvs[k])
+		for k, kv := range m.kvs { // every key of the range must pass: no order needed
+			if inRange([]byte(k), c.Key, c.RangeEnd) {
+				kvs = append(kvs, kv)
+			}
 		}
 	}
 	if len(kvs) == 0 {

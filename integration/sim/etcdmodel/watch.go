@@ -261,7 +261,9 @@ func (ws *watchStream) notifyLocked() {
 				ws.enqueueLocked(&pb.WatchResponse{Header: h, WatchId: w.id, Events: evs})
 			}
 		}
-		w.next = m.rev + 1
+		// A watch from a future revision waits for it, as etcd's synced watchers skip every event
+		// below their start (after a restore without --bump-revision, the reused revisions).
+		w.next = max(w.next, m.rev+1)
 	}
 }
 

@@ -82,7 +82,7 @@ func (m *Model) commit(w *writer) {
 	m.rev = w.rev
 	m.history = append(m.history, revision{rev: w.rev, events: w.events})
 	if m.opts.OnCommit != nil {
-		m.opts.OnCommit(w.rev, w.events, func(key string) *mvccpb.KeyValue { return m.kvs[key] })
+		m.opts.OnCommit(w.rev, w.events, View{m})
 	}
 	for ws := range m.watches {
 		ws.notifyLocked()

@@ -7,7 +7,8 @@ import (
 )
 
 // balanceProbes are the rare events a balance batch must reach.
-var balanceProbes = []string{sim.ProbeDrainHandedOver, sim.ProbeDrainKept, sim.ProbeShedMove, sim.ProbeRolloutMove}
+var balanceProbes = []string{sim.ProbeDrainHandedOver, sim.ProbeDrainKept, sim.ProbeShedMove, sim.ProbeRolloutMove,
+	sim.ProbeRestore, sim.ProbeRestoreBump, sim.ProbeDuplicate}
 
 // TestSimBalance runs the balance world (3-5 processes, each a real Elector and balance.Runner over
 // the etcd model serving a seeded subset of 2-8 queues, a minute of drains, crashes, restarts,

@@ -14,6 +14,9 @@ var electionProbes = []string{
 	"operator revoked a leader's lease",
 	"no-leader window while a leader acted",
 	sim.ProbeCompactedWatch,
+	sim.ProbeRestore,
+	sim.ProbeRestoreBump,
+	sim.ProbeDuplicate,
 }
 
 // TestSimElection runs the election world (3-5 processes with real Electors over the etcd model,

@@ -13,6 +13,9 @@ var ledgerProbes = []string{
 	sim.ProbeLedgerRegranted,
 	sim.ProbeLedgerSuperseded,
 	sim.ProbeLedgerWatchCompletion,
+	sim.ProbeDuplicate,
+	sim.ProbeRestore,
+	sim.ProbeRestoreBump,
 }
 
 // TestSimLedger runs the ledger world (the real etcd dispatch ledger of 2-3 owners with increasing

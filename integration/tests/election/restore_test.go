@@ -1,0 +1,96 @@
+package election_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/servers/etcdx"
+)
+
+// A restore can bring a predecessor's key back (found by the simulator's election world, seed 0x56):
+// node-a leads and node-b waits when the backup is taken; an operator deletes node-a's key while
+// node-a is cut off, and what etcd sent it is lost in the restart, so node-b wins; etcd is then restored from the backup
+// (with or without --bump-revision). Both keys are back, node-a's older, and node-a's lease with them:
+// node-a's term goes on, and so would node-b's, whose own key still has its token. Only one of them
+// may pass Guard: the one whose key leads (the oldest), node-a.
+func TestRestoredPredecessorKeyFencesTheSuccessor(t *testing.T) {
+	for _, bump := range []uint64{0, 1000} {
+		t.Run(fmt.Sprintf("bump=%d", bump), func(t *testing.T) {
+			c := etcdx.Start(t, etcdx.Options{})
+			proxy := etcdx.NewTestProxy(t, c.MemberEndpoint(0))
+			cfg := election.Config{TTL: 30 * time.Second}
+			a := newCandidate(t, c, "node-a", cfg, proxy.URL())
+			b := newCandidate(t, c, "node-b", cfg)
+			operator := etcdx.Client(t, c)
+
+			aTerm, err := a.el.Campaign(t.Context(), project, "restored", a.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bTerms := make(chan *election.Term, 1)
+			go func() {
+				term, err := b.el.Campaign(t.Context(), project, "restored", b.id)
+				if err != nil {
+					t.Errorf("node-b campaign: %v", err)
+					close(bTerms)
+					return
+				}
+				bTerms <- term
+			}()
+			waitCandidates(t, operator, a.el.ElectionKey(project, "restored"), 2, 10*time.Second)
+			backup, err := c.SaveSnapshot(t.Context(), operator)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.Drop() // what etcd sends node-a from now on is lost: it never hears of the delete
+			if _, err := operator.Delete(t.Context(), aTerm.Key()); err != nil {
+				t.Fatal(err)
+			}
+			bTerm := <-bTerms
+			if bTerm == nil {
+				t.FailNow()
+			}
+			if err := c.Restore(backup, etcdx.RestoreOptions{BumpRevision: bump, MarkCompacted: bump > 0}); err != nil {
+				t.Fatal(err)
+			}
+			if g, err := operator.Get(t.Context(), a.el.ElectionKey(project, "restored")+"/", clientv3.WithPrefix()); err == nil {
+				for _, kv := range g.Kvs {
+					t.Logf("after the restore: %s c%d lease %x (a %s token %d, b %s token %d)", kv.Key, kv.CreateRevision, kv.Lease, aTerm.Key(), aTerm.Token(), bTerm.Key(), bTerm.Token())
+				}
+			}
+			proxy.Heal()
+			if aTerm.Check() != nil {
+				t.Skipf("node-a's term ended before the restore was over (%v): the schedule did not happen", aTerm.Err())
+			}
+			aErr := guardAnswered(t, aTerm, "a")
+			bErr := guardAnswered(t, bTerm, "b")
+			if aErr == nil && bErr == nil {
+				t.Fatalf("after the restore both node-a (token %d) and node-b (token %d) passed Guard: two owners", aTerm.Token(), bTerm.Token())
+			}
+			if aErr != nil {
+				t.Fatalf("node-a, whose restored key is the oldest, failed Guard: %v (term: %v)", aErr, aTerm.Err())
+			}
+			if bTerm.Err() == nil {
+				t.Fatalf("node-b's term goes on after its Guard was refused")
+			}
+		})
+	}
+}
+
+// guardAnswered is a guarded write of term retried while etcd gives no answer (a connection cut by
+// the restart), for up to 10 s: nil, or the error of the answer.
+func guardAnswered(t *testing.T, term *election.Term, value string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := term.Guard(t.Context(), clientv3.OpPut("/fence/restored", value))
+		if err == nil || errors.Is(err, election.ErrNotLeader) || term.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
