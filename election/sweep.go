@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,9 +21,12 @@ import (
 //   - a term's key is gone (it was put after the backup), or back at an older revision (the same
 //     name: keys are named after the lease): the term's watch sees no event for either (without
 //     --bump-revision it is resumed past the revisions the restore reused), and a leader that writes
-//     nothing fenced would lead on without its key. The term ends with ErrKeyLost. The terms are
-//     checked with their HeldCmp, many to a transaction.
+//     nothing fenced would lead on without its key. The term ends with ErrKeyLost. A term whose key
+//     the lease no longer lists is read at once; the others are checked with their HeldCmp, one
+//     transaction of them per sweep (sweepTerms), so that a process's requests at rest do not grow
+//     with the number of queues it leads.
 func (e *Elector) sweep(s *session) {
+	next := "" // the key the next sweep's transaction of terms starts at (sweepTerms)
 	for e.sleep(s.ctx, clock.Jitter(e.cfg.Clock, e.cfg.TTL)) {
 		terms := s.liveTerms() // before the request: each of their keys was put before it was sent
 		ctx, cancel := context.WithTimeout(s.ctx, e.cfg.TTL)
@@ -35,7 +39,7 @@ func (e *Elector) sweep(s *session) {
 		for _, k := range resp.Keys {
 			attached[string(k)] = true
 		}
-		e.sweepTerms(s, terms)
+		next = e.sweepTerms(s, terms, attached, next)
 		for key := range attached {
 			e.sweepStray(s, key)
 		}
@@ -80,29 +84,56 @@ func (s *session) liveTerms() []*Term {
 	return out
 }
 
-// sweepTermsPerTxn bounds the compares of one transaction (etcd's --max-txn-ops defaults to 128).
+// sweepTermsPerTxn bounds the compares of one transaction (etcd's --max-txn-ops defaults to 128), and
+// so the terms one sweep compares.
 const sweepTermsPerTxn = 100
 
-// sweepTerms ends the terms whose key no longer holds their token: one transaction comparing every
-// term's HeldCmp per sweepTermsPerTxn terms, and a read of each key only when one failed.
-func (e *Elector) sweepTerms(s *session, terms []*Term) {
-	for len(terms) > 0 {
-		batch := terms[:min(len(terms), sweepTermsPerTxn)]
-		terms = terms[len(batch):]
-		cmps := make([]clientv3.Cmp, len(batch))
-		for i, t := range batch {
-			cmps[i] = HeldCmp(t.key, t.token)
+// sweepTerms ends the terms whose key no longer holds their token, and returns where the next sweep
+// starts. A term whose key is missing from the lease's attached keys is read at once (a read that
+// confirms it, since a lease's listing might lag a put). Of the others, one transaction compares the
+// HeldCmp of up to sweepTermsPerTxn terms, in key order from next, round robin: two requests per
+// process and TTL at rest, whatever the number of its terms; a key a restore put back older under the
+// same name is found within terms/sweepTermsPerTxn sweeps. The batch's keys are read only when the
+// transaction failed.
+func (e *Elector) sweepTerms(s *session, terms []*Term, attached map[string]bool, next string) string {
+	ctx, cancel := context.WithTimeout(s.ctx, e.cfg.TTL)
+	defer cancel()
+	listed := make([]*Term, 0, len(terms))
+	for _, t := range terms {
+		if attached[t.key] {
+			listed = append(listed, t)
+		} else {
+			e.checkHeld(ctx, t)
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, e.cfg.TTL)
-		resp, err := e.client.Txn(ctx).If(cmps...).Commit()
-		for i := 0; err == nil && !resp.Succeeded && i < len(batch); i++ {
-			t := batch[i]
-			g, gerr := e.client.Get(ctx, t.key)
-			if gerr == nil && !HeldIn(g.Kvs, t.token) {
-				t.log.Warn("the term's key is gone or holds another revision, without an event (etcd restored?)")
-				t.end(ErrKeyLost)
-			}
-		}
-		cancel()
+	}
+	if len(listed) == 0 {
+		return ""
+	}
+	slices.SortFunc(listed, func(a, b *Term) int { return strings.Compare(a.key, b.key) })
+	from, _ := slices.BinarySearchFunc(listed, next, func(t *Term, k string) int { return strings.Compare(t.key, k) })
+	if from == len(listed) {
+		from = 0
+	}
+	batch := listed[from:min(len(listed), from+sweepTermsPerTxn)]
+	cmps := make([]clientv3.Cmp, len(batch))
+	for i, t := range batch {
+		cmps[i] = HeldCmp(t.key, t.token)
+	}
+	resp, err := e.client.Txn(ctx).If(cmps...).Commit()
+	for i := 0; err == nil && !resp.Succeeded && i < len(batch); i++ {
+		e.checkHeld(ctx, batch[i])
+	}
+	if end := from + len(batch); end < len(listed) {
+		return listed[end].key
+	}
+	return ""
+}
+
+// checkHeld reads t's key and ends t when the key no longer holds its token.
+func (e *Elector) checkHeld(ctx context.Context, t *Term) {
+	g, err := e.client.Get(ctx, t.key)
+	if err == nil && !HeldIn(g.Kvs, t.token) {
+		t.log.Warn("the term's key is gone or holds another revision, without an event (etcd restored?)")
+		t.end(ErrKeyLost)
 	}
 }
