@@ -68,9 +68,7 @@
 //     (waited out, never skipped). A scan forgets the log's records of the chains older than the run
 //     it stopped at. What remains outside the rule: a run that a superseded starter could not log (it
 //     died between its start's answer and the log) and that someone other than Baton closed before the
-//     next takeover looked (a takeover that starts first, after a planned hand-over, names the run
-//     log's latest run as its prior and does not describe the workflow); visibility still covers it
-//     once its close is indexed. An etcd role that
+//     next takeover looked; visibility still covers it once its close is indexed. An etcd role that
 //     predates the log (takeover.ErrRunLogDenied) does not stop a fleet: takeovers and carry-overs
 //     go on without it, as before it, and each says so once at error level.
 //   - Planned moves. Before a graceful step-down (stop, drain, rollout, shed) ends its run, the

@@ -44,16 +44,6 @@
 //  4. it confirms the term once more after the start. A run started by a term that ended on the way is
 //     terminated by its own run ID and the takeover reports ErrSuperseded.
 //
-// A takeover whose queue's run log has a record (a LatestRunLog, as EtcdRunLog is) starts its first
-// attempt the other way round: it confirms the term and starts with the FAIL policy at once, naming the
-// latest run of the chain logged last as its prior run, and describes the workflow only when the start
-// fails because a run is open (step 1 on, in the same attempt). After a planned hand-over the
-// predecessor's step-down has ended its run, so the start succeeds and the successor makes no describe:
-// a whole worker's stop costs each of its queues one Temporal call less on the way to its successor's
-// run. The FAIL policy keeps it safe: the start ends nothing, and succeeds only while no run is open. A
-// queue with nothing logged (its first takeover, or runs from before the log), signal-with-start mode
-// and a server without the conflict policy describe first.
-//
 // With a RunLog (Config.RunLog; Baton's Node keeps an EtcdRunLog), every run the takeover reuses,
 // terminates (step 2) or starts (step 3) is logged before the takeover ends it or reports it, and the
 // run's Owner.RunLog names the log's range for the queue. A dispatcher run's carry-over reads the log

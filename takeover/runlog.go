@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -46,17 +45,6 @@ type RunLog interface {
 	// Record logs run in the range rng. Recording a chain again replaces its record.
 	Record(ctx context.Context, rng string, run LoggedRun) error
 }
-
-// LatestRunLog is a RunLog that also reads the record written last in a range: the chain a takeover
-// started, reused or ended last, which a planned hand-over's successor names as its prior run
-// without describing the workflow (Manager.Take). *EtcdRunLog is one.
-type LatestRunLog interface {
-	RunLog
-	// Latest returns the record of rng written last (a linearizable read), and false when rng holds none.
-	Latest(ctx context.Context, rng string) (LoggedRun, bool, error)
-}
-
-var _ LatestRunLog = (*EtcdRunLog)(nil)
 
 // LoggedRun is one record of the run log: a chain of runs of the queue's workflow ID (one run, or
 // several joined by continue-as-new) and its owner as the run's memo said.
@@ -150,43 +138,18 @@ func (l *EtcdRunLog) Runs(ctx context.Context, rng string) ([]LoggedRun, error) 
 	}
 	runs := make([]LoggedRun, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if r, ok := parseRecord(rng, kv); ok {
-			runs = append(runs, r)
+		r := LoggedRun{RunID: strings.TrimPrefix(string(kv.Key), rng)}
+		if r.RunID == "" || strings.Contains(r.RunID, "/") {
+			continue
 		}
+		if f := strings.Fields(string(kv.Value)); len(f) == 3 {
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				r.ServerID, r.Token, r.Last = f[0], n, f[2]
+			}
+		}
+		runs = append(runs, r)
 	}
 	return runs, nil
-}
-
-// parseRecord reads one record of rng; false for a key that names no run of the range.
-func parseRecord(rng string, kv *mvccpb.KeyValue) (LoggedRun, bool) {
-	r := LoggedRun{RunID: strings.TrimPrefix(string(kv.Key), rng)}
-	if r.RunID == "" || strings.Contains(r.RunID, "/") {
-		return LoggedRun{}, false
-	}
-	if f := strings.Fields(string(kv.Value)); len(f) == 3 {
-		if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-			r.ServerID, r.Token, r.Last = f[0], n, f[2]
-		}
-	}
-	return r, true
-}
-
-// Latest implements LatestRunLog: the record of rng with the highest modification revision.
-func (l *EtcdRunLog) Latest(ctx context.Context, rng string) (LoggedRun, bool, error) {
-	if err := checkRange(rng); err != nil {
-		return LoggedRun{}, false, err
-	}
-	resp, err := l.client.Get(ctx, rng, clientv3.WithPrefix(), clientv3.WithLimit(1),
-		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend))
-	if err != nil {
-		return LoggedRun{}, false, fmt.Errorf("takeover: read the run log %s: %w", rng, denied(err))
-	}
-	for _, kv := range resp.Kvs {
-		if r, ok := parseRecord(rng, kv); ok {
-			return r, true, nil
-		}
-	}
-	return LoggedRun{}, false, nil
 }
 
 // Forget deletes the records of runIDs in rng: runs a carry-over has read past for good.

@@ -1,7 +1,6 @@
 package takeover
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,8 +70,7 @@ type Owner struct {
 	TakeoverStartedAt time.Time `json:"takeover_started_at"`
 	// PriorRunID is the workflow's latest run when the takeover started this one (open and then
 	// terminated by it, or already closed): the run whose accepted but unfinished work the new run
-	// carries over. A takeover that started first (after a planned hand-over) names the latest run of
-	// the chain the run log recorded last. Empty for the workflow's first run.
+	// carries over. Empty for the workflow's first run.
 	PriorRunID string `json:"prior_run_id,omitempty"`
 	// RunLog is the range of the run log (Config.RunLog) where the takeover that started this run
 	// logged it and the runs before it: the carry-over reads the runs it must hand over from there.
@@ -280,20 +278,8 @@ func (m *Manager) attemptInSlot(ctx context.Context, term Term, id string, owner
 }
 
 // attempt makes one pass: describe, terminate a foreign open run, start, confirm. It returns the path
-// the next attempt continues on. A first attempt whose queue's run log names the chain logged last
-// starts first instead (startFirst), and describes only when a run is open.
+// the next attempt continues on.
 func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner, path Path, log *zap.Logger) (Run, Path, error) {
-	if path == PathStart {
-		if prior, ok := m.loggedPrior(ctx, owner); ok {
-			run, next, err := m.startFirst(ctx, term, id, owner, prior, log)
-			var already *serviceerror.WorkflowExecutionAlreadyStarted
-			if !errors.As(err, &already) {
-				return run, next, err
-			}
-			// A run is open (a crashed owner's, or one whose step-down did not end it): this same
-			// attempt describes it and ends it by its run ID.
-		}
-	}
 	prior, err := m.describe(ctx, id)
 	if err != nil {
 		return Run{}, path, err
@@ -309,44 +295,6 @@ func (m *Manager) attempt(ctx context.Context, term Term, id string, owner Owner
 		return Run{}, path, err
 	}
 	owner.PriorRunID = prior.runID
-	return m.startRun(ctx, term, id, owner, path, log)
-}
-
-// loggedPrior returns the latest run of the chain the queue's run log recorded last (LatestRunLog),
-// and false when there is none to go by: no log, a log that cannot say, an empty range (the queue's
-// first takeover, or runs from before the log: the describe names them), or a start mode whose
-// conflict cannot be trusted to find an open run (signal-with-start, a server without the FAIL policy).
-func (m *Manager) loggedPrior(ctx context.Context, owner Owner) (string, bool) {
-	rl, ok := m.cfg.RunLog.(LatestRunLog)
-	if !ok || owner.RunLog == "" || m.cfg.Mode == StartSignalWithStart || m.legacy.Load() {
-		return "", false
-	}
-	actx, cancel := context.WithTimeout(ctx, m.cfg.AttemptTimeout)
-	defer cancel()
-	r, found, err := rl.Latest(actx, owner.RunLog)
-	if err != nil || !found {
-		return "", false // the describe finds the prior run instead
-	}
-	return cmp.Or(r.Last, r.RunID), true
-}
-
-// startFirst starts the term's run with the FAIL conflict policy before looking at the workflow,
-// after confirming the term, naming prior (the run log's latest run) as its prior run. A planned
-// hand-over's predecessor has ended its run, so the start succeeds and a whole worker's stop costs
-// each successor no describe (issue #40); a run still open makes the start fail with AlreadyStarted,
-// and the caller describes it. The FAIL policy is what makes this safe: a start never ends a run,
-// and succeeds only when no run of the workflow is open.
-func (m *Manager) startFirst(ctx context.Context, term Term, id string, owner Owner, prior string, log *zap.Logger) (Run, Path, error) {
-	if err := m.fence(ctx, term); err != nil {
-		return Run{}, PathStart, err
-	}
-	owner.PriorRunID = prior
-	return m.startRun(ctx, term, id, owner, PathStart, log)
-}
-
-// startRun starts owner's run with the FAIL conflict policy, logs it, and confirms the term once
-// more: a run started by a term that has ended is ended again by its own run ID (ErrSuperseded).
-func (m *Manager) startRun(ctx context.Context, term Term, id string, owner Owner, path Path, log *zap.Logger) (Run, Path, error) {
 	started, err := m.start(ctx, id, owner)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
