@@ -38,7 +38,7 @@ func (g *stage) setUp(s Streams, keep bool, faults NetFaults, onCommit func(int6
 
 // result is what the schedule found, once it ended.
 func (g *stage) result(seed uint64, start time.Time, plan fmt.Stringer) Result {
-	if g.net.Duplicates() > 0 {
+	if g.net != nil && g.net.Duplicates() > 0 { // a world without an etcd network (carry-over) has none
 		g.probe(ProbeDuplicate)
 	}
 	return Result{Seed: seed, Violations: g.violations, Hash: g.rec.Hash(), Simulated: time.Since(start),
