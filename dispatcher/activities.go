@@ -63,7 +63,7 @@ var _ HoldingLedger = (*ledger.Etcd)(nil)
 // failed after it started, or its run was terminated before Complete (at-least-once between Begin and
 // Complete), so it must be idempotent by key; with a HoldingLedger (ledger.Etcd) the next call begins
 // only once the previous one has returned, never beside it. A handler that fences its own side
-// effects (ledger.ConfirmOwner, ledger.OwnerCmp) returns an error wrapping ledger.ErrSuperseded when
+// effects (ledger.ConfirmOwner, ledger.OwnerCmps) returns an error wrapping ledger.ErrSuperseded when
 // they are refused; the activity then fails without retrying.
 type Handler func(ctx context.Context, key string, req Request, owner takeover.Owner) error
 

@@ -1,7 +1,7 @@
 // Package dispatcher is Baton's reference dispatcher workflow, its Dispatch activity and the
 // Producer. A dispatch request takes effect once across takeovers through a Ledger of dispatch keys;
 // package ledger is the etcd one Baton ships, and holds the checks an application uses to fence its
-// own side effects the same way (ledger.OwnerCmp, ledger.ConfirmOwner).
+// own side effects the same way (ledger.OwnerCmps, ledger.ConfirmOwner).
 //
 // # The Owner contract
 //

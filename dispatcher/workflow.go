@@ -134,7 +134,7 @@ type ServeOptions struct {
 	// run's Input overrides it field by field, the defaults fill the rest. It must pass Validate.
 	Tuning RegisterOptions
 	// Start is the application's own code for the run: announcing the owner (ledger.ConfirmOwner, then a
-	// write fenced by ledger.OwnerCmp), loading what the run needs. Serve calls it once Baton's update,
+	// write fenced by ledger.OwnerCmps), loading what the run needs. Serve calls it once Baton's update,
 	// signal and query handlers are registered, so a request sent meanwhile is accepted and waits,
 	// and before the first request is dispatched. It runs in every run of the chain (Input.Carry is
 	// set in a run that continued as new) and must return: work that lasts the whole run goes in a

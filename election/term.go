@@ -112,7 +112,7 @@ func (t *Term) Check() error {
 // token is token holds: the key exists with that create revision. Once a successor wins, the key is
 // gone or was created again at a higher revision, and the comparison fails for ever. It is Baton's
 // one fencing comparison: Term.Guard, the term's own delete, and every fenced write of a dispatcher
-// run (ledger.OwnerCmp) put it in their transaction's If.
+// run (ledger.OwnerCmps) put it in their transaction's If.
 func HeldCmp(key string, token int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(key), "=", token)
 }
@@ -125,8 +125,24 @@ func HeldCmp(key string, token int64) clientv3.Cmp {
 // the successor's, while the successor's own key keeps its token, and a predecessor that had not
 // heard of its loss goes on. Term.Guard compares both, so that only the oldest acts.
 func LeadsCmp(key string, token int64) clientv3.Cmp {
-	candidates := key[:strings.LastIndex(key, "/")+1]
+	candidates := candidatePrefix(key)
 	return clientv3.Compare(clientv3.CreateRevision(candidates), ">", token-1).WithRange(clientv3.GetPrefixRangeEnd(candidates))
+}
+
+// candidatePrefix is the prefix of every candidate key of key's election (Keys.Candidates).
+func candidatePrefix(key string) string { return key[:strings.LastIndex(key, "/")+1] }
+
+// OldestOp reads the oldest candidate key of key's election (keys only): what a transaction whose
+// LeadsCmp failed reads in its Else to say why (LeadsIn).
+func OldestOp(key string) clientv3.Op {
+	return clientv3.OpGet(candidatePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+}
+
+// LeadsIn is LeadsCmp read back from OldestOp's answer kvs: whether no candidate is older than the
+// term of token.
+func LeadsIn(kvs []*mvccpb.KeyValue, token int64) bool {
+	return len(kvs) == 0 || kvs[0].CreateRevision >= token
 }
 
 // HeldIn is HeldCmp read back: whether kvs, what a Get of the election key returned, show it held by

@@ -1,7 +1,7 @@
 // Package ledger is the etcd dispatch ledger: one record per dispatch key of each project, written
 // only by the key's current owner, so that a dispatch request takes effect once across takeovers.
 // It also holds the checks an application uses to fence its own side effects the same way
-// (OwnerCmp, ConfirmOwner), the readers that tools use to judge the ledger from etcd's records
+// (OwnerCmps, ConfirmOwner), the readers that tools use to judge the ledger from etcd's records
 // rather than a worker's word (Read, ReadPending, ReadRecord), and the replay of its history
 // (Watch). The dispatcher's workflow and activities (package dispatcher) use it through their
 // dispatcher.Ledger interface; Etcd is the implementation Baton ships.
@@ -14,7 +14,7 @@
 // Once a successor wins, the key is gone or was created again at a higher revision, and the compare
 // fails for ever. So:
 //
-//   - a write to etcd is fenced by putting OwnerCmp(owner) in its transaction's If: etcd itself
+//   - a write to etcd is fenced by putting OwnerCmps(owner) in its transaction's If: etcd itself
 //     refuses it once the owner is superseded, however late the request arrives;
 //   - a side effect outside etcd is preceded by ConfirmOwner, a linearizable check; it narrows the
 //     window to the time between the check and the effect, so such effects must also be idempotent;
@@ -25,7 +25,7 @@
 //
 // # What the ledger guarantees
 //
-// Every write is one transaction comparing OwnerCmp(owner) and the record's exact previous state (its
+// Every write is one transaction comparing OwnerCmps(owner) and the record's exact previous state (its
 // value or mod revision), so a superseded owner writes nothing. Begin records a key pending: it takes
 // over a pending record of an older token (its run ended mid-dispatch), keeps one of its own token (a
 // retried attempt), refuses one of a newer token (ErrSuperseded), and reports done records as

@@ -33,7 +33,7 @@ const ledgerRounds = 4
 // Etcd keeps dispatch keys in etcd under a prefix, each project's in a range of its own (Range), each
 // for a retention period (records share a lease, rotated every half retention, so a record lives
 // between half and the full period). Every write is guarded by the owner's exact-match lease
-// (OwnerCmp); see the package doc for the layout.
+// (OwnerCmps); see the package doc for the layout.
 type Etcd struct {
 	client    *clientv3.Client
 	prefix    string
@@ -364,7 +364,7 @@ func (l *Etcd) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, st
 		if lease, err = l.currentLease(ctx); err != nil {
 			return false, record{}, fmt.Errorf("ledger: lease: %w", err)
 		}
-		cmps := []clientv3.Cmp{OwnerCmp(owner), expect}
+		cmps := append(OwnerCmps(owner), expect)
 		then := []clientv3.Op{clientv3.OpPut(k, encodeRecord(state, owner), clientv3.WithLease(lease))}
 		orElse := []clientv3.Op{clientv3.OpGet(owner.ElectionKey), clientv3.OpGet(k)}
 		if claim != nil {
@@ -378,6 +378,7 @@ func (l *Etcd) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, st
 			cmps = append(cmps, legacy.cmp)
 			orElse = append(orElse, clientv3.OpGet(legacy.key))
 		}
+		orElse = append(orElse, election.OldestOp(owner.ElectionKey)) // last: why OwnerCmps failed
 		resp, err = l.client.Txn(ctx).If(cmps...).Then(then...).Else(orElse...).Commit()
 		if err != nil && !regranted && errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
 			l.dropLease(lease)
@@ -393,6 +394,9 @@ func (l *Etcd) guardedPut(ctx context.Context, k string, expect clientv3.Cmp, st
 	}
 	if !election.HeldIn(resp.Responses[0].GetResponseRange().GetKvs(), owner.Token) {
 		return false, record{}, fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
+	}
+	if !election.LeadsIn(resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(), owner.Token) {
+		return false, record{}, fmt.Errorf("%w: a candidate of the election older than token %d exists (etcd restored from a backup?)", ErrSuperseded, owner.Token)
 	}
 	next := 2
 	if claim != nil {

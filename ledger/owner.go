@@ -34,6 +34,9 @@ func ValidateOwner(owner takeover.Owner) error {
 //
 // For an owner ValidateOwner rejects, the comparison never holds (no key has a negative create
 // revision), or etcd rejects the transaction for its empty key: either way nothing is written.
+//
+// OwnerCmp alone does not see an etcd restored from a backup that brought a predecessor's key back:
+// use OwnerCmps, which also compares that no older candidate exists.
 func OwnerCmp(owner takeover.Owner) clientv3.Cmp {
 	if ValidateOwner(owner) != nil {
 		return clientv3.Compare(clientv3.CreateRevision(owner.ElectionKey), "<", 0)
@@ -50,12 +53,27 @@ func ConfirmOwner(ctx context.Context, kv clientv3.KV, owner takeover.Owner) err
 	if err := ValidateOwner(owner); err != nil {
 		return err
 	}
-	resp, err := kv.Txn(ctx).If(OwnerCmp(owner)).Commit()
+	resp, err := kv.Txn(ctx).If(OwnerCmps(owner)...).Commit()
 	if err != nil {
 		return fmt.Errorf("ledger: confirm owner %s (token %d): %w", owner.ServerID, owner.Token, err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("%w: election key %s is no longer at revision %d", ErrSuperseded, owner.ElectionKey, owner.Token)
+		return fmt.Errorf("%w: election key %s is no longer at revision %d, or an older candidate's key exists", ErrSuperseded, owner.ElectionKey, owner.Token)
 	}
 	return nil
+}
+
+// OwnerCmps are the comparisons that hold exactly while owner's term holds and leads its election:
+// OwnerCmp, and no candidate key of the election older than Token (election.LeadsCmp). In a history
+// that only moves forward the first implies the second; a restore of etcd from a backup can bring a
+// predecessor's key back, older than the successor's, while both keys keep their tokens, and then only
+// the oldest may act (as Term.Guard decides). Put them in the If of every etcd transaction whose writes
+// must be refused once the owner is superseded:
+//
+//	resp, err := kv.Txn(ctx).If(ledger.OwnerCmps(owner)...).Then(clientv3.OpPut(k, v)).Commit()
+func OwnerCmps(owner takeover.Owner) []clientv3.Cmp {
+	if ValidateOwner(owner) != nil {
+		return []clientv3.Cmp{OwnerCmp(owner)}
+	}
+	return []clientv3.Cmp{OwnerCmp(owner), election.LeadsCmp(owner.ElectionKey, owner.Token)}
 }

@@ -20,7 +20,7 @@
 //   - ledger.ConfirmOwner(ctx, kv, owner) right before a side effect outside etcd: nil means the
 //     term still holds; an error wrapping ledger.ErrSuperseded means it does not and the run must
 //     not act; any other error means etcd did not answer, and the run must not act either;
-//   - ledger.OwnerCmp(owner) in the If of the etcd transaction that makes a write of its own, so
+//   - ledger.OwnerCmps(owner) in the If of the etcd transaction that makes a write of its own, so
 //     that the write is refused once the owner is superseded.
 //
 // These are the supported token checks. The leader that etcd shows (election.Leader, Node.Status) is

@@ -32,7 +32,7 @@ func (a *Activities) Announce(ctx context.Context, in Input) error {
 		return fenced(err)
 	}
 	value := fmt.Sprintf("%s %d %s", in.Owner.ServerID, in.Owner.Token, in.Region)
-	resp, err := a.Etcd.Txn(ctx).If(ledger.OwnerCmp(in.Owner)).
+	resp, err := a.Etcd.Txn(ctx).If(ledger.OwnerCmps(in.Owner)...).
 		Then(clientv3.OpPut(AnnouncementKey(in.Owner.Project, in.Owner.Queue), value)).Commit()
 	switch {
 	case err != nil:

@@ -5,7 +5,7 @@
 //     app's start (an announcement) and its Input, which carries Baton's dispatcher.Input, kept
 //     across continue-as-new; producers send it requests with dispatcher.Producer;
 //   - activities.go: an activity that checks the run's token (ledger.ConfirmOwner) and makes a
-//     write fenced by it (ledger.OwnerCmp), the supported token checks of package takeover;
+//     write fenced by it (ledger.OwnerCmps), the supported token checks of package takeover;
 //   - app.go: the Fx wiring -- the start hook that gives each run its Input, a leadership listener,
 //     Baton's metrics exported to Prometheus, health checks (the dispatch ledger's included), and the
 //     Temporal workers with the dispatch activities (the etcd ledger and the app's Handler);

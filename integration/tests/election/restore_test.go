@@ -10,6 +10,8 @@ import (
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/servers/etcdx"
+	batonledger "github.com/baton-run/baton/ledger"
+	"github.com/baton-run/baton/takeover"
 )
 
 // A restore can bring a predecessor's key back (found by the simulator's election world, seed 0x56):
@@ -69,6 +71,9 @@ func TestRestoredPredecessorKeyFencesTheSuccessor(t *testing.T) {
 				// build the schedule, reported, never passed over.
 				t.Fatalf("node-a's term ended before the restore was over (%v): the schedule did not happen", aTerm.Err())
 			}
+			// The ledger's fenced writes and ConfirmOwner decide as Guard does (before Guard, whose refusal
+			// ends node-b's term and may delete its key).
+			ledgerDecides(t, operator, aTerm, bTerm)
 			aErr := guardAnswered(t, aTerm, "a")
 			bErr := guardAnswered(t, bTerm, "b")
 			if aErr == nil && bErr == nil {
@@ -91,6 +96,49 @@ func guardAnswered(t *testing.T, term *election.Term, value string) error {
 	for {
 		_, err := term.Guard(t.Context(), clientv3.OpPut("/fence/restored", value))
 		if err == nil || errors.Is(err, election.ErrNotLeader) || term.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ledgerDecides checks that a dispatcher run of node-b (the successor) is refused by the ledger and
+// by batonledger.ConfirmOwner once etcd holds node-a's older key again, and that node-a's is accepted:
+// OwnerCmp alone, which compares each owner's own key, let both act.
+func ledgerDecides(t *testing.T, c *clientv3.Client, aTerm, bTerm *election.Term) {
+	t.Helper()
+	l, err := batonledger.New(c, batonledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := func(id string, term *election.Term) takeover.Owner {
+		return takeover.Owner{Project: project, Queue: "restored", ServerID: id, Token: term.Token(), ElectionKey: term.Key()}
+	}
+	for _, tc := range []struct {
+		who        string
+		owner      takeover.Owner
+		superseded bool
+	}{{"node-b", owner("node-b", bTerm), true}, {"node-a", owner("node-a", aTerm), false}} {
+		confirmErr := answered(func() error { return batonledger.ConfirmOwner(t.Context(), c, tc.owner) })
+		beginErr := answered(func() error {
+			_, err := l.Begin(t.Context(), "restored-"+tc.who, tc.owner)
+			return err
+		})
+		for what, err := range map[string]error{"ConfirmOwner": confirmErr, "Begin": beginErr} {
+			if got := errors.Is(err, batonledger.ErrSuperseded); got != tc.superseded || (!got && err != nil) {
+				t.Errorf("after the restore, %s of %s (token %d) = %v; want superseded %v", what, tc.who, tc.owner.Token, err, tc.superseded)
+			}
+		}
+	}
+}
+
+// answered retries call while etcd gives no answer (a connection cut by the restart), for up to 20 s:
+// nil, or the error of the answer.
+func answered(call func() error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := call()
+		if err == nil || errors.Is(err, batonledger.ErrSuperseded) || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
