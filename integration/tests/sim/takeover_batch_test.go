@@ -11,7 +11,8 @@ import (
 // increasing fencing tokens, real takeover.Managers against the Temporal model, with seeded faults on
 // every request (delay and so reordering, loss before and after the effect, duplicates), stalled
 // processes that believe in an ended term, and out-of-band closes and continue-as-new of the open
-// run. Invariants at every step: every terminate names its run; no run is closed by a request of a
+// run; in a seed in two the Managers log their runs in a real EtcdRunLog on the etcd model, across a
+// faulty network of their own. Invariants at every step: every terminate names its run; no run is closed by a request of a
 // lower token than its owner's; a takeover never reports success for an ended term; after the heal
 // the open run is the last owner's, and stays so. The world's scheduler acts only when the bubble is
 // quiescent, so every seed must replay exactly.

@@ -34,6 +34,10 @@ type plan struct {
 	heal     time.Duration
 	// mode is the fleet's start mode: a seed in four runs signal-with-start.
 	mode takeover.StartMode
+	// runLog: the Managers log their runs in a real EtcdRunLog on the etcd model (a seed in two);
+	// logRates are its requests' faults.
+	runLog   bool
+	logRates faultRates
 }
 
 type plannedTerm struct {
@@ -60,6 +64,9 @@ type plannedClose struct {
 func drawPlan(seed uint64) plan {
 	r := stream(seed, "plan")
 	p := plan{procs: 2 + r.IntN(3), rates: drawRates(stream(seed, "rates"))}
+	if rl := stream(seed, "runlog"); rl.IntN(2) == 0 {
+		p.runLog, p.logRates = true, drawRates(rl)
+	}
 	if r.IntN(2) == 0 {
 		p.pauseP = 0.1 + 0.4*r.Float64()
 	}
@@ -122,8 +129,11 @@ const (
 func takeoverSchedule(t *testing.T, seed uint64, verbose bool) sim.Result {
 	p := drawPlan(seed)
 	w := newWorld(seed, p.queues)
-	w.logf("world", "plan: %d queues, %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, etcd unavailable %.2f, out-of-band %v, heal at %v",
-		p.queues, p.procs, p.mode, p.terms, p.rates, p.pauseP, p.unavailP, p.oob, p.heal)
+	w.logf("world", "plan: %d queues, %d processes, start mode %d, terms %v, faults %+v, pauses %.2f, etcd unavailable %.2f, out-of-band %v, heal at %v, run log %v (faults %+v)",
+		p.queues, p.procs, p.mode, p.terms, p.rates, p.pauseP, p.unavailP, p.oob, p.heal, p.runLog, p.logRates)
+	if p.runLog {
+		w.newRunLogModel(p.logRates)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	terms := make([]*term, len(p.terms))
@@ -158,7 +168,7 @@ func takeoverSchedule(t *testing.T, seed uint64, verbose bool) sim.Result {
 	// Let every request still in the network land (its checks still count).
 	time.Sleep(2*p.rates.maxDelay + time.Second)
 	res := w.result()
-	res.Setup = fmt.Sprintf("%d queues, %d processes, %d terms, %d out-of-band closes", p.queues, p.procs, len(p.terms), len(p.oob))
+	res.Setup = fmt.Sprintf("%d queues, %d processes, %d terms, %d out-of-band closes, run log %v", p.queues, p.procs, len(p.terms), len(p.oob), p.runLog)
 	return res
 }
 
@@ -228,7 +238,12 @@ func (w *world) grant(ctx context.Context, t *testing.T, p plan, i int, terms []
 		log = zaptest.NewLogger(t).Named(tm.who())
 	}
 	cli := temporalmodel.NewClient(w.model, tm.who(), w.sender(tm.who(), tm.token, stream(w.seed, "net/"+tm.who()), p.rates))
-	mgr, err := takeover.New(cli, takeover.Config{Clock: sim.Streams{Seed: w.seed}.NewClock("jitter/" + tm.who()), Logger: log, Mode: p.mode})
+	rl, err := w.runLogFor(ctx, tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := takeover.New(cli, takeover.Config{Clock: sim.Streams{Seed: w.seed}.NewClock("jitter/" + tm.who()), Logger: log, Mode: p.mode,
+		RunLog: rl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +357,7 @@ func (w *world) stepDown(tm *term) {
 	<-tm.done
 	w.mu.Lock()
 	run, ok := w.runs[tm.token]
+	w.steppingDown[tm.token] = true // the loop has returned: what the Manager logs now, StepDown logs
 	w.mu.Unlock()
 	if !ok {
 		w.logf(tm.who(), "step-down: no run taken over")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/sim"
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"github.com/baton-run/baton/integration/sim/temporalmodel"
 	"github.com/baton-run/baton/takeover"
 )
@@ -34,7 +35,8 @@ const (
 	probeChainRefused   = "terminate by chain refused: the current run is another chain's"
 )
 
-var takeoverProbes = []string{probeLateStart, probeAlreadyStarted, probeWrongRun, probeLostResponse, probeChainRefused}
+var takeoverProbes = []string{probeLateStart, probeAlreadyStarted, probeWrongRun, probeLostResponse, probeChainRefused,
+	probeRunLogged, probePriorLogged, probeStepDownLogged}
 
 // world is one schedule: the model, the etcd holder of the queue's term, the trace, the checks.
 type world struct {
@@ -53,12 +55,18 @@ type world struct {
 	violations []string
 	probes     map[string]int
 	runs       map[int64]takeover.Run // the run each term's owner loop follows, by token
+
+	// etcd holds the run log, when the seed has one (newRunLogModel).
+	etcd *etcdmodel.Model
+	// steppingDown: the term's owner loop has returned and its step-down is under way, by token.
+	steppingDown map[int64]bool
 }
 
 func newWorld(seed uint64, queues int) *world {
 	w := &world{seed: seed, start: time.Now(), dc: converter.GetDefaultDataConverter(), holder: map[int]int64{},
 		queue:  map[string]int{},
-		probes: map[string]int{}, lanes: map[string][]string{}, runs: map[int64]takeover.Run{}}
+		probes: map[string]int{}, lanes: map[string][]string{}, runs: map[int64]takeover.Run{},
+		steppingDown: map[int64]bool{}}
 	w.model = temporalmodel.New(temporalmodel.Options{Clock: sim.Streams{Seed: seed}.NewClock("model")})
 	for q := range queues {
 		id, err := takeover.WorkflowID("sim", queueName(q))
