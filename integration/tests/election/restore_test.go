@@ -1,6 +1,7 @@
 package election_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -25,7 +26,10 @@ func TestRestoredPredecessorKeyFencesTheSuccessor(t *testing.T) {
 		t.Run(fmt.Sprintf("bump=%d", bump), func(t *testing.T) {
 			c := etcdx.Start(t, etcdx.Options{})
 			proxy := etcdx.NewTestProxy(t, c.MemberEndpoint(0))
-			cfg := election.Config{TTL: 30 * time.Second}
+			// A lease far longer than the schedule: node-a is cut off from its first keepalive lost to the
+			// end of the test, and clients reconnect to the restarted cluster with gRPC's backoff (up to
+			// 20 s seen on a loaded machine); its term must outlive that for the schedule to happen.
+			cfg := election.Config{TTL: 2 * time.Minute, AllowLongTTL: true}
 			a := newCandidate(t, c, "node-a", cfg, proxy.URL())
 			b := newCandidate(t, c, "node-b", cfg)
 			operator := etcdx.Client(t, c)
@@ -53,21 +57,26 @@ func TestRestoredPredecessorKeyFencesTheSuccessor(t *testing.T) {
 			if _, err := operator.Delete(t.Context(), aTerm.Key()); err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("node-a's key deleted; waiting for node-b's term")
 			bTerm := <-bTerms
 			if bTerm == nil {
 				t.FailNow()
 			}
+			t.Logf("node-b won (token %d); restoring", bTerm.Token())
 			if err := c.Restore(backup, etcdx.RestoreOptions{BumpRevision: bump, MarkCompacted: bump > 0}); err != nil {
 				t.Fatal(err)
 			}
-			if g, err := operator.Get(t.Context(), a.el.ElectionKey(project, "restored")+"/", clientv3.WithPrefix()); err == nil {
+			show, cancel := context.WithTimeout(t.Context(), 2*time.Second) // for the log only
+			defer cancel()
+			if g, err := operator.Get(show, a.el.ElectionKey(project, "restored")+"/", clientv3.WithPrefix()); err == nil {
 				for _, kv := range g.Kvs {
 					t.Logf("after the restore: %s c%d lease %x (a %s token %d, b %s token %d)", kv.Key, kv.CreateRevision, kv.Lease, aTerm.Key(), aTerm.Token(), bTerm.Key(), bTerm.Token())
 				}
 			}
+			t.Logf("restored")
 			proxy.Heal()
 			if aTerm.Check() != nil {
-				// Its lease (TTL 30 s) outlives the cut and the restore by far; an end here is a failure to
+				// Its lease (TTL 2 min) outlives the cut and the restore by far; an end here is a failure to
 				// build the schedule, reported, never passed over.
 				t.Fatalf("node-a's term ended before the restore was over (%v): the schedule did not happen", aTerm.Err())
 			}
