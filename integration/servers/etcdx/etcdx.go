@@ -487,13 +487,22 @@ func (c *Cluster) MoveLeader(ctx context.Context, to int) error {
 func (c *Cluster) Restart() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.stopAllLocked(); err != nil {
+		return err
+	}
+	return c.startAll(true)
+}
+
+// stopAllLocked stops every member of a cluster this package started (Restart, Restore); the
+// caller holds mu.
+func (c *Cluster) stopAllLocked() error {
 	if err := c.checkMember(0); err != nil {
 		return err
 	}
 	for _, m := range c.members {
 		m.stop(&c.bg)
 	}
-	return c.startAll(true)
+	return nil
 }
 
 // Close stops all members and removes the temp dir (if StartCluster created

@@ -54,11 +54,8 @@ type RestoreOptions struct {
 func (c *Cluster) Restore(path string, o RestoreOptions) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.checkMember(0); err != nil {
+	if err := c.stopAllLocked(); err != nil {
 		return err
-	}
-	for _, m := range c.members {
-		m.stop(&c.bg)
 	}
 	c.bg.Wait() // the members' files are closed
 	peers := make([]string, len(c.members))
