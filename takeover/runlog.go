@@ -34,8 +34,10 @@ func denied(err error) error {
 // log to find every run that may have accepted requests, instead of trusting Temporal's visibility
 // (eventually consistent, and not ordered across runs: a closed run may be listed as RUNNING, or not
 // at all, for as long as its close waits to be indexed). A run Baton does not manage to log is never
-// ended by Baton: it stays open, so the next takeover's describe, or its start (WorkflowIDConflictPolicy
-// FAIL), finds it and names it as its prior run.
+// ended by Baton: it stays open (unless an operator or the run itself closes it), so the next
+// takeover's describe, or its start (WorkflowIDConflictPolicy FAIL), finds it and names it as its
+// prior run; a run closed by someone else before that describe is still the workflow's latest, and
+// the describe names it all the same.
 //
 // A takeover with a RunLog names the range of its queue's records in the run's Owner (Owner.RunLog),
 // so the run's carry-over reads exactly the log its takeovers wrote.
