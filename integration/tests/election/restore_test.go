@@ -98,17 +98,16 @@ func TestRestoredPredecessorKeyFencesTheSuccessor(t *testing.T) {
 	}
 }
 
-// guardAnswered is a guarded write of term retried while etcd gives no answer (a connection cut by
-// the restart), for up to 10 s: nil, or the error of the answer.
+// guardAnswered is a guarded write of term retried while etcd gives no answer (answered): nil, or the
+// error of the answer.
 func guardAnswered(t *testing.T, term *election.Term, value string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	return answered(func() error {
 		_, err := term.Guard(t.Context(), clientv3.OpPut("/fence/restored", value))
-		if err == nil || errors.Is(err, election.ErrNotLeader) || term.Err() != nil || time.Now().After(deadline) {
-			return err
+		if err != nil && term.Err() != nil && !errors.Is(err, election.ErrNotLeader) {
+			return fmt.Errorf("%w: %w", errAnswered, err) // the term ended: an answer all the same
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	}, election.ErrNotLeader)
 }
 
 // ledgerDecides checks that a dispatcher run of node-b (the successor) is refused by the ledger and
@@ -128,11 +127,11 @@ func ledgerDecides(t *testing.T, c *clientv3.Client, aTerm, bTerm *election.Term
 		owner      takeover.Owner
 		superseded bool
 	}{{"node-b", owner("node-b", bTerm), true}, {"node-a", owner("node-a", aTerm), false}} {
-		confirmErr := answered(func() error { return batonledger.ConfirmOwner(t.Context(), c, tc.owner) })
+		confirmErr := answered(func() error { return batonledger.ConfirmOwner(t.Context(), c, tc.owner) }, batonledger.ErrSuperseded)
 		beginErr := answered(func() error {
 			_, err := l.Begin(t.Context(), "restored-"+tc.who, tc.owner)
 			return err
-		})
+		}, batonledger.ErrSuperseded)
 		for what, err := range map[string]error{"ConfirmOwner": confirmErr, "Begin": beginErr} {
 			if got := errors.Is(err, batonledger.ErrSuperseded); got != tc.superseded || (!got && err != nil) {
 				t.Errorf("after the restore, %s of %s (token %d) = %v; want superseded %v", what, tc.who, tc.owner.Token, err, tc.superseded)
@@ -141,13 +140,16 @@ func ledgerDecides(t *testing.T, c *clientv3.Client, aTerm, bTerm *election.Term
 	}
 }
 
+// errAnswered marks an error that is etcd's answer, not the lack of one (answered).
+var errAnswered = errors.New("answered")
+
 // answered retries call while etcd gives no answer (a connection cut by the restart), for up to 20 s:
-// nil, or the error of the answer.
-func answered(call func() error) error {
+// nil, or the error of the answer (one wrapping refusal or errAnswered).
+func answered(call func() error, refusal error) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := call()
-		if err == nil || errors.Is(err, batonledger.ErrSuperseded) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, refusal) || errors.Is(err, errAnswered) || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
