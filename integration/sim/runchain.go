@@ -36,6 +36,7 @@ func (w *RunWorld) chain() time.Time {
 			return now
 		}
 		env := w.newEnv(now)
+		w.beginRun(run, in, now)
 		arrived := 0
 		w.schedule(env, now, &arrived)
 		if at := w.start.Add(runProgressBound); !progressChecked && !at.Before(now) {
@@ -47,7 +48,9 @@ func (w *RunWorld) chain() time.Time {
 		now = env.Now()
 		w.clk.set(now)
 		var can *workflow.ContinueAsNewError
-		if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		err := env.GetWorkflowError()
+		w.endRun(run, errors.As(err, &can))
+		if can == nil {
 			w.rec.Add("world", "run %d ended: %v", run, err)
 			return now
 		}
@@ -97,7 +100,46 @@ func (w *RunWorld) newEnv(now time.Time) *testsuite.TestWorkflowEnvironment {
 		func(ctx context.Context, in dispatcher.BacklogInput) (dispatcher.BacklogPage, error) {
 			return w.backlog(ctx, in)
 		})
+	env.OnActivity(dispatcher.ActivityDispatchBatch, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, b dispatcher.Batch) (dispatcher.BatchResult, error) {
+			return w.dispatchBatch(ctx, b)
+		})
 	return env
+}
+
+// beginRun readies the world for run, started with in at now: what its input carries in Pending,
+// and the updates the previous run left unanswered, sent again.
+func (w *RunWorld) beginRun(run int, in dispatcher.Input, now time.Time) {
+	w.mu.Lock()
+	w.runNo = run
+	w.runPending = map[string]bool{}
+	for _, r := range carriedPending(in) {
+		w.runPending[r.Key()] = true
+	}
+	w.mu.Unlock()
+	w.resendDeferred(now)
+}
+
+// dispatchBatch is the DispatchBatch activity as the seed delays it: the first attempts of a batch
+// of one batch in five (up to plan.slowDispatch, drawn from the seed and the batch's first key, so
+// whatever order activities run in) fail and are retried after the activity's backoff (in mock time), then the
+// real activity runs. The batch counts as in flight from its first attempt to its return.
+func (w *RunWorld) dispatchBatch(ctx context.Context, b dispatcher.Batch) (dispatcher.BatchResult, error) {
+	attempt := int(activity.GetInfo(ctx).Attempt)
+	slow := 0
+	if d := keyDraw(w.s.Seed, b.Items[0].Key); w.plan.slowDispatch > 0 && d%5 == 0 {
+		slow = 1 + int(d/5%uint64(w.plan.slowDispatch))
+	}
+	if attempt == 1 {
+		w.dispatchBegun(b)
+	}
+	if attempt <= slow {
+		w.rec.Add("run", "dispatch of %s attempt %d failed (slow)", b.Items[0].Request.TaskID, attempt)
+		return dispatcher.BatchResult{}, temporal.NewApplicationError("sim: the dispatch is slow", "sim.Slow")
+	}
+	res, err := w.acts.DispatchBatch(ctx, b)
+	w.dispatchEnded(b, res, err)
+	return res, err
 }
 
 // backlog is the Backlog activity as the seed delays it: the first plan.slowAttempts attempts of
@@ -118,24 +160,25 @@ func (w *RunWorld) backlog(ctx context.Context, in dispatcher.BacklogInput) (dis
 	return page, err
 }
 
-// schedule registers the next arrival with env (one at a time: the environment's queue of callbacks
+// schedule registers the next send with env (one at a time: the environment's queue of callbacks
 // is bounded), at mock time now.
 func (w *RunWorld) schedule(env *testsuite.TestWorkflowEnvironment, now time.Time, arrived *int) {
-	if w.next >= len(w.arrivals) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.next >= len(w.sends) {
 		return
 	}
 	i := w.next
-	at := max(w.start.Add(time.Duration(i)*w.plan.interval).Sub(now), time.Millisecond)
+	at := max(w.sends[i].at.Sub(now), time.Millisecond)
 	env.RegisterDelayedCallback(func() { w.arrive(env, i, arrived) }, at)
 }
 
-// arrive sends arrival i to the run of env, and schedules the next; after suggestAfter arrivals in
+// arrive sends send i to the run of env, and schedules the next; after suggestAfter sends in
 // the run, during the storm, Temporal suggests continue-as-new.
 func (w *RunWorld) arrive(env *testsuite.TestWorkflowEnvironment, i int, arrived *int) {
 	w.mu.Lock()
 	w.next = i + 1
-	r := w.arrivals[i]
-	w.sent[r.Key()] = true
+	s := w.sends[i]
 	w.mu.Unlock()
 	w.clk.set(env.Now())
 	w.schedule(env, env.Now(), arrived)
@@ -143,7 +186,7 @@ func (w *RunWorld) arrive(env *testsuite.TestWorkflowEnvironment, i int, arrived
 	// timer starts: the suggestion follows the signal the same way, or the run would continue as new
 	// in that task and the signal reach a closed run (a server fails such a workflow task and sends
 	// the signal to the new task; the environment drops it).
-	env.SignalWorkflow(dispatcher.SignalDispatch, r)
+	w.deliver(env, s)
 	if *arrived++; *arrived == w.plan.suggestAfter {
 		env.RegisterDelayedCallback(func() {
 			env.SetContinueAsNewSuggested(true)
@@ -151,6 +194,12 @@ func (w *RunWorld) arrive(env *testsuite.TestWorkflowEnvironment, i int, arrived
 				w.probe(ProbeRunDueInFlight)
 			}
 			w.rec.Add("world", "continue-as-new suggested")
+			// A workflow task follows the suggestion at once, as a server's next event would: the
+			// owner's takeover signal wakes the run. Otherwise a run with nothing in flight stays
+			// due and asleep until the next send's callback, whose workflow task the environment
+			// runs before it delivers that send: the run would continue as new in that task and the
+			// environment drop the send (a server fails such a task and delivers it to the next).
+			env.SignalWorkflow(dispatcher.SignalTakeover, w.owner())
 		}, 0)
 	}
 }
