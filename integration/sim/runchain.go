@@ -21,6 +21,11 @@ import (
 
 // owner is the chain's owner.
 func (w *RunWorld) owner() takeover.Owner {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.steppedDown {
+		return w.chainOwner
+	}
 	return takeover.Owner{Project: Project, Queue: carryQueue, ServerID: "p1", Token: 2}
 }
 
@@ -30,6 +35,7 @@ func (w *RunWorld) chain() time.Time {
 	in, now := w.chainInput, w.start
 	end := w.start.Add(w.plan.storm + runHealBound)
 	progressChecked := false
+	w.mirrorStart("chain", in)
 	for run := 1; ; run++ {
 		if run > runMaxRuns {
 			w.violate("%d runs in one schedule: the chain continues as new without end", runMaxRuns)
@@ -39,6 +45,7 @@ func (w *RunWorld) chain() time.Time {
 		w.beginRun(run, in, now)
 		arrived := 0
 		w.schedule(env, now, &arrived)
+		w.armQuiesce(env, now)
 		if at := w.start.Add(runProgressBound); !progressChecked && !at.Before(now) {
 			env.RegisterDelayedCallback(func() { progressChecked = true; w.checkProgress() }, at.Sub(now))
 		}
@@ -47,23 +54,38 @@ func (w *RunWorld) chain() time.Time {
 		env.ExecuteWorkflow(dispatcher.WorkflowName, in)
 		now = env.Now()
 		w.clk.set(now)
-		var can *workflow.ContinueAsNewError
-		err := env.GetWorkflowError()
-		w.endRun(run, errors.As(err, &can))
-		if can == nil {
-			w.rec.Add("world", "run %d ended: %v", run, err)
+		var goOn bool
+		if in, goOn = w.ended(run, env, in); !goOn {
 			return now
 		}
-		var next dispatcher.Input
+	}
+}
+
+// ended settles run, started with in, once its environment returned: it returns the next run's
+// input, and false when the chain is over (the run was cancelled at the schedule's end).
+func (w *RunWorld) ended(run int, env *testsuite.TestWorkflowEnvironment, in dispatcher.Input) (dispatcher.Input, bool) {
+	var can *workflow.ContinueAsNewError
+	err := env.GetWorkflowError()
+	w.endRun(run, errors.As(err, &can))
+	var next dispatcher.Input
+	if can != nil {
 		if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 			w.t.Fatal(err)
 		}
 		if w.paged(in, next) {
 			w.probe(ProbeRunPageCarried)
 		}
+		w.mirrorContinue(next)
 		w.rec.Add("world", "run %d continued as new: %d pending, %d sources", run, len(carriedPending(next)), len(carriedBacklog(next)))
-		in = next
 	}
+	if w.stepDownDue(run) {
+		w.rec.Add("world", "run %d ended for the step-down: %v", run, err)
+		return w.stepDown(), true
+	}
+	if can == nil {
+		w.rec.Add("world", "run %d ended: %v", run, err)
+	}
+	return next, can != nil
 }
 
 // paged reports whether a run read a page of its backlog before it continued as new.
@@ -157,6 +179,9 @@ func (w *RunWorld) backlog(ctx context.Context, in dispatcher.BacklogInput) (dis
 	}
 	page, err := w.acts.Backlog(ctx, in)
 	w.rec.Add("run", "backlog page: %d requests, %d sources next, err %v", len(page.Requests), len(page.Next), err)
+	if err == nil {
+		w.mirrorCompleted(w.mirrorScheduled(dispatcher.ActivityBacklog, in), page)
+	}
 	return page, err
 }
 

@@ -96,18 +96,30 @@ func keyDraw(seed uint64, key string) uint64 {
 	return h.Sum64()
 }
 
-// dispatchBegun records a DispatchBatch activity's first attempt.
+// dispatchBegun records a DispatchBatch activity's first attempt (in the mirror too); none may
+// begin in a run after its quiesce returned.
 func (w *RunWorld) dispatchBegun(b dispatcher.Batch) {
+	id := w.mirrorScheduled(dispatcher.ActivityDispatchBatch, b)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.dispatches++
+	w.scheduled[b.Items[0].Key] = id
+	quiesced, run := w.quiescedNow(), w.runNo
+	w.mu.Unlock()
+	if quiesced {
+		w.violate("run %d started a dispatch of %s after its quiesce returned", run, b.Items[0].Request.TaskID)
+	}
 }
 
-// dispatchEnded records a DispatchBatch activity's return.
+// dispatchEnded records a DispatchBatch activity's return (in the mirror too, when it succeeded).
 func (w *RunWorld) dispatchEnded(b dispatcher.Batch, res dispatcher.BatchResult, err error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.dispatches--
+	id := w.scheduled[b.Items[0].Key]
+	delete(w.scheduled, b.Items[0].Key)
+	w.mu.Unlock()
+	if err == nil {
+		w.mirrorCompleted(id, res)
+	}
 }
 
 // checkUpdates is the senders' oracle after the heal: every update sent was answered.

@@ -95,6 +95,7 @@ func (w *RunWorld) deliver(env *testsuite.TestWorkflowEnvironment, s send) {
 		w.sent[key] = true
 		w.mu.Unlock()
 		w.rec.Add("world", "signal %s", s.req.TaskID)
+		w.mirrorSignal(s.req)
 		env.SignalWorkflow(dispatcher.SignalDispatch, s.req)
 		return
 	}
@@ -149,6 +150,7 @@ func (c *updateCall) Accept() {
 	w.sent[c.s.req.Key()] = true
 	w.mu.Unlock()
 	w.rec.Add("run", "update %s accepted", c.s.req.TaskID)
+	w.mirrorUpdate(c.s.req)
 	if c.draining {
 		w.violate("update %s accepted by run %d while the run said it was draining or quiescing", c.s.req.TaskID, c.run)
 	}

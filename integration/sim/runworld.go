@@ -27,11 +27,13 @@ const (
 	// Pending (the earlier run queued it, from a duplicate send, and rejected the update while
 	// draining) joined that request and was answered.
 	ProbeRunPendingJoined = "resent update joined a request carried in Pending"
+	// ProbeRunQuiesceWaited: the owner's quiesce was sent with a dispatch in flight, and returned.
+	ProbeRunQuiesceWaited = "quiesce waited for a dispatch in flight"
 )
 
 // RunProbes are the probes of the dispatcher-run batch.
 var RunProbes = []string{ProbeRunPageCarried, ProbeRunDueInFlight, ProbeRunPageRetried, ProbeRunUpdateResent,
-	ProbeRunPendingJoined}
+	ProbeRunPendingJoined, ProbeRunQuiesceWaited}
 
 // Bounds of the dispatcher-run world, in simulated time from the chain's start.
 const (
@@ -60,12 +62,19 @@ const (
 // validator rejects (ErrTypeContinuing, ErrTypeHandingOver), one a cancelled run failed, and one a
 // run ended without answering, is sent again to the next run, after the Producer's backoff.
 //
+// In half of the seeds the owner steps down mid-storm: its quiesce update (takeover.UpdateQuiesce)
+// is sent once a dispatch is in flight, and a seeded gap after it returned the run ends (the
+// environment cancels it; a step-down terminates it). A new owner's run then carries over from the
+// ended chain's histories through the real Backlog activity and its scan; the environment keeps no
+// history, so the world mirrors each run's into the Temporal model as it happens (runmirror.go).
+//
 // The oracles: during the storm every request read back from the prior run is handled within
 // runProgressBound (the carry-over is not starved by continue-as-new); after the storm every
 // request, carried, signalled or accepted by update, is handled within runHealBound, and every
 // update sent was answered; the handler runs once per request; an update answered without an error
 // finds its key recorded done; no update is accepted by a run that said (QueryProgress) it was
-// draining or quiescing; no run continues as new with an accepted update unanswered.
+// draining or quiescing; no run continues as new with an accepted update unanswered; a quiesce
+// returns with no dispatch in flight, and its run starts none after it.
 //
 // Time is the testsuite's mock clock, which the environment advances when its workflow and
 // activities are idle (see RunDispatcherRun for why not a synctest bubble's). Activities of one
@@ -96,8 +105,15 @@ type RunWorld struct {
 	inRun      map[string]bool // keys whose update was sent to the current run
 	deferred   []send          // updates to send again to the next run
 	runNo      int
-	runPending map[string]bool // the keys the current run's input carried in Pending
-	dispatches int             // DispatchBatch activities in flight (first attempt begun, not returned)
+	runPending map[string]bool  // the keys the current run's input carried in Pending
+	dispatches int              // DispatchBatch activities in flight (first attempt begun, not returned)
+	scheduled  map[string]int64 // the mirror's scheduled event of the batch in flight, by its first key
+
+	modelRun    string         // the model's open run, where the mirror writes (see runmirror.go)
+	quiesceSent bool           // the step-down's quiesce was sent
+	quiescedRun int            // the run whose quiesce returned
+	steppedDown bool           // the successor took over
+	chainOwner  takeover.Owner // the owner of the current chain once a successor took over
 
 	inFlight   bool             // a Backlog page was asked for and not read yet
 	chainInput dispatcher.Input // the first run's
@@ -115,17 +131,25 @@ type runPlan struct {
 	updateShare  float64       // of the sends, the share sent as updates
 	dupShare     float64       // of the requests, the share sent twice
 	slowDispatch int           // at most this many failed attempts of a DispatchBatch before it runs
+	quiesceAt    time.Duration // when the owner steps down (quiesce, then the run ends); 0: never
+	stepDownGap  time.Duration // from the quiesce's return to the end of the run
 }
 
 func (p runPlan) String() string {
-	return fmt.Sprintf("carried=%d page=%d storm=%v interval=%v suggest-after=%d slow-attempts=%d updates=%.2f dups=%.2f slow-dispatch=%d",
-		p.carried, p.pageMax, p.storm, p.interval, p.suggestAfter, p.slowAttempts, p.updateShare, p.dupShare, p.slowDispatch)
+	return fmt.Sprintf("carried=%d page=%d storm=%v interval=%v suggest-after=%d slow-attempts=%d updates=%.2f dups=%.2f slow-dispatch=%d quiesce-at=%v gap=%v",
+		p.carried, p.pageMax, p.storm, p.interval, p.suggestAfter, p.slowAttempts, p.updateShare, p.dupShare, p.slowDispatch,
+		p.quiesceAt, p.stepDownGap)
 }
 
 func drawRunPlan(r *rand.Rand) runPlan {
-	return runPlan{carried: 2 + r.IntN(5), pageMax: 1 + r.IntN(4), storm: time.Duration(70+r.IntN(40)) * time.Second,
+	p := runPlan{carried: 2 + r.IntN(5), pageMax: 1 + r.IntN(4), storm: time.Duration(70+r.IntN(40)) * time.Second,
 		interval: time.Duration(200+r.IntN(800)) * time.Millisecond, suggestAfter: 1 + r.IntN(4), slowAttempts: r.IntN(4),
 		updateShare: 0.2 + 0.6*r.Float64(), dupShare: 0.1 + 0.3*r.Float64(), slowDispatch: r.IntN(4)}
+	if r.IntN(2) == 0 {
+		p.quiesceAt = p.storm * time.Duration(30+r.IntN(40)) / 100
+		p.stepDownGap = time.Duration(50+r.IntN(2000)) * time.Millisecond
+	}
+	return p
 }
 
 // RunDispatcherRun runs one schedule of the dispatcher-run world. It runs outside a synctest
@@ -136,7 +160,7 @@ func RunDispatcherRun(t *testing.T, seed uint64, keep bool) Result {
 	s := Streams{Seed: seed}
 	w := &RunWorld{t: t, plan: drawRunPlan(s.Rand("plan")), carried: map[string]bool{},
 		sent: map[string]bool{}, handled: map[string]int{}, ledger: map[string]bool{}, updates: map[string]*updateKey{},
-		rejected: map[string]bool{}, inRun: map[string]bool{}, runPending: map[string]bool{}, sendR: s.Rand("sends")}
+		rejected: map[string]bool{}, inRun: map[string]bool{}, scheduled: map[string]int64{}, runPending: map[string]bool{}, sendR: s.Rand("sends")}
 	w.s, w.probes = s, map[string]int{}
 	w.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w.clk = &mockClock{w: w}
@@ -175,7 +199,7 @@ func (c *mockClock) set(t time.Time) {
 
 // setUp writes the prior run's history in the Temporal model and draws the storm's arrivals.
 func (w *RunWorld) setUp() {
-	w.tm = temporalmodel.New(temporalmodel.Options{Clock: fixedClock{Clock: clock.Real(), t: w.start.Add(-time.Hour)}})
+	w.tm = temporalmodel.New(temporalmodel.Options{Clock: &modelClock{Clock: clock.Real(), w: w}})
 	var err error
 	if w.id, err = takeover.WorkflowID(Project, carryQueue); err != nil {
 		w.t.Fatal(err)
@@ -203,11 +227,3 @@ func (w *RunWorld) setUp() {
 	w.chainInput = dispatcher.Input{Owner: w.owner(), MaxConcurrent: 1, BacklogPage: w.plan.pageMax,
 		Carry: &dispatcher.State{Backlog: []dispatcher.Source{{WorkflowID: w.id, RunID: resp.RunID}}}}
 }
-
-// fixedClock is the model's clock for the prior run, which closed before the chain began.
-type fixedClock struct {
-	clock.Clock
-	t time.Time
-}
-
-func (c fixedClock) Now() time.Time { return c.t }
