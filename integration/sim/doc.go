@@ -48,8 +48,11 @@
 //
 // The dispatcher-run world (RunWorld, TestSimDispatcherRun) runs the reference dispatcher workflow
 // itself, in the SDK's TestWorkflowEnvironment (one per run, chained by continue-as-new), with the
-// real Dispatch and Backlog activities: a prior run's backlog read back while a storm of signals
-// keeps continue-as-new due and every page comes back late. Its time is the environment's mock
+// real Dispatch and Backlog activities: a prior run's backlog read back while a storm of signals and
+// Dispatch updates keeps continue-as-new due and every page comes back late; updates a draining run
+// rejects are sent again to the next run, as dispatcher.Producer does; in some seeds the owner
+// quiesces the run and steps down, and a new owner's run carries over from the ended chain's
+// histories (mirrored into the Temporal model) through the real Backlog scan. Its time is the environment's mock
 // clock, outside a bubble (RunDispatcherRun says why).
 //
 // Every world's batch (the election world here, the takeover world of tests/sim, ...) runs through

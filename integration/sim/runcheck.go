@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -83,5 +85,55 @@ func (w *RunWorld) check(end time.Time) {
 	if m := w.missing(all); len(m) > 0 {
 		w.violate("%d of %d requests unhandled %v after the storm (at %v): %s", len(m), len(all), runHealBound,
 			end.Sub(w.start), strings.Join(m, " "))
+	}
+}
+
+// keyDraw is a number drawn from the seed and a dispatch key: the same whichever order the
+// activities of an instant run in.
+func keyDraw(seed uint64, key string) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%x/%s", seed, key)
+	return h.Sum64()
+}
+
+// dispatchBegun records a DispatchBatch activity's first attempt (in the mirror too); none may
+// begin in a run after its quiesce returned.
+func (w *RunWorld) dispatchBegun(b dispatcher.Batch) {
+	id := w.mirrorScheduled(dispatcher.ActivityDispatchBatch, b)
+	w.mu.Lock()
+	w.dispatches++
+	w.scheduled[b.Items[0].Key] = id
+	quiesced, run := w.quiescedNow(), w.runNo
+	w.mu.Unlock()
+	if quiesced {
+		w.violate("run %d started a dispatch of %s after its quiesce returned", run, b.Items[0].Request.TaskID)
+	}
+}
+
+// dispatchEnded records a DispatchBatch activity's return (in the mirror too, when it succeeded).
+func (w *RunWorld) dispatchEnded(b dispatcher.Batch, res dispatcher.BatchResult, err error) {
+	w.mu.Lock()
+	w.dispatches--
+	id := w.scheduled[b.Items[0].Key]
+	delete(w.scheduled, b.Items[0].Key)
+	w.mu.Unlock()
+	if err == nil {
+		w.mirrorCompleted(id, res)
+	}
+}
+
+// checkUpdates is the senders' oracle after the heal: every update sent was answered.
+func (w *RunWorld) checkUpdates() {
+	w.mu.Lock()
+	var unanswered []string
+	for k, u := range w.updates {
+		if u.sent && !u.answered {
+			unanswered = append(unanswered, k[:8])
+		}
+	}
+	w.mu.Unlock()
+	slices.Sort(unanswered)
+	if len(unanswered) > 0 {
+		w.violate("%d updates never answered: %s", len(unanswered), strings.Join(unanswered, " "))
 	}
 }
