@@ -170,7 +170,7 @@ func (w *ReconcilerWorld) applyTemporal(who string, req temporalmodel.Request) (
 	}
 	owner, _, derr := takeover.DecodeOwner(w.dc, before.Memo)
 	q := w.wfq[id]
-	w.rec.Add(who, "reconciler token=%d %s closed run %s of %s (owner token %d)", r.Token, r.Kind, shortRun(before.RunID), q, owner.Token)
+	w.note(who, "reconciler token=%d %s closed run %s of %s (owner token %d)", r.Token, r.Kind, shortRun(before.RunID), q, owner.Token)
 	if derr != nil {
 		w.violate("%s closed run %s of %s whose owner it cannot read: %v", who, shortRun(before.RunID), id, derr)
 		return v, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/baton-run/baton/clock"
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/integration/sim/temporalmodel"
@@ -65,21 +66,24 @@ func (n *rnode) start() {
 // wire builds the incarnation's reconciler Elector, takeover Manager, heartbeat Writer and Reconciler.
 func (n *rnode) wire(el *election.Elector) error {
 	w := n.w
-	rel, err := election.New(n.cli, election.Config{Prefix: reconciler.DefaultElectionPrefix, TTL: recElectionTTL, Clock: n.clk})
+	// Each user of the process's clock draws its jitter from a stream of its own: one stream shared by
+	// goroutines would hand out its draws in the Go runtime's order.
+	clk := func(user string) clock.Clock { return w.s.NewClock("clock/" + n.name + "/" + user) }
+	rel, err := election.New(n.cli, election.Config{Prefix: reconciler.DefaultElectionPrefix, TTL: recElectionTTL, Clock: clk("rec-election")})
 	if err != nil {
 		return fmt.Errorf("reconciler election.New: %w", err)
 	}
 	n.rel = rel
 	rdb := w.redis.Client()
 	tc := temporalmodel.NewClient(w.temporal, n.name, w.sender(n.name))
-	if n.mgr, err = takeover.New(tc, takeover.Config{AttemptTimeout: recCallTimeout, Clock: n.clk}); err != nil {
+	if n.mgr, err = takeover.New(tc, takeover.Config{AttemptTimeout: recCallTimeout, Clock: clk("takeover")}); err != nil {
 		return fmt.Errorf("takeover.New: %w", err)
 	}
-	if n.hb, err = heartbeat.NewWriter(rdb, heartbeat.Config{Interval: recBeat, KeyTTL: recKeyTTL, Clock: n.clk}); err != nil {
+	if n.hb, err = heartbeat.NewWriter(rdb, heartbeat.Config{Interval: recBeat, KeyTTL: recKeyTTL, Clock: clk("heartbeat")}); err != nil {
 		return fmt.Errorf("heartbeat.NewWriter: %w", err)
 	}
 	n.rec, err = reconciler.New(reconciler.Config{Project: Project, ServerID: n.name, Interval: recInterval, StaleAfter: recStaleAfter,
-		SweepPageSize: w.plan.temporal.pageSize, TerminateRate: w.plan.temporal.rate, TerminateBurst: w.plan.temporal.burst, CallTimeout: recCallTimeout, Clock: n.clk}, rdb, &slowList{Client: tc, w: w, who: n.name}, el)
+		SweepPageSize: w.plan.temporal.pageSize, TerminateRate: w.plan.temporal.rate, TerminateBurst: w.plan.temporal.burst, CallTimeout: recCallTimeout, Clock: clk("reconciler")}, rdb, &slowList{Client: tc, w: w, who: n.name}, el)
 	if err != nil {
 		return fmt.Errorf("reconciler.New: %w", err)
 	}
@@ -95,7 +99,7 @@ func (n *rnode) standLocked(q string) {
 		err := n.el.Run(ctx, Project, q, n.name, election.Callbacks{
 			OnElected: func(tctx context.Context, t *election.Term) error { return n.own(tctx, q, t) },
 			OnStepDown: func(t *election.Term, cause error) {
-				n.w.rec.Add(n.name, "step down %s token=%d: %s", q, t.Token(), election.EndReason(cause))
+				n.w.note(n.name, "step down %s token=%d: %s", q, t.Token(), election.EndReason(cause))
 			},
 		})
 		if err != nil {
@@ -110,18 +114,18 @@ func (n *rnode) standLocked(q string) {
 // partition's debris, which the next owner's takeover or the reconciler must clean up.
 func (n *rnode) own(ctx context.Context, q string, t *election.Term) error {
 	w := n.w
-	w.rec.Add(n.name, "elected %s token=%d", q, t.Token())
+	w.note(n.name, "elected %s token=%d", q, t.Token())
 	run, err := n.mgr.Take(ctx, t)
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, takeover.ErrSuperseded) {
 			return nil
 		}
-		w.rec.Add(n.name, "takeover of %s failed: %v", q, errors.Is(err, takeover.ErrFailed))
+		w.note(n.name, "takeover of %s failed: %v", q, errors.Is(err, takeover.ErrFailed))
 		return err // the Elector resigns and stands again after a pause, as a Node's does
 	}
 	w.owned(n, q, t, run)
 	err = n.hb.Run(ctx, t, run)
-	w.rec.Add(n.name, "heartbeat of %s token=%d returned: %v", q, t.Token(), err != nil)
+	w.note(n.name, "heartbeat of %s token=%d returned: %v", q, t.Token(), err != nil)
 	return nil
 }
 

@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +74,10 @@ type ReconcilerWorld struct {
 	hmu  sync.Mutex                   // the heartbeat entries as last seen
 	seen map[string]map[string]string // key -> fields, of every well-formed hash under the project's prefix
 
+	nmu   sync.Mutex
+	notes []recNote // lines from the processes' goroutines, recorded in order at the scheduler's next step
+	start time.Time
+
 	// under rmu (written by onCommit, under the etcd model's lock)
 	vacatedAt map[string]time.Time // queue -> when its last candidate key went
 	recLeadAt map[int64]time.Time  // reconciler term's token -> when its key became the oldest candidate
@@ -107,9 +113,11 @@ func runReconciler(t *testing.T, seed uint64, keep bool) Result {
 	})
 	w.temporal = temporalmodel.New(temporalmodel.Options{Clock: s.NewClock("temporal"), VisibilityLag: w.visibilityLag})
 	start := time.Now()
+	w.start = start
 	w.launch(p.nodes, w.newNode)
 	w.loop(start)
 	w.redis.Close()
+	w.flushNotes()
 	return w.result(seed, start, p)
 }
 
@@ -127,6 +135,7 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 	for {
 		synctest.Wait()
 		now := time.Now()
+		w.flushNotes()
 		w.lookRedis()
 		for len(events) > 0 && !start.Add(events[0].after).After(now) {
 			w.apply(events[0], now)
@@ -315,9 +324,37 @@ func (w *ReconcilerWorld) onCommit(_ int64, events []*mvccpb.Event, view etcdmod
 	}
 }
 
+// recNote is a line of a process's goroutine, with its time.
+type recNote struct {
+	at       time.Duration
+	who, msg string
+}
+
+// note buffers a line of a process's goroutine: goroutines that run at one instant do so in the Go
+// runtime's order, so the scheduler records their lines sorted (flushNotes), each with its own time.
+func (w *ReconcilerWorld) note(who, format string, args ...any) {
+	n := recNote{at: time.Since(w.start), who: who, msg: fmt.Sprintf(format, args...)}
+	w.nmu.Lock()
+	defer w.nmu.Unlock()
+	w.notes = append(w.notes, n)
+}
+
+func (w *ReconcilerWorld) flushNotes() {
+	w.nmu.Lock()
+	notes := w.notes
+	w.notes = nil
+	w.nmu.Unlock()
+	slices.SortFunc(notes, func(a, b recNote) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.who, b.who), cmp.Compare(a.msg, b.msg))
+	})
+	for _, n := range notes {
+		w.rec.Add(n.who, "%s [at %.3fs]", n.msg, n.at.Seconds())
+	}
+}
+
 // cycled records a reconcile cycle's report and feeds the probes.
 func (w *ReconcilerWorld) cycled(who string, rep reconciler.Report) {
-	w.rec.Add(who, "cycle token=%d active=%d stale=%d protected=%d terminated=%d deleted=%d refreshed=%d malformed=%d open=%d orphans=%d undecided=%d err=%v",
+	w.note(who, "cycle token=%d active=%d stale=%d protected=%d terminated=%d deleted=%d refreshed=%d malformed=%d open=%d orphans=%d undecided=%d err=%v",
 		rep.Token, rep.Active, rep.Stale, rep.Protected, rep.Terminated, rep.Deleted, rep.Refreshed, rep.Malformed, rep.Open, rep.Orphans,
 		rep.Undecided, rep.Err != nil)
 	if rep.Refreshed > 0 {
@@ -333,7 +370,7 @@ func (w *ReconcilerWorld) cycled(who string, rep reconciler.Report) {
 
 // owned records a takeover's run.
 func (w *ReconcilerWorld) owned(n *rnode, q string, t *election.Term, run takeover.Run) {
-	w.rec.Add(n.name, "owns %s token=%d run %s (%s)", q, t.Token(), shortRun(run.RunID), run.Path)
+	w.note(n.name, "owns %s token=%d run %s (%s)", q, t.Token(), shortRun(run.RunID), run.Path)
 }
 
 // shortRun is a model run ID's counter, enough for a reader.
