@@ -17,15 +17,17 @@ const (
 	RecFaultGarbage   = "redis-garbage" // an entry Baton did not write under the project's keys
 	RecFaultRedisDown = "redis-down"    // Redis unavailable: live owners' entries go stale
 	RecFaultRemove    = "remove-queue"  // a queue dropped from every process's configuration; its owner dies with it
+	RecFaultFleet     = "fleet-crash"   // every process dies at once (a power loss); all come back together
 	recFaultNoLeader  = "no-leader"     // a window without a raft leader
 	recRestart        = "restart"       // a crashed process comes back (a new server ID)
+	recFleetRestart   = "fleet-restart" // every crashed process comes back
 	recPartitionEnd   = "partition-end" // the partition heals
 	recRedisUp        = "redis-up"      // Redis answers again
 	recNoLeaderEnd    = "no-leader-end" // etcd has a leader again
 )
 
 var recFaultKinds = []string{RecFaultCrash, RecFaultPause, RecFaultPartition, RecFaultRevoke, RecFaultFlush, RecFaultGarbage,
-	RecFaultRedisDown, RecFaultRemove, recFaultNoLeader}
+	RecFaultRedisDown, RecFaultRemove, recFaultNoLeader, RecFaultFleet}
 
 // The reconciler world's timing: short enough that a schedule sees many cycles and vacancies.
 const (
@@ -132,6 +134,8 @@ func recEnd(kind string) string {
 	switch kind {
 	case RecFaultCrash:
 		return recRestart
+	case RecFaultFleet:
+		return recFleetRestart
 	case RecFaultPartition:
 		return recPartitionEnd
 	case RecFaultRedisDown:

@@ -40,8 +40,8 @@ var ReconcilerProbes = []string{ProbeRecVacancyWatch, ProbeRecVacantAtStart, Pro
 // wires them (rnode), 2-8 queues, the etcd model behind the faulty Net, the Temporal model behind a
 // faulty network of its own (delays, requests lost before or after their effect) with visibility
 // lag and slow listing, and the Redis model, for 45 s of seeded faults (crashes, pauses past the TTL,
-// partitions, no-leader windows, the reconciler leader's lease revoked mid-cycle, FLUSHALL, garbage
-// entries, Redis down, a queue removed with its owner dead), then a heal.
+// partitions, no-leader windows, the whole fleet down at once, the reconciler leader's lease revoked
+// mid-cycle, FLUSHALL, garbage entries, Redis down, a queue removed with its owner dead), then a heal.
 //
 // Invariants, at the moment each effect lands: a terminate the reconciler sends is sent while its
 // term's key is held in etcd (fencing); a run the reconciler closes belongs to an owner whose term
@@ -204,6 +204,14 @@ func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 		w.crash(f.node)
 	case recRestart:
 		w.restart(f.node, w.newNode)
+	case RecFaultFleet:
+		for slot := range w.slots {
+			w.crash(slot)
+		}
+	case recFleetRestart:
+		for slot := range w.slots {
+			w.restart(slot, w.newNode)
+		}
 	case RecFaultPause:
 		w.net.Hold(name, now.Add(electionTTL+f.dur))
 	case RecFaultPartition:
