@@ -147,7 +147,8 @@ func (w *ReconcilerWorld) checkSent(who string, req temporalmodel.Request) {
 }
 
 // applyTemporal delivers req to the model and holds the reconciler's safety on its effect: a run it
-// closes is one whose owner's term has ended, no candidate key at the run's token. It feeds the
+// closes is one whose owner's term has ended (no candidate key at the run's token) and is not newer
+// than the queue's leader. It feeds the
 // probes of the orphan watch (a stale-heartbeat termination of an entry not yet stale is the
 // watch's: a cycle acts on stale entries only).
 func (w *ReconcilerWorld) applyTemporal(who string, req temporalmodel.Request) (any, error) {
@@ -180,6 +181,12 @@ func (w *ReconcilerWorld) applyTemporal(who string, req temporalmodel.Request) (
 			w.violate("reconciler %s (token %d, %s) closed run %s of %s, whose owner %s's term (token %d) etcd still holds",
 				who, r.Token, r.Kind, shortRun(before.RunID), q, owner.ServerID, owner.Token)
 		}
+	}
+	// A run newer than the queue's leader is not the reconciler's to judge (its sweep counts it
+	// undecided): without a restore, no such run can exist, and closing one means a wrong comparison.
+	if l := w.model.Oldest(queueCandidates(q)); l != nil && owner.Token > l.CreateRevision {
+		w.violate("reconciler %s (token %d, %s) closed run %s of %s, whose owner token %d is newer than the leader's (%s, token %d)",
+			who, r.Token, r.Kind, shortRun(before.RunID), q, owner.Token, l.Value, l.CreateRevision)
 	}
 	if r.Kind == takeover.ReasonStaleHeartbeat && r.Stale <= recStaleAfter {
 		w.probe(ProbeRecVacancyWatch)
