@@ -46,6 +46,18 @@
 // runs terminated mid-activity. After the heal a last run reads its whole backlog; every request any
 // run accepted must have been handled by some run.
 //
+// The reconciler world (ReconcilerWorld, TestSimReconciler) runs the real reconciler.Reconciler in
+// every process, wired as a Node wires it: Reconciler.Run on an Elector of its own, the queues'
+// Elector as its Leaders, the Redis model's client and a Temporal model client behind a faulty
+// network of its own (with visibility lag and slow pages); the queues' owners are real election
+// terms that take their dispatcher over with a real takeover.Manager and heartbeat it with a real
+// heartbeat.Writer. Owners crash, pause past the TTL, are partitioned; Redis is flushed, given
+// garbage, or down; the reconciler leader's lease is revoked mid-cycle; a queue is removed with its
+// owner. Invariants, as each effect lands: the reconciler sends a terminate only while etcd holds its
+// term, closes only runs whose owner's term etcd no longer holds, and never deletes the heartbeat
+// entry of a term etcd holds. After the heal, within the reconciler's promise, no run or entry of a
+// queue nobody stands for is left, and every leader's run is open.
+//
 // The dispatcher-run world (RunWorld, TestSimDispatcherRun) runs the reference dispatcher workflow
 // itself, in the SDK's TestWorkflowEnvironment (one per run, chained by continue-as-new), with the
 // real Dispatch and Backlog activities: a prior run's backlog read back while a storm of signals and

@@ -23,6 +23,9 @@ type proc struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	runs   sync.WaitGroup
+	// closers run once the incarnation's goroutines are gone, before its Elector and client close: a
+	// world's other users of the client (a second Elector) close there.
+	closers []func(ctx context.Context)
 
 	crashed bool // under the world's mu
 }
@@ -52,10 +55,13 @@ func (p *proc) elector() *election.Elector {
 func (p *proc) stop() {
 	p.cancel()
 	p.runs.Wait()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(p.root), 30*time.Second)
+	defer cancel()
+	for _, c := range p.closers {
+		c(cctx)
+	}
 	if p.el != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(p.root), 30*time.Second)
 		_ = p.el.Close(cctx)
-		cancel()
 	}
 	if p.cli != nil {
 		p.cli.Close()

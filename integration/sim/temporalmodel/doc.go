@@ -34,7 +34,9 @@
 //   - visibility (visibility.go): ListWorkflow for the query WorkflowId = "<id>", in the SQL
 //     store's order (coalesce(close_time, max) DESC, start_time DESC, run_id), paged, and eventually
 //     consistent with Options.VisibilityLag: a run's row missing, or a closed run still RUNNING,
-//     for a seeded time.
+//     for a seeded time; and the reconciler's sweep query (WorkflowId STARTS_WITH "<prefix>", with
+//     or without AND ExecutionStatus = 'Running'): the rows of every ID with the prefix, filtered on
+//     the status visibility shows (not compared with the server's by the conformance test).
 //
 // Every error is the SDK's serviceerror type, so Baton's classification runs as it does against a
 // server. The model is a state machine and nothing else: delays, loss, duplicates and reordering are

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -17,8 +19,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// listQuery is the one visibility query the model answers: every run of one workflow ID.
+// listQuery is the visibility query of the takeover and the carry-over: every run of one workflow ID.
 var listQuery = regexp.MustCompile(`^WorkflowId = ("(?:[^"\\]|\\.)*")$`)
+
+// sweepQuery is the reconciler's: the runs of every workflow ID with a prefix (a project's
+// dispatchers), optionally only those visibility shows as running (its sweep; its probe lists all).
+var sweepQuery = regexp.MustCompile(`^WorkflowId STARTS_WITH ("(?:[^"\\]|\\.)*")( AND ExecutionStatus = 'Running')?$`)
 
 // List answers ListWorkflowExecutions for the query `WorkflowId = "<id>"`, as the SQL visibility
 // store does (Temporal v1.32, executions_visibility): rows in the order coalesce(close_time, max)
@@ -30,13 +36,9 @@ var listQuery = regexp.MustCompile(`^WorkflowId = ("(?:[^"\\]|\\.)*")$`)
 // then, with no close time). A row carries no FirstRunId, as the server's does not. Other queries
 // are InvalidArgument.
 func (m *Model) List(req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
-	sub := listQuery.FindStringSubmatch(req.GetQuery())
-	if sub == nil {
-		return nil, serviceerror.NewInvalidArgument(fmt.Sprintf("temporalmodel: only the query WorkflowId = \"<id>\" is modelled, got %q", req.GetQuery()))
-	}
-	id, err := strconv.Unquote(sub[1])
+	rows, err := m.query(req.GetQuery())
 	if err != nil {
-		return nil, serviceerror.NewInvalidArgument(fmt.Sprintf("temporalmodel: query %q: %v", req.GetQuery(), err))
+		return nil, err
 	}
 	offset := 0
 	if t := req.GetNextPageToken(); len(t) == 8 {
@@ -46,7 +48,6 @@ func (m *Model) List(req *workflowservice.ListWorkflowExecutionsRequest) (*workf
 	if size <= 0 {
 		size = 1000
 	}
-	rows := m.rows(id)
 	resp := &workflowservice.ListWorkflowExecutionsResponse{}
 	end := min(offset+size, len(rows))
 	if offset < end {
@@ -58,13 +59,45 @@ func (m *Model) List(req *workflowservice.ListWorkflowExecutionsRequest) (*workf
 	return resp, nil
 }
 
-// rows is what visibility shows of id's runs now, in the store's order.
-func (m *Model) rows(id string) []*workflowpb.WorkflowExecutionInfo {
+// query is what visibility shows now for one of the modelled queries, in the store's order. The
+// query of the reconciler's sweep (WorkflowId STARTS_WITH, ExecutionStatus = 'Running') is not
+// compared with the server's by the conformance test: its rows are those of the IDs with the prefix,
+// in the same order, and the status it filters on is the one visibility shows (a closed run whose
+// close is not indexed yet is still listed as running).
+func (m *Model) query(q string) ([]*workflowpb.WorkflowExecutionInfo, error) {
+	if sub := listQuery.FindStringSubmatch(q); sub != nil {
+		id, err := strconv.Unquote(sub[1])
+		if err != nil {
+			return nil, serviceerror.NewInvalidArgument(fmt.Sprintf("temporalmodel: query %q: %v", q, err))
+		}
+		return m.rows(func(wid string) bool { return wid == id }, false), nil
+	}
+	sub := sweepQuery.FindStringSubmatch(q)
+	if sub == nil {
+		return nil, serviceerror.NewInvalidArgument(fmt.Sprintf("temporalmodel: only the queries WorkflowId = \"<id>\" and "+
+			"WorkflowId STARTS_WITH \"<prefix>\" [AND ExecutionStatus = 'Running'] are modelled, got %q", q))
+	}
+	prefix, err := strconv.Unquote(sub[1])
+	if err != nil {
+		return nil, serviceerror.NewInvalidArgument(fmt.Sprintf("temporalmodel: query %q: %v", q, err))
+	}
+	return m.rows(func(wid string) bool { return strings.HasPrefix(wid, prefix) }, sub[2] != ""), nil
+}
+
+// rows is what visibility shows now of the runs of the IDs match accepts (only those shown as
+// running, if running), in the store's order.
+func (m *Model) rows(match func(id string) bool, running bool) []*workflowpb.WorkflowExecutionInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.opts.Clock.Now()
+	var all []*Run
+	for _, id := range slices.Sorted(maps.Keys(m.runs)) {
+		if match(id) {
+			all = append(all, m.runs[id]...)
+		}
+	}
 	var rows []*workflowpb.WorkflowExecutionInfo
-	for _, r := range m.runs[id] {
+	for _, r := range all {
 		if now.Before(r.listedAt) {
 			continue
 		}
@@ -79,6 +112,9 @@ func (m *Model) rows(id string) []*workflowpb.WorkflowExecutionInfo {
 		}
 		if !r.Open() && !now.Before(r.closeListedAt) {
 			info.Status, info.CloseTime = r.Status, timestamppb.New(r.CloseTime)
+		}
+		if running && info.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			continue
 		}
 		rows = append(rows, info)
 	}

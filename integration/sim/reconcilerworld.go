@@ -1,0 +1,390 @@
+package sim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/heartbeat"
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
+	"github.com/baton-run/baton/integration/sim/redismodel"
+	"github.com/baton-run/baton/integration/sim/temporalmodel"
+	"github.com/baton-run/baton/reconciler"
+	"github.com/baton-run/baton/takeover"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.temporal.io/sdk/converter"
+)
+
+// The probes a reconciler batch must hit.
+const (
+	ProbeRecVacancyWatch  = "orphan cleaned by the vacancy watch, not the cycle"
+	ProbeRecVacantAtStart = "orphan of a queue vacated before the reconciler's term cleaned by the watch"
+	ProbeRecRefreshed     = "stale entry spared: written again before its delete"
+	ProbeRecSkipped       = "listed run left alone: its owner undecided or its leader live"
+	ProbeRecLostMidCycle  = "reconciler term lost mid-cycle"
+)
+
+// ReconcilerProbes are the probes of TestSimReconciler.
+var ReconcilerProbes = []string{ProbeRecVacancyWatch, ProbeRecVacantAtStart, ProbeRecRefreshed, ProbeRecSkipped, ProbeRecLostMidCycle}
+
+// ReconcilerWorld is one schedule of the reconciler simulator: 3-5 processes wired as baton.Node
+// wires them (rnode), 2-8 queues, the etcd model behind the faulty Net, the Temporal model behind a
+// faulty network of its own (delays, requests lost before or after their effect) with visibility
+// lag and slow listing, and the Redis model, for 45 s of seeded faults (crashes, pauses past the TTL,
+// partitions, no-leader windows, the whole fleet down at once, the reconciler leader's lease revoked
+// mid-cycle, FLUSHALL, garbage entries, Redis down, a queue removed with its owner dead), then a heal.
+//
+// Invariants, at the moment each effect lands: a terminate the reconciler sends is sent while its
+// term's key is held in etcd (fencing); a run the reconciler closes belongs to an owner whose term
+// has ended (no candidate key at the run's token); a heartbeat entry that disappears was not written
+// by a term etcd still holds. After the heal, within recHealBound: no open run of a queue nobody
+// stands for, no entry of such a queue, and every queue that has a leader has that leader's run open.
+type ReconcilerWorld struct {
+	stage
+	t      *testing.T
+	plan   recPlan
+	ctx    context.Context
+	queues []string
+	wfq    map[string]string // queue by workflow ID
+
+	redis    *redismodel.Server
+	temporal *temporalmodel.Model
+	dc       converter.DataConverter
+
+	fleet[*rnode] // mu: the processes, and removed
+	removed       map[string]bool
+
+	tmu    sync.Mutex // the Temporal network's and visibility's draws, and healed
+	healed bool
+	lagR   *rand.Rand
+	// streams are the Temporal network's and the listing's, per process (stream)
+	streams map[string]*rand.Rand
+
+	amu sync.Mutex // one Temporal effect checked at a time
+
+	hmu  sync.Mutex                   // the heartbeat entries as last seen
+	seen map[string]map[string]string // key -> fields, of every well-formed hash under the project's prefix
+
+	nmu   sync.Mutex
+	notes []recNote // lines from the processes' goroutines, recorded in order at the scheduler's next step
+	start time.Time
+
+	// under rmu (written by onCommit, under the etcd model's lock)
+	vacatedAt map[string]time.Time // queue -> when its last candidate key went
+	recLeadAt map[int64]time.Time  // reconciler term's token -> when its key became the oldest candidate
+}
+
+// RunReconciler runs the reconciler world for seed in its own synctest bubble; keep keeps the timeline.
+func RunReconciler(t *testing.T, seed uint64, keep bool) Result {
+	return runInBubble(t, seed, keep, runReconciler)
+}
+
+func runReconciler(t *testing.T, seed uint64, keep bool) Result {
+	s := Streams{Seed: seed}
+	p := drawRecPlan(s)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w := &ReconcilerWorld{t: t, plan: p, ctx: ctx, wfq: map[string]string{}, removed: map[string]bool{},
+		dc: converter.GetDefaultDataConverter(), seen: map[string]map[string]string{}, vacatedAt: map[string]time.Time{},
+		recLeadAt: map[int64]time.Time{}, lagR: s.Rand("visibility-lag")}
+	w.setUp(s, keep, p.net, w.onCommit, p)
+	for i := range p.queues {
+		q := queueName(i)
+		id, err := takeover.WorkflowID(Project, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.queues = append(w.queues, q)
+		w.wfq[id] = q
+	}
+	w.redis = redismodel.New(func(cmd string) {
+		if cmd == "EVALSHA" || cmd == "EVAL" { // top-level: no script holds the store
+			w.lookRedis()
+		}
+	})
+	w.temporal = temporalmodel.New(temporalmodel.Options{Clock: s.NewClock("temporal"), VisibilityLag: w.visibilityLag})
+	start := time.Now()
+	w.start = start
+	w.launch(p.nodes, w.newNode)
+	w.loop(start)
+	w.redis.Close()
+	w.flushNotes()
+	return w.result(seed, start, p)
+}
+
+func queueName(i int) string { return fmt.Sprintf("q%d", i) }
+
+// loop is the scheduler, as World.loop: at every quiescent moment it looks at Redis, applies the due
+// events, and delivers one etcd message; the heal turns the faults off, and recHealBound later the
+// world's promise is checked and the processes stopped.
+func (w *ReconcilerWorld) loop(start time.Time) {
+	chaosEnd := start.Add(recChaos)
+	checkAt := chaosEnd.Add(recHealBound)
+	stopped := make(chan struct{})
+	healed, stopping := false, false
+	events := w.plan.faults
+	for {
+		synctest.Wait()
+		now := time.Now()
+		w.flushNotes()
+		w.lookRedis()
+		for len(events) > 0 && !start.Add(events[0].after).After(now) {
+			w.apply(events[0], now)
+			events = events[1:]
+		}
+		if !healed && !now.Before(chaosEnd) {
+			healed = true
+			w.heal()
+		}
+		if !stopping && !now.Before(checkAt) {
+			stopping = true
+			w.checkHealed(now.Sub(chaosEnd))
+			go func() { w.stopAll(&w.stage); close(stopped) }()
+		}
+		if chanClosed(stopped) {
+			w.model.Close()
+			w.net.Close()
+			return
+		}
+		ok, next := w.net.Step(now)
+		if ok {
+			continue
+		}
+		due := checkAt
+		switch {
+		case stopping:
+			due = now.Add(time.Second)
+		case !healed:
+			due = chaosEnd
+		}
+		if len(events) > 0 && start.Add(events[0].after).Before(due) {
+			due = start.Add(events[0].after)
+		}
+		if !next.IsZero() && next.Before(due) {
+			due = next
+		}
+		w.sleepUntil(now, due, stopped)
+	}
+}
+
+func (w *ReconcilerWorld) sleepUntil(now, due time.Time, stopped <-chan struct{}) {
+	if !due.After(now) {
+		due = now.Add(time.Millisecond)
+	}
+	t := time.NewTimer(due.Sub(now))
+	defer t.Stop()
+	select {
+	case <-w.net.Notify():
+	case <-t.C:
+	case <-stopped:
+	}
+}
+
+// apply carries out one planned event.
+func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
+	w.rec.Add("world", "event %s node=%d dur=%v n=%d", f.kind, f.node, f.dur, f.n)
+	name := w.slots[f.node].name
+	switch f.kind {
+	case RecFaultCrash:
+		if f.n%3 == 0 { // the reconciler leader's process: its term and the queues it owns end together
+			if slot, ok := w.slotOf(w.model.Oldest(recCandidates())); ok {
+				w.crash(slot)
+				break
+			}
+		}
+		w.crash(f.node)
+	case recRestart:
+		w.restart(f.node, w.newNode)
+	case RecFaultFleet:
+		for slot := range w.slots {
+			w.crash(slot)
+		}
+	case recFleetRestart:
+		for slot := range w.slots {
+			w.restart(slot, w.newNode)
+		}
+	case RecFaultPause:
+		w.net.Hold(name, now.Add(electionTTL+f.dur))
+	case RecFaultPartition:
+		w.net.Cut(name, true)
+	case recPartitionEnd:
+		w.net.Cut(name, false)
+	case RecFaultRevoke:
+		if kv := w.model.Oldest(recCandidates()); kv != nil && w.model.Revoke(kv.Lease) {
+			w.rec.Add("world", "revoked the reconciler leader's lease (%s@%d)", kv.Value, kv.CreateRevision)
+		}
+	case RecFaultFlush:
+		w.redis.FlushAll()
+		w.hmu.Lock()
+		clear(w.seen)
+		w.hmu.Unlock()
+	case RecFaultGarbage:
+		w.garbage(f.n, f.node%2 == 0)
+	case RecFaultRedisDown:
+		w.redis.SetDown(true)
+	case recRedisUp:
+		w.redis.SetDown(false)
+	case recFaultNoLeader:
+		w.model.SetLeader(false)
+	case recNoLeaderEnd:
+		w.model.SetLeader(true)
+	case RecFaultRemove:
+		w.remove(w.queues[f.n])
+	}
+}
+
+// garbage writes an entry Baton did not write: a string in queue q's own key (its owner's next
+// beat replaces it), or a hash without the entry's fields under a workflow ID of no queue.
+func (w *ReconcilerWorld) garbage(q int, own bool) {
+	m := w.redis.Mini()
+	if own {
+		id, _ := takeover.WorkflowID(Project, w.queues[q])
+		_ = m.Set(heartbeat.Key(heartbeat.DefaultPrefix, Project, id), "garbage")
+		return
+	}
+	m.HSet(heartbeat.Key(heartbeat.DefaultPrefix, Project, "baton/"+Project+"/stray"), "token", "x", "note", "not Baton's")
+}
+
+// remove drops q from every process's configuration: its leader dies with it (what it leaves is
+// the reconciler's to clean, as after a crash with no successor), the others stop standing.
+func (w *ReconcilerWorld) remove(q string) {
+	owner, ok := w.slotOf(w.model.Oldest(queueCandidates(q)))
+	w.mu.Lock()
+	w.removed[q] = true
+	w.mu.Unlock()
+	if ok {
+		w.crash(owner)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range w.slots {
+		if cancel := n.stands[q]; cancel != nil && !n.crashed {
+			cancel()
+		}
+	}
+}
+
+// slotOf is the slot of the live process whose candidate key kv is.
+func (w *ReconcilerWorld) slotOf(kv *mvccpb.KeyValue) (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for slot, n := range w.slots {
+		if kv != nil && string(kv.Value) == n.name && !n.crashed {
+			return slot, true
+		}
+	}
+	return 0, false
+}
+
+// heal turns every fault off and restarts every crashed process.
+func (w *ReconcilerWorld) heal() {
+	w.rec.Add("world", "heal")
+	w.tmu.Lock()
+	w.healed = true
+	w.tmu.Unlock()
+	w.net.SetFaults(NetFaults{Detect: w.plan.net.Detect})
+	w.model.SetLeader(true)
+	w.redis.SetDown(false)
+	for slot, n := range w.slots {
+		w.net.Cut(n.name, false)
+		w.net.Hold(n.name, time.Time{})
+		w.restart(slot, w.newNode)
+	}
+}
+
+func queueCandidates(q string) string {
+	return election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(Project, q)
+}
+
+func recCandidates() string {
+	return election.Keys{Prefix: reconciler.DefaultElectionPrefix}.Candidates(Project, reconciler.ElectionQueue)
+}
+
+// onCommit notes, under the etcd model's lock, when each queue lost its last candidate and when each
+// reconciler candidate became the oldest (its term begins then, as soon as it hears).
+func (w *ReconcilerWorld) onCommit(_ int64, events []*mvccpb.Event, view etcdmodel.View) {
+	now := time.Now()
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	for _, ev := range events {
+		k := string(ev.Kv.Key)
+		switch {
+		case strings.HasPrefix(k, recCandidates()):
+			if o := view.Oldest(recCandidates()); o != nil && w.recLeadAt[o.CreateRevision].IsZero() {
+				w.recLeadAt[o.CreateRevision] = now
+			}
+		case ev.Type == mvccpb.DELETE:
+			for _, q := range w.queues {
+				if strings.HasPrefix(k, queueCandidates(q)) && view.Oldest(queueCandidates(q)) == nil {
+					w.vacatedAt[q] = now
+				}
+			}
+		}
+	}
+}
+
+// recNote is a line of a process's goroutine, with its time.
+type recNote struct {
+	at       time.Duration
+	who, msg string
+}
+
+// note buffers a line of a process's goroutine: goroutines that run at one instant do so in the Go
+// runtime's order, so the scheduler records their lines sorted (flushNotes), each with its own time.
+func (w *ReconcilerWorld) note(who, format string, args ...any) {
+	n := recNote{at: time.Since(w.start), who: who, msg: fmt.Sprintf(format, args...)}
+	w.nmu.Lock()
+	defer w.nmu.Unlock()
+	w.notes = append(w.notes, n)
+}
+
+func (w *ReconcilerWorld) flushNotes() {
+	w.nmu.Lock()
+	notes := w.notes
+	w.notes = nil
+	w.nmu.Unlock()
+	slices.SortFunc(notes, func(a, b recNote) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.who, b.who), cmp.Compare(a.msg, b.msg))
+	})
+	for _, n := range notes {
+		w.rec.Add(n.who, "%s [at %.3fs]", n.msg, n.at.Seconds())
+	}
+}
+
+// cycled records a reconcile cycle's report and feeds the probes.
+func (w *ReconcilerWorld) cycled(who string, rep reconciler.Report) {
+	w.note(who, "cycle token=%d active=%d stale=%d protected=%d terminated=%d deleted=%d refreshed=%d malformed=%d open=%d orphans=%d undecided=%d err=%v",
+		rep.Token, rep.Active, rep.Stale, rep.Protected, rep.Terminated, rep.Deleted, rep.Refreshed, rep.Malformed, rep.Open, rep.Orphans,
+		rep.Undecided, rep.Err != nil)
+	if rep.Refreshed > 0 {
+		w.probe(ProbeRecRefreshed)
+	}
+	if rep.Undecided > 0 || rep.Open > rep.Orphans {
+		w.probe(ProbeRecSkipped)
+	}
+	if errors.Is(rep.Err, reconciler.ErrNotLeader) {
+		w.probe(ProbeRecLostMidCycle)
+	}
+}
+
+// owned records a takeover's run.
+func (w *ReconcilerWorld) owned(n *rnode, q string, t *election.Term, run takeover.Run) {
+	w.note(n.name, "owns %s token=%d run %s (%s)", q, t.Token(), shortRun(run.RunID), run.Path)
+}
+
+// shortRun is a model run ID's counter, enough for a reader.
+func shortRun(runID string) string {
+	if i := strings.LastIndexByte(runID, '-'); i >= 0 {
+		return "#" + strings.TrimLeft(runID[i+1:], "0")
+	}
+	return runID
+}
