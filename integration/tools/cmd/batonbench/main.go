@@ -73,7 +73,7 @@ func run() error {
 	flag.StringVar(&o.stopLogs, "stop-logs", "", "directory for the whole-worker stop's demo-worker logs, at debug level (stop-k<k>-a.log is the stopped worker's)")
 	flag.StringVar(&o.only, "only", "", "run only the figures whose name contains this text")
 	flag.DurationVar(&o.crashTTL, "crash-ttl", 2*time.Second, "lease TTL for the crash failover rounds")
-	flag.DurationVar(&o.simBudget, "sim-budget", 30*time.Second, "how long the sim section runs each simulator batch (SIM_BUDGET; five batches)")
+	flag.DurationVar(&o.simBudget, "sim-budget", 30*time.Second, "how long the sim section runs each simulator batch (SIM_BUDGET; one per world of the simulator)")
 	flag.Parse()
 	if o.scale10k {
 		o.scaleRows = "10000x5,10000x10"
