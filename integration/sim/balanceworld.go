@@ -119,16 +119,6 @@ func (w *BalanceWorld) loop(start time.Time) {
 	}
 }
 
-func (w *BalanceWorld) sleep(now, due time.Time, stopped <-chan struct{}) {
-	t := time.NewTimer(max(due.Sub(now), time.Millisecond))
-	defer t.Stop()
-	select {
-	case <-w.net.Notify():
-	case <-t.C:
-	case <-stopped:
-	}
-}
-
 // enter starts a phase: the heal (settle), the stable window (after the liveness check), the stop.
 func (w *BalanceWorld) enter(phase int) {
 	switch phase {

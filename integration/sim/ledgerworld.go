@@ -171,19 +171,6 @@ func sortLedgerFaults(f []ledgerFault) {
 	slices.SortStableFunc(f, func(a, b ledgerFault) int { return cmp.Compare(a.after, b.after) })
 }
 
-func (w *LedgerWorld) sleep(now, due time.Time, stopped <-chan struct{}) {
-	if !due.After(now) {
-		due = now.Add(time.Millisecond)
-	}
-	t := time.NewTimer(due.Sub(now))
-	defer t.Stop()
-	select {
-	case <-w.net.Notify():
-	case <-t.C:
-	case <-stopped:
-	}
-}
-
 // apply carries out one planned event.
 func (w *LedgerWorld) apply(f ledgerFault, now time.Time) {
 	w.rec.Add("world", "event %s dur=%v n=%d", f.kind, f.dur, f.n)

@@ -172,20 +172,7 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 		if !next.IsZero() && next.Before(due) {
 			due = next
 		}
-		w.sleepUntil(now, due, stopped)
-	}
-}
-
-func (w *ReconcilerWorld) sleepUntil(now, due time.Time, stopped <-chan struct{}) {
-	if !due.After(now) {
-		due = now.Add(time.Millisecond)
-	}
-	t := time.NewTimer(due.Sub(now))
-	defer t.Stop()
-	select {
-	case <-w.net.Notify():
-	case <-t.C:
-	case <-stopped:
+		w.sleep(now, due, stopped)
 	}
 }
 

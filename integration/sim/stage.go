@@ -58,3 +58,15 @@ func (g *stage) probe(name string) {
 	defer g.rmu.Unlock()
 	g.probes[name]++
 }
+
+// sleep lets the bubble's time run until due (at least a millisecond on), a new message on the
+// network, or the end of the stop: the scheduler's wait between two steps, in every world.
+func (g *stage) sleep(now, due time.Time, stopped <-chan struct{}) {
+	t := time.NewTimer(max(due.Sub(now), time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-g.net.Notify():
+	case <-t.C:
+	case <-stopped:
+	}
+}

@@ -155,17 +155,6 @@ func earliest(now, next time.Time, faults []faultEvent, chaosEnd, healEnd time.T
 	return due
 }
 
-// sleep lets the bubble's time run until due, a new message, or the end of the stop.
-func (w *World) sleep(now, due time.Time, stopped <-chan struct{}) {
-	t := time.NewTimer(due.Sub(now))
-	defer t.Stop()
-	select {
-	case <-w.net.Notify():
-	case <-t.C:
-	case <-stopped:
-	}
-}
-
 // onCommit checks every fenced write as the model commits it (under the model's lock).
 func (w *World) onCommit(rev int64, events []*mvccpb.Event, view etcdmodel.View) {
 	for _, ev := range events {
