@@ -80,21 +80,6 @@ func (w *ReconcilerWorld) drawTemporal(who, id string) temporalFate {
 	return f
 }
 
-// requestWorkflow is the workflow ID a request addresses.
-func requestWorkflow(req temporalmodel.Request) string {
-	switch req.Verb {
-	case temporalmodel.VerbStart:
-		return req.Start.WorkflowID
-	case temporalmodel.VerbTerminate:
-		return req.Terminate.WorkflowID
-	case temporalmodel.VerbDescribe:
-		return req.Describe[0]
-	case temporalmodel.VerbUpdate:
-		return req.Update.WorkflowID
-	}
-	return ""
-}
-
 type temporalReply struct {
 	v   any
 	err error
@@ -106,7 +91,7 @@ type temporalReply struct {
 func (w *ReconcilerWorld) sender(who string) temporalmodel.Sender {
 	return func(ctx context.Context, req temporalmodel.Request) (any, error) {
 		w.checkSent(who, req)
-		f := w.drawTemporal(who, requestWorkflow(req))
+		f := w.drawTemporal(who, req.WorkflowID())
 		out := make(chan temporalReply, 1)
 		time.AfterFunc(f.delay, func() {
 			if f.dropBefore {

@@ -40,6 +40,21 @@ type Request struct {
 	Update    *UpdateRequest
 }
 
+// WorkflowID is the workflow ID the request addresses.
+func (r Request) WorkflowID() string {
+	switch r.Verb {
+	case VerbStart:
+		return r.Start.WorkflowID
+	case VerbTerminate:
+		return r.Terminate.WorkflowID
+	case VerbDescribe:
+		return r.Describe[0]
+	case VerbUpdate:
+		return r.Update.WorkflowID
+	}
+	return ""
+}
+
 // Apply performs req on m and returns the service's answer.
 func (m *Model) Apply(req Request) (any, error) {
 	switch req.Verb {

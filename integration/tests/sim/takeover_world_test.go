@@ -253,7 +253,7 @@ func short(runID string) string {
 func (w *world) apply(who string, token int64, req temporalmodel.Request, lost, dup bool) (any, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	id := workflowOf(req)
+	id := req.WorkflowID()
 	before, wasOpen := w.model.Open(id)
 	v, err := w.model.Apply(req)
 	after, isOpen := w.model.Open(id)
@@ -386,18 +386,3 @@ func (t *term) Confirm(ctx context.Context) error {
 var _ takeover.Term = (*term)(nil)
 
 func queueName(q int) string { return fmt.Sprintf("q%d", q) }
-
-// workflowOf is the workflow ID a request addresses.
-func workflowOf(req temporalmodel.Request) string {
-	switch req.Verb {
-	case temporalmodel.VerbStart:
-		return req.Start.WorkflowID
-	case temporalmodel.VerbTerminate:
-		return req.Terminate.WorkflowID
-	case temporalmodel.VerbDescribe:
-		return req.Describe[0]
-	case temporalmodel.VerbUpdate:
-		return req.Update.WorkflowID
-	}
-	return ""
-}
