@@ -69,15 +69,20 @@ type Model struct {
 	compactRev int64
 	raftTerm   uint64
 	kvs        map[string]*mvccpb.KeyValue
-	history    []revision // revisions > compactRev - 1, oldest first
-	leases     map[int64]*lease
-	noLeader   bool
-	leaderc    chan struct{} // closed when a leader returns
-	watches    map[*watchStream]struct{}
-	expiry     clock.Timer
-	closed     bool
-	compacted  int // watches created below the compaction
-	restores   int
+	// kvsGen counts the changes of kvs (every put, delete, rollback and restore); oldest caches
+	// View.Oldest's answers, by prefix, for the kvs of generation oldestGen: the simulator asks it for
+	// every held term at every step, and most steps change no key.
+	kvsGen, oldestGen uint64
+	oldest            map[string]*mvccpb.KeyValue
+	history           []revision // revisions > compactRev - 1, oldest first
+	leases            map[int64]*lease
+	noLeader          bool
+	leaderc           chan struct{} // closed when a leader returns
+	watches           map[*watchStream]struct{}
+	expiry            clock.Timer
+	closed            bool
+	compacted         int // watches created below the compaction
+	restores          int
 }
 
 // CompactedWatches is how many watches were created below the compaction (and cancelled with it).
@@ -154,12 +159,20 @@ func (v View) Get(key string) *mvccpb.KeyValue { return v.m.kvs[key] }
 // Oldest returns the key under prefix with the lowest create revision (an election's leader), nil
 // if there is none.
 func (v View) Oldest(prefix string) *mvccpb.KeyValue {
+	m := v.m
+	if m.oldest == nil || m.oldestGen != m.kvsGen {
+		m.oldest, m.oldestGen = map[string]*mvccpb.KeyValue{}, m.kvsGen
+	}
+	if kv, ok := m.oldest[prefix]; ok {
+		return kv
+	}
 	var oldest *mvccpb.KeyValue
-	for k, kv := range v.m.kvs { // no order needed: the simulator asks this at every step
+	for k, kv := range m.kvs { // no order needed: the simulator asks this at every step
 		if strings.HasPrefix(k, prefix) && (oldest == nil || kv.CreateRevision < oldest.CreateRevision) {
 			oldest = kv
 		}
 	}
+	m.oldest[prefix] = oldest
 	return oldest
 }
 

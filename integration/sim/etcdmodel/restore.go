@@ -93,6 +93,7 @@ func (m *Model) Restore(s Snapshot, o RestoreOptions) error {
 	}
 	m.rev, m.compactRev = s.rev, s.compactRev
 	m.kvs, m.history = maps.Clone(s.kvs), slices.Clone(s.history)
+	m.kvsGen++
 	if o.BumpRevision > 0 {
 		m.rev += o.BumpRevision
 		m.compactRev, m.history = m.rev, nil // compacted at the bumped revision: no history left

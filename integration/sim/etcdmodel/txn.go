@@ -26,6 +26,7 @@ func (c *kvClient) Txn(ctx context.Context, r *pb.TxnRequest, _ ...grpc.CallOpti
 
 // rollback undoes the writer's changes after index n (a txn that failed half-way changes nothing).
 func (w *writer) rollback(n int) {
+	w.m.kvsGen++
 	for i := len(w.events) - 1; i >= n; i-- {
 		ev := w.events[i]
 		if ev.PrevKv != nil {

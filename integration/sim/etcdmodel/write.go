@@ -41,6 +41,7 @@ func (w *writer) put(r *pb.PutRequest) (*pb.PutResponse, error) {
 		kv.CreateRevision, kv.Version = prev.CreateRevision, prev.Version+1
 	}
 	w.m.kvs[key] = kv
+	w.m.kvsGen++
 	w.events = append(w.events, &mvccpb.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: prev})
 	resp := &pb.PutResponse{}
 	if r.PrevKv && prev != nil {
@@ -67,6 +68,7 @@ func (w *writer) deleteRange(r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse,
 func (w *writer) deleteKey(k string) {
 	prev := w.m.kvs[k]
 	delete(w.m.kvs, k)
+	w.m.kvsGen++
 	tomb := &mvccpb.KeyValue{Key: []byte(k), ModRevision: w.rev}
 	w.events = append(w.events, &mvccpb.Event{Type: mvccpb.DELETE, Kv: tomb, PrevKv: prev})
 }
