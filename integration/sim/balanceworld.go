@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/integration/sim/etcdmodel"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -222,14 +223,16 @@ func (w *BalanceWorld) acting() map[string][]string {
 		}
 	}
 	w.mu.Unlock()
+	var acts []held
+	w.model.Inspect(func(v etcdmodel.View) {
+		for _, h := range hs {
+			if h.t.Check() == nil && holds(v, h.t) != nil {
+				acts = append(acts, h)
+			}
+		}
+	})
 	out := map[string][]string{}
-	for _, h := range hs {
-		if h.t.Check() != nil {
-			continue
-		}
-		if kv := w.model.Get(h.t.Key()); kv == nil || kv.CreateRevision != h.t.Token() || !leads(w.model, h.t) {
-			continue
-		}
+	for _, h := range acts {
 		out[h.q] = append(out[h.q], h.n.name)
 		if h.n.runner != nil && h.n.runner.HandOverWaiting(h.q) != "" {
 			w.probe(ProbeDrainKept)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
 	"github.com/baton-run/baton/election"
 	"github.com/baton-run/baton/integration/sim/etcdmodel"
 )
@@ -72,26 +74,28 @@ func (w *World) acting(now time.Time) map[string][]string {
 	}
 	out := w.owners
 	clear(out) // no empty entries: a caller may ask len(acting) whether anybody acts
-	for _, h := range hs {
-		if h.t.Check() != nil {
-			continue
+	w.model.Inspect(func(v etcdmodel.View) {
+		for _, h := range hs {
+			if h.t.Check() != nil {
+				continue
+			}
+			kv := holds(v, h.t)
+			if kv == nil {
+				continue
+			}
+			out[h.q] = append(out[h.q], h.n.name)
+			// The local deadline; on a skewed clock, the term's end in real time (skew.go: the margin
+			// is what absorbs a slow clock).
+			limit := h.t.ValidUntil().Add(w.margin)
+			if h.n.clk.skewed() {
+				limit = h.n.clk.toReal(h.t.ValidUntil())
+			}
+			if exp, ok := v.LeaseExpiry(kv.Lease); ok && exp.Before(limit) {
+				w.violate("%s acts for %s (token=%d) with a local deadline %v after etcd's expiry of its lease", h.n.name, h.q,
+					h.t.Token(), limit.Sub(exp))
+			}
 		}
-		kv := w.model.Get(h.t.Key())
-		if kv == nil || kv.CreateRevision != h.t.Token() || !leads(w.model, h.t) {
-			continue
-		}
-		out[h.q] = append(out[h.q], h.n.name)
-		// The local deadline; on a skewed clock, the term's end in real time (skew.go: the margin
-		// is what absorbs a slow clock).
-		limit := h.t.ValidUntil().Add(w.margin)
-		if h.n.clk.skewed() {
-			limit = h.n.clk.toReal(h.t.ValidUntil())
-		}
-		if exp, ok := w.model.LeaseExpiry(kv.Lease); ok && exp.Before(limit) {
-			w.violate("%s acts for %s (token=%d) with a local deadline %v after etcd's expiry of its lease", h.n.name, h.q,
-				h.t.Token(), limit.Sub(exp))
-		}
-	}
+	})
 	return out
 }
 
@@ -131,11 +135,17 @@ func (w *World) endLiveness(now time.Time) {
 // candidates is the candidate prefix of the election whose key is key (election.Keys.Candidates).
 func candidates(key string) string { return key[:strings.LastIndex(key, "/")+1] }
 
-// leads reports whether t's key is the oldest candidate of its election in the model: etcd's
-// leader. Only a restore can make a held key not lead (it brings an older candidate's key back).
-func leads(m *etcdmodel.Model, t *election.Term) bool {
-	o := m.Oldest(candidates(t.Key()))
-	return o != nil && o.CreateRevision == t.Token()
+// holds returns t's key when etcd (v) holds it at t's token and it is its election's oldest
+// candidate, so that t's process may act; nil otherwise.
+func holds(v etcdmodel.View, t *election.Term) *mvccpb.KeyValue {
+	kv := v.Get(t.Key())
+	if kv == nil || kv.CreateRevision != t.Token() {
+		return nil
+	}
+	if o := v.Oldest(candidates(t.Key())); o == nil || o.CreateRevision != t.Token() {
+		return nil
+	}
+	return kv
 }
 
 // candidatesOf describes the candidate keys of q's election in the model: key, create revision,

@@ -96,11 +96,24 @@ func (m *Model) CompactedWatches() int {
 func (m *Model) LeaseExpiry(id int64) (time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l, ok := m.leases[id]
+	return View{m}.LeaseExpiry(id)
+}
+
+// LeaseExpiry is Model.LeaseExpiry inside a View.
+func (v View) LeaseExpiry(id int64) (time.Time, bool) {
+	l, ok := v.m.leases[id]
 	if !ok {
 		return time.Time{}, false
 	}
 	return l.expiry, true
+}
+
+// Inspect runs f on the model's state under its lock: the simulator's checks of many keys at one
+// step, with neither a lock nor a copy per read. f must not keep what it reads, nor call the model.
+func (m *Model) Inspect(f func(View)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(View{m})
 }
 
 // New returns an empty model at revision 1 (etcd starts there).
