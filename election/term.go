@@ -152,8 +152,8 @@ func HeldIn(kvs []*mvccpb.KeyValue, token int64) bool {
 }
 
 // Guard commits ops in one etcd transaction only while the term's key still exists at the term's
-// revision and no older candidate's key exists (HeldCmp, LeadsCmp). It returns an error wrapping ErrNotLeader, and ends the term, when that is no longer so;
-// nothing is written then.
+// revision and no older candidate's key exists (HeldCmp, LeadsCmp). It returns an error wrapping
+// ErrNotLeader, and ends the term, when that is no longer so; nothing is written then.
 func (t *Term) Guard(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if err := t.Check(); err != nil {
 		return nil, err
