@@ -57,10 +57,8 @@ func TestRestoredOwnKeyIsNotAPredecessor(t *testing.T) {
 	if err := c.Restore(backup, etcdx.RestoreOptions{BumpRevision: 1000, MarkCompacted: true}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	for bTerm.Resign(ctx) != nil && ctx.Err() == nil {
-		time.Sleep(100 * time.Millisecond) // the restarted server is not answering yet
+	if err := answered(func() error { return bTerm.Resign(t.Context()) }, nil); err != nil {
+		t.Logf("node-b's resign: %v", err)
 	}
 	select {
 	case term := <-aTerms:
@@ -103,13 +101,7 @@ func TestRestoredStrayKeyOfALiveSessionIsDeleted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var bErr error
-	for {
-		if _, bErr = b.el.Campaign(ctx, project, "stray", b.id); bErr == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // the restarted server is not answering yet
-	}
+	bErr := answered(func() error { _, err := b.el.Campaign(ctx, project, "stray", b.id); return err }, context.DeadlineExceeded)
 	if bErr != nil {
 		t.Fatalf("node-b could not win \"stray\" within 30 s of the restore: %v (node-a's restored key stands first in line)", bErr)
 	}
