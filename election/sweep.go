@@ -50,7 +50,7 @@ func (e *Elector) sweep(s *session) {
 // it. The delete compares the create revision read now, so a campaign that starts meanwhile (and puts
 // its key again, at a new revision) keeps its key.
 func (e *Elector) sweepStray(s *session, key string) {
-	election := strings.TrimSuffix(candidatePrefix(key), "/") // Keys.Election: what campaigns are keyed by
+	election := strings.TrimSuffix(CandidatePrefix(key), "/") // Keys.Election: what campaigns are keyed by
 	if !strings.HasPrefix(key, e.cfg.Prefix+"/") || e.campaigning(election) {
 		return
 	}

@@ -125,17 +125,18 @@ func HeldCmp(key string, token int64) clientv3.Cmp {
 // the successor's, while the successor's own key keeps its token, and a predecessor that had not
 // heard of its loss goes on. Term.Guard compares both, so that only the oldest acts.
 func LeadsCmp(key string, token int64) clientv3.Cmp {
-	candidates := candidatePrefix(key)
+	candidates := CandidatePrefix(key)
 	return clientv3.Compare(clientv3.CreateRevision(candidates), ">", token-1).WithRange(clientv3.GetPrefixRangeEnd(candidates))
 }
 
-// candidatePrefix is the prefix of every candidate key of key's election (Keys.Candidates).
-func candidatePrefix(key string) string { return key[:strings.LastIndex(key, "/")+1] }
+// CandidatePrefix is the prefix of every candidate key of the election of key, a candidate key:
+// Keys.Candidates of its project and queue.
+func CandidatePrefix(key string) string { return key[:strings.LastIndex(key, "/")+1] }
 
 // OldestOp reads the oldest candidate key of key's election (keys only): what a transaction whose
 // LeadsCmp failed reads in its Else to say why (LeadsIn).
 func OldestOp(key string) clientv3.Op {
-	return clientv3.OpGet(candidatePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
+	return clientv3.OpGet(CandidatePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 }
 

@@ -132,9 +132,6 @@ func (w *World) endLiveness(now time.Time) {
 	}
 }
 
-// candidates is the candidate prefix of the election whose key is key (election.Keys.Candidates).
-func candidates(key string) string { return key[:strings.LastIndex(key, "/")+1] }
-
 // holds returns t's key when etcd (v) holds it at t's token and it is its election's oldest
 // candidate, so that t's process may act; nil otherwise.
 func holds(v etcdmodel.View, t *election.Term) *mvccpb.KeyValue {
@@ -142,7 +139,7 @@ func holds(v etcdmodel.View, t *election.Term) *mvccpb.KeyValue {
 	if kv == nil || kv.CreateRevision != t.Token() {
 		return nil
 	}
-	if o := v.Oldest(candidates(t.Key())); o == nil || o.CreateRevision != t.Token() {
+	if o := v.Oldest(election.CandidatePrefix(t.Key())); o == nil || o.CreateRevision != t.Token() {
 		return nil
 	}
 	return kv

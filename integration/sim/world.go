@@ -169,7 +169,7 @@ func (w *World) onCommit(rev int64, events []*mvccpb.Event, view etcdmodel.View)
 		}
 		if kv := view.Get(f.key); kv == nil || kv.CreateRevision != f.token {
 			w.violate("fenced write %s of term %s@%d committed at revision %d after its term's key was gone", ev.Kv.Value, f.key, f.token, rev)
-		} else if o := view.Oldest(candidates(f.key)); o.CreateRevision != f.token {
+		} else if o := view.Oldest(election.CandidatePrefix(f.key)); o.CreateRevision != f.token {
 			w.violate("fenced write %s of term %s@%d committed at revision %d while an older candidate %s@%d led", ev.Kv.Value, f.key, f.token, rev, o.Key, o.CreateRevision)
 		}
 	}
