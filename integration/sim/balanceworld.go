@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/baton-run/baton/balance"
@@ -79,18 +78,20 @@ func (w *BalanceWorld) loop(start time.Time) {
 	events := w.plan.events
 	stopped := make(chan struct{})
 	for {
-		synctest.Wait()
+		w.quiesce()
 		now := time.Now()
 		w.check()
+		acted := false // a fault or a phase woke goroutines: they run to a stop before the next delivery
 		for len(events) > 0 && !start.Add(events[0].after).After(now) {
 			w.apply(events[0])
-			events = events[1:]
+			events, acted = events[1:], true
 		}
 		w.mu.Lock()
 		phase := w.phase
 		w.mu.Unlock()
 		if phase < 3 && !now.Before(ends[phase]) {
 			w.enter(phase + 1)
+			acted = true
 			if phase+1 == 3 {
 				go func() { w.stopAll(&w.stage); close(stopped) }()
 			}
@@ -101,6 +102,9 @@ func (w *BalanceWorld) loop(start time.Time) {
 			w.net.Close()
 			return
 		default:
+		}
+		if acted {
+			continue
 		}
 		ok, next := w.net.Step(now)
 		if ok {

@@ -33,9 +33,16 @@
 //
 // The trace of a schedule is a list of lines (deliveries, fates, faults, callbacks) whose hash is the
 // schedule's fingerprint: running a seed twice and comparing the hashes measures replay fidelity.
-// In-step goroutine interleaving is the Go runtime's and is not seeded (golang/go#67690); the
-// scheduler only ever acts when the bubble is quiescent and orders what is pending canonically,
-// which makes most schedules replay exactly, and the batch reports how many did.
+// In-step goroutine interleaving is the Go runtime's and is not seeded (golang/go#67690). The
+// scheduler only ever acts when the bubble is quiescent, and what it can, it puts in an order of its
+// own: it orders what is pending by content (a watch's messages by its stream too); a fault or a phase
+// change runs to a stop before the next delivery; the lines a step's goroutines add are settled in
+// one canonical order (Recorder.Settle); a process's own Watch calls pass through the network
+// (etcdmodel.MethodOpenWatch), each on a stream of its own; proposals that waited for a raft leader
+// apply in the order they arrived; a jitter drawn at one instant gets one value, whichever goroutine
+// draws first. What is left is goroutines woken at one instant that race for something the library
+// shares (the Elector's session grant), so about half the fleet schedules replay exactly; the batch
+// reports how many did, and the ledger and takeover worlds, which leave nothing to the runtime, all.
 //
 // The carry world (CarryWorld, TestSimCarry) runs the real dispatcher Backlog activity, with its
 // scan of the run log (a real takeover.EtcdRunLog on the etcd model), describes, continue-as-new

@@ -34,7 +34,7 @@ type ledgerOwner struct {
 
 func (w *LedgerWorld) newOwner(i int) *ledgerOwner {
 	name := fmt.Sprintf("o%d", i)
-	return &ledgerOwner{w: w, i: i, name: name, clk: newNodeClock(w.s.Source("clock/" + name)), r: w.s.Rand("owner/" + name)}
+	return &ledgerOwner{w: w, i: i, name: name, clk: newNodeClock(w.s, "clock/"+name), r: w.s.Rand("owner/" + name)}
 }
 
 // current is the owner's term as it stands (a restore may make it begin again: retake).

@@ -38,7 +38,7 @@ func (w *LedgerWorld) watchLedger() {
 		case <-t.C:
 		}
 	}
-	wt.SetClock(newNodeClock(w.s.Source("clock/watch")))
+	wt.SetClock(newNodeClock(w.s, "clock/watch"))
 	wt.Run(ctx)
 	completions, _ := wt.Seen()
 	var wrong []string

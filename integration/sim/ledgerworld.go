@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/baton-run/baton/integration/sim/etcdmodel"
@@ -118,18 +117,19 @@ func (w *LedgerWorld) loop(start time.Time, cancel context.CancelFunc) {
 	healed, stopping := false, false
 	live := make(chan struct{})
 	for {
-		synctest.Wait()
+		w.quiesce()
 		now := time.Now()
+		acted := false // a fault or a phase woke goroutines: they run to a stop before the next delivery
 		for len(events) > 0 && !start.Add(events[0].after).After(now) {
 			w.apply(events[0], now)
-			events = events[1:]
+			events, acted = events[1:], true
 		}
 		if !healed && !now.Before(chaosEnd) {
-			healed = true
+			healed, acted = true, true
 			w.heal(now, live)
 		}
 		if healed && !stopping && chanClosed(live) {
-			stopping = true
+			stopping, acted = true, true
 			cancel()
 			go func() {
 				w.bg.Wait()
@@ -141,6 +141,9 @@ func (w *LedgerWorld) loop(start time.Time, cancel context.CancelFunc) {
 			w.model.Close()
 			w.net.Close()
 			return
+		}
+		if acted {
+			continue
 		}
 		if ok, next := w.net.Step(now); !ok {
 			due := chaosEnd

@@ -42,6 +42,7 @@ const (
 type msg struct {
 	client, method, key string
 	stream              bool
+	local               bool      // a process's own call (etcdmodel.MethodOpenWatch): ordered, never faulted
 	at                  time.Time // deliverable from
 	seen                bool
 	fate                chan fate
@@ -107,18 +108,23 @@ func (n *Net) Hold(client string, until time.Time) {
 
 func isStream(method string) bool { return method == "WatchRequest" || method == "WatchResponse" }
 
-func msgKey(client, method string, req any) string {
+func msgKey(client, method, label string, req any) string {
 	h := fnv.New64a()
-	if m, ok := req.(interface{ Marshal() ([]byte, error) }); ok { // etcd's gogo-generated messages
+	h.Write([]byte(label))
+	switch m := req.(type) {
+	case interface{ Marshal() ([]byte, error) }: // etcd's gogo-generated messages
 		b, _ := m.Marshal()
 		h.Write(b)
+	case string:
+		h.Write([]byte(m))
 	}
 	return fmt.Sprintf("%s %s %016x", client, method, h.Sum64())
 }
 
 // Call implements etcdmodel.Transport: the message waits until the scheduler gives it a fate.
 func (n *Net) Call(ctx context.Context, client, method string, req any, deliver func() error) error {
-	m := &msg{client: client, method: method, key: msgKey(client, method, req), stream: isStream(method), fate: make(chan fate, 1)}
+	m := &msg{client: client, method: method, key: msgKey(client, method, etcdmodel.WatchLabel(ctx), req), stream: isStream(method),
+		local: method == etcdmodel.MethodOpenWatch, fate: make(chan fate, 1)}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -135,7 +141,7 @@ func (n *Net) Call(ctx context.Context, client, method string, req any, deliver 
 		return n.finish(ctx, f, deliver)
 	case <-ctx.Done():
 	}
-	if m.stream {
+	if m.stream || m.local {
 		n.remove(m)
 		return ctx.Err()
 	}
@@ -206,6 +212,10 @@ func (n *Net) Step(now time.Time) (bool, time.Time) {
 	var ready []int
 	var next time.Time
 	for i, m := range n.pending {
+		if m.local {
+			ready = append(ready, i) // at once, whatever the faults
+			continue
+		}
 		if !m.seen {
 			m.seen, m.at = true, now
 			if n.rng.Float64() < n.faults.DelayRate {
@@ -238,7 +248,7 @@ func (n *Net) Step(now time.Time) (bool, time.Time) {
 	n.pending = append(n.pending[:i], n.pending[i+1:]...)
 	f := deliverIt
 	switch {
-	case m.stream:
+	case m.stream, m.local:
 	case n.cut[m.client]:
 		f = dropBefore
 	case n.rng.Float64() < n.faults.DropRate:

@@ -34,7 +34,7 @@ type proc struct {
 func (p *proc) init(g *stage, root context.Context, slot, gen int) {
 	p.g, p.root, p.slot = g, root, slot
 	p.name = fmt.Sprintf("n%d.%d", slot, gen)
-	p.clk = newNodeClock(g.s.Source("clock/" + p.name))
+	p.clk = newNodeClock(g.s, "clock/"+p.name)
 	p.ctx, p.cancel = context.WithCancel(root)
 }
 

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/baton-run/baton/election"
@@ -133,20 +132,21 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 	healed, stopping := false, false
 	events := w.plan.faults
 	for {
-		synctest.Wait()
+		w.quiesce()
 		now := time.Now()
 		w.flushNotes()
 		w.lookRedis()
+		acted := false // a fault or a phase woke goroutines: they run to a stop before the next delivery
 		for len(events) > 0 && !start.Add(events[0].after).After(now) {
 			w.apply(events[0], now)
-			events = events[1:]
+			events, acted = events[1:], true
 		}
 		if !healed && !now.Before(chaosEnd) {
-			healed = true
+			healed, acted = true, true
 			w.heal()
 		}
 		if !stopping && !now.Before(checkAt) {
-			stopping = true
+			stopping, acted = true, true
 			w.checkHealed(now.Sub(chaosEnd))
 			go func() { w.stopAll(&w.stage); close(stopped) }()
 		}
@@ -154,6 +154,9 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 			w.model.Close()
 			w.net.Close()
 			return
+		}
+		if acted {
+			continue
 		}
 		ok, next := w.net.Step(now)
 		if ok {

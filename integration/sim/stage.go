@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"sync"
+	"testing/synctest"
 	"time"
 
 	"github.com/baton-run/baton/clock"
@@ -30,7 +31,7 @@ type stage struct {
 // from the seed's streams, and records the plan.
 func (g *stage) setUp(s Streams, keep bool, faults NetFaults, onCommit func(int64, []*mvccpb.Event, etcdmodel.View), plan fmt.Stringer) {
 	g.s, g.probes = s, map[string]int{}
-	g.rec = NewRecorder(clock.Real(), keep) // the bubble's clock
+	g.rec = NewRecorder(clock.Real(), keep).InSteps() // the bubble's clock; the worlds' loops settle each step
 	g.net = NewNet(g.rec, s.Rand("net"), faults)
 	g.model = etcdmodel.New(etcdmodel.Options{Rand: s.Source("leases"), Transport: g.net, OnCommit: onCommit})
 	g.rec.Add("world", "setup %s", plan)
@@ -57,6 +58,13 @@ func (g *stage) probe(name string) {
 	g.rmu.Lock()
 	defer g.rmu.Unlock()
 	g.probes[name]++
+}
+
+// quiesce waits until every goroutine of the bubble is durably blocked and settles the step the
+// recorder was in: where every world's scheduler loop begins.
+func (g *stage) quiesce() {
+	synctest.Wait()
+	g.rec.Settle()
 }
 
 // sleep lets the bubble's time run until due (at least a millisecond on), a new message on the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/baton-run/baton/election"
@@ -103,19 +102,20 @@ func (w *World) loop(start time.Time) {
 	stopping := false
 	faults := w.plan.events(start)
 	for {
-		synctest.Wait()
+		w.quiesce()
 		now := time.Now()
 		w.check(now, !now.Before(chaosEnd))
+		acted := false // a fault or a phase woke goroutines: they run to a stop before the next delivery
 		for len(faults) > 0 && !faults[0].at.After(now) {
 			w.apply(faults[0], now)
-			faults = faults[1:]
+			faults, acted = faults[1:], true
 		}
 		if !stopping && !now.Before(chaosEnd) && w.plan.healed {
 			w.heal(now)
-			w.plan.healed = false
+			w.plan.healed, acted = false, true
 		}
 		if !stopping && (!now.Before(healEnd) || (!w.healedAt.IsZero() && now.Sub(w.healedAt) > 5*time.Second)) {
-			stopping = true
+			stopping, acted = true, true
 			w.endLiveness(now)
 			go func() { w.stopAll(&w.stage); close(stopped) }()
 		}
@@ -128,6 +128,9 @@ func (w *World) loop(start time.Time) {
 			w.net.Close()
 			return
 		default:
+		}
+		if acted {
+			continue
 		}
 		ok, next := w.net.Step(now)
 		if ok {

@@ -29,7 +29,7 @@ func call[R any](ctx context.Context, m *Model, client, method string, req any, 
 		resp R
 	)
 	err := m.opts.Transport.Call(ctx, client, method, req, func() error {
-		if err := m.waitLeader(context.WithoutCancel(ctx)); err != nil {
+		if err := m.waitLeader(); err != nil {
 			return err
 		}
 		defer m.mu.Unlock()

@@ -120,7 +120,7 @@ func (s *keepAliveStream) Send(r *pb.LeaseKeepAliveRequest) error {
 		resp *pb.LeaseKeepAliveResponse
 	)
 	err := s.c.m.opts.Transport.Call(s.ctx, s.c.name, "LeaseKeepAlive", r, func() error {
-		if err := s.c.m.waitLeader(context.WithoutCancel(s.ctx)); err != nil {
+		if err := s.c.m.waitLeader(); err != nil {
 			return err
 		}
 		defer s.c.m.mu.Unlock()

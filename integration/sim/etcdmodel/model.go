@@ -1,7 +1,6 @@
 package etcdmodel
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -77,7 +76,7 @@ type Model struct {
 	history           []revision // revisions > compactRev - 1, oldest first
 	leases            map[int64]*lease
 	noLeader          bool
-	leaderc           chan struct{} // closed when a leader returns
+	waiting           []chan struct{} // proposals waiting for a leader, oldest first (waitLeader)
 	watches           map[*watchStream]struct{}
 	expiry            clock.Timer
 	closed            bool
@@ -148,6 +147,7 @@ func (m *Model) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
+	m.releaseNextLocked() // the waiting proposals fail, each passing the turn on
 	if m.expiry != nil {
 		m.expiry.Stop()
 	}
@@ -227,24 +227,34 @@ func (m *Model) header() *pb.ResponseHeader {
 	return &pb.ResponseHeader{ClusterId: m.opts.ClusterID, MemberId: m.opts.MemberID, Revision: m.rev, RaftTerm: m.raftTerm}
 }
 
-// waitLeader blocks while the model has no leader, as proposals wait in etcd; it fails with the
-// context's error.
-func (m *Model) waitLeader(ctx context.Context) error {
+// waitLeader blocks while the model has no leader, as proposals wait in etcd. The proposals that
+// waited go on one at a time, in the order they reached the model, when a leader returns: each passes
+// the turn to the next as it takes the lock, so the next applies once this one unlocks (woken all at
+// once, they would apply in the order the Go runtime ran them, and a seed would replay differently).
+func (m *Model) waitLeader() error {
+	m.mu.Lock()
 	for {
-		m.mu.Lock()
 		if m.closed {
+			m.releaseNextLocked()
 			m.mu.Unlock()
 			return errClosed
 		}
 		if !m.noLeader {
 			return nil // still locked: the caller applies under the lock
 		}
-		c := m.leaderc
+		c := make(chan struct{})
+		m.waiting = append(m.waiting, c)
 		m.mu.Unlock()
-		select {
-		case <-c:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		<-c
+		m.mu.Lock()
+		m.releaseNextLocked()
+	}
+}
+
+// releaseNextLocked gives the turn to the longest-waiting proposal.
+func (m *Model) releaseNextLocked() {
+	if len(m.waiting) > 0 {
+		close(m.waiting[0])
+		m.waiting = m.waiting[1:]
 	}
 }
