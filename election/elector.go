@@ -25,8 +25,7 @@ type Elector struct {
 	cfg    Config
 	log    *zap.Logger
 
-	grant chan struct{} // one session grant at a time; a channel so waiters can give up with their ctx
-	slots *window       // campaign requests in flight (Config.MaxCampaignRequests, adapted to etcd's answers)
+	slots *window // campaign requests in flight (Config.MaxCampaignRequests, adapted to etcd's answers)
 	// handOvers are the resigns under way (Config.MaxHandOvers).
 	handOvers handOvers
 	wg        sync.WaitGroup
@@ -38,6 +37,7 @@ type Elector struct {
 
 	mu        sync.Mutex
 	current   *session
+	granting  *grantCall          // the session grant in flight, if any
 	campaigns map[string]struct{} // election keys this Elector campaigns for or leads
 	stops     map[*int]context.CancelFunc
 	closed    bool
@@ -61,7 +61,6 @@ func New(client *clientv3.Client, cfg Config) (*Elector, error) {
 		leases:    client.Lease,
 		cfg:       cfg,
 		log:       cfg.Logger,
-		grant:     make(chan struct{}, 1),
 		slots:     newWindow(cfg),
 		handOvers: make(handOvers, cfg.MaxHandOvers),
 		campaigns: make(map[string]struct{}),
@@ -180,38 +179,67 @@ func (e *Elector) release(project, queue string) {
 	e.mu.Unlock()
 }
 
-// session returns the live session, granting a new one when there is none.
+// session returns the live session, granting a new one when there is none. Every caller that finds
+// none waits for the same grant and shares its outcome: one LeaseGrant however many queues need the
+// session, and when it fails, every campaign backs off on that one failure instead of sending a grant
+// of its own after it, one after another (a burst against an etcd that is just coming back, and a
+// wait that grows with the number of queues). The grant runs on the Elector's life, not a caller's
+// context: a caller that gives up stops waiting without failing the grant for the others.
 func (e *Elector) session(ctx context.Context) (*session, error) {
-	select {
-	case e.grant <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-e.grant }()
-
-	e.mu.Lock()
-	cur, closed := e.current, e.closed
-	e.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if cur != nil && cur.err() == nil {
-		return cur, nil
-	}
-	s, err := grantSession(ctx, e.leases, e.cfg, &e.wg, e.life)
-	if err != nil {
-		return nil, fmt.Errorf("election: grant session lease: %w", err)
-	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		s.lose(ErrClosed)
 		return nil, ErrClosed
 	}
-	e.current = s
+	if cur := e.current; cur != nil && cur.err() == nil {
+		e.mu.Unlock()
+		return cur, nil
+	}
+	g := e.granting
+	if g == nil {
+		g = &grantCall{done: make(chan struct{})}
+		e.granting = g
+		e.wg.Go(func() { e.grantFor(g) })
+	}
 	e.mu.Unlock()
-	e.wg.Go(func() { e.sweep(s) })
-	return s, nil
+	select {
+	case <-g.done:
+		return g.s, g.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// grantCall is the session grant in flight, shared by every session call that waits for it.
+type grantCall struct {
+	done chan struct{} // closed once s or err is set
+	s    *session
+	err  error
+}
+
+// grantFor grants the session g waits for and makes it the current one.
+func (e *Elector) grantFor(g *grantCall) {
+	defer close(g.done)
+	s, err := grantSession(e.life, e.leases, e.cfg, &e.wg, e.life)
+	e.mu.Lock()
+	e.granting = nil
+	closed := e.closed
+	if err == nil && !closed {
+		e.current = s
+		e.wg.Go(func() { e.sweep(s) })
+	}
+	e.mu.Unlock()
+	switch {
+	case closed:
+		if err == nil {
+			s.lose(ErrClosed)
+		}
+		g.err = ErrClosed
+	case err != nil:
+		g.err = fmt.Errorf("election: grant session lease: %w", err)
+	default:
+		g.s = s
+	}
 }
 
 func (e *Elector) campaign(ctx context.Context, s *session, project, queue, value string, withCallback bool) (*Term, error) {
