@@ -40,9 +40,11 @@
 // one canonical order (Recorder.Settle); a process's own Watch calls pass through the network
 // (etcdmodel.MethodOpenWatch), each on a stream of its own; proposals that waited for a raft leader
 // apply in the order they arrived; a jitter drawn at one instant gets one value, whichever goroutine
-// draws first. What is left is goroutines woken at one instant that race for something the library
-// shares (the Elector's session grant), so about half the fleet schedules replay exactly; the batch
-// reports how many did, and the ledger and takeover worlds, which leave nothing to the runtime, all.
+// draws first. What is left is goroutines woken at one instant that race for something shared (which
+// of a stopping process's queues is handed over first, a timer that fires at the instant of a
+// delivery), so most election and reconciler schedules and about a third of the balance ones
+// replay exactly; the batch reports how many did, and the ledger and takeover worlds, which leave
+// nothing to the runtime, all.
 //
 // The carry world (CarryWorld, TestSimCarry) runs the real dispatcher Backlog activity, with its
 // scan of the run log (a real takeover.EtcdRunLog on the etcd model), describes, continue-as-new

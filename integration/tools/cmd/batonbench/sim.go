@@ -120,6 +120,13 @@ func simFigures(w simWorld, r sim.Report, budget time.Duration) []benchreport.Fi
 	}
 	rate.Samples, speed.Samples = r.Schedules, r.Schedules
 	figures := []benchreport.Figure{rate, speed}
+	if r.Replayed > 0 { // every Fidelty-th seed ran twice: the share whose second trace was the first's
+		same := 100 * float64(r.Replayed-r.Diverged) / float64(r.Replayed)
+		replay := benchreport.Single(name+": seeds replayed with an identical trace", "%", same,
+			"a replay that repeats every step", 100, "informational (goal: 100)", true)
+		replay.Samples = r.Replayed
+		figures = append(figures, replay)
+	}
 	if !w.fleet {
 		hour := benchreport.Single(fmt.Sprintf("%s: micro-schedules per hour, extrapolated from a %v batch", name, budget),
 			"schedules/h", perSec*3600, atRealTime, 3600/each, fmt.Sprintf(">= %d", simMicroGoal), perSec*3600 >= simMicroGoal)
