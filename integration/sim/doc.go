@@ -37,8 +37,8 @@
 // scheduler only ever acts when the bubble is quiescent, and what it can, it puts in an order of its
 // own: it orders what is pending by content (a watch's messages by its stream too); a fault or a phase
 // change runs to a stop before the next delivery; the lines a step's goroutines add are settled in
-// one canonical order (Recorder.Settle); a process's own Watch calls pass through the network
-// (etcdmodel.MethodOpenWatch), each on a stream of its own; proposals that waited for a raft leader
+// one canonical order (Recorder.Settle); each watch has a stream of its own (clientv3 resumes the
+// watches of a shared stream in a Go map's order); proposals that waited for a raft leader
 // apply in the order they arrived; a jitter drawn at one instant gets one value, whichever goroutine
 // draws first. What is left is goroutines woken at one instant that race for something shared (which
 // of a stopping process's queues is handed over first, a timer that fires at the instant of a

@@ -42,7 +42,6 @@ const (
 type msg struct {
 	client, method, key string
 	stream              bool
-	local               bool      // a process's own call (etcdmodel.MethodOpenWatch): ordered, never faulted
 	at                  time.Time // deliverable from
 	seen                bool
 	fate                chan fate
@@ -123,8 +122,11 @@ func msgKey(client, method, label string, req any) string {
 
 // Call implements etcdmodel.Transport: the message waits until the scheduler gives it a fate.
 func (n *Net) Call(ctx context.Context, client, method string, req any, deliver func() error) error {
-	m := &msg{client: client, method: method, key: msgKey(client, method, etcdmodel.WatchLabel(ctx), req), stream: isStream(method),
-		local: method == etcdmodel.MethodOpenWatch, fate: make(chan fate, 1)}
+	stream, label := isStream(method), ""
+	if stream {
+		label = etcdmodel.WatchLabel(ctx)
+	}
+	m := &msg{client: client, method: method, key: msgKey(client, method, label, req), stream: stream, fate: make(chan fate, 1)}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -141,7 +143,7 @@ func (n *Net) Call(ctx context.Context, client, method string, req any, deliver 
 		return n.finish(ctx, f, deliver)
 	case <-ctx.Done():
 	}
-	if m.stream || m.local {
+	if m.stream {
 		n.remove(m)
 		return ctx.Err()
 	}
@@ -212,10 +214,6 @@ func (n *Net) Step(now time.Time) (bool, time.Time) {
 	var ready []int
 	var next time.Time
 	for i, m := range n.pending {
-		if m.local {
-			ready = append(ready, i) // at once, whatever the faults
-			continue
-		}
 		if !m.seen {
 			m.seen, m.at = true, now
 			if n.rng.Float64() < n.faults.DelayRate {
@@ -248,7 +246,7 @@ func (n *Net) Step(now time.Time) (bool, time.Time) {
 	n.pending = append(n.pending[:i], n.pending[i+1:]...)
 	f := deliverIt
 	switch {
-	case m.stream, m.local:
+	case m.stream:
 	case n.cut[m.client]:
 		f = dropBefore
 	case n.rng.Float64() < n.faults.DropRate:

@@ -15,52 +15,39 @@ import (
 func (m *Model) NewClient(ctx context.Context, name string) *clientv3.Client {
 	c := clientv3.NewCtxClient(ctx, clientv3.WithZapLogger(zap.NewNop()))
 	c.KV = clientv3.NewKVFromKVClient(&kvClient{m: m, name: name}, c)
-	c.Watcher = &orderedWatcher{Watcher: clientv3.NewWatchFromWatchClient(&watchClient{m: m, name: name}, c), m: m, name: name}
+	c.Watcher = streamPerWatch{clientv3.NewWatchFromWatchClient(&watchClient{m: m, name: name}, c)}
 	c.Lease = clientv3.NewLeaseFromLeaseClient(&leaseClient{m: m, name: name}, c, time.Second)
 	return c
 }
 
-// watchLabelKey is the outgoing metadata naming a watch's stream (orderedWatcher).
+// watchLabelKey is the outgoing metadata naming a watch's stream (streamPerWatch).
 const watchLabelKey = "sim-watch"
+
+// watchLabelCtx keys a watch stream's name among its context's values (set once per stream).
+type watchLabelCtx struct{}
 
 // WatchLabel names the watch stream a stream message travels on, from the stream's context (empty
 // for other messages): every stream's watch has ID 0 on its stream, so two streams' messages can be
 // byte for byte the same, and a transport that orders messages by content tells them apart by it.
 func WatchLabel(ctx context.Context) string {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	if v := md.Get(watchLabelKey); len(v) > 0 {
-		return v[0]
-	}
-	return ""
+	label, _ := ctx.Value(watchLabelCtx{}).(string)
+	return label
 }
 
-// orderedWatcher passes each Watch call through the transport (MethodOpenWatch) before clientv3 sees
-// it, so that the transport, not the Go runtime, orders the watches of a client's goroutines.
-type orderedWatcher struct {
+// streamPerWatch puts each Watch call on a gRPC stream of its own: clientv3 shares a stream among
+// the watches whose contexts carry the same metadata, sends their creates in the order their
+// goroutines reached it and, when the stream ends, resumes them in the order of a Go map, which no
+// seed decides. A watch alone on its stream is resumed in one order, and its messages are named by
+// the watch (WatchLabel), so the network orders them by content whichever goroutine sent first.
+type streamPerWatch struct {
 	clientv3.Watcher
-	m    *Model
-	name string
 }
 
-func (w *orderedWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
-	var ch clientv3.WatchChan
+func (w streamPerWatch) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
 	// The op's fields (key, range end, revision, filters, notifications) name the watch; it has no
 	// pointer set by a Watch's options but the sort, which a watch never takes.
 	name := fmt.Sprintf("%+v", clientv3.OpGet(key, opts...))
-	// Each watch on a gRPC stream of its own (clientv3 shares a stream among the watches whose
-	// contexts carry the same metadata): when a stream ends, clientv3 resumes its watches in the
-	// order of a Go map, which no seed decides. One watch a stream resumes in one order.
-	sctx := metadata.AppendToOutgoingContext(ctx, watchLabelKey, name)
-	err := w.m.opts.Transport.Call(ctx, w.name, MethodOpenWatch, name, func() error {
-		ch = w.Watcher.Watch(sctx, key, opts...)
-		return nil
-	})
-	if err != nil { // the caller's context ended first: what clientv3 gives a watch on a done context
-		closed := make(chan clientv3.WatchResponse)
-		close(closed)
-		return closed
-	}
-	return ch
+	return w.Watcher.Watch(metadata.AppendToOutgoingContext(ctx, watchLabelKey, name), key, opts...)
 }
 
 // SetLeader starts (false) or ends (true) a window without a raft leader: requests wait, streams that

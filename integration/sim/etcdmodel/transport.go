@@ -7,20 +7,13 @@ import "context"
 // after it ran (a response lost after apply). It returns deliver's error when it passes the answer on.
 // A request already sent may be delivered after its caller's context ended (as on a real network), so
 // deliver applies it regardless of that context; only Close or a returning leader unblocks it.
-// Methods are the gRPC method names ("Range", "Txn", "LeaseKeepAlive", ...), for the server's
-// stream messages "WatchResponse", and MethodOpenWatch.
+// Methods are the gRPC method names ("Range", "Txn", "LeaseKeepAlive", ...) and, for the server's
+// stream messages, "WatchResponse".
 type Transport interface {
 	// req is the request (or, for "WatchResponse", the response) in flight, for the transport's own
 	// ordering and its trace; the transport must not change it.
 	Call(ctx context.Context, client, method string, req any, deliver func() error) error
 }
-
-// MethodOpenWatch is not a message on the wire but a process's own call of clientv3's Watch (req: a
-// string naming the key and options). clientv3 puts the watches of one client on one stream, in the
-// order their goroutines reached it; goroutines woken together (every queue's watch ended by one
-// restore) reach it in an order the Go runtime chooses. Through the transport, the order is the
-// transport's. It is local: a transport orders it but never delays, holds or drops it.
-const MethodOpenWatch = "OpenWatch"
 
 type direct struct{}
 

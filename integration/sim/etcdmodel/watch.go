@@ -62,7 +62,11 @@ func (c *watchClient) Watch(ctx context.Context, _ ...grpc.CallOption) (pb.Watch
 	if requireLeader && m.noLeader {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	sctx, cancel := context.WithCancel(ctx)
+	var label string
+	if v := md.Get(watchLabelKey); len(v) > 0 {
+		label = v[0]
+	}
+	sctx, cancel := context.WithCancel(context.WithValue(ctx, watchLabelCtx{}, label))
 	ws := &watchStream{m: m, name: c.name, ctx: sctx, cancel: cancel, requireLeader: requireLeader,
 		watchers: map[int64]*watcher{}, wake: make(chan struct{}, 1), inWake: make(chan struct{}, 1), recvc: make(chan *pb.WatchResponse),
 		done: make(chan struct{})}
