@@ -2,7 +2,7 @@ package etcdmodel
 
 import (
 	"context"
-	"fmt"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -44,9 +44,10 @@ type streamPerWatch struct {
 }
 
 func (w streamPerWatch) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
-	// The op's fields (key, range end, revision, filters, notifications) name the watch; it has no
-	// pointer set by a Watch's options but the sort, which a watch never takes.
-	name := fmt.Sprintf("%+v", clientv3.OpGet(key, opts...))
+	// Key, range end and start revision name the watch (two watches of one client that agree on all
+	// three and differ in their filters would share a name, and only their order would be the runtime's).
+	op := clientv3.OpGet(key, opts...)
+	name := key + "\x00" + string(op.RangeBytes()) + "\x00" + strconv.FormatInt(op.Rev(), 10)
 	return w.Watcher.Watch(metadata.AppendToOutgoingContext(ctx, watchLabelKey, name), key, opts...)
 }
 
