@@ -2,6 +2,8 @@
 //
 // A process creates one Elector over its etcd client. The Elector holds one session (an etcd lease)
 // shared by every campaign of the process, so keepalive cost does not grow with the number of queues.
+// Campaigns that need a session wait for one grant and share its outcome: a failed grant sends every
+// one of them into its backoff at once, rather than each sending a grant of its own after it.
 // Each (project, queue) is an election under <Prefix>/<project>/<queue>/; a candidate's key is named
 // after its lease and the oldest key leads.
 //
