@@ -160,6 +160,9 @@ func TestTakeoverUnderWayIsNotHandedOver(t *testing.T) {
 	var interrupted atomic.Bool
 	cfgA := fast(p, "busy-a", queues...)
 	cfgA.Takeover.AttemptTimeout = 5 * time.Minute
+	// The test watches one term for seconds: a session lost to a stalled machine (fast's 2 s TTL
+	// under -race and load) ends it just as a hand-over would, so both workers keep a longer one.
+	cfgA.Election.TTL = 10 * time.Second
 	cfgA.Takeover.Start = func(ctx context.Context, s *takeover.Start) error {
 		first := false
 		if s.Owner.Queue == "orders" {
@@ -192,7 +195,9 @@ func TestTakeoverUnderWayIsNotHandedOver(t *testing.T) {
 		return nil
 	})
 
-	appB, nodeB := e.app(t, fast(p, "busy-b", queues...))
+	cfgB := fast(p, "busy-b", queues...)
+	cfgB.Election.TTL = cfgA.Election.TTL
+	appB, nodeB := e.app(t, cfgB)
 	rec.listen(nodeB)
 	appB.RequireStart()
 	t.Cleanup(appB.RequireStop) // before the servers stop
