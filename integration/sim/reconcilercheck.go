@@ -186,8 +186,8 @@ func (w *ReconcilerWorld) applyTemporal(who string, req temporalmodel.Request) (
 }
 
 // lookRedis compares the project's heartbeat entries with the last look: an entry that went (not by
-// a FLUSHALL or its key TTL, which the world knows of) was deleted by the reconciler, and must not
-// have been written by a term etcd still holds. It runs before every script and at every step, so
+// a FLUSHALL, its key TTL, or its owner's own clear (ownClear), which the world knows of) was deleted
+// by the reconciler, and must not have been written by a term etcd still holds. It runs before every script and at every step, so
 // the last look is the store as the deleting script found it.
 func (w *ReconcilerWorld) lookRedis() {
 	m := w.redis.Mini()
@@ -215,7 +215,7 @@ func (w *ReconcilerWorld) lookRedis() {
 			continue
 		}
 		e, _ := heartbeat.Decode(heartbeat.DefaultPrefix, k, fields)
-		if time.Since(e.UpdatedAt) >= recKeyTTL {
+		if time.Since(e.UpdatedAt) >= recKeyTTL || w.ownClear != nil && w.ownClear(e) {
 			continue
 		}
 		for _, kv := range w.model.Prefix(queueCandidates(e.Queue)) {

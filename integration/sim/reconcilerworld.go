@@ -72,6 +72,9 @@ type ReconcilerWorld struct {
 
 	hmu  sync.Mutex                   // the heartbeat entries as last seen
 	seen map[string]map[string]string // key -> fields, of every well-formed hash under the project's prefix
+	// ownClear, if set, tells an entry its owner cleared itself (a Node's hand-over) from one the
+	// reconciler deleted.
+	ownClear func(heartbeat.Entry) bool
 
 	nmu   sync.Mutex
 	notes []recNote // lines from the processes' goroutines, recorded in order at the scheduler's next step
@@ -92,6 +95,17 @@ func runReconciler(t *testing.T, seed uint64, keep bool) Result {
 	p := drawRecPlan(s)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	w := newReconcilerWorld(ctx, t, s, keep, p)
+	w.launch(p.nodes, w.newNode)
+	w.loop(w.start, w)
+	w.redis.Close()
+	w.flushNotes()
+	return w.result(seed, w.start, p)
+}
+
+// newReconcilerWorld sets up the servers of a reconciler schedule (the etcd model behind the Net, the
+// Redis model, the Temporal model with visibility lag) and the plan's queues; it starts no process.
+func newReconcilerWorld(ctx context.Context, t *testing.T, s Streams, keep bool, p recPlan) *ReconcilerWorld {
 	w := &ReconcilerWorld{t: t, plan: p, ctx: ctx, wfq: map[string]string{}, removed: map[string]bool{},
 		dc: converter.GetDefaultDataConverter(), seen: map[string]map[string]string{}, vacatedAt: map[string]time.Time{},
 		recLeadAt: map[int64]time.Time{}, lagR: s.Rand("visibility-lag")}
@@ -111,21 +125,31 @@ func runReconciler(t *testing.T, seed uint64, keep bool) Result {
 		}
 	})
 	w.temporal = temporalmodel.New(temporalmodel.Options{Clock: s.NewClock("temporal"), VisibilityLag: w.visibilityLag})
-	start := time.Now()
-	w.start = start
-	w.launch(p.nodes, w.newNode)
-	w.loop(start)
-	w.redis.Close()
-	w.flushNotes()
-	return w.result(seed, start, p)
+	w.start = time.Now()
+	return w
 }
 
 func queueName(i int) string { return fmt.Sprintf("q%d", i) }
 
+// recScheduled is what the reconciler world's scheduler asks of the world it drives: the reconciler
+// world itself, or the node world, which has whole Nodes for processes.
+type recScheduled interface {
+	apply(f recFault, now time.Time)
+	heal()
+	step(now time.Time)         // the world's own checks, at every quiescent moment
+	finish(since time.Duration) // the promise after the heal
+	stopFleet()                 // every live process stopped gracefully, and the world's background work done
+}
+
+func (w *ReconcilerWorld) step(time.Time)             {}
+func (w *ReconcilerWorld) finish(since time.Duration) { w.checkHealed(since) }
+func (w *ReconcilerWorld) stopFleet()                 { w.stopAll(&w.stage) }
+
 // loop is the scheduler, as World.loop: at every quiescent moment it looks at Redis, applies the due
 // events, and delivers one etcd message; the heal turns the faults off, and recHealBound later the
-// world's promise is checked and the processes stopped.
-func (w *ReconcilerWorld) loop(start time.Time) {
+// world's promise is checked and the processes stopped. x is the world it drives (w, or a world
+// built on w's servers).
+func (w *ReconcilerWorld) loop(start time.Time, x recScheduled) {
 	chaosEnd := start.Add(recChaos)
 	checkAt := chaosEnd.Add(recHealBound)
 	stopped := make(chan struct{})
@@ -136,19 +160,20 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 		now := time.Now()
 		w.flushNotes()
 		w.lookRedis()
+		x.step(now)
 		acted := false // a fault or a phase woke goroutines: they run to a stop before the next delivery
 		for len(events) > 0 && !start.Add(events[0].after).After(now) {
-			w.apply(events[0], now)
+			x.apply(events[0], now)
 			events, acted = events[1:], true
 		}
 		if !healed && !now.Before(chaosEnd) {
 			healed, acted = true, true
-			w.heal()
+			x.heal()
 		}
 		if !stopping && !now.Before(checkAt) {
 			stopping, acted = true, true
-			w.checkHealed(now.Sub(chaosEnd))
-			go func() { w.stopAll(&w.stage); close(stopped) }()
+			x.finish(now.Sub(chaosEnd))
+			go func() { x.stopFleet(); close(stopped) }()
 		}
 		if chanClosed(stopped) {
 			w.model.Close()
@@ -182,6 +207,9 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 // apply carries out one planned event.
 func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 	w.rec.Add("world", "event %s node=%d dur=%v n=%d", f.kind, f.node, f.dur, f.n)
+	if w.applyServers(f) {
+		return
+	}
 	name := w.slots[f.node].name
 	switch f.kind {
 	case RecFaultCrash:
@@ -208,6 +236,15 @@ func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 		w.net.Cut(name, true)
 	case recPartitionEnd:
 		w.net.Cut(name, false)
+	case RecFaultRemove:
+		w.remove(w.queues[f.n])
+	}
+}
+
+// applyServers carries out an event that befalls the servers, not a process (the node world's too),
+// and reports whether f was one.
+func (w *ReconcilerWorld) applyServers(f recFault) bool {
+	switch f.kind {
 	case RecFaultRevoke:
 		if kv := w.model.Oldest(recCandidates()); kv != nil && w.model.Revoke(kv.Lease) {
 			w.rec.Add("world", "revoked the reconciler leader's lease (%s@%d)", kv.Value, kv.CreateRevision)
@@ -227,9 +264,10 @@ func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 		w.model.SetLeader(false)
 	case recNoLeaderEnd:
 		w.model.SetLeader(true)
-	case RecFaultRemove:
-		w.remove(w.queues[f.n])
+	default:
+		return false
 	}
+	return true
 }
 
 // garbage writes an entry Baton did not write: a string in queue q's own key (its owner's next
@@ -277,6 +315,16 @@ func (w *ReconcilerWorld) slotOf(kv *mvccpb.KeyValue) (int, bool) {
 
 // heal turns every fault off and restarts every crashed process.
 func (w *ReconcilerWorld) heal() {
+	w.healServers()
+	for slot, n := range w.slots {
+		w.net.Cut(n.name, false)
+		w.net.Hold(n.name, time.Time{})
+		w.restart(slot, w.newNode)
+	}
+}
+
+// healServers turns every fault of the networks and the servers off (the node world's heal too).
+func (w *ReconcilerWorld) healServers() {
 	w.rec.Add("world", "heal")
 	w.tmu.Lock()
 	w.healed = true
@@ -284,11 +332,6 @@ func (w *ReconcilerWorld) heal() {
 	w.net.SetFaults(NetFaults{Detect: w.plan.net.Detect})
 	w.model.SetLeader(true)
 	w.redis.SetDown(false)
-	for slot, n := range w.slots {
-		w.net.Cut(n.name, false)
-		w.net.Hold(n.name, time.Time{})
-		w.restart(slot, w.newNode)
-	}
 }
 
 func queueCandidates(q string) string {
