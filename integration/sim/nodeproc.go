@@ -78,14 +78,19 @@ func (n *wnode) config() baton.Config {
 		Heartbeat: heartbeat.Config{Interval: recBeat, KeyTTL: recKeyTTL},
 		Reconciler: reconciler.Config{Interval: recInterval, StaleAfter: recStaleAfter, SweepPageSize: t.pageSize,
 			TerminateRate: t.rate, TerminateBurst: t.burst, CallTimeout: recCallTimeout},
-		Registry: registry.Config{HeartbeatInterval: nodeRegistryBeat},
+		Registry: registry.Config{HeartbeatInterval: nodeRegistryBeat, Retention: nodeRetention},
 		Progress: progress.Config{Disabled: true},
 		Events:   func(e event.Event) { n.w.event(n.name, e) },
 	}
 }
 
-// nodeRegistryBeat is the registry's heartbeat interval (EvictAfter is three of them).
-const nodeRegistryBeat = time.Second
+const (
+	// nodeRegistryBeat is the registry's heartbeat interval (EvictAfter is three of them).
+	nodeRegistryBeat = time.Second
+	// nodeRetention keeps OFFLINE registry records a few seconds, not a day: every Redis key is
+	// looked at before every script (lookRedis), and a schedule ends dozens of incarnations.
+	nodeRetention = 5 * time.Second
+)
 
 // stopNode is the incarnation's stop: a graceful one quiesces its runs first, as a worker does on
 // SIGTERM; after a crash, Stop only ends the goroutines of a process already cut off.

@@ -100,22 +100,35 @@ func (w *NodeWorld) step(time.Time) {
 	w.cmu.Lock()
 	live = slices.DeleteFunc(live, func(n *wnode) bool { return w.dead[n.name] })
 	w.cmu.Unlock()
+	var claims []acting
 	for _, q := range w.queues {
+		claims = claims[:0]
+		for _, n := range live {
+			if t, ok := n.node.Term(q); ok {
+				claims = append(claims, acting{n.name, t.Token()})
+			}
+		}
+		if len(claims) < 2 { // the model is asked only when two Nodes pass their local check
+			continue
+		}
 		held := map[int64]bool{}
 		for _, kv := range w.model.Prefix(queueCandidates(q)) {
 			held[kv.CreateRevision] = true
 		}
-		var acting []string
-		for _, n := range live {
-			if t, ok := n.node.Term(q); ok && held[t.Token()] {
-				acting = append(acting, fmt.Sprintf("%s(token=%d)", n.name, t.Token()))
-			}
-		}
-		if len(acting) > 1 {
-			w.violate("%d Nodes act as the owner of %s at once: %v", len(acting), q, acting)
+		claims = slices.DeleteFunc(claims, func(c acting) bool { return !held[c.token] })
+		if len(claims) > 1 {
+			w.violate("%d Nodes act as the owner of %s at once: %v", len(claims), q, claims)
 		}
 	}
 }
+
+// acting is a Node whose term for a queue passes its local check.
+type acting struct {
+	name  string
+	token int64
+}
+
+func (a acting) String() string { return fmt.Sprintf("%s(token=%d)", a.name, a.token) }
 
 // finish holds the reconciler world's promise after the heal, and the registry's: exactly the live
 // processes listed on every queue.
