@@ -207,28 +207,47 @@ func (w *ReconcilerWorld) loop(start time.Time, x recScheduled) {
 // apply carries out one planned event.
 func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 	w.rec.Add("world", "event %s node=%d dur=%v n=%d", f.kind, f.node, f.dur, f.n)
-	if w.applyServers(f) {
+	if w.applyServers(f) || w.applyProcs(w, f, now) {
 		return
 	}
-	name := w.slots[f.node].name
+	if f.kind == RecFaultRemove {
+		w.remove(w.queues[f.n])
+	}
+}
+
+// recProcs is what a process fault does to the processes of a world built on the reconciler world's
+// servers (its own, or the node world's).
+type recProcs interface {
+	crash(slot int)
+	restartSlot(slot int) // a new incarnation, if the process is down
+	slotOf(kv *mvccpb.KeyValue) (int, bool)
+	procName(slot int) string
+	procs() int
+}
+
+func (w *ReconcilerWorld) restartSlot(slot int) { w.restart(slot, w.newNode) }
+
+// applyProcs carries out an event that befalls x's processes, and reports whether f was one.
+func (w *ReconcilerWorld) applyProcs(x recProcs, f recFault, now time.Time) bool {
+	name := x.procName(f.node)
 	switch f.kind {
 	case RecFaultCrash:
 		if f.n%3 == 0 { // the reconciler leader's process: its term and the queues it owns end together
-			if slot, ok := w.slotOf(w.model.Oldest(recCandidates())); ok {
-				w.crash(slot)
+			if slot, ok := x.slotOf(w.model.Oldest(recCandidates())); ok {
+				x.crash(slot)
 				break
 			}
 		}
-		w.crash(f.node)
+		x.crash(f.node)
 	case recRestart:
-		w.restart(f.node, w.newNode)
+		x.restartSlot(f.node)
 	case RecFaultFleet:
-		for slot := range w.slots {
-			w.crash(slot)
+		for slot := range x.procs() {
+			x.crash(slot)
 		}
 	case recFleetRestart:
-		for slot := range w.slots {
-			w.restart(slot, w.newNode)
+		for slot := range x.procs() {
+			x.restartSlot(slot)
 		}
 	case RecFaultPause:
 		w.net.Hold(name, now.Add(electionTTL+f.dur))
@@ -236,9 +255,10 @@ func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 		w.net.Cut(name, true)
 	case recPartitionEnd:
 		w.net.Cut(name, false)
-	case RecFaultRemove:
-		w.remove(w.queues[f.n])
+	default:
+		return false
 	}
+	return true
 }
 
 // applyServers carries out an event that befalls the servers, not a process (the node world's too),
@@ -299,18 +319,6 @@ func (w *ReconcilerWorld) remove(q string) {
 			cancel()
 		}
 	}
-}
-
-// slotOf is the slot of the live process whose candidate key kv is.
-func (w *ReconcilerWorld) slotOf(kv *mvccpb.KeyValue) (int, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for slot, n := range w.slots {
-		if kv != nil && string(kv.Value) == n.name && !n.crashed {
-			return slot, true
-		}
-	}
-	return 0, false
 }
 
 // heal turns every fault off and restarts every crashed process.
