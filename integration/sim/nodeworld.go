@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-run/baton"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/registry"
@@ -134,6 +135,7 @@ func (a acting) String() string { return fmt.Sprintf("%s(token=%d)", a.name, a.t
 // processes listed on every queue.
 func (w *NodeWorld) finish(since time.Duration) {
 	w.checkHealed(since)
+	w.checkLeaders(since)
 	w.mu.Lock()
 	want := map[string]bool{}
 	for _, n := range w.slots {
@@ -161,6 +163,34 @@ func (w *NodeWorld) finish(since time.Duration) {
 	}
 	for k := range want {
 		w.violate("registry: %v after the heal, live %s is not listed", since, k)
+	}
+}
+
+// checkLeaders holds that after the heal every queue has a leader (every live process serves every
+// queue), and that its Node, live, acts for it with the key's token.
+func (w *NodeWorld) checkLeaders(since time.Duration) {
+	w.mu.Lock()
+	live := map[string]*baton.Node{}
+	for _, n := range w.slots {
+		if !n.crashed && n.node != nil {
+			live[n.name] = n.node
+		}
+	}
+	w.mu.Unlock()
+	for _, q := range w.queues {
+		l := w.model.Oldest(queueCandidates(q))
+		if l == nil {
+			w.violate("liveness: %v after the heal, %s has no leader", since, q)
+			continue
+		}
+		node := live[string(l.Value)]
+		if node == nil {
+			w.violate("liveness: %v after the heal, %s's leader %s is not a live process", since, q, l.Value)
+			continue
+		}
+		if t, ok := node.Term(q); !ok || t.Token() != l.CreateRevision {
+			w.violate("liveness: %v after the heal, %s's leader %s (token %d) does not act as its owner", since, q, l.Value, l.CreateRevision)
+		}
 	}
 }
 
