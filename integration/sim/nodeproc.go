@@ -203,15 +203,19 @@ func (w *NodeWorld) setDrained(slot int, drained bool) {
 }
 
 // sender is the process's Temporal network (the reconciler world's), cut while the process is dead,
-// with the start fencing check: a run is started only while etcd holds the starter's term.
+// with the start fencing check (a run is started only while etcd holds the starter's term) and
+// takeover's rule that a terminate names the run it ends.
 func (w *NodeWorld) sender(who string) temporalmodel.Sender {
 	send := w.ReconcilerWorld.sender(who)
 	return func(ctx context.Context, req temporalmodel.Request) (any, error) {
 		if w.isDead(who) {
 			return nil, serviceerror.NewUnavailable("sim: the process crashed")
 		}
-		if req.Verb == temporalmodel.VerbStart {
+		switch {
+		case req.Verb == temporalmodel.VerbStart:
 			w.checkStart(who, req.Start)
+		case req.Verb == temporalmodel.VerbTerminate && req.Terminate.RunID == "" && req.Terminate.FirstRunID == "":
+			w.violate("%s sent a terminate of %s that names no run: it would end whatever run is current", who, req.Terminate.WorkflowID)
 		}
 		return send(ctx, req)
 	}
