@@ -7,15 +7,16 @@ import (
 
 // The faults only the node world has (besides the reconciler world's, which it draws too).
 const (
-	NodeFaultStop    = "stop"    // a graceful stop (Quiesce, then Stop); the process comes back (a new server ID) later
-	NodeFaultRollout = "rollout" // a rolling deploy: each process in turn replaced by one of the next version
-	NodeFaultDrain   = "drain"   // an operator drains a worker on every queue in the registry; undrained later
-	nodeUndrain      = "undrain" // the drain taken back
-	nodeDeploy       = "deploy"  // one step of a rolling deploy: node is the process, n the rollout
+	NodeFaultStop     = "stop"     // a graceful stop (Quiesce, then Stop); the process comes back (a new server ID) later
+	NodeFaultRollout  = "rollout"  // a rolling deploy: each process in turn replaced by one of the next version
+	NodeFaultDrain    = "drain"    // an operator drains a worker on every queue in the registry; undrained later
+	NodeFaultTransfer = "transfer" // an operator moves queue n to process node (balance.RequestTransfer, `baton transfer`)
+	nodeUndrain       = "undrain"  // the drain taken back
+	nodeDeploy        = "deploy"   // one step of a rolling deploy: node is the process, n the rollout
 )
 
 var nodeFaultKinds = []string{RecFaultCrash, RecFaultPause, RecFaultPartition, RecFaultRevoke, RecFaultFlush, RecFaultGarbage,
-	RecFaultRedisDown, recFaultNoLeader, RecFaultFleet, NodeFaultStop, NodeFaultRollout, NodeFaultDrain}
+	RecFaultRedisDown, recFaultNoLeader, RecFaultFleet, NodeFaultStop, NodeFaultRollout, NodeFaultDrain, NodeFaultTransfer}
 
 // nodeEnd is the event that ends a fault of kind ("": none, or the heal ends it).
 func nodeEnd(kind string) string {

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/baton-run/baton"
+	"github.com/baton-run/baton/balance"
 	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/heartbeat"
 	"github.com/baton-run/baton/registry"
@@ -22,10 +25,11 @@ const (
 	ProbeNodeCrashTakenOver = "crashed owner's run closed by its successor's takeover"
 	ProbeNodeDrainMoved     = "drained worker handed a queue over"
 	ProbeNodeEvicted        = "dead worker evicted from the registry by a queue's leader"
+	ProbeNodeTransferred    = "operator's transfer moved a queue to the worker it named"
 )
 
 // NodeProbes are the probes of TestSimNode.
-var NodeProbes = []string{ProbeNodeStopHandedOver, ProbeNodeRollout, ProbeNodeCrashTakenOver, ProbeNodeDrainMoved, ProbeNodeEvicted}
+var NodeProbes = []string{ProbeNodeStopHandedOver, ProbeNodeRollout, ProbeNodeCrashTakenOver, ProbeNodeDrainMoved, ProbeNodeEvicted, ProbeNodeTransferred}
 
 // NodeWorld is one schedule of the node simulator: 3-5 processes, each a whole baton.Node (baton.New
 // and Node.Start: balance, the queues' and the reconciler's elections, takeover with its etcd run
@@ -58,8 +62,12 @@ type NodeWorld struct {
 	dead    map[string]bool   // incarnations cut off from every server (crashed)
 	stopped map[string]bool   // incarnations stopped gracefully
 	handed  map[string]string // queue -> the stopping incarnation that resigned it, until the next takeover
+	// requested is the worker each queue's last transfer request names; transfers is the worker its
+	// leader is handing it to on such a request (it said so: event.HandingOver, balance.ReasonTransfer)
+	requested, transfers map[string]string
 
-	reg *registry.Registry // the operator's view of the registry: drains and the final check
+	operator *clientv3.Client   // the operator's etcd client: transfer requests
+	reg      *registry.Registry // the operator's view of the registry: drains and the final check
 }
 
 // RunNode runs the node world for seed in its own synctest bubble; keep keeps the timeline.
@@ -73,12 +81,15 @@ func runNode(t *testing.T, seed uint64, keep bool) Result {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	w := &NodeWorld{ReconcilerWorld: newReconcilerWorld(ctx, t, s, keep, p), version: "v1", draining: map[int]string{},
-		dead: map[string]bool{}, stopped: map[string]bool{}, handed: map[string]string{}}
+		dead: map[string]bool{}, stopped: map[string]bool{}, handed: map[string]string{},
+		requested: map[string]string{}, transfers: map[string]string{}}
 	reg, err := registry.New(w.redis.Client(), registry.Config{Project: Project})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.reg = reg
+	w.operator = w.model.NewClient(ctx, "operator")
+	defer w.operator.Close()
 	w.ownClear = w.steppedDown
 	w.launch(p.nodes, w.newNode)
 	w.loop(w.start, w)
@@ -257,11 +268,17 @@ func (w *NodeWorld) event(who string, e event.Event) {
 	dead := w.dead[e.Peer]
 	var handed bool
 	switch {
+	case e.Kind == event.HandingOver && e.Reason == balance.ReasonTransfer:
+		w.transfers[e.Queue] = w.requested[e.Queue]
 	case e.Kind == event.TermEnded && e.Reason == event.EndedResigned && w.stopped[who]:
 		w.handed[e.Queue] = who
 	case e.Kind == event.TakenOver:
 		handed = w.handed[e.Queue] != "" && w.handed[e.Queue] != who
 		delete(w.handed, e.Queue)
+		if w.transfers[e.Queue] == who {
+			delete(w.transfers, e.Queue)
+			defer w.probe(ProbeNodeTransferred)
+		}
 	}
 	w.cmu.Unlock()
 	switch {
@@ -269,7 +286,7 @@ func (w *NodeWorld) event(who string, e event.Event) {
 		w.probe(ProbeNodeStopHandedOver)
 	case e.Kind == event.PriorTerminated && dead:
 		w.probe(ProbeNodeCrashTakenOver)
-	case e.Kind == event.HandingOver && e.Reason == "drain":
+	case e.Kind == event.HandingOver && e.Reason == balance.ReasonDrain:
 		w.probe(ProbeNodeDrainMoved)
 	case e.Kind == event.WorkerEvicted:
 		w.probe(ProbeNodeEvicted)
