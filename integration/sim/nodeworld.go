@@ -266,7 +266,7 @@ func (w *NodeWorld) event(who string, e event.Event) {
 		shortRun(e.PriorRunID), e.Peer, e.PeerToken, e.Reason)
 	w.cmu.Lock()
 	dead := w.dead[e.Peer]
-	var handed bool
+	var handed, transferred bool
 	switch {
 	case e.Kind == event.HandingOver && e.Reason == balance.ReasonTransfer:
 		w.transfers[e.Queue] = w.requested[e.Queue]
@@ -274,13 +274,14 @@ func (w *NodeWorld) event(who string, e event.Event) {
 		w.handed[e.Queue] = who
 	case e.Kind == event.TakenOver:
 		handed = w.handed[e.Queue] != "" && w.handed[e.Queue] != who
+		transferred = w.transfers[e.Queue] == who
 		delete(w.handed, e.Queue)
-		if w.transfers[e.Queue] == who {
-			delete(w.transfers, e.Queue)
-			defer w.probe(ProbeNodeTransferred)
-		}
+		delete(w.transfers, e.Queue)
 	}
 	w.cmu.Unlock()
+	if transferred {
+		w.probe(ProbeNodeTransferred)
+	}
 	switch {
 	case handed:
 		w.probe(ProbeNodeStopHandedOver)
