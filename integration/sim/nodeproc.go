@@ -113,16 +113,11 @@ func (n *wnode) stopNode(ctx context.Context) {
 
 // crash cuts the process off from etcd, Redis and Temporal at once and stops it in the background.
 func (w *NodeWorld) crash(slot int) {
-	w.mu.Lock()
-	n := w.slots[slot]
-	if n.crashed {
-		w.mu.Unlock()
+	n, live := w.current(slot, false)
+	if !live {
 		return
 	}
-	w.mu.Unlock()
-	w.cmu.Lock()
-	w.dead[n.name] = true
-	w.cmu.Unlock()
+	w.mark(w.dead, n.name)
 	if n.rdb != nil {
 		_ = n.rdb.Close()
 	}
@@ -131,18 +126,10 @@ func (w *NodeWorld) crash(slot int) {
 
 // stopGracefully stops the process as a worker stops on SIGTERM (a restart event may bring it back).
 func (w *NodeWorld) stopGracefully(slot int) {
-	w.mu.Lock()
-	n := w.slots[slot]
-	if n.crashed {
-		w.mu.Unlock()
-		return
+	if n, live := w.current(slot, true); live {
+		w.mark(w.stopped, n.name)
+		w.bg.Go(n.stop)
 	}
-	n.crashed, n.graceful = true, true
-	w.mu.Unlock()
-	w.cmu.Lock()
-	w.stopped[n.name] = true
-	w.cmu.Unlock()
-	w.bg.Go(n.stop)
 }
 
 // deploy is one step of rolling deploy f (surge, as the balance world's): the process's next
@@ -151,27 +138,43 @@ func (w *NodeWorld) stopGracefully(slot int) {
 func (w *NodeWorld) deploy(f recFault) {
 	w.mu.Lock()
 	w.version = fmt.Sprintf("v%d", f.n+2)
-	old := w.slots[f.node]
-	crashed := old.crashed
-	if !crashed {
-		old.crashed, old.graceful = true, true
-	}
 	w.mu.Unlock()
-	last := f.node == len(w.slots)-1
-	if crashed {
+	old, live := w.current(f.node, true)
+	if !live {
 		w.restart(f.node, w.newNode)
 		return
 	}
-	w.cmu.Lock()
-	w.stopped[old.name] = true
-	w.cmu.Unlock()
+	w.mark(w.stopped, old.name)
 	w.replace(f.node, w.newNode)
+	last := f.node == w.procs()-1
 	w.bg.Go(func() {
 		old.stop()
 		if last {
 			w.probe(ProbeNodeRollout)
 		}
 	})
+}
+
+// current is the incarnation of the process in slot and whether it is live; retire marks a live
+// one as stopping gracefully (no longer a slot's live process: a restart may replace it).
+func (w *NodeWorld) current(slot int, retire bool) (*wnode, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.slots[slot]
+	if n.crashed {
+		return n, false
+	}
+	if retire {
+		n.crashed, n.graceful = true, true
+	}
+	return n, true
+}
+
+// mark adds name to one of the world's sets of incarnations (dead, stopped).
+func (w *NodeWorld) mark(set map[string]bool, name string) {
+	w.cmu.Lock()
+	defer w.cmu.Unlock()
+	set[name] = true
 }
 
 // setDrained drains (or undrains) the process in slot on every queue, as an operator's `baton drain`.
