@@ -67,6 +67,19 @@
 // entry of a term etcd holds. After the heal, within the reconciler's promise, no run or entry of a
 // queue nobody stands for is left, and every leader's run is open.
 //
+// The node world (NodeWorld, TestSimNode) runs whole baton.Nodes: each process is baton.New and
+// Node.Start with Config.Clock its seeded clock, over its own clientv3 on the etcd model, a go-redis
+// client on the Redis model and a Temporal model client behind the reconciler world's Temporal
+// network, adapted to the SDK's client.Client (explicit delegating methods for what the Node calls;
+// what the model cannot answer is a violation). It is the reconciler world's servers, scheduler,
+// faults and checks (it embeds ReconcilerWorld) with Nodes for processes, plus what only a Node
+// has: a graceful stop (Quiesce, then Stop) and restart, rolling deploys to the next version, and
+// an operator's drain in the registry; a crash cuts the process off from all three servers. At
+// every step at most one Node acts as a queue's owner (its Term passes and etcd holds its key), and
+// every start leaves while etcd holds its starter's term; after the heal, besides the reconciler
+// world's promise, the registry lists exactly the live processes. Progress checks are off: the
+// model has no task queues, and no worker runs the dispatcher.
+//
 // The dispatcher-run world (RunWorld, TestSimDispatcherRun) runs the reference dispatcher workflow
 // itself, in the SDK's TestWorkflowEnvironment (one per run, chained by continue-as-new), with the
 // real Dispatch and Backlog activities: a prior run's backlog read back while a storm of signals and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-run/baton/election"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -142,6 +143,24 @@ func (f *fleet[N]) replace(slot int, newNode func(slot, gen int) N) N {
 	n.start()
 	return old
 }
+
+// slotOf is the slot of the live process whose candidate key kv is.
+func (f *fleet[N]) slotOf(kv *mvccpb.KeyValue) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for slot, n := range f.slots {
+		if p := n.base(); kv != nil && string(kv.Value) == p.name && !p.crashed {
+			return slot, true
+		}
+	}
+	return 0, false
+}
+
+// procName is the name of the current incarnation of the process in slot.
+func (f *fleet[N]) procName(slot int) string { return f.slots[slot].base().name }
+
+// procs is the number of processes (slots).
+func (f *fleet[N]) procs() int { return len(f.slots) }
 
 // stopAll stops every live process gracefully and waits for every stop, and for the world's
 // background work.

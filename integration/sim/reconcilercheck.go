@@ -140,8 +140,8 @@ func (w *ReconcilerWorld) applyTemporal(who string, req temporalmodel.Request) (
 	w.amu.Lock()
 	defer w.amu.Unlock()
 	id := ""
-	if req.Verb == temporalmodel.VerbTerminate {
-		id = req.Terminate.WorkflowID
+	if req.Verb == temporalmodel.VerbTerminate || req.Verb == temporalmodel.VerbStart {
+		id = req.WorkflowID()
 	}
 	before, wasOpen := w.temporal.Open(id)
 	v, err := w.temporal.Apply(req)
@@ -149,9 +149,15 @@ func (w *ReconcilerWorld) applyTemporal(who string, req temporalmodel.Request) (
 		return v, err
 	}
 	after, isOpen := w.temporal.Open(id)
+	if !wasOpen || isOpen && after.RunID == before.RunID {
+		return v, err
+	}
+	w.checkCloser(who, req, before)
+	if req.Verb != temporalmodel.VerbTerminate {
+		return v, err
+	}
 	r, ours := takeover.ParseReason(req.Terminate.Reason)
-	ours = ours && (r.Kind == takeover.ReasonStaleHeartbeat || r.Kind == takeover.ReasonNoLiveOwner)
-	if !ours || !wasOpen || isOpen && after.RunID == before.RunID {
+	if !ours || r.Kind != takeover.ReasonStaleHeartbeat && r.Kind != takeover.ReasonNoLiveOwner {
 		return v, err
 	}
 	owner, _, derr := takeover.DecodeOwner(w.dc, before.Memo)
@@ -185,9 +191,35 @@ func (w *ReconcilerWorld) applyTemporal(who string, req temporalmodel.Request) (
 	return v, err
 }
 
+// checkCloser holds that no run is closed by an older term than its owner's: a start (a conflict
+// policy that ends the current run) or a takeover's terminate that closes an open run carries a
+// token no lower than the run's owner token. The reconciler's terminates carry its own election's
+// token, which the reconciler's checks judge instead.
+func (w *ReconcilerWorld) checkCloser(who string, req temporalmodel.Request, closed temporalmodel.Run) {
+	var token int64
+	if req.Verb == temporalmodel.VerbStart {
+		o, found, err := takeover.DecodeOwner(w.dc, req.Start.Memo)
+		if err != nil || !found {
+			return
+		}
+		token = o.Token
+	} else {
+		r, ok := takeover.ParseReason(req.Terminate.Reason)
+		if !ok || r.Kind == takeover.ReasonStaleHeartbeat || r.Kind == takeover.ReasonNoLiveOwner {
+			return
+		}
+		token = r.Token
+	}
+	owner, found, err := takeover.DecodeOwner(w.dc, closed.Memo)
+	if err == nil && found && token < owner.Token {
+		w.violate("%s's %s at token %d closed run %s of %s, whose owner %s has the newer token %d", who, req.Verb, token,
+			shortRun(closed.RunID), w.wfq[closed.WorkflowID], owner.ServerID, owner.Token)
+	}
+}
+
 // lookRedis compares the project's heartbeat entries with the last look: an entry that went (not by
-// a FLUSHALL or its key TTL, which the world knows of) was deleted by the reconciler, and must not
-// have been written by a term etcd still holds. It runs before every script and at every step, so
+// a FLUSHALL, its key TTL, or its owner's own clear (ownClear), which the world knows of) was deleted
+// by the reconciler, and must not have been written by a term etcd still holds. It runs before every script and at every step, so
 // the last look is the store as the deleting script found it.
 func (w *ReconcilerWorld) lookRedis() {
 	m := w.redis.Mini()
@@ -215,7 +247,7 @@ func (w *ReconcilerWorld) lookRedis() {
 			continue
 		}
 		e, _ := heartbeat.Decode(heartbeat.DefaultPrefix, k, fields)
-		if time.Since(e.UpdatedAt) >= recKeyTTL {
+		if time.Since(e.UpdatedAt) >= recKeyTTL || w.ownClear != nil && w.ownClear(e) {
 			continue
 		}
 		for _, kv := range w.model.Prefix(queueCandidates(e.Queue)) {

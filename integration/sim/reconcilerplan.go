@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -86,7 +87,12 @@ type recPlan struct {
 }
 
 func drawRecPlan(s Streams) recPlan {
-	r := s.Rand("reconciler-plan")
+	return drawRecPlanOf(s.Rand("reconciler-plan"), recFaultKinds, recEnd)
+}
+
+// drawRecPlanOf draws a plan of the reconciler world's shape from r, with faults of kinds, each
+// followed by the event end names (if any) once its duration is over: the node world's plan too.
+func drawRecPlanOf(r *rand.Rand, kinds []string, end func(kind string) string) recPlan {
 	p := recPlan{nodes: 3 + r.IntN(3), queues: 2 + r.IntN(7)}
 	if r.IntN(2) == 0 {
 		p.net.DelayRate, p.net.MaxDelay = r.Float64()*0.4, time.Duration(1+r.IntN(2000))*time.Millisecond
@@ -111,7 +117,7 @@ func drawRecPlan(s Streams) recPlan {
 	if r.IntN(2) == 0 {
 		p.temporal.rate, p.temporal.burst = 0.2+2*r.Float64(), 1
 	}
-	for _, k := range recFaultKinds {
+	for _, k := range kinds {
 		if r.IntN(2) != 0 {
 			continue
 		}
@@ -120,7 +126,7 @@ func drawRecPlan(s Streams) recPlan {
 			f := recFault{after: time.Duration(r.Int64N(int64(recChaos - 5*time.Second))), kind: k, node: r.IntN(p.nodes),
 				dur: time.Duration(500+r.IntN(12000)) * time.Millisecond, n: r.IntN(p.queues)}
 			p.faults = append(p.faults, f)
-			if end := recEnd(k); end != "" && f.after+f.dur < recChaos {
+			if end := end(k); end != "" && f.after+f.dur < recChaos {
 				p.faults = append(p.faults, recFault{after: f.after + f.dur, kind: end, node: f.node})
 			}
 		}

@@ -72,6 +72,9 @@ type ReconcilerWorld struct {
 
 	hmu  sync.Mutex                   // the heartbeat entries as last seen
 	seen map[string]map[string]string // key -> fields, of every well-formed hash under the project's prefix
+	// ownClear, if set, tells an entry its owner cleared itself (a Node's hand-over) from one the
+	// reconciler deleted.
+	ownClear func(heartbeat.Entry) bool
 
 	nmu   sync.Mutex
 	notes []recNote // lines from the processes' goroutines, recorded in order at the scheduler's next step
@@ -92,6 +95,17 @@ func runReconciler(t *testing.T, seed uint64, keep bool) Result {
 	p := drawRecPlan(s)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	w := newReconcilerWorld(ctx, t, s, keep, p)
+	w.launch(p.nodes, w.newNode)
+	w.loop(w.start, w)
+	w.redis.Close()
+	w.flushNotes()
+	return w.result(seed, w.start, p)
+}
+
+// newReconcilerWorld sets up the servers of a reconciler schedule (the etcd model behind the Net, the
+// Redis model, the Temporal model with visibility lag) and the plan's queues; it starts no process.
+func newReconcilerWorld(ctx context.Context, t *testing.T, s Streams, keep bool, p recPlan) *ReconcilerWorld {
 	w := &ReconcilerWorld{t: t, plan: p, ctx: ctx, wfq: map[string]string{}, removed: map[string]bool{},
 		dc: converter.GetDefaultDataConverter(), seen: map[string]map[string]string{}, vacatedAt: map[string]time.Time{},
 		recLeadAt: map[int64]time.Time{}, lagR: s.Rand("visibility-lag")}
@@ -111,21 +125,31 @@ func runReconciler(t *testing.T, seed uint64, keep bool) Result {
 		}
 	})
 	w.temporal = temporalmodel.New(temporalmodel.Options{Clock: s.NewClock("temporal"), VisibilityLag: w.visibilityLag})
-	start := time.Now()
-	w.start = start
-	w.launch(p.nodes, w.newNode)
-	w.loop(start)
-	w.redis.Close()
-	w.flushNotes()
-	return w.result(seed, start, p)
+	w.start = time.Now()
+	return w
 }
 
 func queueName(i int) string { return fmt.Sprintf("q%d", i) }
 
+// recScheduled is what the reconciler world's scheduler asks of the world it drives: the reconciler
+// world itself, or the node world, which has whole Nodes for processes.
+type recScheduled interface {
+	apply(f recFault, now time.Time)
+	heal()
+	step(now time.Time)         // the world's own checks, at every quiescent moment
+	finish(since time.Duration) // the promise after the heal
+	stopFleet()                 // every live process stopped gracefully, and the world's background work done
+}
+
+func (w *ReconcilerWorld) step(time.Time)             {}
+func (w *ReconcilerWorld) finish(since time.Duration) { w.checkHealed(since) }
+func (w *ReconcilerWorld) stopFleet()                 { w.stopAll(&w.stage) }
+
 // loop is the scheduler, as World.loop: at every quiescent moment it looks at Redis, applies the due
 // events, and delivers one etcd message; the heal turns the faults off, and recHealBound later the
-// world's promise is checked and the processes stopped.
-func (w *ReconcilerWorld) loop(start time.Time) {
+// world's promise is checked and the processes stopped. x is the world it drives (w, or a world
+// built on w's servers).
+func (w *ReconcilerWorld) loop(start time.Time, x recScheduled) {
 	chaosEnd := start.Add(recChaos)
 	checkAt := chaosEnd.Add(recHealBound)
 	stopped := make(chan struct{})
@@ -136,19 +160,20 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 		now := time.Now()
 		w.flushNotes()
 		w.lookRedis()
+		x.step(now)
 		acted := false // a fault or a phase woke goroutines: they run to a stop before the next delivery
 		for len(events) > 0 && !start.Add(events[0].after).After(now) {
-			w.apply(events[0], now)
+			x.apply(events[0], now)
 			events, acted = events[1:], true
 		}
 		if !healed && !now.Before(chaosEnd) {
 			healed, acted = true, true
-			w.heal()
+			x.heal()
 		}
 		if !stopping && !now.Before(checkAt) {
 			stopping, acted = true, true
-			w.checkHealed(now.Sub(chaosEnd))
-			go func() { w.stopAll(&w.stage); close(stopped) }()
+			x.finish(now.Sub(chaosEnd))
+			go func() { x.stopFleet(); close(stopped) }()
 		}
 		if chanClosed(stopped) {
 			w.model.Close()
@@ -182,25 +207,47 @@ func (w *ReconcilerWorld) loop(start time.Time) {
 // apply carries out one planned event.
 func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 	w.rec.Add("world", "event %s node=%d dur=%v n=%d", f.kind, f.node, f.dur, f.n)
-	name := w.slots[f.node].name
+	if w.applyServers(f) || w.applyProcs(w, f, now) {
+		return
+	}
+	if f.kind == RecFaultRemove {
+		w.remove(w.queues[f.n])
+	}
+}
+
+// recProcs is what a process fault does to the processes of a world built on the reconciler world's
+// servers (its own, or the node world's).
+type recProcs interface {
+	crash(slot int)
+	restartSlot(slot int) // a new incarnation, if the process is down
+	slotOf(kv *mvccpb.KeyValue) (int, bool)
+	procName(slot int) string
+	procs() int
+}
+
+func (w *ReconcilerWorld) restartSlot(slot int) { w.restart(slot, w.newNode) }
+
+// applyProcs carries out an event that befalls x's processes, and reports whether f was one.
+func (w *ReconcilerWorld) applyProcs(x recProcs, f recFault, now time.Time) bool {
+	name := x.procName(f.node)
 	switch f.kind {
 	case RecFaultCrash:
 		if f.n%3 == 0 { // the reconciler leader's process: its term and the queues it owns end together
-			if slot, ok := w.slotOf(w.model.Oldest(recCandidates())); ok {
-				w.crash(slot)
+			if slot, ok := x.slotOf(w.model.Oldest(recCandidates())); ok {
+				x.crash(slot)
 				break
 			}
 		}
-		w.crash(f.node)
+		x.crash(f.node)
 	case recRestart:
-		w.restart(f.node, w.newNode)
+		x.restartSlot(f.node)
 	case RecFaultFleet:
-		for slot := range w.slots {
-			w.crash(slot)
+		for slot := range x.procs() {
+			x.crash(slot)
 		}
 	case recFleetRestart:
-		for slot := range w.slots {
-			w.restart(slot, w.newNode)
+		for slot := range x.procs() {
+			x.restartSlot(slot)
 		}
 	case RecFaultPause:
 		w.net.Hold(name, now.Add(electionTTL+f.dur))
@@ -208,6 +255,16 @@ func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 		w.net.Cut(name, true)
 	case recPartitionEnd:
 		w.net.Cut(name, false)
+	default:
+		return false
+	}
+	return true
+}
+
+// applyServers carries out an event that befalls the servers, not a process (the node world's too),
+// and reports whether f was one.
+func (w *ReconcilerWorld) applyServers(f recFault) bool {
+	switch f.kind {
 	case RecFaultRevoke:
 		if kv := w.model.Oldest(recCandidates()); kv != nil && w.model.Revoke(kv.Lease) {
 			w.rec.Add("world", "revoked the reconciler leader's lease (%s@%d)", kv.Value, kv.CreateRevision)
@@ -227,9 +284,10 @@ func (w *ReconcilerWorld) apply(f recFault, now time.Time) {
 		w.model.SetLeader(false)
 	case recNoLeaderEnd:
 		w.model.SetLeader(true)
-	case RecFaultRemove:
-		w.remove(w.queues[f.n])
+	default:
+		return false
 	}
+	return true
 }
 
 // garbage writes an entry Baton did not write: a string in queue q's own key (its owner's next
@@ -263,20 +321,18 @@ func (w *ReconcilerWorld) remove(q string) {
 	}
 }
 
-// slotOf is the slot of the live process whose candidate key kv is.
-func (w *ReconcilerWorld) slotOf(kv *mvccpb.KeyValue) (int, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for slot, n := range w.slots {
-		if kv != nil && string(kv.Value) == n.name && !n.crashed {
-			return slot, true
-		}
-	}
-	return 0, false
-}
-
 // heal turns every fault off and restarts every crashed process.
 func (w *ReconcilerWorld) heal() {
+	w.healServers()
+	for slot, n := range w.slots {
+		w.net.Cut(n.name, false)
+		w.net.Hold(n.name, time.Time{})
+		w.restart(slot, w.newNode)
+	}
+}
+
+// healServers turns every fault of the networks and the servers off (the node world's heal too).
+func (w *ReconcilerWorld) healServers() {
 	w.rec.Add("world", "heal")
 	w.tmu.Lock()
 	w.healed = true
@@ -284,11 +340,6 @@ func (w *ReconcilerWorld) heal() {
 	w.net.SetFaults(NetFaults{Detect: w.plan.net.Detect})
 	w.model.SetLeader(true)
 	w.redis.SetDown(false)
-	for slot, n := range w.slots {
-		w.net.Cut(n.name, false)
-		w.net.Hold(n.name, time.Time{})
-		w.restart(slot, w.newNode)
-	}
 }
 
 func queueCandidates(q string) string {

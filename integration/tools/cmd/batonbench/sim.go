@@ -38,6 +38,7 @@ var simWorlds = []simWorld{
 	{"election", "TestSimElection", "fleet: 3-5 processes, 1-8 queues", true},
 	{"balance", "TestSimBalance", "fleet with balance: 3-5 processes, 2-8 queues", true},
 	{"reconciler", "TestSimReconciler", "fleet with the reconciler, takeovers and heartbeats: 3-5 processes, 2-8 queues", true},
+	{"node", "TestSimNode", "fleet of whole baton.Nodes: 3-5 processes, 2-8 queues", true},
 	{"takeover", "TestSimTakeover", "micro: takeover vs Temporal model", false},
 	{"ledger", "TestSimLedger", "micro: ledger vs etcd model", false},
 	{"heartbeat", "TestSimHeartbeat", "micro: heartbeat vs Redis model", false},
