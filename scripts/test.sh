@@ -86,9 +86,23 @@ if [[ ${1:-} == --emit ]]; then
 				scripts/fuzz-short.sh "$FUZZTIME" -json >"$fuzz_json" 2>>"$TEST_REPORT" &
 				fuzz_pid=$!
 			fi
+			# The simulator's node world (TestSimNode) runs without -race, in a run of its own: under
+			# Go 1.26's race runtime it dies in 2-3 of 6 runs with a SIGSEGV inside ThreadSanitizer's
+			# stack depot (a synctest bubble's goroutine, not a race report; cf. golang/go#78156).
+			# Every other world runs the same library code under -race.
+			# It runs when the packages include tests/sim and TEST_FLAGS choose no tests of their own.
+			node_world=()
+			for pkg in "${integration_pkgs[@]}"; do
+				[[ $pkg == ./... || $pkg == */tests/sim || $pkg == */tests/sim/ ]] && node_world=(./tests/sim/)
+			done
+			[[ " ${extra[*]:-} " == *" -run"* ]] && node_world=()
 			(cd integration && "$GO" test -json -p "$INTEGRATION_PARALLEL" "${common[@]}" -timeout "$INTEGRATION_TIMEOUT" \
-				"${integration_pkgs[@]}") && ((compiled == 0))
+				-skip '^TestSimNode$' "${integration_pkgs[@]}") && ((compiled == 0))
 			rc=$?
+			if ((${#node_world[@]})); then
+				(cd integration && "$GO" test -json -count=1 -ldflags=-w "${extra[@]}" -timeout "$INTEGRATION_TIMEOUT" \
+					-run '^TestSimNode$' "${node_world[@]}") || rc=1
+			fi
 			if ((fuzz_beside)); then
 				wait "$fuzz_pid"
 				fuzz_rc=$?
