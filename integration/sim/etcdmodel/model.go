@@ -233,22 +233,23 @@ func (m *Model) header() *pb.ResponseHeader {
 // once, they would apply in the order the Go runtime ran them, and a seed would replay differently).
 func (m *Model) waitLeader() error {
 	m.mu.Lock()
-	for {
-		if m.closed {
-			m.releaseNextLocked()
-			m.mu.Unlock()
-			return errClosed
-		}
-		if !m.noLeader {
-			return nil // still locked: the caller applies under the lock
-		}
+	waited := false
+	for m.noLeader && !m.closed {
 		c := make(chan struct{})
 		m.waiting = append(m.waiting, c)
 		m.mu.Unlock()
 		<-c
 		m.mu.Lock()
-		m.releaseNextLocked()
+		waited = true
 	}
+	if waited {
+		m.releaseNextLocked() // it goes on (a leader, or Close): the next goes once this one unlocks
+	}
+	if m.closed {
+		m.mu.Unlock()
+		return errClosed
+	}
+	return nil // still locked: the caller applies under the lock
 }
 
 // releaseNextLocked gives the turn to the longest-waiting proposal.
