@@ -39,10 +39,11 @@ func (r *Recorder) Add(who, format string, args ...any) {
 	line = append(fmt.Appendf(line, format, args...), '\n')
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.step = append(r.step, line)
-	if !r.steps {
-		r.settleLocked()
+	if r.steps {
+		r.step = append(r.step, line)
+		return
 	}
+	r.writeLocked(line)
 }
 
 // InSteps makes the recorder order its lines step by step: from now on a line waits for the next
@@ -55,8 +56,7 @@ func (r *Recorder) InSteps() *Recorder {
 }
 
 // Settle ends a step: the scheduler of a recorder InSteps calls it whenever the bubble is quiescent
-// (after synctest.Wait).
-// The goroutines a step woke ran in an order the Go runtime chose, not the seed (golang/go#67690),
+// (after synctest.Wait). The goroutines a step woke ran in an order the Go runtime chose, not the seed (golang/go#67690),
 // so the lines they added are put in one canonical order (time, who, text) before they join the
 // hash and the timeline: two runs of a seed that did the same things have the same trace, and a
 // replay that diverged differs in what happened, not in which goroutine logged first.
@@ -69,12 +69,17 @@ func (r *Recorder) Settle() {
 func (r *Recorder) settleLocked() {
 	slices.SortFunc(r.step, bytes.Compare)
 	for _, line := range r.step {
-		r.hash.Write(line)
-		if r.keep {
-			r.lines = append(r.lines, string(line[:len(line)-1]))
-		}
+		r.writeLocked(line)
 	}
 	r.step = r.step[:0]
+}
+
+// writeLocked adds a settled line (ended by a newline) to the hash and, if kept, to the timeline.
+func (r *Recorder) writeLocked(line []byte) {
+	r.hash.Write(line)
+	if r.keep {
+		r.lines = append(r.lines, string(line[:len(line)-1]))
+	}
 }
 
 // Hash is the fingerprint of the trace so far (the step in progress settled first).
