@@ -149,7 +149,7 @@ func holds(v etcdmodel.View, t *election.Term) *mvccpb.KeyValue {
 // value, lease, the lease's expiry after start (or "gone") and what term(value) says of its process.
 func (g *stage) candidatesOf(q string, start time.Time, term func(server string) string) string {
 	var out []string
-	for _, kv := range g.model.Prefix(election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(Project, q)) {
+	for _, kv := range g.model.Prefix(queueCandidates(q)) {
 		exp := "gone"
 		if at, ok := g.model.LeaseExpiry(kv.Lease); ok {
 			exp = at.Sub(start).String()

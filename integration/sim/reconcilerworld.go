@@ -342,6 +342,8 @@ func (w *ReconcilerWorld) healServers() {
 	w.redis.SetDown(false)
 }
 
+// queueCandidates is the prefix of the candidate keys of queue q's election (the election package's
+// key layout under its default prefix).
 func queueCandidates(q string) string {
 	return election.Keys{Prefix: election.DefaultConfig().Prefix}.Candidates(Project, q)
 }
