@@ -292,6 +292,22 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		watchFrom = resp.Header.Revision + 1
 	}
 
+	t := e.newTerm(s, project, queue, key, rev, value, withCallback)
+	if err := s.addTerm(t); err != nil {
+		t.cancel(err)
+		return abandon(err)
+	}
+	e.wg.Go(func() { t.watch(watchFrom) })
+	t.log.Info("leadership started")
+	ev := t.event(event.TermStarted)
+	ev.At = t.started
+	e.cfg.Events.Emit(ev)
+	return t, nil
+}
+
+// newTerm is the term of a campaign that won: key at revision rev (the token), on session s.
+// withCallback marks a term that Run's leader callback will hold.
+func (e *Elector) newTerm(s *session, project, queue, key string, rev int64, value string, withCallback bool) *Term {
 	tctx, tcancel := context.WithCancelCause(s.ctx)
 	t := &Term{
 		elector: e,
@@ -307,20 +323,13 @@ func (e *Elector) campaign(ctx context.Context, s *session, project, queue, valu
 		log: e.log.With(zap.String("project", project), zap.String("queue", queue),
 			zap.String("server_id", value), zap.Int64("token", rev), zap.String("lease", leaseHex(s.id))),
 	}
+	t.claims.Store(1)
 	if withCallback {
-		// Set before the term is registered with the session: a loss from now on waits for the callback.
+		// Set before the term is registered with the session: a loss from then on waits for the callback.
 		t.callbackDone = make(chan struct{})
+		t.claims.Store(2)
 	}
-	if err := s.addTerm(t); err != nil {
-		tcancel(err)
-		return abandon(err)
-	}
-	e.wg.Go(func() { t.watch(watchFrom) })
-	t.log.Info("leadership started")
-	ev := t.event(event.TermStarted)
-	ev.At = t.started
-	e.cfg.Events.Emit(ev)
-	return t, nil
+	return t
 }
 
 // entered is where a campaign's key stands in line, as read in the transaction that put it.

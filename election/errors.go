@@ -34,6 +34,7 @@ var (
 	// A leader that failed for a reason of its own (a broken configuration, say) thus hands the queue
 	// to a worker that may do better, instead of winning it back at once.
 	ErrStepAside = errors.New("election: leader steps aside")
-	// ErrAlreadyCampaigning is returned when this Elector already campaigns for the same project and queue.
+	// ErrAlreadyCampaigning is returned when this Elector already campaigns for the same project and queue,
+	// leads it, or still runs Run's leader callback of a term of it that ended.
 	ErrAlreadyCampaigning = errors.New("election: already campaigning for this project and queue")
 )

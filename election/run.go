@@ -122,7 +122,7 @@ func (e *Elector) lead(ctx context.Context, term *Term, cb Callbacks) (cause, cb
 	go func() {
 		defer close(returned)
 		cbErr = cb.OnElected(term.Context(), term)
-		close(term.callbackDone) // a lost session may revoke the lease now
+		term.callbackReturned() // a lost session may revoke the lease now
 	}()
 	select {
 	case <-returned:

@@ -65,7 +65,8 @@ func (e *Elector) sweepStray(s *session, key string) {
 	}
 }
 
-// campaigning reports whether this Elector campaigns for or leads the election whose key is election.
+// campaigning reports whether this Elector campaigns for or leads the election whose key is election,
+// or still runs the leader callback of a term of it that ended (Term.claims).
 func (e *Elector) campaigning(election string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

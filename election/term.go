@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -39,6 +40,10 @@ type Term struct {
 	// margin before the server's expiry is spent letting the old leader finish, not on a successor.
 	// nil for a term from Campaign: nobody runs under it that this package knows of.
 	callbackDone chan struct{}
+	// claims counts what keeps the election claimed (Elector.claim) for this term: the term until it
+	// ends and, for a term of Run, its callback until it returns. The claim is what stands behind the
+	// key for the session's sweep (sweepStray): a key whose old leader still acts must not be swept.
+	claims atomic.Int32
 
 	once    sync.Once
 	mu      sync.Mutex
@@ -203,8 +208,8 @@ func (t *Term) deleteKey(ctx context.Context) error {
 	return nil
 }
 
-// end records the end time, cancels the context and releases the campaign slot. Only the first call
-// counts.
+// end records the end time, cancels the context and drops the term's claim on the election. Only the
+// first call counts.
 func (t *Term) end(cause error) {
 	t.once.Do(func() {
 		t.mu.Lock()
@@ -212,7 +217,7 @@ func (t *Term) end(cause error) {
 		t.mu.Unlock()
 		t.cancel(cause)
 		t.session.removeTerm(t)
-		t.elector.release(t.project, t.queue)
+		t.unclaim()
 		t.log.Info("leadership ended", zap.Error(cause), zap.Duration("held", t.endedAt.Sub(t.started)))
 		e := t.event(event.TermEnded)
 		e.At, e.Started, e.Reason, e.Err = t.endedAt, t.started, EndReason(cause), event.ErrText(cause)
@@ -305,4 +310,18 @@ func EndReason(cause error) string {
 		return event.EndedClosed
 	}
 	return event.EndedOther
+}
+
+// callbackReturned marks the term's leader callback (Run's) as returned: a lost session may revoke
+// its lease now, and the election is released once the term has ended too.
+func (t *Term) callbackReturned() {
+	close(t.callbackDone)
+	t.unclaim()
+}
+
+// unclaim drops one of the term's claims and releases the election with the last.
+func (t *Term) unclaim() {
+	if t.claims.Add(-1) == 0 {
+		t.elector.release(t.project, t.queue)
+	}
 }

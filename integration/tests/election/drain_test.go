@@ -127,6 +127,56 @@ func TestGracefulStopDeletesTheKeyAfterTheCallbackReturned(t *testing.T) {
 	t.Logf("callback returned → key deleted %v → successor elected %v", deleted.Sub(returned), bTerm.Started().Sub(deleted))
 }
 
+// The Elector's sweep deletes keys of its session that no campaign stands behind (a restore of etcd
+// can bring such keys back). A resigning leader's key stands behind a callback that still runs: the
+// sweep must leave it, or a successor is elected while the old leader acts. A 2 s TTL sweeps every
+// 1-2 s, so the callback's hold of three TTLs spans several sweeps.
+func TestSweepLeavesTheKeyOfACallbackStillRunning(t *testing.T) {
+	c := etcdx.Start(t, etcdx.Options{})
+	cfg := election.Config{TTL: election.MinTTL, ResignTimeout: 30 * time.Second}
+	a := newCandidate(t, c, "node-a", cfg)
+	b := newCandidate(t, c, "node-b", cfg)
+	observer := etcdx.Client(t, c)
+	prefix := a.el.ElectionKey(project, "swept")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	held := newHeldCallback()
+	defer func() {
+		select {
+		case <-held.release:
+		default:
+			close(held.release)
+		}
+		cancel()
+		wg.Wait()
+	}()
+	aCtx, stopA := context.WithCancel(ctx)
+	wg.Go(func() {
+		if err := a.el.Run(aCtx, project, "swept", a.id, election.Callbacks{OnElected: held.onElected}); err != nil {
+			t.Errorf("node-a: Run: %v", err)
+		}
+	})
+	aTerm := recv(t, held.terms, 10*time.Second, "node-a's term")
+	l := newLedger()
+	runCandidate(t, ctx, b, "swept", l, &wg)
+	waitCandidates(t, observer, prefix, 2, 10*time.Second)
+
+	stopA()
+	recv(t, held.cancelled, 10*time.Second, "node-a's term context to be cancelled")
+	select {
+	case term := <-l.elected:
+		t.Fatalf("%s was elected while the old leader's callback was still running (key present: %v)",
+			term.LeaderID(), keyExists(t, observer, aTerm.Key()))
+	case <-time.After(3 * cfg.TTL):
+	}
+	close(held.release)
+	bTerm := waitElected(t, l, 10*time.Second)
+	if returned := held.returnedAt(); bTerm.Started().Before(returned) {
+		t.Fatalf("successor started %v before the old callback returned", returned.Sub(bTerm.Started()))
+	}
+}
+
 // A callback that ignores its cancelled context holds the handover up for ResignTimeout only; Run
 // still waits for it before returning.
 func TestGracefulStopDrainIsBounded(t *testing.T) {
