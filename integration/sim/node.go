@@ -63,7 +63,10 @@ func (n *node) start() {
 }
 
 // lead is the leader's work: fenced writes every few hundred milliseconds while the term holds, and
-// an unfinished write's worth of time after it ended before returning.
+// an unfinished write's worth of time after it ended before returning: up to half the safety margin
+// after a loss, and up to most of ResignTimeout after a resign (a graceful stop drains its callback
+// that long), so that whatever the Elector does meanwhile (a sweep, a revoke) meets a callback still
+// running.
 func (n *node) lead(ctx context.Context, q string, t *election.Term) error {
 	n.w.elected(n, q, t)
 	defer n.w.returned(n, q, t)
@@ -73,7 +76,11 @@ func (n *node) lead(ctx context.Context, q string, t *election.Term) error {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			finish := n.clk.NewTimer(time.Duration(r.Int64N(int64(n.w.margin / 2))))
+			hold := n.w.margin / 2
+			if errors.Is(context.Cause(ctx), election.ErrResigned) {
+				hold = election.DefaultConfig().ResignTimeout * 3 / 4
+			}
+			finish := n.clk.NewTimer(time.Duration(r.Int64N(int64(hold))))
 			<-finish.C()
 			return nil
 		case <-timer.C():
