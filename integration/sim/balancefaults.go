@@ -31,20 +31,12 @@ func (w *BalanceWorld) setDraining(slot int, draining bool) {
 	n.runner.SetDraining(draining)
 }
 
-// deploy is one step of a rolling deploy (surge): the process's next incarnation starts at v2, and its
-// current one, still checked while it hands its queues over, stops gracefully. A crashed process
-// just comes back at v2.
+// deploy is one step of a rolling deploy (fleet.deploy), whose next incarnations start at v2.
 func (w *BalanceWorld) deploy(slot int) {
 	w.mu.Lock()
 	w.version = "v2"
-	old := w.slots[slot]
 	w.mu.Unlock()
-	if old.crashed {
-		w.restart(slot, w.newNode) // a crashed process just comes back (at v2): a worker joining
-		return
-	}
-	w.replace(slot, w.newNode)
-	w.bg.Go(old.stop)
+	w.fleet.deploy(slot, w.newNode)
 }
 
 // heal turns the network's faults off, restarts every crashed process, undrains every process and

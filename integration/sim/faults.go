@@ -13,6 +13,8 @@ func (w *World) apply(f faultEvent, now time.Time) {
 		w.crash(f.node)
 	case "restart":
 		w.restart(f.node, w.newNode)
+	case FaultStop:
+		w.deploy(f.node, w.newNode)
 	case FaultPartition:
 		w.net.Cut(n.name, true)
 	case FaultPartition + "-end":

@@ -65,8 +65,8 @@ func (n *node) start() {
 // lead is the leader's work: fenced writes every few hundred milliseconds while the term holds, and
 // an unfinished write's worth of time after it ended before returning: up to half the safety margin
 // after a loss, and up to most of ResignTimeout after a resign (a graceful stop drains its callback
-// that long), so that whatever the Elector does meanwhile (a sweep, a revoke) meets a callback still
-// running.
+// that long, while its session lives), so that whatever the Elector does meanwhile (a sweep, a
+// revoke) meets a callback still running.
 func (n *node) lead(ctx context.Context, q string, t *election.Term) error {
 	n.w.elected(n, q, t)
 	defer n.w.returned(n, q, t)
@@ -78,7 +78,9 @@ func (n *node) lead(ctx context.Context, q string, t *election.Term) error {
 			timer.Stop()
 			hold := n.w.margin / 2
 			if errors.Is(context.Cause(ctx), election.ErrResigned) {
-				hold = election.DefaultConfig().ResignTimeout * 3 / 4
+				// Within the session's lease too: no process can keep a lease it cannot renew, and a
+				// session lost during the drain lets a successor in at its expiry.
+				hold = min(election.DefaultConfig().ResignTimeout*3/4, max(1, t.ValidUntil().Add(hold).Sub(n.clk.Now())))
 			}
 			finish := n.clk.NewTimer(time.Duration(r.Int64N(int64(hold))))
 			<-finish.C()

@@ -16,9 +16,12 @@ const (
 	FaultNoLeader     = "no-leader"
 	FaultLeaderChange = "leader-change"
 	FaultCompact      = "compact"
+	// FaultStop is a graceful stop, a rolling deploy's step: the process's next incarnation starts
+	// and the current one resigns its terms, draining their callbacks first.
+	FaultStop = "stop"
 )
 
-var faultKinds = []string{FaultCrash, FaultPartition, FaultStall, FaultRevoke, FaultNoLeader, FaultLeaderChange, FaultCompact}
+var faultKinds = []string{FaultCrash, FaultPartition, FaultStall, FaultRevoke, FaultNoLeader, FaultLeaderChange, FaultCompact, FaultStop}
 
 // plan is one seed's world: sizes, phases, network rates and the faults with their times.
 type plan struct {

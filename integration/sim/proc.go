@@ -125,6 +125,22 @@ func (f *fleet[N]) restart(slot int, newNode func(slot, gen int) N) {
 	}
 }
 
+// deploy is one step of a rolling deploy (surge): the process's next incarnation starts, and its
+// current one, still checked while it hands its queues over, stops gracefully (its terms resign and
+// their callbacks drain). A crashed process just comes back.
+func (f *fleet[N]) deploy(slot int, newNode func(slot, gen int) N) {
+	f.mu.Lock()
+	old := f.slots[slot].base()
+	crashed := old.crashed
+	f.mu.Unlock()
+	if crashed {
+		f.restart(slot, newNode)
+		return
+	}
+	f.replace(slot, newNode)
+	old.g.bg.Go(old.stop)
+}
+
 // replace starts the next incarnation of the process in slot and returns the one it replaced.
 func (f *fleet[N]) replace(slot int, newNode func(slot, gen int) N) N {
 	f.mu.Lock()
