@@ -14,7 +14,8 @@
 // The [World] of the election simulator runs 3-5 processes, each with a real election.Elector over
 // its own clientv3 (etcdmodel.Model.NewClient), campaigning for and observing 1-8 queues for a minute
 // of simulated time; faults are drawn per seed in the swarm style (each seed turns a different
-// subset on, at different rates): crash, restart with a new server ID, partition, a stall longer than
+// subset on, at different rates): crash, restart with a new server ID, a graceful stop (a rolling
+// deploy's step: the next incarnation starts, the old one resigns and drains), partition, a stall longer than
 // the TTL (everything to and from the process held: a pause as etcd sees it, though the process's own
 // timers keep running), delays and reordering, lost requests and lost responses, an operator's lease
 // revoke, a no-leader window, a raft-leader change, and an auto-compactor. A heal phase then turns
@@ -29,7 +30,7 @@
 // The worlds share their parts rather than copy them: each embeds a stage (the seed's streams, the
 // recorder, the Net, the etcd model, and the violations and probes it found), and the election and
 // balance worlds keep their processes in a fleet of incarnations (proc: name, clock, client, real
-// Elector), which crashes, restarts, replaces and stops them the same way in both.
+// Elector), which crashes, restarts, replaces, deploys and stops them the same way in both.
 //
 // The trace of a schedule is a list of lines (deliveries, fates, faults, callbacks) whose hash is the
 // schedule's fingerprint: running a seed twice and comparing the hashes measures replay fidelity.
