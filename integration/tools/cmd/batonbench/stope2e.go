@@ -14,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/baton-run/baton/integration/servers/workerproc"
 	"github.com/baton-run/baton/integration/tools/benchreport"
@@ -53,9 +55,13 @@ func benchStopE2E(ctx context.Context, s *servers, o options) ([]benchreport.Fig
 		if err != nil {
 			return nil, fmt.Errorf("k=%d: %w", k, err)
 		}
-		floor, floorAll, err := stopFloor(ctx, s, k, o.stopBound)
+		floor, floorAll, err := stopFloor(ctx, s, k, o.stopBound, false)
 		if err != nil {
 			return nil, fmt.Errorf("k=%d: floor: %w", k, err)
+		}
+		qfloor, _, err := stopFloor(ctx, s, k, o.stopBound, true)
+		if err != nil {
+			return nil, fmt.Errorf("k=%d: floor with a quiesce: %w", k, err)
 		}
 		fmt.Printf("batonbench: whole-worker stop, k=%d: measured in %v\n", k, time.Since(began).Round(time.Second))
 		base := fmt.Sprintf("bare terminate + key delete (%d at once) -> a watcher's FAIL start", o.stopBound)
@@ -65,7 +71,10 @@ func benchStopE2E(ctx context.Context, s *servers, o options) ([]benchreport.Fig
 		p95[k] = [2]float64{f.P95, f.BaselineP95}
 		figs = append(figs, f,
 			benchreport.Single(fmt.Sprintf("whole-worker graceful stop, k=%d queues led: SIGTERM -> every successor's run Running (whole stop)", k),
-				"ms", benchreport.Ms(batonAll), base, benchreport.Ms(floorAll), "informational", true))
+				"ms", benchreport.Ms(batonAll), base, benchreport.Ms(floorAll), "informational", true),
+			benchreport.NewFigure(fmt.Sprintf("whole-worker graceful stop, k=%d queues led: against a floor that quiesces each run first (per queue)", k),
+				"ms", baton, fmt.Sprintf("bare update to a live run (a worker's workflow task) + terminate + key delete (%d at once) -> a watcher's FAIL start", o.stopBound),
+				qfloor, "informational", func(benchreport.Figure) bool { return true }))
 	}
 	one, okOne := p95[1]
 	hundred, okHundred := p95[100]
@@ -244,7 +253,12 @@ func successorsRunning(ctx context.Context, tc client.Client, ids, old []string,
 // Temporal connections, watches the keys and starts each queue's next run with the FAIL conflict
 // policy as soon as its key is gone. Nothing else: no quiesce, no run log, no heartbeat, no
 // campaign, no verifying read, no describe before the start.
-func stopFloor(ctx context.Context, s *servers, k, bound int) ([]float64, time.Duration, error) {
+//
+// With quiesce, the runs are live workflows on a bare SDK worker in this process, and the stopping
+// client first sends each run an update and waits for its completion (a workflow task on that
+// worker), as a hand-over that must not leave a request's handler to run twice cannot skip: the
+// floor of Baton's stop with its quiesce round, which the first floor leaves out.
+func stopFloor(ctx context.Context, s *servers, k, bound int, quiesce bool) ([]float64, time.Duration, error) {
 	stopper, err := s.etcdClient()
 	if err != nil {
 		return nil, 0, err
@@ -263,35 +277,26 @@ func stopFloor(ctx context.Context, s *servers, k, bound int) ([]float64, time.D
 		return nil, 0, err
 	}
 	defer tcNext.Close()
-	prefix := fmt.Sprintf("/bench/stop-floor/k%d/", k)
+	kind := "stop-floor"
+	if quiesce {
+		kind = "stop-floor-quiesce"
+		w := worker.New(tcStop, kind, worker.Options{})
+		w.RegisterWorkflowWithOptions(stopFloorWorkflow, workflow.RegisterOptions{Name: kind})
+		if err := w.Start(); err != nil {
+			return nil, 0, err
+		}
+		defer w.Stop()
+	}
+	prefix := fmt.Sprintf("/bench/%s/k%d/", kind, k)
 	queues := stopQueues(k)
 	lease, err := stopper.Grant(ctx, 60)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer func() { _, _ = stopper.Revoke(context.WithoutCancel(ctx), lease.ID) }()
-	start := func(ctx context.Context, tc client.Client, id string) (string, error) {
-		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "stop-floor",
-			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE}, "stop-floor")
-		if err != nil {
-			return "", err
-		}
-		return run.GetRunID(), nil
-	}
-	ids, runs := make([]string, k), make([]string, k)
-	index := make(map[string]int, k)
-	var rev int64
-	for i, q := range queues {
-		ids[i], index[q] = fmt.Sprintf("stop-floor-k%d-%s", k, q), i
-		if runs[i], err = start(ctx, tcStop, ids[i]); err != nil {
-			return nil, 0, err
-		}
-		put, err := stopper.Put(ctx, prefix+q, "stopper", clientv3.WithLease(lease.ID))
-		if err != nil {
-			return nil, 0, err
-		}
-		rev = put.Header.Revision
+	ids, runs, index, rev, err := floorRuns(ctx, stopper, tcStop, lease.ID, kind, prefix, queues, quiesce)
+	if err != nil {
+		return nil, 0, err
 	}
 	wctx, wcancel := context.WithCancel(ctx)
 	started := make(chan error, k)
@@ -305,12 +310,12 @@ func stopFloor(ctx context.Context, s *servers, k, bound int) ([]float64, time.D
 					continue
 				}
 				i := index[strings.TrimPrefix(string(ev.Kv.Key), prefix)]
-				wwg.Go(func() { _, err := start(wctx, tcNext, ids[i]); started <- err })
+				wwg.Go(func() { _, err := floorStart(wctx, tcNext, kind, ids[i]); started <- err })
 			}
 		}
 	})
 	sent := time.Now()
-	if err := floorStop(ctx, tcStop, stopper, prefix, queues, ids, runs, bound); err != nil {
+	if err := floorStop(ctx, tcStop, stopper, prefix, queues, ids, runs, bound, quiesce); err != nil {
 		return nil, 0, err
 	}
 	per, err := successorsRunning(ctx, s.tc, ids, runs, sent, 3*time.Minute)
@@ -325,9 +330,48 @@ func stopFloor(ctx context.Context, s *servers, k, bound int) ([]float64, time.D
 	return benchreport.Millis(per), slices.Max(per), nil
 }
 
-// floorStop is the floor's stopping client: for each queue, bound at once, it terminates the run by
-// its ID and then deletes the queue's election key.
-func floorStop(ctx context.Context, tc client.Client, cli *clientv3.Client, prefix string, queues, ids, runs []string, bound int) error {
+// floorStart starts the floor's run of workflow type and task queue kind under id, with the FAIL
+// conflict policy, and returns its run ID.
+func floorStart(ctx context.Context, tc client.Client, kind, id string) (string, error) {
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: kind,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE}, kind)
+	if err != nil {
+		return "", err
+	}
+	return run.GetRunID(), nil
+}
+
+// floorRuns sets the floor's k queues up before its stop: each queue's run started (and, with
+// quiesce, live: its first workflow task has run on the worker, as a leader's has) and its election
+// key put on lease. It returns the runs' IDs and run IDs, each queue's index, and the revision of
+// the last put.
+func floorRuns(ctx context.Context, cli *clientv3.Client, tc client.Client, lease clientv3.LeaseID, kind, prefix string,
+	queues []string, quiesce bool) (ids, runs []string, index map[string]int, rev int64, err error) {
+	k := len(queues)
+	ids, runs, index = make([]string, k), make([]string, k), make(map[string]int, k)
+	for i, q := range queues {
+		ids[i], index[q] = fmt.Sprintf("%s-k%d-%s", kind, k, q), i
+		if runs[i], err = floorStart(ctx, tc, kind, ids[i]); err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if quiesce {
+			if err := floorQuiesce(ctx, tc, ids[i], runs[i]); err != nil {
+				return nil, nil, nil, 0, err
+			}
+		}
+		put, err := cli.Put(ctx, prefix+q, "stopper", clientv3.WithLease(lease))
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		rev = put.Header.Revision
+	}
+	return ids, runs, index, rev, nil
+}
+
+// floorStop is the floor's stopping client: for each queue, bound at once, it quiesces the run (with
+// quiesce), terminates it by its ID and then deletes the queue's election key.
+func floorStop(ctx context.Context, tc client.Client, cli *clientv3.Client, prefix string, queues, ids, runs []string, bound int, quiesce bool) error {
 	slots := make(chan struct{}, bound)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -336,7 +380,13 @@ func floorStop(ctx context.Context, tc client.Client, cli *clientv3.Client, pref
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			err := tc.TerminateWorkflow(ctx, ids[i], runs[i], "stop floor")
+			var err error
+			if quiesce {
+				err = floorQuiesce(ctx, tc, ids[i], runs[i])
+			}
+			if err == nil {
+				err = tc.TerminateWorkflow(ctx, ids[i], runs[i], "stop floor")
+			}
 			if err == nil {
 				_, err = cli.Delete(ctx, prefix+q)
 			}
@@ -349,4 +399,26 @@ func floorStop(ctx context.Context, tc client.Client, cli *clientv3.Client, pref
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// stopFloorQuiesce is the update the quiesce floor sends each run before it ends it.
+const stopFloorQuiesce = "quiesce"
+
+// stopFloorWorkflow is the quiesce floor's run: it accepts stopFloorQuiesce at once, and lives until
+// it is terminated.
+func stopFloorWorkflow(ctx workflow.Context) error {
+	if err := workflow.SetUpdateHandler(ctx, stopFloorQuiesce, func(workflow.Context) error { return nil }); err != nil {
+		return err
+	}
+	return workflow.Await(ctx, func() bool { return false })
+}
+
+// floorQuiesce sends run the quiesce floor's update and waits for its completion.
+func floorQuiesce(ctx context.Context, tc client.Client, id, run string) error {
+	h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, RunID: run,
+		UpdateName: stopFloorQuiesce, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, nil)
 }
