@@ -32,7 +32,10 @@
 //     for, and an etcd that elects a new raft leader extends every lease by its TTL. The revoke is
 //     therefore retried (jittered, at most a second apart) until etcd answers, for as long as the
 //     lease may live on the server, so the keys go as soon as etcd can be reached again. Close stops
-//     these retries and waits for them.
+//     these retries and waits for them. About once a TTL the session also compares what etcd attaches
+//     to its lease with what the Elector knows (a restore of etcd can bring keys back): a key of an
+//     election it neither campaigns for nor leads is deleted, unless Run's callback of an ended term
+//     of that election still runs (Term.claims), so a draining leader's key is never swept.
 //
 // Run wraps Campaign in a loop with callbacks in the spirit of client-go's leaderelection: OnElected
 // with the term's context, OnStepDown always after a term, OnNewLeader for observers. It campaigns
