@@ -35,7 +35,7 @@
 //     these retries and waits for them. About once a TTL the session also compares what etcd attaches
 //     to its lease with what the Elector knows (a restore of etcd can bring keys back): a key of an
 //     election it neither campaigns for nor leads is deleted, unless Run's callback of an ended term
-//     of that election still runs (Term.claims), so a draining leader's key is never swept.
+//     of that election still runs, so a draining leader's key is never swept.
 //
 // Run wraps Campaign in a loop with callbacks in the spirit of client-go's leaderelection: OnElected
 // with the term's context, OnStepDown always after a term, OnNewLeader for observers. It campaigns
