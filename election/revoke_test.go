@@ -47,6 +47,27 @@ func TestLostSessionRevokesAfterTheLeaderCallbackReturned(t *testing.T) {
 	}
 }
 
+// A term that ended before the loss (a resign, whose callback drains for up to ResignTimeout before
+// the key goes) holds the revoke up just the same: the revoke would delete its key while the old
+// leader still acts.
+func TestLostSessionWaitsForTheCallbackOfATermThatEndedBefore(t *testing.T) {
+	f := newSessionFixture(t, true)
+	f.term.end(ErrResigned) // the term resigns; its callback still drains
+	f.clock.Advance(10 * time.Second / 3)
+	f.waitCall(t)
+	f.clock.Advance(7500*time.Millisecond - 10*time.Second/3)
+	waitDone(t, f.session.ctx.Done(), "the session to be lost")
+	f.waitTimers(t, 1) // the wait for the callback armed its deadline timer
+	if n := f.revokes(); n != 0 {
+		t.Fatalf("lease revoked %d times while the resigned term's callback was still running", n)
+	}
+	close(f.term.callbackDone)
+	waitDone(t, f.session.done, "the revoke after the callback returned")
+	if n := f.revokes(); n != 1 {
+		t.Fatalf("revokes = %d, want 1", n)
+	}
+}
+
 // A callback that does not return holds the revoke up to the local lease deadline only.
 func TestLostSessionRevokesAtTheDeadlineWhileTheCallbackRuns(t *testing.T) {
 	f := newSessionFixture(t, true)

@@ -48,7 +48,9 @@ type session struct {
 	deadline time.Time // time before the last acknowledged keepalive was sent + granted TTL
 	cause    error     // why the session ended; nil while alive
 	terms    map[*Term]struct{}
-	lost     map[*Term]struct{} // the terms the loss ended, whose callbacks the revoke waits for
+	// held are the terms whose Run callback has not returned, live or ended (a resigned term's drains
+	// for up to ResignTimeout): the revoke of a lost session waits for them.
+	held map[*Term]struct{}
 }
 
 // grantSession grants a lease and starts its keepalive loop and watchdog. The session lives until it
@@ -75,6 +77,7 @@ func grantSession(ctx context.Context, leases leaser, cfg Config, wg *sync.WaitG
 		extended: make(chan struct{}, 1),
 		deadline: sent.Add(time.Duration(resp.TTL) * time.Second),
 		terms:    make(map[*Term]struct{}),
+		held:     make(map[*Term]struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	s.log.Info("election session granted", zap.Int64("ttl_seconds", resp.TTL), zap.Time("deadline", s.deadline))
@@ -256,7 +259,7 @@ func (s *session) lose(cause error) {
 	}
 	s.cause = cause
 	terms := s.terms
-	s.terms, s.lost = nil, terms
+	s.terms = nil
 	s.mu.Unlock()
 	for t := range terms {
 		t.end(cause)
@@ -270,24 +273,27 @@ func (s *session) lose(cause error) {
 	s.cfg.Events.Emit(event.Event{Kind: event.SessionLost, At: s.cfg.Clock.Now(), Err: cause.Error()})
 }
 
-// awaitCallbacks waits for the leader callbacks of the terms the loss ended, until the local lease
-// deadline at the latest. That deadline is a lower bound of the server's expiry: until then no
-// successor can win unless this process revokes the lease, so the margin before it belongs to the old
-// leader finishing its in-flight calls (their terms ended SafetyMargin before the deadline). Terms
-// from a bare Campaign have no callback and delay nothing; a lease etcd no longer knows is not waited
-// for either, since a successor may already lead.
+// awaitCallbacks waits for the leader callbacks still running on the session's terms, until the
+// local lease deadline at the latest: those of the terms the loss ended, and those of terms that
+// ended before it and still drain (a resign waits up to ResignTimeout for its callback before it
+// deletes the key; a revoke meanwhile would delete it sooner). That deadline is a lower bound of the
+// server's expiry: until then no successor can win unless this process revokes the lease, so the
+// margin before it belongs to the old leader finishing its in-flight calls (their terms ended
+// SafetyMargin before the deadline). Terms from a bare Campaign have no callback and delay nothing; a
+// lease etcd no longer knows is not waited for either, since a successor may already lead.
 func (s *session) awaitCallbacks() {
 	s.mu.Lock()
-	lost, deadline, cause := s.lost, s.deadline, s.cause
+	deadline, cause := s.deadline, s.cause
+	held := make([]*Term, 0, len(s.held))
+	for t := range s.held {
+		held = append(held, t)
+	}
 	s.mu.Unlock()
 	if errors.Is(cause, ErrLeaseNotFound) {
 		return
 	}
 	var running []*Term
-	for t := range lost {
-		if t.callbackDone == nil {
-			continue
-		}
+	for _, t := range held {
 		select {
 		case <-t.callbackDone:
 		default:
@@ -383,7 +389,17 @@ func (s *session) addTerm(t *Term) error {
 		return err
 	}
 	s.terms[t] = struct{}{}
+	if t.callbackDone != nil {
+		s.held[t] = struct{}{}
+	}
 	return nil
+}
+
+// callbackReturned forgets t's callback, which has returned: the revoke no longer waits for it.
+func (s *session) callbackReturned(t *Term) {
+	s.mu.Lock()
+	delete(s.held, t)
+	s.mu.Unlock()
 }
 
 func (s *session) removeTerm(t *Term) {

@@ -312,10 +312,11 @@ func EndReason(cause error) string {
 	return event.EndedOther
 }
 
-// callbackReturned marks the term's leader callback (Run's) as returned: a lost session may revoke
-// its lease now, and the election is released once the term has ended too.
+// callbackReturned marks the term's leader callback (Run's) as returned: a lost session's revoke no
+// longer waits for it, and the election is released once the term has ended too.
 func (t *Term) callbackReturned() {
 	close(t.callbackDone)
+	t.session.callbackReturned(t)
 	t.unclaim()
 }
 
