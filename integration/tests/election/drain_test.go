@@ -280,13 +280,31 @@ func TestFailingCallbackBacksOff(t *testing.T) {
 // When the watchdog ends a cut-off leader's term, the lease is revoked only once the leader callback
 // has returned (or the local lease deadline has come): a successor cannot start while it still acts.
 func TestWatchdogLossRevokesAfterTheCallbackReturned(t *testing.T) {
+	watchdogLossWhileTheCallbackRuns(t, "cutoff", false)
+}
+
+// A graceful stop's resign waits for its callback (up to ResignTimeout) before it deletes the key. A
+// session lost meanwhile (etcd unreachable) must wait for that callback too before it revokes the
+// lease, or the revoke deletes the key while the old leader still acts.
+func TestWatchdogLossDuringAResignRevokesAfterTheCallbackReturned(t *testing.T) {
+	watchdogLossWhileTheCallbackRuns(t, "resigning", true)
+}
+
+// watchdogLossWhileTheCallbackRuns cuts node-a (the leader of queue, its callback held) off from
+// etcd until its watchdog ends the session, lets etcd answer again and checks that node-b is elected
+// only after the callback returned or the local lease deadline came. With resign, node-a's Run is
+// stopped first: the term resigns and its callback drains while the session is lost.
+func watchdogLossWhileTheCallbackRuns(t *testing.T, queue string, resign bool) {
 	c := etcdx.Start(t, etcdx.Options{})
 	proxy := etcdx.NewTestProxy(t, c.MemberEndpoint(0))
 	cfg := election.Config{TTL: 6 * time.Second, SafetyMargin: 1500 * time.Millisecond}
+	if resign {
+		cfg.ResignTimeout = 30 * time.Second // the resign's own delete must not come first
+	}
 	a := newCandidate(t, c, "node-a", cfg, proxy.URL())
 	b := newCandidate(t, c, "node-b", cfg)
 	observer := etcdx.Client(t, c)
-	prefix := a.el.ElectionKey(project, "cutoff")
+	prefix := a.el.ElectionKey(project, queue)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -301,20 +319,32 @@ func TestWatchdogLossRevokesAfterTheCallbackReturned(t *testing.T) {
 		wg.Wait()
 	}()
 	deletes := watchDeletes(t, ctx, observer, prefix, &wg)
+	aCtx, stopA := context.WithCancel(ctx)
+	defer stopA()
 	wg.Go(func() {
-		if err := a.el.Run(ctx, project, "cutoff", a.id, election.Callbacks{OnElected: held.onElected}); err != nil {
+		if err := a.el.Run(aCtx, project, queue, a.id, election.Callbacks{OnElected: held.onElected}); err != nil {
 			t.Errorf("node-a: Run: %v", err)
 		}
 	})
 	aTerm := recv(t, held.terms, 10*time.Second, "node-a's term")
 	l := newLedger()
-	runCandidate(t, ctx, b, "cutoff", l, &wg)
+	runCandidate(t, ctx, b, queue, l, &wg)
 	waitCandidates(t, observer, prefix, 2, 10*time.Second)
 
+	want := election.ErrLeaseDeadline
+	if resign {
+		want = election.ErrResigned
+		stopA()
+		recv(t, held.cancelled, 10*time.Second, "node-a's term to resign")
+	}
 	proxy.Blackhole()
-	recv(t, held.cancelled, 5*cfg.TTL, "the watchdog to end node-a's term")
-	if !errors.Is(aTerm.Err(), election.ErrLeaseDeadline) {
-		t.Fatalf("node-a's term ended with %v, want ErrLeaseDeadline", aTerm.Err())
+	if resign {
+		waitSessionLost(t, a.el, 5*cfg.TTL)
+	} else {
+		recv(t, held.cancelled, 5*cfg.TTL, "the watchdog to end node-a's term")
+	}
+	if !errors.Is(aTerm.Err(), want) {
+		t.Fatalf("node-a's term ended with %v, want %v", aTerm.Err(), want)
 	}
 	localDeadline := aTerm.ValidUntil().Add(cfg.SafetyMargin)
 	// etcd answers again while the old leader's callback still runs: a revoke now would let node-b in.
@@ -338,6 +368,23 @@ func TestWatchdogLossRevokesAfterTheCallbackReturned(t *testing.T) {
 	}
 	t.Logf("term ended → callback returned %v; key deleted %v after min(callback returned, local deadline)",
 		held.returnedAt().Sub(mustEnded(t, aTerm)), deleted.Sub(out))
+}
+
+// waitSessionLost waits until el has no live session (its lease's local deadline minus the safety
+// margin has passed), and a moment more for its watchdog to act on it.
+func waitSessionLost(t *testing.T, el *election.Elector, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		if _, ok := el.SessionValidUntil(); !ok {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session was still live after %v cut off from etcd", limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func mustEnded(t *testing.T, term *election.Term) time.Time {
