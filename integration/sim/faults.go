@@ -14,7 +14,7 @@ func (w *World) apply(f faultEvent, now time.Time) {
 	case "restart":
 		w.restart(f.node, w.newNode)
 	case FaultStop:
-		w.deploy(f.node, w.newNode)
+		w.stop(f, now)
 	case FaultPartition:
 		w.net.Cut(n.name, true)
 	case FaultPartition + "-end":
@@ -101,5 +101,24 @@ func (w *World) heal(now time.Time) {
 		w.net.Cut(n.name, false)
 		w.net.Hold(n.name, time.Time{})
 		w.restart(slot, w.newNode)
+	}
+}
+
+// stop is a graceful stop (FaultStop). In half of them the stopping process loses etcd while it
+// drains: everything to and from it is held until just after its session's validity ends (within
+// half the safety margin), so that the session is lost during the drain and etcd answers again
+// while the callbacks that take their whole drain still run.
+func (w *World) stop(f faultEvent, now time.Time) {
+	w.mu.Lock()
+	old := w.slots[f.node]
+	el, crashed := old.el, old.crashed
+	w.mu.Unlock()
+	until, live := time.Time{}, false
+	if el != nil && !crashed {
+		until, live = el.SessionValidUntil()
+	}
+	w.deploy(f.node, w.newNode)
+	if live && f.n%2 == 0 {
+		w.net.Hold(old.name, until.Add(f.dur%(w.margin/2)))
 	}
 }

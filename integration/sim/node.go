@@ -76,13 +76,17 @@ func (n *node) lead(ctx context.Context, q string, t *election.Term) error {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			hold := n.w.margin / 2
+			hold := time.Duration(r.Int64N(int64(n.w.margin / 2)))
 			if errors.Is(context.Cause(ctx), election.ErrResigned) {
 				// Within the session's lease too: no process can keep a lease it cannot renew, and a
-				// session lost during the drain lets a successor in at its expiry.
-				hold = min(election.DefaultConfig().ResignTimeout*3/4, max(1, t.ValidUntil().Add(hold).Sub(n.clk.Now())))
+				// session lost during the drain lets a successor in at its expiry. Half the drains
+				// take all of it, as a handler that ignores its cancelled context would.
+				hold = min(election.DefaultConfig().ResignTimeout*3/4, max(1, t.ValidUntil().Add(n.w.margin/2).Sub(n.clk.Now())))
+				if r.IntN(2) == 0 {
+					hold = time.Duration(r.Int64N(int64(hold)))
+				}
 			}
-			finish := n.clk.NewTimer(time.Duration(r.Int64N(int64(hold))))
+			finish := n.clk.NewTimer(hold)
 			<-finish.C()
 			return nil
 		case <-timer.C():

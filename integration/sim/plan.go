@@ -17,7 +17,8 @@ const (
 	FaultLeaderChange = "leader-change"
 	FaultCompact      = "compact"
 	// FaultStop is a graceful stop, a rolling deploy's step: the process's next incarnation starts
-	// and the current one resigns its terms, draining their callbacks first.
+	// and the current one resigns its terms, draining their callbacks first; in half the stops etcd
+	// is out of its reach until just after its session's validity ends (World.stop).
 	FaultStop = "stop"
 )
 
