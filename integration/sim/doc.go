@@ -15,7 +15,8 @@
 // its own clientv3 (etcdmodel.Model.NewClient), campaigning for and observing 1-8 queues for a minute
 // of simulated time; faults are drawn per seed in the swarm style (each seed turns a different
 // subset on, at different rates): crash, restart with a new server ID, a graceful stop (a rolling
-// deploy's step: the next incarnation starts, the old one resigns and drains), partition, a stall longer than
+// deploy's step: the next incarnation starts, the old one resigns and drains, in half the stops
+// while its session runs out), partition, a stall longer than
 // the TTL (everything to and from the process held: a pause as etcd sees it, though the process's own
 // timers keep running), delays and reordering, lost requests and lost responses, an operator's lease
 // revoke, a no-leader window, a raft-leader change, and an auto-compactor. A heal phase then turns
