@@ -20,9 +20,13 @@ type heldCallback struct {
 	terms     chan *election.Term
 	cancelled chan struct{}
 	release   chan struct{}
+	released  sync.Once
 	returned  chan struct{}
 	at        atomic.Pointer[time.Time] // when OnElected returned
 }
+
+// letGo lets the callback return; later calls do nothing.
+func (h *heldCallback) letGo() { h.released.Do(func() { close(h.release) }) }
 
 func newHeldCallback() *heldCallback {
 	return &heldCallback{terms: make(chan *election.Term, 1), cancelled: make(chan struct{}),
@@ -63,65 +67,111 @@ func keyExists(t *testing.T, cli *clientv3.Client, key string) bool {
 	return resp.Count == 1
 }
 
+// heldPair is node-a leading queue with its callback held (heldCallback) and node-b in line behind
+// it, on one cluster; the test's cleanup lets the callback go and waits for both.
+type heldPair struct {
+	a, b     *candidate
+	observer *clientv3.Client
+	prefix   string
+	held     *heldCallback
+	aTerm    *election.Term
+	stopA    context.CancelFunc // ends node-a's Run: its term resigns
+	aDone    <-chan error       // what node-a's Run returned
+	bTerms   *ledger            // node-b's terms
+	deletes  *deleteWatcher     // the deletes under prefix, from before node-a's term
+}
+
+// newHeldPair starts the pair; node-a reaches etcd through aEndpoints when given (a proxy).
+func newHeldPair(t *testing.T, c *etcdx.Cluster, cfg election.Config, queue string, aEndpoints ...string) *heldPair {
+	t.Helper()
+	p := &heldPair{a: newCandidate(t, c, "node-a", cfg, aEndpoints...), b: newCandidate(t, c, "node-b", cfg),
+		observer: etcdx.Client(t, c), held: newHeldCallback(), bTerms: newLedger()}
+	p.prefix = p.a.el.ElectionKey(project, queue)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	aDone := make(chan error, 1)
+	t.Cleanup(func() {
+		p.held.letGo()
+		cancel()
+		wg.Wait()
+		select {
+		case err := <-aDone:
+			if err != nil {
+				t.Errorf("node-a: Run: %v", err)
+			}
+		default:
+		}
+	})
+	p.deletes = watchDeletes(t, ctx, p.observer, p.prefix, &wg)
+	aCtx, stopA := context.WithCancel(ctx)
+	p.stopA, p.aDone = stopA, aDone
+	wg.Go(func() {
+		aDone <- p.a.el.Run(aCtx, project, queue, p.a.id, election.Callbacks{OnElected: p.held.onElected})
+	})
+	p.aTerm = recv(t, p.held.terms, 10*time.Second, "node-a's term")
+	runCandidate(t, ctx, p.b, queue, p.bTerms, &wg)
+	waitCandidates(t, p.observer, p.prefix, 2, 10*time.Second)
+	return p
+}
+
+// stopped stops node-a's Run and waits for its term to resign.
+func (p *heldPair) stopped(t *testing.T) {
+	t.Helper()
+	p.stopA()
+	recv(t, p.held.cancelled, 10*time.Second, "node-a's term context to be cancelled")
+	if !errors.Is(p.aTerm.Err(), election.ErrResigned) {
+		t.Fatalf("a stopped leader's term ended with %v, want ErrResigned", p.aTerm.Err())
+	}
+}
+
+// notElectedFor fails the test if node-b is elected within d.
+func (p *heldPair) notElectedFor(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case term := <-p.bTerms.elected:
+		t.Fatalf("%s was elected while node-a's callback was still running (node-a's key present: %v)",
+			term.LeaderID(), keyExists(t, p.observer, p.aTerm.Key()))
+	case <-time.After(d):
+	}
+}
+
+// runningOn fails the test if node-a's Run has returned.
+func (p *heldPair) runningOn(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-p.aDone:
+		t.Fatalf("Run returned (%v) while its callback still runs", err)
+	default:
+	}
+}
+
 // A graceful stop ends the term (its context is cancelled with ErrResigned) but deletes the key only
 // once OnElected has returned: no follower can be elected while the old leader still acts.
 func TestGracefulStopDeletesTheKeyAfterTheCallbackReturned(t *testing.T) {
 	c := etcdx.Start(t, etcdx.Options{})
 	// A drain bound far beyond the test's own hold, so that load cannot make it matter.
-	cfg := election.Config{ResignTimeout: 20 * time.Second}
-	a := newCandidate(t, c, "node-a", cfg)
-	b := newCandidate(t, c, "node-b", cfg)
-	observer := etcdx.Client(t, c)
-	prefix := a.el.ElectionKey(project, "drain")
+	p := newHeldPair(t, c, election.Config{ResignTimeout: 20 * time.Second}, "drain")
 
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	deletes := watchDeletes(t, ctx, observer, prefix, &wg)
-
-	held := newHeldCallback()
-	aCtx, stopA := context.WithCancel(ctx)
-	aDone := make(chan error, 1)
-	go func() {
-		aDone <- a.el.Run(aCtx, project, "drain", a.id, election.Callbacks{OnElected: held.onElected})
-	}()
-	aTerm := recv(t, held.terms, 10*time.Second, "node-a's term")
-	l := newLedger()
-	runCandidate(t, ctx, b, "drain", l, &wg)
-	waitCandidates(t, observer, prefix, 2, 10*time.Second)
-
-	stopA()
-	recv(t, held.cancelled, 10*time.Second, "node-a's term context to be cancelled")
-	if !errors.Is(aTerm.Err(), election.ErrResigned) {
-		t.Fatalf("a stopped leader's term ended with %v, want ErrResigned", aTerm.Err())
-	}
+	p.stopped(t)
 	// The old leader still acts: its key must hold the election, and stay, for as long as it does.
-	if !keyExists(t, observer, aTerm.Key()) {
+	if !keyExists(t, p.observer, p.aTerm.Key()) {
 		t.Fatal("the key was deleted while the old leader's callback was still running")
 	}
-	select {
-	case term := <-l.elected:
-		t.Fatalf("%s was elected while the old leader's callback was still running", term.LeaderID())
-	case <-time.After(500 * time.Millisecond):
-	}
-	if !keyExists(t, observer, aTerm.Key()) {
+	p.notElectedFor(t, 500*time.Millisecond)
+	if !keyExists(t, p.observer, p.aTerm.Key()) {
 		t.Fatal("the key was deleted while the old leader's callback was still running")
 	}
-	select {
-	case err := <-aDone:
-		t.Fatalf("Run returned (%v) before its callback did", err)
-	default:
-	}
+	p.runningOn(t)
 
-	close(held.release)
-	bTerm := waitElected(t, l, 10*time.Second)
-	deleted := deletes.waitFor(t, aTerm.Key(), 10*time.Second)
-	returned := held.returnedAt()
+	p.held.letGo()
+	bTerm := waitElected(t, p.bTerms, 10*time.Second)
+	deleted := p.deletes.waitFor(t, p.aTerm.Key(), 10*time.Second)
+	returned := p.held.returnedAt()
 	if bTerm.Started().Before(returned) || deleted.Before(returned) {
 		t.Fatalf("successor started %v and key deleted %v relative to the old callback's return; both must come after",
 			bTerm.Started().Sub(returned), deleted.Sub(returned))
 	}
-	if err := recv(t, aDone, 10*time.Second, "node-a's Run to return"); err != nil {
+	if err := recv(t, p.aDone, 10*time.Second, "node-a's Run to return"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	t.Logf("callback returned → key deleted %v → successor elected %v", deleted.Sub(returned), bTerm.Started().Sub(deleted))
@@ -134,45 +184,13 @@ func TestGracefulStopDeletesTheKeyAfterTheCallbackReturned(t *testing.T) {
 func TestSweepLeavesTheKeyOfACallbackStillRunning(t *testing.T) {
 	c := etcdx.Start(t, etcdx.Options{})
 	cfg := election.Config{TTL: election.MinTTL, ResignTimeout: 30 * time.Second}
-	a := newCandidate(t, c, "node-a", cfg)
-	b := newCandidate(t, c, "node-b", cfg)
-	observer := etcdx.Client(t, c)
-	prefix := a.el.ElectionKey(project, "swept")
+	p := newHeldPair(t, c, cfg, "swept")
 
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	held := newHeldCallback()
-	defer func() {
-		select {
-		case <-held.release:
-		default:
-			close(held.release)
-		}
-		cancel()
-		wg.Wait()
-	}()
-	aCtx, stopA := context.WithCancel(ctx)
-	wg.Go(func() {
-		if err := a.el.Run(aCtx, project, "swept", a.id, election.Callbacks{OnElected: held.onElected}); err != nil {
-			t.Errorf("node-a: Run: %v", err)
-		}
-	})
-	aTerm := recv(t, held.terms, 10*time.Second, "node-a's term")
-	l := newLedger()
-	runCandidate(t, ctx, b, "swept", l, &wg)
-	waitCandidates(t, observer, prefix, 2, 10*time.Second)
-
-	stopA()
-	recv(t, held.cancelled, 10*time.Second, "node-a's term context to be cancelled")
-	select {
-	case term := <-l.elected:
-		t.Fatalf("%s was elected while the old leader's callback was still running (key present: %v)",
-			term.LeaderID(), keyExists(t, observer, aTerm.Key()))
-	case <-time.After(3 * cfg.TTL):
-	}
-	close(held.release)
-	bTerm := waitElected(t, l, 10*time.Second)
-	if returned := held.returnedAt(); bTerm.Started().Before(returned) {
+	p.stopped(t)
+	p.notElectedFor(t, 3*cfg.TTL)
+	p.held.letGo()
+	bTerm := waitElected(t, p.bTerms, 10*time.Second)
+	if returned := p.held.returnedAt(); bTerm.Started().Before(returned) {
 		t.Fatalf("successor started %v before the old callback returned", returned.Sub(bTerm.Started()))
 	}
 }
@@ -181,44 +199,15 @@ func TestSweepLeavesTheKeyOfACallbackStillRunning(t *testing.T) {
 // still waits for it before returning.
 func TestGracefulStopDrainIsBounded(t *testing.T) {
 	c := etcdx.Start(t, etcdx.Options{})
-	cfg := election.Config{ResignTimeout: 500 * time.Millisecond}
-	a := newCandidate(t, c, "node-a", cfg)
-	b := newCandidate(t, c, "node-b", cfg)
-	observer := etcdx.Client(t, c)
-	prefix := a.el.ElectionKey(project, "stuck")
+	p := newHeldPair(t, c, election.Config{ResignTimeout: 500 * time.Millisecond}, "stuck")
 
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	held := newHeldCallback()
-	defer func() {
-		select {
-		case <-held.release:
-		default:
-			close(held.release)
-		}
-	}()
-	aCtx, stopA := context.WithCancel(ctx)
-	aDone := make(chan error, 1)
-	go func() {
-		aDone <- a.el.Run(aCtx, project, "stuck", a.id, election.Callbacks{OnElected: held.onElected})
-	}()
-	recv(t, held.terms, 10*time.Second, "node-a's term")
-	l := newLedger()
-	runCandidate(t, ctx, b, "stuck", l, &wg)
-	waitCandidates(t, observer, prefix, 2, 10*time.Second)
-
-	stopA()
-	if term := waitElected(t, l, 30*time.Second); term.LeaderID() != "node-b" {
+	p.stopA()
+	if term := waitElected(t, p.bTerms, 30*time.Second); term.LeaderID() != "node-b" {
 		t.Fatalf("want node-b to lead, got %s", term.LeaderID())
 	}
-	select {
-	case err := <-aDone:
-		t.Fatalf("Run returned (%v) while its callback still runs", err)
-	default:
-	}
-	close(held.release)
-	if err := recv(t, aDone, 10*time.Second, "node-a's Run to return"); err != nil {
+	p.runningOn(t)
+	p.held.letGo()
+	if err := recv(t, p.aDone, 10*time.Second, "node-a's Run to return"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
@@ -301,64 +290,31 @@ func watchdogLossWhileTheCallbackRuns(t *testing.T, queue string, resign bool) {
 	if resign {
 		cfg.ResignTimeout = 30 * time.Second // the resign's own delete must not come first
 	}
-	a := newCandidate(t, c, "node-a", cfg, proxy.URL())
-	b := newCandidate(t, c, "node-b", cfg)
-	observer := etcdx.Client(t, c)
-	prefix := a.el.ElectionKey(project, queue)
-
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	held := newHeldCallback()
-	defer func() {
-		select {
-		case <-held.release:
-		default:
-			close(held.release)
-		}
-		cancel()
-		wg.Wait()
-	}()
-	deletes := watchDeletes(t, ctx, observer, prefix, &wg)
-	aCtx, stopA := context.WithCancel(ctx)
-	defer stopA()
-	wg.Go(func() {
-		if err := a.el.Run(aCtx, project, queue, a.id, election.Callbacks{OnElected: held.onElected}); err != nil {
-			t.Errorf("node-a: Run: %v", err)
-		}
-	})
-	aTerm := recv(t, held.terms, 10*time.Second, "node-a's term")
-	l := newLedger()
-	runCandidate(t, ctx, b, queue, l, &wg)
-	waitCandidates(t, observer, prefix, 2, 10*time.Second)
+	p := newHeldPair(t, c, cfg, queue, proxy.URL())
 
 	want := election.ErrLeaseDeadline
 	if resign {
 		want = election.ErrResigned
-		stopA()
-		recv(t, held.cancelled, 10*time.Second, "node-a's term to resign")
+		p.stopped(t)
 	}
 	proxy.Blackhole()
 	if resign {
-		waitSessionLost(t, a.el, 5*cfg.TTL)
+		waitSessionLost(t, p.a.el, 5*cfg.TTL)
 	} else {
-		recv(t, held.cancelled, 5*cfg.TTL, "the watchdog to end node-a's term")
+		recv(t, p.held.cancelled, 5*cfg.TTL, "the watchdog to end node-a's term")
 	}
-	if !errors.Is(aTerm.Err(), want) {
-		t.Fatalf("node-a's term ended with %v, want %v", aTerm.Err(), want)
+	if !errors.Is(p.aTerm.Err(), want) {
+		t.Fatalf("node-a's term ended with %v, want %v", p.aTerm.Err(), want)
 	}
-	localDeadline := aTerm.ValidUntil().Add(cfg.SafetyMargin)
+	localDeadline := p.aTerm.ValidUntil().Add(cfg.SafetyMargin)
 	// etcd answers again while the old leader's callback still runs: a revoke now would let node-b in.
 	proxy.Heal()
-	select {
-	case <-time.After(700 * time.Millisecond):
-	case <-l.elected:
-		t.Fatal("node-b was elected while node-a's callback was still running")
-	}
-	close(held.release)
-	<-held.returned
-	bTerm := waitElected(t, l, 5*cfg.TTL)
-	deleted := deletes.waitFor(t, aTerm.Key(), 5*cfg.TTL)
-	out := held.returnedAt()
+	p.notElectedFor(t, 700*time.Millisecond)
+	p.held.letGo()
+	<-p.held.returned
+	bTerm := waitElected(t, p.bTerms, 5*cfg.TTL)
+	deleted := p.deletes.waitFor(t, p.aTerm.Key(), 5*cfg.TTL)
+	out := p.held.returnedAt()
 	if localDeadline.Before(out) {
 		out = localDeadline // past the local deadline the lease may expire anyway
 	}
@@ -367,7 +323,7 @@ func watchdogLossWhileTheCallbackRuns(t *testing.T, queue string, resign bool) {
 			deleted.Sub(out), bTerm.Started().Sub(out))
 	}
 	t.Logf("term ended → callback returned %v; key deleted %v after min(callback returned, local deadline)",
-		held.returnedAt().Sub(mustEnded(t, aTerm)), deleted.Sub(out))
+		p.held.returnedAt().Sub(mustEnded(t, p.aTerm)), deleted.Sub(out))
 }
 
 // waitSessionLost waits until el has no live session (its lease's local deadline minus the safety
