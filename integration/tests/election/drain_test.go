@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-run/baton/election"
+	"github.com/baton-run/baton/event"
 	"github.com/baton-run/baton/integration/servers/etcdx"
 )
 
@@ -79,13 +80,22 @@ type heldPair struct {
 	aDone    <-chan error       // what node-a's Run returned
 	bTerms   *ledger            // node-b's terms
 	deletes  *deleteWatcher     // the deletes under prefix, from before node-a's term
+	aLost    <-chan struct{}    // closed when node-a's first session is lost (event.SessionLost)
 }
 
 // newHeldPair starts the pair; node-a reaches etcd through aEndpoints when given (a proxy).
 func newHeldPair(t *testing.T, c *etcdx.Cluster, cfg election.Config, queue string, aEndpoints ...string) *heldPair {
 	t.Helper()
-	p := &heldPair{a: newCandidate(t, c, "node-a", cfg, aEndpoints...), b: newCandidate(t, c, "node-b", cfg),
-		observer: etcdx.Client(t, c), held: newHeldCallback(), bTerms: newLedger()}
+	lost := make(chan struct{})
+	var once sync.Once
+	aCfg := cfg
+	aCfg.Events = func(e event.Event) {
+		if e.Kind == event.SessionLost {
+			once.Do(func() { close(lost) })
+		}
+	}
+	p := &heldPair{a: newCandidate(t, c, "node-a", aCfg, aEndpoints...), b: newCandidate(t, c, "node-b", cfg),
+		observer: etcdx.Client(t, c), held: newHeldCallback(), bTerms: newLedger(), aLost: lost}
 	p.prefix = p.a.el.ElectionKey(project, queue)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -299,7 +309,7 @@ func watchdogLossWhileTheCallbackRuns(t *testing.T, queue string, resign bool) {
 	}
 	proxy.Blackhole()
 	if resign {
-		waitSessionLost(t, p.a.el, 5*cfg.TTL)
+		recv(t, p.aLost, 5*cfg.TTL, "node-a's session to be lost")
 	} else {
 		recv(t, p.held.cancelled, 5*cfg.TTL, "the watchdog to end node-a's term")
 	}
@@ -324,23 +334,6 @@ func watchdogLossWhileTheCallbackRuns(t *testing.T, queue string, resign bool) {
 	}
 	t.Logf("term ended → callback returned %v; key deleted %v after min(callback returned, local deadline)",
 		p.held.returnedAt().Sub(mustEnded(t, p.aTerm)), deleted.Sub(out))
-}
-
-// waitSessionLost waits until el has no live session (its lease's local deadline minus the safety
-// margin has passed), and a moment more for its watchdog to act on it.
-func waitSessionLost(t *testing.T, el *election.Elector, limit time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		if _, ok := el.SessionValidUntil(); !ok {
-			time.Sleep(300 * time.Millisecond)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the session was still live after %v cut off from etcd", limit)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func mustEnded(t *testing.T, term *election.Term) time.Time {
