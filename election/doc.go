@@ -16,7 +16,8 @@
 //     key and let a successor win. The margin is for the old leader to finish: the lost session
 //     revokes its lease only once the OnElected callbacks of its ended terms have returned (those the
 //     loss ended, and those of terms resigned before it whose callbacks still drain), or at the local
-//     deadline, whichever comes first (terms from a bare Campaign have no callback and delay nothing). A graceful Resign ends the term before the key is deleted. The one exception is a
+//     deadline, whichever comes first (terms from a bare Campaign have no callback and delay nothing).
+//     A graceful Resign ends the term before the key is deleted. The one exception is a
 //     key deleted or a lease revoked from outside (an operator): etcd can elect a successor before
 //     the old leader hears of it, milliseconds later; fencing keeps that case harmless.
 //   - Fenced actions. A win is verified with a linearizable read before the Term is handed out. The
